@@ -1,0 +1,1 @@
+"""agent: the part that acts -- sandboxes, models, and the execute-verify-correct loop."""

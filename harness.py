@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""harness CLI: argument parsing and dispatch only. Each package registers its own subcommands."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agent.errors import UserError
+
+# Each module has register(subparsers); a command sets args.func(args) -> exit code.
+COMMAND_MODULES = ["agent.cli", "tasks.cli", "results.cli", "lora.cli"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="harness", description="Agent harness: execute, verify, correct, train.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:  # that package has no CLI yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        if args.command is None and "agent.cli" in sys.modules:
+            args = parser.parse_args(["eval"])  # no arguments: the embedded default evaluation
+        else:
+            parser.print_help()
+            return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

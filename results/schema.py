@@ -1,0 +1,95 @@
+"""The one record schema: an attempt = one sample of one task by one model.
+
+Written by the eval loop (one JSON line per finished attempt), read by the report,
+the exporter and the post-training loop. Bump SCHEMA_VERSION when a field changes meaning.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+# Why an attempt ended (agent side) and why it scored what it did (evaluator side).
+ExitReason = Literal[
+    "submitted", "max_steps", "stuck", "wall_time", "token_budget", "cost_budget",
+    "context_exceeded", "sandbox_died", "model_error", "cancelled",
+]
+Status = Literal["solved", "failed", "error"]  # error = the harness/infra failed, not the model
+
+
+class Action(BaseModel):
+    """What the model asked for in one step, after parsing."""
+    kind: Literal["bash", "write", "submit", "format_error"]
+    command: Optional[str] = None  # bash
+    path: Optional[str] = None  # write
+    content: Optional[str] = None  # write
+    tool_call_id: Optional[str] = None  # native tool calling: the id to answer
+
+
+class Step(BaseModel):
+    index: int
+    raw_output: str  # the model's reply text exactly as produced
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    actions: list[Action] = Field(default_factory=list)
+    observation: str = ""  # what went back to the model
+    exit_code: Optional[int] = None
+    timed_out: bool = False
+    model_seconds: float = 0.0
+    tool_seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    # Local backend only: the exact token ids the model saw and produced (training uses these).
+    prompt_ids: Optional[list[int]] = None
+    completion_ids: Optional[list[int]] = None
+
+
+class TestOutcome(BaseModel):
+    id: str
+    outcome: Literal["passed", "failed", "error", "skipped"]
+    message: str = ""
+
+
+class Durations(BaseModel):
+    model: float = 0.0
+    sandbox: float = 0.0  # time spent in sandbox execs during the attempt
+    evaluation: float = 0.0
+    total: float = 0.0
+
+
+class Attempt(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    key: str  # deterministic: run_id/task_id/sample -- resume skips keys already present
+    run_id: str
+    task_id: str
+    task_version: str = "1"
+    domain: str = ""
+    difficulty: int = 0
+    split: str = ""  # train / heldout / "" for tasks outside a family
+    sample: int = 0
+    model: str
+    temperature: float = 0.0
+    messages: list[dict[str, Any]] = Field(default_factory=list)  # final conversation
+    steps: list[Step] = Field(default_factory=list)
+    exit_reason: Optional[ExitReason] = None
+    status: Status = "failed"
+    reward: float = 0.0
+    solved: bool = False
+    reason: str = ""  # evaluator reason code: pass, fail, timeout, no_report, missing_tests, tamper, ...
+    tests: list[TestOutcome] = Field(default_factory=list)
+    n_steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    durations: Durations = Field(default_factory=Durations)
+    image: str = ""  # image id (sha256:...) that produced the result
+    error: Optional[str] = None  # harness/infra error text (status == "error")
+    patch_files: int = 0  # files the agent changed
+    started_at: str = ""
+    finished_at: str = ""
+
+
+def attempt_key(run_id: str, task_id: str, sample: int) -> str:
+    return f"{run_id}/{task_id}/{sample}"

@@ -1,0 +1,74 @@
+"""A task as the rest of harness sees it, after loading and validation (see tasks/loader.py).
+
+On disk (Harbor / Terminal-Bench 2 layout):
+  task.toml        metadata, limits, environment, [evaluator]
+  instruction.md   what the agent sees
+  environment/     optional Dockerfile (FROM the base image); every other file is a starting file of /workspace
+  tests/           hidden tests (pytest files, or test.sh for the script evaluator); never in the agent's sandbox
+  solution/solve.sh  the oracle, run in /workspace
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    timeout_sec: float = 600.0  # wall time for the whole attempt
+    max_steps: int = 30
+    command_timeout_sec: float = 60.0  # per command
+
+
+@dataclass(frozen=True)
+class Environment:
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    storage_mb: int = 512  # size of the /workspace tmpfs
+    allow_internet: bool = False
+    pids: int = 256
+
+
+@dataclass(frozen=True)
+class EvaluatorConfig:
+    kind: str = "pytest"  # pytest | answer | script
+    # answer: where the agent writes its answer, how to compare, against what
+    answer_file: str = "answer.txt"
+    mode: str = "exact"  # exact | normalized | regex | numeric | json
+    expected: Any = None
+    tolerance: float = 1e-6
+    # pytest: extra paths (globs, relative to /workspace) the agent must not change; changes score 0 as tamper
+    protected: tuple[str, ...] = ()
+
+
+@dataclass
+class Task:
+    id: str
+    path: Optional[Path]  # folder it came from (None for generated instances)
+    instruction: str
+    version: str = "1"
+    domain: str = "coding"
+    difficulty: int = 1
+    tags: tuple[str, ...] = ()
+    family: str = ""  # parametrised family this instance belongs to
+    split: str = ""  # "train" / "heldout" within a family
+    agent: AgentLimits = field(default_factory=AgentLimits)
+    verifier_timeout_sec: float = 120.0
+    environment: Environment = field(default_factory=Environment)
+    evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    dockerfile: Optional[str] = None  # text of environment/Dockerfile; None -> the base image
+    workspace_files: dict[str, bytes] = field(default_factory=dict)  # relative path -> content
+    test_files: dict[str, bytes] = field(default_factory=dict)  # hidden
+    solution_files: dict[str, bytes] = field(default_factory=dict)  # solve.sh (+ helpers)
+
+    def content_hash(self) -> str:
+        """Hash of everything that defines the task: changes when the task changes."""
+        h = hashlib.sha256()
+        h.update(repr((self.id, self.version, self.instruction, self.dockerfile, self.evaluator,
+                       self.environment, self.agent)).encode())
+        for group in (self.workspace_files, self.test_files, self.solution_files):
+            for name in sorted(group):
+                h.update(name.encode() + b"\0" + group[name] + b"\0")
+        return h.hexdigest()[:16]
