@@ -1,0 +1,202 @@
+"""Which attempts to learn from, and the training sequences built from them.
+
+The sequences are made of exactly the token ids the local model saw and produced at rollout time
+(Step.prompt_ids / Step.completion_ids); nothing is re-rendered through the chat template, because
+templates are not always prefix-preserving and re-tokenising a reply can give other ids than the
+ones the model generated.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from agent.errors import UserError
+from results.schema import Attempt, Step
+
+IGNORE = -100  # label of a position that gets no loss (torch cross_entropy's ignore_index)
+
+
+# ---------------------------------------------------------------- reading attempts
+
+def read_attempts(path: Path) -> list[Attempt]:
+    """Attempts of an attempts.jsonl, or of the run folder holding one (a torn last line is skipped)."""
+    from results.store import iter_jsonl
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "attempts.jsonl"
+    if not path.exists():
+        raise UserError(f"{path}: no such file; expected the attempts.jsonl of an eval run")
+    attempts = []
+    for n, record in enumerate(iter_jsonl(path), start=1):
+        try:
+            attempts.append(Attempt.model_validate(record))
+        except ValueError as e:
+            raise UserError(f"{path} record {n} is not an Attempt ({e.__class__.__name__}); "
+                            "was it written by another harness version?") from None
+    return attempts
+
+
+# ---------------------------------------------------------------- filter
+
+@dataclass
+class FilterStats:
+    seen: int = 0
+    kept: int = 0
+    not_solved: int = 0
+    tamper: int = 0
+    no_token_ids: int = 0
+    duplicate: int = 0
+    over_cap: int = 0
+    tasks: int = 0  # distinct tasks among the kept attempts
+
+
+def is_solved(a: Attempt) -> bool:
+    """Only fully-passing, honestly solved attempts are worth imitating."""
+    return a.status == "solved" and a.reward >= 1.0 and a.reason != "tamper"
+
+
+def has_token_ids(a: Attempt) -> bool:
+    return bool(a.steps) and all(s.prompt_ids is not None and s.completion_ids is not None for s in a.steps)
+
+
+def action_signature(a: Attempt) -> tuple:
+    """What the agent did, step by step; two attempts with the same signature are duplicates."""
+    return tuple((act.kind, act.command, act.path, act.content) for s in a.steps for act in s.actions)
+
+
+def filter_attempts(attempts: Iterable[Attempt], per_task_cap: int | None = 2) -> tuple[list[Attempt], FilterStats]:
+    """Keep solved attempts with token ids, drop duplicate action sequences, keep at most
+    `per_task_cap` per task (None or 0: no cap), preferring fewest steps, then fewest generated tokens."""
+    stats = FilterStats()
+    by_task: dict[str, list[Attempt]] = defaultdict(list)
+    for a in attempts:
+        stats.seen += 1
+        if a.reason == "tamper":
+            stats.tamper += 1
+        elif not is_solved(a):
+            stats.not_solved += 1
+        elif not has_token_ids(a):
+            stats.no_token_ids += 1
+        else:
+            by_task[a.task_id].append(a)
+
+    kept: list[Attempt] = []
+    for task_id in sorted(by_task):
+        # Shortest first; the key breaks ties so the choice does not depend on file order.
+        group = sorted(by_task[task_id], key=lambda a: (len(a.steps), _generated(a), a.key))
+        seen_sigs: set[tuple] = set()
+        n = 0
+        for a in group:
+            sig = action_signature(a)
+            if sig in seen_sigs:
+                stats.duplicate += 1
+                continue
+            seen_sigs.add(sig)
+            if per_task_cap and n >= per_task_cap:
+                stats.over_cap += 1
+                continue
+            kept.append(a)
+            n += 1
+    stats.kept = len(kept)
+    stats.tasks = len({a.task_id for a in kept})
+    return kept, stats
+
+
+def _generated(a: Attempt) -> int:
+    return sum(len(s.completion_ids or ()) for s in a.steps)
+
+
+# ---------------------------------------------------------------- dataset
+
+@dataclass
+class Example:
+    input_ids: list[int]
+    labels: list[int]  # IGNORE except on the model's own generated tokens
+    task_id: str
+    attempt: str  # Attempt.key
+    steps: list[int] = field(default_factory=list)  # Step.index of each trained completion
+
+    @property
+    def n_targets(self) -> int:
+        return sum(1 for t in self.labels if t != IGNORE)
+
+
+def is_error_step(s: Step) -> bool:
+    """A turn whose action failed: non-zero exit, timeout, or a reply that could not be parsed."""
+    return (s.exit_code not in (None, 0)) or s.timed_out or any(a.kind == "format_error" for a in s.actions)
+
+
+def _extends(prev: Step, nxt: Step) -> bool:
+    """True when step k's prompt + completion is a prefix of step k+1's prompt (the conversation was
+    carried forward token for token, not elided or re-tokenised)."""
+    head = prev.prompt_ids + prev.completion_ids
+    return len(nxt.prompt_ids) >= len(head) and nxt.prompt_ids[:len(head)] == head
+
+
+def build_examples(a: Attempt, mask_errors: bool = False) -> list[Example]:
+    """Training sequences of one attempt.
+
+    Steps whose conversations extend each other form a chain; a chain becomes one sequence = the last
+    step's prompt_ids + completion_ids, with labels on every step's completion_ids (end-of-turn token
+    included) and IGNORE elsewhere. Where a link breaks (the conversation was elided to fit the
+    context), a new chain starts, so an attempt with no links gives one sequence per step, each
+    trained only on its own completion. Sequences left with no target token are dropped.
+    """
+    if not has_token_ids(a):
+        return []
+    chains: list[list[Step]] = [[a.steps[0]]]
+    for prev, nxt in zip(a.steps, a.steps[1:]):
+        if _extends(prev, nxt):
+            chains[-1].append(nxt)
+        else:
+            chains.append([nxt])
+
+    examples = []
+    for chain in chains:
+        last = chain[-1]
+        input_ids = list(last.prompt_ids) + list(last.completion_ids)
+        labels = [IGNORE] * len(input_ids)
+        trained = []
+        for s in chain:
+            if mask_errors and is_error_step(s):
+                continue
+            start = len(s.prompt_ids)
+            end = start + len(s.completion_ids)
+            labels[start:end] = input_ids[start:end]
+            trained.append(s.index)
+        if trained and any(t != IGNORE for t in labels):
+            examples.append(Example(input_ids, labels, a.task_id, a.key, trained))
+    return examples
+
+
+def build_dataset(attempts: Iterable[Attempt], mask_errors: bool = False) -> list[Example]:
+    return [ex for a in attempts for ex in build_examples(a, mask_errors)]
+
+
+def write_dataset(path: Path, examples: list[Example]) -> None:
+    """JSONL, one example a line; written to a temporary file first so a crash leaves no half file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for ex in examples:
+            f.write(json.dumps(asdict(ex), separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+
+
+def read_dataset(path: Path) -> list[Example]:
+    path = Path(path)
+    examples = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        d = json.loads(line)
+        if len(d["input_ids"]) != len(d["labels"]):
+            raise UserError(f"{path}:{i + 1}: input_ids and labels differ in length; rebuild the dataset")
+        examples.append(Example(**d))
+    return examples

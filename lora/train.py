@@ -1,0 +1,366 @@
+"""Rejection-sampling fine-tuning (expert iteration) of a local model with LoRA.
+
+Round 0 evaluates the base model. Round r >= 1:
+  data  keep the solved train attempts sampled so far (lora/data.py), build dataset.jsonl
+  sft   train a LoRA adapter: from the base on the union of kept trajectories (ReST-EM), or, with
+        continue_adapter, on top of the previous adapter on the newest ones only
+  eval  with the new adapter: heldout and train tasks, pass@1 at temperature 0 and pass@k at the
+        sampling temperature, with bootstrap CIs and the change from round 0
+The eval's K samples of the train tasks at the sampling temperature are also the next round's samples
+(same model, tasks, K and temperature), so sampling is never run twice. The loop stops early when a
+round's samples solve no train task that earlier rounds had not solved.
+
+Layout of the run folder (re-running with the same folder resumes after the last finished phase;
+each phase writes round_N/<phase>.done.json atomically when it is finished):
+  config.json                the settings; a resume with other settings is refused
+  rounds.jsonl               append-only rows {round, split, metric, value, ci_low, ci_high}
+  round_N/eval/<run>/        the eval runs (attempts.jsonl): heldout-greedy, heldout-sample,
+                             train-greedy, train-sample
+  round_N/dataset.jsonl, round_N/adapter/, round_N/metrics.json
+  stopped.json               why and when the loop stopped early
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from agent.errors import UserError
+from lora.data import build_dataset, filter_attempts, is_solved, read_attempts, read_dataset, write_dataset
+from lora.sft import SFTConfig
+from results.metrics import bootstrap_ci, pass_at_k
+from results.schema import Attempt
+from results.store import write_json_atomic
+
+# Settings for the CPU proof run (bench/rft_smollm2.py). Sized for the 2-core machine: see that file.
+PRESETS: dict[str, dict[str, Any]] = {
+    "rft-smollm2": {
+        "model": "local:smollm2-135m",
+        "tasks": "builtin:easy",
+        "heldout": "builtin:easy",
+        "rounds": 2,
+        "samples": 8,
+        "temperature": 0.7,
+        "eval_samples": 8,
+        "per_task_cap": 2,
+        "concurrency": 4,
+        "sft": {"rank": 16, "alpha": 32, "dropout": 0.05, "lr": 5e-4, "epochs": 3,
+                "batch_tokens": 4096, "grad_accum": 2, "warmup_ratio": 0.1},
+    },
+}
+
+EVAL_RUNS = ("heldout-greedy", "heldout-sample", "train-greedy", "train-sample")
+
+
+@dataclass
+class TrainConfig:
+    model: str  # local:NAME
+    tasks: str  # suite spec; its train split is sampled and trained on
+    out: Path
+    heldout: Optional[str] = None  # suite spec whose heldout split is evaluated; None: same as tasks
+    rounds: int = 2
+    samples: int = 8  # K samples per train task per round
+    temperature: float = 0.7
+    eval_samples: Optional[int] = None  # samples per heldout task for pass@k; None: samples
+    per_task_cap: int = 2
+    mask_errors: bool = False
+    continue_adapter: bool = False
+    limit: Optional[int] = None  # first N tasks of each split (quick runs)
+    concurrency: int = 4
+    seed: int = 0
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+    def identity(self) -> dict:
+        """The settings a resumed run must share with the original (rounds may grow, speed may change)."""
+        d = asdict(self)
+        for k in ("out", "rounds", "concurrency"):
+            d.pop(k)
+        d["sft"] = {k: v for k, v in d["sft"].items() if k not in ("device", "log_every")}
+        return d
+
+
+def config_from(preset: Optional[str] = None, **overrides: Any) -> TrainConfig:
+    """A TrainConfig from a preset name and explicit settings (None values are ignored);
+    `sft` may be a dict of SFTConfig fields that override the preset's."""
+    base: dict[str, Any] = {}
+    if preset:
+        if preset not in PRESETS:
+            raise UserError(f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
+        base = json.loads(json.dumps(PRESETS[preset]))
+    sft = dict(base.pop("sft", {}))
+    sft.update({k: v for k, v in (overrides.pop("sft", None) or {}).items() if v is not None})
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    for need in ("model", "tasks", "out"):
+        if not base.get(need):
+            raise UserError(f"train needs --{need} (or a --preset that sets it)")
+    known = {f.name for f in fields(SFTConfig)}
+    unknown = set(sft) - known
+    if unknown:
+        raise UserError(f"unknown SFT setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    base["out"] = Path(base["out"])
+    return TrainConfig(sft=SFTConfig(**sft), **base)
+
+
+# ---------------------------------------------------------------- what train needs from the rest of harness
+
+@dataclass
+class Backend:
+    """The three operations the loop uses. The defaults call the runner, the task loader and the
+    local model; tests pass fakes."""
+    load_tasks: Callable[[str, str], list]  # (suite spec, split) -> [Task]
+    run_eval: Callable[..., Path]  # (model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency) -> run dir
+    fine_tune: Callable[..., dict]  # (model, examples, sft_cfg, out_dir, continue_from) -> stats
+
+
+def _load_tasks(spec: str, split: str) -> list:
+    from tasks.loader import load_suite
+    return list(load_suite(spec, split=split))
+
+
+def _run_eval(model: str, tasks: list, *, samples: int, temperature: float, out_dir: Path,
+              adapter: Optional[Path], seed: int, concurrency: int) -> Path:
+    from agent.runner import run_eval
+    from lora.sft import free_memory
+    options = {"adapter": str(adapter)} if adapter else None
+    resume = (Path(out_dir) / "manifest.json").exists()  # an interrupted run of this phase: finish it
+    run_dir = asyncio.run(run_eval(model, tasks, samples=samples, temperature=temperature, out_dir=out_dir,
+                                   concurrency=concurrency, resume=resume, seed=seed, model_options=options))
+    free_memory()  # the runner's model copy is gone; give its memory back before training
+    return Path(run_dir)
+
+
+def _fine_tune(model: str, examples: list, cfg: SFTConfig, out_dir: Path,
+               continue_from: Optional[Path]) -> dict:
+    from agent.models.local import load_hf
+    from lora.sft import free_memory, prepare_model, save_adapter, train
+    base, _tokenizer = load_hf(local_spec(model))
+    peft_model = prepare_model(base, cfg, continue_from=continue_from)
+    result = train(peft_model, examples, cfg)
+    if result.steps:
+        save_adapter(peft_model, out_dir)
+    del peft_model, base
+    free_memory()
+    return result.summary()
+
+
+def default_backend() -> Backend:
+    return Backend(load_tasks=_load_tasks, run_eval=_run_eval, fine_tune=_fine_tune)
+
+
+def local_spec(model: str) -> str:
+    if not model.startswith("local:") or not model[len("local:"):]:
+        raise UserError(f"train needs a local model (local:NAME, e.g. local:smollm2-135m); got {model!r}")
+    return model[len("local:"):]
+
+
+# ---------------------------------------------------------------- phase markers
+
+def _write_json(path: Path, data: Any) -> None:
+    # atomic: a crash leaves the old file or none, never half of one
+    write_json_atomic(path, json.loads(json.dumps(data, default=str)))
+
+
+def phase_done(round_dir: Path, phase: str) -> Optional[dict]:
+    """The info written when `phase` of this round finished, or None if it has not."""
+    p = round_dir / f"{phase}.done.json"
+    return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+
+
+def mark_done(round_dir: Path, phase: str, info: dict) -> dict:
+    round_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(round_dir / f"{phase}.done.json", info)
+    return info
+
+
+# ---------------------------------------------------------------- metrics
+
+def per_task_pass(attempts: list[Attempt], k: int) -> dict[str, float]:
+    """pass@k of each task; infra errors are not samples (they say nothing of the model), as in results.metrics."""
+    n: dict[str, int] = defaultdict(int)
+    c: dict[str, int] = defaultdict(int)
+    for a in attempts:
+        if a.status == "error":
+            continue
+        n[a.task_id] += 1
+        c[a.task_id] += int(is_solved(a))
+    return {t: pass_at_k(n[t], c[t], min(k, n[t])) for t in n}
+
+
+def metric_name(samples: int, temperature: float) -> str:
+    return "pass@1" if temperature == 0 else f"pass@{samples}_t{temperature:g}"
+
+
+def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict] = None) -> dict:
+    """{split: {metric: {...}}} for each eval run; with `base` (round 0's), the change and its paired CI."""
+    out: dict[str, dict] = defaultdict(dict)
+    for name, (run_dir, samples, temperature) in runs.items():
+        split = name.split("-")[0]
+        metric = metric_name(samples, temperature)
+        attempts = read_attempts(run_dir)
+        per_task = per_task_pass(attempts, samples)
+        values = [per_task[t] for t in sorted(per_task)]
+        lo, hi = bootstrap_ci(values)
+        m = {"value": sum(values) / len(values) if values else float("nan"), "ci_low": lo, "ci_high": hi,
+             "n_tasks": len(values), "n_errors": sum(a.status == "error" for a in attempts),
+             "solved_tasks": sorted(t for t, v in per_task.items() if v > 0), "per_task": per_task}
+        b = (base or {}).get(split, {}).get(metric)
+        if b:
+            common = sorted(set(per_task) & set(b["per_task"]))
+            diffs = [per_task[t] - b["per_task"][t] for t in common]
+            m["base"] = b["value"]
+            m["delta"] = sum(diffs) / len(diffs) if diffs else float("nan")
+            m["delta_ci_low"], m["delta_ci_high"] = bootstrap_ci(diffs)
+        out[split][metric] = m
+    return dict(out)
+
+
+def append_rows(path: Path, round_: int, metrics: dict) -> None:
+    """Append this round's rows to rounds.jsonl, skipping rows already there (a resumed eval)."""
+    have = set()
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = json.loads(line)
+                have.add((r["round"], r["split"], r["metric"]))
+    with open(path, "a", encoding="utf-8") as f:
+        for split, by_metric in metrics.items():
+            for metric, m in by_metric.items():
+                if (round_, split, metric) not in have:
+                    row = {"round": round_, "split": split, "metric": metric, "value": m["value"],
+                           "ci_low": m["ci_low"], "ci_high": m["ci_high"]}
+                    f.write(json.dumps(row) + "\n")
+
+
+# ---------------------------------------------------------------- the loop
+
+def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str], None] = print) -> Path:
+    """Run (or resume) the rounds of `cfg` in cfg.out. Returns the run folder."""
+    backend = backend or default_backend()
+    local_spec(cfg.model)
+    out = Path(cfg.out)
+    _check_config(out, cfg)
+    stopped = out / "stopped.json"
+    if stopped.exists():
+        log(f"train: {out} already stopped: {json.loads(stopped.read_text())['reason']}")
+        return out
+
+    train_tasks = backend.load_tasks(cfg.tasks, "train")[:cfg.limit]
+    heldout_tasks = backend.load_tasks(cfg.heldout or cfg.tasks, "heldout")[:cfg.limit]
+    if not train_tasks:
+        raise UserError(f"--tasks {cfg.tasks}: no tasks in its train split")
+    if not heldout_tasks:
+        raise UserError(f"--heldout {cfg.heldout or cfg.tasks}: no tasks in its heldout split")
+    log(f"train: {len(train_tasks)} train tasks, {len(heldout_tasks)} heldout tasks, up to {cfg.rounds} rounds, "
+        f"K={cfg.samples} at t={cfg.temperature:g}, in {out}")
+
+    for r in range(cfg.rounds + 1):
+        rd = out / f"round_{r}"
+        adapter: Optional[Path] = None
+        if r >= 1:
+            data = phase_done(rd, "data") or _data_phase(cfg, out, r)
+            if data.get("stop"):
+                _write_json(stopped, {"round": r, "reason": data["stop"]})
+                log(f"train: stopping before round {r}: {data['stop']}")
+                break
+            sft = phase_done(rd, "sft") or _sft_phase(cfg, backend, out, r, log)
+            if not sft.get("steps"):
+                _write_json(stopped, {"round": r, "reason": "nothing to train on"})
+                break
+            adapter = rd / "adapter"
+        if not phase_done(rd, "eval"):
+            _eval_phase(cfg, backend, out, r, adapter, train_tasks, heldout_tasks, log)
+    log(summary_table(out))
+    return out
+
+
+def _check_config(out: Path, cfg: TrainConfig) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "config.json"
+    mine = json.loads(json.dumps(cfg.identity(), default=str))
+    if path.exists():
+        theirs = json.loads(path.read_text(encoding="utf-8"))
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if diff:
+            k = diff[0]
+            raise UserError(f"{out} holds a train run with other settings ({k}: {theirs.get(k)!r} there, "
+                            f"{mine.get(k)!r} now); use another --out or the same settings to resume")
+    else:
+        _write_json(path, mine)
+
+
+def _data_phase(cfg: TrainConfig, out: Path, r: int) -> dict:
+    """Keep solved attempts from the train samples so far (only the newest with continue_adapter)."""
+    rounds = [r - 1] if cfg.continue_adapter else list(range(r))
+    attempts = []
+    for i in rounds:
+        ev = phase_done(out / f"round_{i}", "eval")
+        attempts += read_attempts(Path(ev["runs"]["train-sample"]))
+    kept, stats = filter_attempts(attempts, cfg.per_task_cap)
+    examples = build_dataset(kept, cfg.mask_errors)
+    rd = out / f"round_{r}"
+    rd.mkdir(parents=True, exist_ok=True)
+    write_dataset(rd / "dataset.jsonl", examples)
+    tasks = sorted({a.task_id for a in kept})
+    before: set[str] = set()
+    for i in range(1, r):
+        before |= set(phase_done(out / f"round_{i}", "data")["tasks"])
+    new = sorted(set(tasks) - before)
+    info = {"filter": asdict(stats), "examples": len(examples), "target_tokens": sum(e.n_targets for e in examples),
+            "tasks": tasks, "new_tasks": new, "from_rounds": rounds}
+    if not examples:
+        info["stop"] = "no solved train attempt with token ids to learn from"
+    elif r >= 2 and not new:
+        info["stop"] = f"round {r - 1} solved no new train task"
+    return mark_done(rd, "data", info)
+
+
+def _sft_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, log: Callable[[str], None]) -> dict:
+    rd = out / f"round_{r}"
+    examples = read_dataset(rd / "dataset.jsonl")
+    continue_from = out / f"round_{r - 1}" / "adapter" if cfg.continue_adapter and r >= 2 else None
+    log(f"train: round {r}: fine-tuning on {len(examples)} sequences"
+        + (f" on top of {continue_from}" if continue_from else " from the base model"))
+    stats = backend.fine_tune(cfg.model, examples, replace(cfg.sft, seed=cfg.sft.seed + r), rd / "adapter",
+                              continue_from)
+    return mark_done(rd, "sft", dict(stats))
+
+
+def _eval_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, adapter: Optional[Path],
+                train_tasks: list, heldout_tasks: list, log: Callable[[str], None]) -> dict:
+    rd = out / f"round_{r}"
+    rd.mkdir(parents=True, exist_ok=True)
+    plan = {
+        "heldout-greedy": (heldout_tasks, 1, 0.0),
+        "heldout-sample": (heldout_tasks, cfg.eval_samples or cfg.samples, cfg.temperature),
+        "train-greedy": (train_tasks, 1, 0.0),
+        "train-sample": (train_tasks, cfg.samples, cfg.temperature),  # also the next round's samples
+    }
+    runs: dict[str, tuple[Path, int, float]] = {}
+    for name, (tasks, samples, temperature) in plan.items():
+        log(f"train: round {r}: eval {name} ({len(tasks)} tasks x {samples} at t={temperature:g})")
+        run_dir = backend.run_eval(cfg.model, tasks, samples=samples, temperature=temperature,
+                                   out_dir=rd / "eval" / name, adapter=adapter, seed=cfg.seed + r,
+                                   concurrency=cfg.concurrency)
+        runs[name] = (Path(run_dir), samples, temperature)
+    base = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"] if r >= 1 else None
+    metrics = summarize_runs(runs, base)
+    extra = {p: phase_done(rd, p) for p in ("data", "sft")} if r >= 1 else {}
+    _write_json(rd / "metrics.json", {"round": r, "adapter": str(adapter) if adapter else None,
+                                      "metrics": metrics, **extra})
+    append_rows(out / "rounds.jsonl", r, metrics)
+    return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}})
+
+
+def summary_table(out: Path) -> str:
+    path = Path(out) / "rounds.jsonl"
+    if not path.exists():
+        return "train: no finished round yet"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [f"{'round':>5}  {'split':<8} {'metric':<16} {'value':>6}  95% CI"]
+    for row in sorted(rows, key=lambda x: (x["split"], x["metric"], x["round"])):
+        lines.append(f"{row['round']:>5}  {row['split']:<8} {row['metric']:<16} {row['value']:>6.3f}  "
+                     f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
+    return "\n".join(lines)

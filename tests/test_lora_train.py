@@ -1,0 +1,204 @@
+"""lora/train.py: the round loop, its phase markers and resume, early stop, rows; lora/cli.py."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import lora.train as lt
+from agent.errors import UserError
+from lora_fakes import CharTokenizer, attempt, rollout
+
+
+class FakeBackend:
+    """Tasks are ids; `solves(task_id, sample, adapter)` decides each attempt; fine_tune writes a marker adapter."""
+
+    def __init__(self, solves, fail_sft_once: bool = False, fail_eval_at: int | None = None):
+        self.solves = solves
+        self.fail_sft_once = fail_sft_once
+        self.fail_eval_at = fail_eval_at
+        self.evals: list[tuple] = []
+        self.sfts: list[tuple] = []
+        self.tok = CharTokenizer()
+
+    def backend(self) -> lt.Backend:
+        return lt.Backend(load_tasks=self.load_tasks, run_eval=self.run_eval, fine_tune=self.fine_tune)
+
+    def load_tasks(self, spec, split):
+        return [SimpleNamespace(id=f"{split}-{i}") for i in range(3)]
+
+    def run_eval(self, model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency):
+        if self.fail_eval_at is not None and len(self.evals) == self.fail_eval_at:
+            self.fail_eval_at = None
+            raise RuntimeError("sandbox exploded")
+        self.evals.append((Path(out_dir).parent.parent.name, Path(out_dir).name, adapter and Path(adapter).name))
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for t in tasks:
+            for s in range(samples):
+                ok = self.solves(t.id, s, adapter)
+                cmds = [f"fix {t.id} v{s}", "submit"]
+                a = attempt(t.id, s, steps=rollout(self.tok, cmds, ["ok", "done"]),
+                            status="solved" if ok else "failed", reward=1.0 if ok else 0.0)
+                lines.append(a.model_dump_json())
+        (out_dir / "attempts.jsonl").write_text("\n".join(lines) + "\n")
+        return out_dir
+
+    def fine_tune(self, model, examples, sft_cfg, out_dir, continue_from):
+        if self.fail_sft_once:
+            self.fail_sft_once = False
+            raise RuntimeError("out of memory")
+        self.sfts.append((Path(out_dir).parent.name, len(examples), continue_from and Path(continue_from).parent.name))
+        out_dir.mkdir(parents=True)
+        (out_dir / "adapter_config.json").write_text("{}")
+        return {"steps": 3, "examples": len(examples)}
+
+
+def config(tmp_path, **kw) -> lt.TrainConfig:
+    return lt.config_from(None, **{"model": "local:tiny", "tasks": "suite", "out": tmp_path / "run",
+                                   "rounds": 2, "samples": 2, **kw})
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+
+
+def improving(task_id, sample, adapter):
+    """Base solves train-0 only; each adapter solves one more train task; heldout improves too."""
+    level = 0 if adapter is None else int(Path(adapter).parent.name.split("_")[1])
+    return int(task_id.split("-")[1]) <= level
+
+
+def test_full_run_layout_rows_and_reuse_of_samples(tmp_path):
+    fake = FakeBackend(improving)
+    out = lt.run(config(tmp_path), fake.backend(), log=lambda _: None)
+    # Each round evaluates 4 runs; the train samples of round r are round r+1's training data.
+    assert len(fake.evals) == 12 and [e[0] for e in fake.evals[::4]] == ["round_0", "round_1", "round_2"]
+    assert [s[0] for s in fake.sfts] == ["round_1", "round_2"] and all(s[2] is None for s in fake.sfts)
+    d1 = json.loads((out / "round_1" / "data.done.json").read_text())
+    d2 = json.loads((out / "round_2" / "data.done.json").read_text())
+    assert d1["tasks"] == ["train-0"] and d2["tasks"] == ["train-0", "train-1"] and d2["new_tasks"] == ["train-1"]
+    assert d2["from_rounds"] == [0, 1]  # ReST-EM: the union so far, from the base
+    for r in range(3):
+        assert (out / f"round_{r}" / "metrics.json").exists()
+    assert (out / "round_1" / "dataset.jsonl").exists() and (out / "round_2" / "adapter").is_dir()
+    rs = rows(out)
+    assert len(rs) == 12 and all(set(r) == {"round", "split", "metric", "value", "ci_low", "ci_high"} for r in rs)
+    for split in ("train", "heldout"):
+        greedy = {r["round"]: r["value"] for r in rs if r["split"] == split and r["metric"] == "pass@1"}
+        assert greedy == pytest.approx({0: 1 / 3, 1: 2 / 3, 2: 1.0})
+    m2 = json.loads((out / "round_2" / "metrics.json").read_text())
+    assert m2["metrics"]["train"]["pass@1"]["delta"] == pytest.approx(2 / 3)
+    assert "pass@2_t0.7" in m2["metrics"]["train"]
+
+
+def test_resume_restarts_at_the_unfinished_phase(tmp_path, monkeypatch):
+    data_calls = []
+    real_data_phase = lt._data_phase
+    monkeypatch.setattr(lt, "_data_phase", lambda *a: data_calls.append(a[2]) or real_data_phase(*a))
+    fake = FakeBackend(improving, fail_sft_once=True)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        lt.run(config(tmp_path), fake.backend(), log=lambda _: None)
+    out = tmp_path / "run"
+    assert (out / "round_0" / "eval.done.json").exists() and (out / "round_1" / "data.done.json").exists()
+    assert not (out / "round_1" / "sft.done.json").exists()
+    assert len(fake.evals) == 4 and data_calls == [1]
+
+    fake.evals.clear()
+    fake.fail_eval_at = 2  # now crash in round 1's eval, after two of its four runs
+    with pytest.raises(RuntimeError, match="sandbox exploded"):
+        lt.run(config(tmp_path), fake.backend(), log=lambda _: None)
+    assert data_calls == [1] and [s[0] for s in fake.sfts] == ["round_1"]  # data not redone
+    assert (out / "round_1" / "sft.done.json").exists() and not (out / "round_1" / "eval.done.json").exists()
+
+    fake.evals.clear()
+    lt.run(config(tmp_path), fake.backend(), log=lambda _: None)
+    assert [s[0] for s in fake.sfts] == ["round_1", "round_2"]  # round 1's SFT not redone
+    assert [e[0] for e in fake.evals] == ["round_1"] * 4 + ["round_2"] * 4
+    assert data_calls == [1, 2]
+    rs = rows(out)
+    assert len(rs) == len({(r["round"], r["split"], r["metric"]) for r in rs}) == 12
+
+    fake.evals.clear()
+    lt.run(config(tmp_path), fake.backend(), log=lambda _: None)  # finished: nothing runs again
+    assert fake.evals == [] and len(fake.sfts) == 2
+
+
+def test_stops_when_a_round_solves_no_new_train_task(tmp_path):
+    fake = FakeBackend(lambda task_id, s, adapter: task_id == "train-0")
+    out = lt.run(config(tmp_path, rounds=3), fake.backend(), log=lambda _: None)
+    assert [s[0] for s in fake.sfts] == ["round_1"]
+    stopped = json.loads((out / "stopped.json").read_text())
+    assert stopped["round"] == 2 and "no new train task" in stopped["reason"]
+    assert {r["round"] for r in rows(out)} == {0, 1}
+
+
+def test_stops_before_training_when_the_base_solves_nothing(tmp_path):
+    fake = FakeBackend(lambda *a: False)
+    out = lt.run(config(tmp_path), fake.backend(), log=lambda _: None)
+    assert fake.sfts == [] and json.loads((out / "stopped.json").read_text())["round"] == 1
+
+
+def test_continue_trains_on_top_of_the_previous_adapter_with_the_newest_samples(tmp_path):
+    fake = FakeBackend(improving)
+    out = lt.run(config(tmp_path, continue_adapter=True), fake.backend(), log=lambda _: None)
+    assert [(s[0], s[2]) for s in fake.sfts] == [("round_1", None), ("round_2", "round_1")]
+    assert json.loads((out / "round_2" / "data.done.json").read_text())["from_rounds"] == [1]
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    fake = FakeBackend(improving)
+    lt.run(config(tmp_path, rounds=1), fake.backend(), log=lambda _: None)
+    with pytest.raises(UserError, match="samples"):
+        lt.run(config(tmp_path, rounds=1, samples=4), fake.backend(), log=lambda _: None)
+    lt.run(config(tmp_path, rounds=2), fake.backend(), log=lambda _: None)  # more rounds: allowed, resumes
+    assert (tmp_path / "run" / "round_2" / "eval.done.json").exists()
+
+
+def test_needs_a_local_model(tmp_path):
+    with pytest.raises(UserError, match="local model"):
+        lt.run(config(tmp_path, model="openai:gpt-4o"), FakeBackend(improving).backend(), log=lambda _: None)
+
+
+def test_cli_merges_preset_and_flags(tmp_path, monkeypatch):
+    from lora import cli
+
+    seen = {}
+    monkeypatch.setattr(lt, "run", lambda cfg: seen.setdefault("cfg", cfg))
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train", "--preset", "rft-smollm2", "--samples", "2", "--limit", "2",
+                              "--mask-errors", "--lr", "1e-3", "--out", str(tmp_path / "x")])
+    assert args.func(args) == 0
+    c = seen["cfg"]
+    assert (c.model, c.tasks, c.samples, c.limit, c.mask_errors, c.rounds) == \
+        ("local:smollm2-135m", "builtin:easy", 2, 2, True, 2)
+    assert c.sft.lr == 1e-3 and c.sft.epochs == lt.PRESETS["rft-smollm2"]["sft"]["epochs"]
+    assert c.continue_adapter is False and c.per_task_cap == 2
+
+    with pytest.raises(UserError, match="--model"):
+        args = parser.parse_args(["train", "--tasks", "builtin:easy"])
+        args.func(args)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_train_end_to_end_with_smollm2(tmp_path):
+    """2 tasks x 2 samples x 1 round with the real model, runner and sandbox (Docker)."""
+    pytest.importorskip("agent.runner")
+    cfg = lt.config_from("rft-smollm2", rounds=1, samples=2, eval_samples=2, limit=2, concurrency=2,
+                         out=tmp_path / "run", sft={"epochs": 1})
+    out = lt.run(cfg)
+    rs = rows(out)
+    assert {(r["split"], r["metric"]) for r in rs if r["round"] == 0} == \
+        {("heldout", "pass@1"), ("heldout", "pass@2_t0.7"), ("train", "pass@1"), ("train", "pass@2_t0.7")}
+    data = json.loads((out / "round_1" / "data.done.json").read_text())
+    if data["examples"]:  # the base solved something: it was trained on and the adapter evaluated
+        assert (out / "round_1" / "adapter" / "adapter_model.safetensors").is_file()
+        assert {r["round"] for r in rs} == {0, 1}
+    else:
+        assert json.loads((out / "stopped.json").read_text())["round"] == 1
