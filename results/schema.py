@@ -78,6 +78,7 @@ class Attempt(BaseModel):
     reward: float = 0.0
     solved: bool = False
     reason: str = ""  # evaluator reason code: pass, fail, timeout, no_report, missing_tests, tamper, ...
+    detail: str = ""  # the evaluator's explanation (which path was tampered with, test output tail, ...)
     tests: list[TestOutcome] = Field(default_factory=list)
     n_steps: int = 0
     prompt_tokens: int = 0

@@ -1,0 +1,21 @@
+# The two commands of the README. Both set up everything first (idempotent, quiet when done).
+PY := .venv/bin/python
+
+.PHONY: demo test setup test-fast bench
+
+demo: setup
+	$(PY) harness.py eval
+
+test:
+	.ci/setup --test
+	$(PY) -m pytest -q tests
+
+setup:
+	.ci/setup
+
+test-fast: setup
+	$(PY) -m pytest -q -x -m "not slow and not model" tests
+
+bench: setup
+	$(PY) bench/sandbox.py
+	$(PY) bench/loop.py

@@ -1,0 +1,127 @@
+"""Subcommands of the agent package: eval, run, images, sandbox (and serve from cli_serve)."""
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from agent.errors import UserError
+
+DEFAULT_MODEL = "local:smollm2-135m"
+DEFAULT_SUITE = "builtin:easy"
+
+
+def register(sub):
+    p = sub.add_parser("eval", help="evaluate a model on a task suite (no arguments: the embedded default)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model string (default {DEFAULT_MODEL})")
+    p.add_argument("--tasks", default=DEFAULT_SUITE, help=f"suite: folder, builtin, builtin:easy (default {DEFAULT_SUITE})")
+    p.add_argument("--domain"), p.add_argument("--difficulty", type=int), p.add_argument("--split")
+    p.add_argument("--tag", action="append", dest="tags")
+    p.add_argument("--glob", help="only task ids matching this glob")
+    p.add_argument("--samples", type=int, default=1)
+    p.add_argument("--concurrency", type=int, default=2, help="attempts in flight")
+    p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-steps", type=int, default=30)
+    p.add_argument("--token-budget", type=int, help="prompt+completion tokens per attempt")
+    p.add_argument("--cost-limit", type=float, help="USD per attempt")
+    p.add_argument("--protocol", choices=["auto", "tools", "text"], default="auto")
+    p.add_argument("--adapter", help="LoRA adapter folder for a local model")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint (with --model NAME)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
+    p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("run", help="run the agent on a folder and print the resulting patch")
+    p.add_argument("instruction")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--workspace", type=Path, required=True)
+    p.add_argument("--verify", action="append", default=[], help="a command that must succeed at the end (repeatable)")
+    p.add_argument("--max-steps", type=int, default=30)
+    p.add_argument("--apply", action="store_true", help="write the changes back into the folder")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("images", help="sandbox images")
+    isub = p.add_subparsers(dest="images_command", required=True)
+    b = isub.add_parser("build", help="build the base image (no-op when the recipe is unchanged)")
+    b.set_defaults(func=cmd_images_build)
+
+    p = sub.add_parser("sandbox", help="sandbox housekeeping")
+    ssub = p.add_subparsers(dest="sandbox_command", required=True)
+    pr = ssub.add_parser("prune", help="remove every container with harness labels")
+    pr.add_argument("--orphans", action="store_true", help="only those whose harness process is gone")
+    pr.set_defaults(func=cmd_prune)
+
+    try:
+        from agent.cli_serve import register as register_serve
+    except ModuleNotFoundError:
+        return
+    register_serve(sub)
+
+
+def cmd_eval(args) -> int:
+    from agent.loop import LoopConfig
+    from agent.runner import run_eval
+    from tasks.loader import load_suite
+
+    if args.samples < 1 or args.concurrency < 1:
+        raise UserError("--samples and --concurrency must be at least 1")
+    resume_dir = args.resume
+    if resume_dir is not None:
+        from results.store import read_manifest
+        manifest = read_manifest(resume_dir)  # the run's own settings win on resume
+        cfg = manifest.config
+        args.model, args.samples, args.temperature = manifest.model, cfg.get("samples", 1), cfg.get("temperature", 0.0)
+        tasks = [t for t in load_suite(args.tasks if args.tasks != DEFAULT_SUITE else cfg.get("suite", DEFAULT_SUITE))
+                 if t.id in set(cfg.get("tasks", []))]
+    else:
+        tasks = load_suite(args.tasks, domain=args.domain, difficulty=args.difficulty, tags=args.tags,
+                           split=args.split, glob=args.glob)
+    options = {}
+    if args.adapter:
+        options["adapter"] = args.adapter
+    if args.base_url:
+        options["base_url"] = args.base_url
+    loop = LoopConfig(max_steps=args.max_steps, token_budget=args.token_budget, cost_limit=args.cost_limit,
+                      protocol=args.protocol)
+    print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)
+    run_dir = asyncio.run(run_eval(
+        args.model, tasks, samples=args.samples, temperature=args.temperature, out_dir=resume_dir or args.out,
+        concurrency=args.concurrency, resume=resume_dir is not None, seed=args.seed, model_options=options,
+        loop=loop, model_concurrency=args.model_concurrency, suite=args.tasks))
+    from results.report import print_summary
+    print_summary(run_dir)
+    print(f"run folder: {run_dir}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from agent.loop import LoopConfig
+    from agent.workflow import apply_changes, run_workflow
+
+    result = asyncio.run(run_workflow(args.model, args.workspace, args.instruction, verify=args.verify,
+                                      cfg=LoopConfig(max_steps=args.max_steps)))
+    sys.stdout.write(result.diff)
+    for cmd, r in result.verification:
+        print(f"verify: {cmd!r} -> exit {r.exit_code}", file=sys.stderr)
+    print(f"agent ended: {result.loop.exit_reason} after {len(result.loop.steps)} steps; "
+          f"{len(result.changes.paths)} files changed", file=sys.stderr)
+    if args.apply:
+        apply_changes(args.workspace, result.changes)
+        print(f"applied to {args.workspace}", file=sys.stderr)
+    return 0 if result.verified else 1
+
+
+def cmd_images_build(args) -> int:
+    from agent.images import base_tag, ensure_base_image
+    image_id = ensure_base_image()
+    print(f"{base_tag()} {image_id}")
+    return 0
+
+
+def cmd_prune(args) -> int:
+    from agent.sandbox import prune
+    n = prune(orphans_only=args.orphans)
+    print(f"removed {n} containers")
+    return 0

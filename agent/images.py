@@ -1,0 +1,165 @@
+"""Sandbox images, built without needing a registry and cached by content hash.
+
+The base image: where a registry answers, a Dockerfile on python:3.11-slim; otherwise a Debian
+bookworm root made by debootstrap and `docker import`-ed. Both have python3 with pytest, numpy
+and pandas, git, procps, a dedicated user 10001 and /workspace owned by it. The tag carries the
+recipe's hash, so the image is rebuilt only when the recipe changes.
+A task may bring environment/Dockerfile `FROM harness/base`; it is built and cached the same way.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import docker.errors
+
+from agent.errors import UserError
+from agent.sandbox import AGENT_UID, content_hash, docker_client
+
+BASE_REPO = "harness/base"
+DEBIAN_PACKAGES = ["python3", "python3-pytest", "python3-numpy", "python3-pandas", "git", "procps",
+                   "ca-certificates", "bash", "coreutils", "findutils", "grep", "sed", "gawk", "tar",
+                   "gzip", "diffutils", "patch", "file", "bc", "jq"]
+REGISTRY_DOCKERFILE = f"""FROM python:3.11-slim
+RUN apt-get update && apt-get install -y --no-install-recommends git procps file bc jq patch \\
+    && rm -rf /var/lib/apt/lists/* && ln -sf /usr/local/bin/python3 /usr/bin/python3 \\
+    && pip install --no-cache-dir pytest numpy pandas
+RUN groupadd -g {AGENT_UID} sandbox && useradd -u {AGENT_UID} -g {AGENT_UID} -d /tmp -s /bin/bash sandbox \\
+    && mkdir -p /workspace /grader && chown {AGENT_UID}:{AGENT_UID} /workspace
+WORKDIR /workspace
+"""
+RECIPE_VERSION = "1"
+
+
+def base_recipe_hash() -> str:
+    return content_hash(RECIPE_VERSION, " ".join(DEBIAN_PACKAGES), REGISTRY_DOCKERFILE, str(AGENT_UID))
+
+
+def base_tag() -> str:
+    return f"{BASE_REPO}:{base_recipe_hash()}"
+
+
+def find_image(tag: str):
+    try:
+        return docker_client().images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def ensure_base_image(log=print) -> str:
+    """Returns the base image's id, building it first if this recipe was never built here."""
+    tag = base_tag()
+    img = find_image(tag)
+    if img is None:
+        img = _build_base(tag, log)
+    # `FROM harness/base` in task Dockerfiles resolves to the current recipe.
+    if f"{BASE_REPO}:latest" not in img.tags:
+        img.tag(BASE_REPO, "latest")
+    return img.id
+
+
+def _build_base(tag: str, log) -> "docker.models.images.Image":
+    client = docker_client()
+    labels = {"harness.recipe": base_recipe_hash()}
+    try:  # the ordinary way, where a registry answers
+        client.images.pull("python", tag="3.11-slim")
+        log("building the base image from python:3.11-slim ...")
+        img, _ = client.images.build(fileobj=io.BytesIO(REGISTRY_DOCKERFILE.encode()), tag=tag,
+                                     labels=labels, rm=True)
+        return img
+    except docker.errors.APIError:
+        pass
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        raise UserError("no container registry answers and the base image needs debootstrap as root: "
+                        "run `make setup` as root (installs debootstrap), or pull python:3.11-slim")
+    log("no registry: building the base image with debootstrap (about a minute) ...")
+    with tempfile.TemporaryDirectory(prefix="harness-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        cmd = ["debootstrap", "--variant=minbase", "--include=" + ",".join(DEBIAN_PACKAGES),
+               "bookworm", str(root), _debian_mirror()]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UserError(f"debootstrap failed (exit {proc.returncode}): "
+                            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        _add_sandbox_user(root)
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        tar_path = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+        changes = [f"LABEL harness.recipe={labels['harness.recipe']}", "WORKDIR /workspace",
+                   'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8',
+                   'CMD ["/bin/bash"]']
+        repo, _, version = tag.partition(":")
+        out = client.api.import_image(src=str(tar_path), repository=repo, tag=version, changes=changes)
+        text = out if isinstance(out, str) else json.dumps(out)
+        if "error" in text.lower() and "status" not in text.lower():
+            raise UserError(f"docker import of the base image failed: {text[:300]}")
+    return client.images.get(tag)
+
+
+def _debian_mirror() -> str:
+    """The mirror apt already uses here (it may be the only one reachable)."""
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        try:
+            for line in path.read_text().splitlines():
+                words = line.split()
+                if words[:1] == ["URIs:"] and "security" not in words[1]:
+                    return words[1]
+                if words[:1] == ["deb"] and "security" not in line:
+                    return next(w for w in words[1:] if "://" in w)
+        except (OSError, StopIteration):
+            continue
+    return "http://deb.debian.org/debian"
+
+
+def _add_sandbox_user(root: Path):
+    with open(root / "etc/passwd", "a") as f:
+        f.write(f"sandbox:x:{AGENT_UID}:{AGENT_UID}:sandbox:/tmp:/bin/bash\n")
+    with open(root / "etc/group", "a") as f:
+        f.write(f"sandbox:x:{AGENT_UID}:\n")
+    for d in ("workspace", "grader"):
+        (root / d).mkdir(exist_ok=True)
+    os.chown(root / "workspace", AGENT_UID, AGENT_UID)
+
+
+def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=print) -> str:
+    """The image a task runs in: the base, or its own Dockerfile built FROM it (cached by hash)."""
+    base_id = ensure_base_image(log)
+    if not dockerfile:
+        return base_id
+    tag = f"harness/task:{content_hash(base_id, dockerfile, *sorted(context_files), *[context_files[k] for k in sorted(context_files)])}"
+    img = find_image(tag)
+    if img is not None:
+        return img.id
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in {**context_files, "Dockerfile": dockerfile.encode()}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    try:
+        img, _ = docker_client().images.build(fileobj=buf, custom_context=True, tag=tag, rm=True,
+                                              buildargs={"BASE_IMAGE": base_tag()})
+    except docker.errors.BuildError as e:
+        last = [str(x.get("stream", x.get("error", ""))).strip() for x in e.build_log][-3:]
+        raise UserError(f"task Dockerfile does not build: {e.msg}; last output: {' | '.join(last)[:300]}") from None
+    return img.id
+
+
+def main_build(args) -> int:
+    image_id = ensure_base_image()
+    print(f"{base_tag()}  {image_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_build(None))

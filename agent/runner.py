@@ -1,0 +1,223 @@
+"""Runs many attempts concurrently and records each one as it finishes.
+
+One attempt: fresh sandbox -> starting files -> a policy acts (the agent loop, the oracle, or
+nothing) -> changes captured -> sandbox destroyed -> graded in a fresh container -> one record.
+Model calls and sandbox work overlap under asyncio; separate limits bound concurrent attempts,
+model requests and containers.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Awaitable, Callable, Optional
+
+from agent.errors import InfraError, UserError
+from agent.images import task_image
+from agent.loop import LoopConfig, LoopResult, run_loop
+from agent.models import get_model, model_for_attempt
+from agent.models.base import Model
+from agent.sandbox import Changes, Limits, Sandbox, SandboxPool
+from evaluators.grade import grade
+from results.schema import Attempt, Durations, attempt_key
+from tasks.model import Task
+
+# A policy acts in the sandbox; it returns the loop's result (or None for oracle/null).
+Policy = Callable[[Task, Sandbox], Awaitable[Optional[LoopResult]]]
+INFRA_RETRIES = 2  # an attempt hit by an infrastructure error is run again this many times
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+async def oracle_policy(task: Task, sb: Sandbox) -> None:
+    """Runs the task's solution/solve.sh in /workspace, as the agent would."""
+    await sb.put_files(task.solution_files, dest="/tmp/oracle")
+    r = await sb.exec("bash /tmp/oracle/solve.sh", timeout=task.agent.timeout_sec)
+    await sb.exec("rm -rf /tmp/oracle", timeout=30)
+    if r.exit_code != 0:
+        raise OracleFailed(f"solve.sh exited {r.exit_code}: {r.output[-300:]}")
+
+
+async def null_policy(task: Task, sb: Sandbox) -> None:
+    """Does nothing: the untouched workspace must not be solved."""
+
+
+class OracleFailed(Exception):
+    pass
+
+
+def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, sample: int) -> Policy:
+    async def act(task: Task, sb: Sandbox) -> LoopResult:
+        per_task = LoopConfig(**{**cfg.__dict__, "max_steps": min(cfg.max_steps, task.agent.max_steps),
+                                 "wall_time": min(cfg.wall_time, task.agent.timeout_sec),
+                                 "command_timeout": min(cfg.command_timeout, task.agent.command_timeout_sec)})
+        return await run_loop(_Limited(model_for_attempt(model, task.id, sample), model_slots), sb,
+                              task.instruction, per_task)
+    return act
+
+
+class _Limited:
+    """A model whose complete() waits for one of a shared number of request slots."""
+
+    def __init__(self, model: Model, slots: asyncio.Semaphore):
+        self._model, self._slots = model, slots
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    async def complete(self, *args, **kwargs):
+        async with self._slots:
+            return await self._model.complete(*args, **kwargs)
+
+
+async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str, *, run_id: str,
+                      model_name: str, sample: int = 0, temperature: float = 0.0) -> Attempt:
+    """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries)."""
+    started, t0 = now(), time.monotonic()
+    rec = Attempt(key=attempt_key(run_id, task.id, sample), run_id=run_id, task_id=task.id,
+                  task_version=task.version, domain=task.domain, difficulty=task.difficulty, split=task.split,
+                  sample=sample, model=model_name, temperature=temperature, image=image, started_at=started)
+    result: Optional[LoopResult] = None
+    async with pool.sandbox(image, Limits.for_task(task.environment), task=task.id) as sb:
+        await sb.put_files(task.workspace_files)
+        await sb.mark_baseline()
+        try:
+            result = await policy(task, sb)
+        except OracleFailed as e:
+            rec.error = str(e)
+        changes = await sb.changes() if not sb.dead else Changes()
+    if result is not None:
+        rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
+        rec.n_steps = len(result.steps)
+        rec.prompt_tokens = sum(s.prompt_tokens for s in result.steps)
+        rec.completion_tokens = sum(s.completion_tokens for s in result.steps)
+        rec.cost = sum(s.cost for s in result.steps)
+        rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
+        if result.exit_reason == "model_error":  # the provider failed, not the model: infra
+            raise InfraError(result.model_error or "model error")
+    rec.patch_files = len(changes.paths)
+    verdict = await grade(task, changes, pool, image)
+    rec.reward, rec.solved, rec.reason, rec.tests = verdict.reward, verdict.solved, verdict.reason, verdict.tests
+    rec.status = "solved" if verdict.solved else "failed"
+    rec.detail = verdict.detail[:1000]
+    rec.durations.evaluation = verdict.seconds
+    rec.durations.total = time.monotonic() - t0
+    rec.finished_at = now()
+    return rec
+
+
+async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], pool: SandboxPool, image: str,
+                               **kw) -> Attempt:
+    """Retries infrastructure failures a bounded number of times; then records status=error."""
+    last = ""
+    for _ in range(1 + INFRA_RETRIES):
+        try:
+            return await run_attempt(task, make_policy(), pool, image, **kw)
+        except (InfraError, OSError) as e:
+            last = f"{type(e).__name__}: {e}"
+    run_id, sample = kw["run_id"], kw.get("sample", 0)
+    return Attempt(key=attempt_key(run_id, task.id, sample), run_id=run_id, task_id=task.id,
+                   task_version=task.version, domain=task.domain, difficulty=task.difficulty, split=task.split,
+                   sample=sample, model=kw["model_name"], temperature=kw.get("temperature", 0.0), image=image,
+                   status="error", reason="infra_error", error=last[:2000], finished_at=now())
+
+
+async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
+    """task id -> image id, building each distinct image once."""
+    cache: dict[str, str] = {}
+    out = {}
+    for t in tasks:
+        key = t.dockerfile or ""
+        if key not in cache:
+            context = {p: d for p, d in t.workspace_files.items()}
+            cache[key] = await asyncio.to_thread(task_image, t.dockerfile, context, log)
+        out[t.id] = cache[key]
+    return out
+
+
+@dataclass
+class Progress:
+    total: int
+    done: int = 0
+    solved: int = 0
+    errors: int = 0
+    cost: float = 0.0
+    started: float = time.monotonic()
+    stream = sys.stderr
+
+    def update(self, rec: Attempt):
+        self.done += 1
+        self.solved += rec.solved
+        self.errors += rec.status == "error"
+        self.cost += rec.cost
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / self.done * (self.total - self.done) if self.done else 0
+        width = 24
+        filled = int(width * self.done / max(self.total, 1))
+        line = (f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} solved {self.solved} "
+                f"errors {self.errors} elapsed {elapsed:.0f}s ETA {eta:.0f}s spend ${self.cost:.4f}")
+        print(line, end="" if self.done < self.total else "\n", file=self.stream, flush=True)
+
+
+async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperature: float = 0.0,
+                   out_dir: Optional[Path] = None, concurrency: int = 4, resume: bool = False, seed: int = 0,
+                   model_options: Optional[dict] = None, loop: Optional[LoopConfig] = None,
+                   model_concurrency: Optional[int] = None, max_sandboxes: Optional[int] = None,
+                   progress: bool = True, model_obj: Optional[Model] = None, suite: str = "") -> Path:
+    """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl)."""
+    from results.store import Manifest, RunStore, default_run_dir
+
+    if not tasks:
+        raise UserError("no tasks selected: check the suite path and the filters")
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise UserError(f"duplicate task ids in the suite: {', '.join(dup[:5])}: give each task a unique id")
+    model_options = dict(model_options or {})
+    cfg = loop or LoopConfig()
+    cfg = LoopConfig(**{**cfg.__dict__, "temperature": temperature, "seed": seed})
+    config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
+              "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__}
+    images = await build_images(tasks)
+    manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
+    out_dir = Path(out_dir) if out_dir else default_run_dir(model)
+    store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
+    try:
+        done = store.done_keys()
+        run_id = store.run_id
+        todo = [(t, s) for t in tasks for s in range(samples) if attempt_key(run_id, t.id, s) not in done]
+        if not todo:
+            return out_dir
+        the_model = model_obj or get_model(model, **model_options)
+        model_slots = asyncio.Semaphore(model_concurrency or concurrency)
+        attempt_slots = asyncio.Semaphore(concurrency)
+        bar = Progress(total=len(todo), started=time.monotonic()) if progress else None
+        async with SandboxPool(run_id=run_id, warm=min(2, concurrency),
+                               max_containers=max_sandboxes or 2 * concurrency + 2) as pool:
+            async def one(task: Task, sample: int):
+                async with attempt_slots:
+                    rec = await attempt_with_retries(
+                        task, lambda: loop_policy(the_model, cfg, model_slots, sample), pool, images[task.id],
+                        run_id=run_id, model_name=model, sample=sample, temperature=temperature)
+                store.append(rec)  # durable before it counts as done
+                if bar:
+                    bar.update(rec)
+            jobs = [asyncio.ensure_future(one(t, s)) for t, s in todo]
+            try:
+                await asyncio.gather(*jobs)
+            except BaseException:
+                for j in jobs:
+                    j.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.gather(*jobs, return_exceptions=True)
+                raise
+        store.finish()
+    finally:
+        store.close()
+    return out_dir

@@ -1,0 +1,232 @@
+"""Runs inside every sandbox as its main process (under tini); the host passes this source in the
+environment variable HARNESS_SERVER (popped at once, so commands never see it).
+
+Why: `docker exec` costs ~70-95 ms a command and has no timeout; a long-lived process that spawns
+each command itself costs ~1-2 ms and can kill a command's whole process tree. It talks over the
+container's attached stdin/stdout (one JSON object per line), so the network can stay off.
+
+It runs as root with only SETUID/SETGID/KILL capabilities, and every command runs as the
+unprivileged sandbox user: the agent cannot kill this server, and the server can kill anything
+the agent starts. It is one thread around one selector: under a fork bomb it needs no new
+thread or process to time out, kill and answer. Standard library only: it must run on any
+image that has python3.
+
+Request:  {"id": 1, "argv": [...] | "cmd": "shell text", "timeout": 30, "cap": 65536,
+           "user": "agent"|"root", "cwd": "/workspace", "env": {...}, "stdin": "<base64>"}
+Reply:    {"id": 1, "exit_code": 0, "out_head": b64, "out_tail": b64, "out_dropped": 0,
+           "err_head": ..., "err_tail": ..., "err_dropped": 0, "duration": 0.01,
+           "timed_out": false, "oom": false}  or  {"id": 1, "error": "..."}
+"""
+import base64
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+AGENT_UID = int(os.environ.get("HARNESS_UID", "10001"))
+OUT = sys.stdout.buffer
+
+
+def send(obj):
+    OUT.write((json.dumps(obj) + "\n").encode())
+    OUT.flush()
+
+
+class Capped:
+    """Keeps the first and last cap/2 bytes of a stream and counts what was dropped in between."""
+
+    def __init__(self, cap):
+        self.half = max(cap // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk):
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    def fields(self, prefix):
+        dropped = self.total - len(self.head) - len(self.tail)
+        return {prefix + "_head": base64.b64encode(bytes(self.head)).decode(),
+                prefix + "_tail": base64.b64encode(bytes(self.tail)).decode(),
+                prefix + "_dropped": dropped}
+
+
+def oom_kills():
+    """The memory cgroup's OOM-kill counter (v2 or v1), or -1 when the kernel does not expose it."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return -1
+
+
+def reap_strays():
+    """Kill every process but PID 1 and this server: commands are stateless, nothing outlives them.
+    kill(-1) skips the caller and init; repeat while a fork bomb may still be spawning."""
+    for _ in range(100):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return  # nothing left to signal
+        time.sleep(0.005)
+        try:  # collect zombies re-parented to us
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+
+class Command:
+    def __init__(self, req, sel):
+        self.id = req["id"]
+        self.started = time.monotonic()
+        self.deadline = self.started + float(req.get("timeout", 60))
+        cap = int(req.get("cap", 65536))
+        self.out, self.err = Capped(cap), Capped(cap)
+        self.timed_out = False
+        self.oom_before = oom_kills()
+        argv = req["argv"] if "argv" in req else ["/bin/bash", "-c", req["cmd"]]
+        as_root = req.get("user") == "root"
+        self.stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") else None
+        self.proc = subprocess.Popen(
+            argv, cwd=req.get("cwd", "/workspace"), env=req.get("env") or dict(os.environ),
+            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if self.stdin_data is not None else subprocess.DEVNULL,
+            user=None if as_root else AGENT_UID, group=None if as_root else AGENT_UID,
+            extra_groups=None if as_root else [])
+        self.open = 2  # pipes not yet at EOF
+        self.exited = False
+        for pipe, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe, selectors.EVENT_READ, (self, sink))
+        self.pidfd = os.pidfd_open(self.proc.pid)
+        sel.register(self.pidfd, selectors.EVENT_READ, (self, "exit"))
+        if self.stdin_data is not None:
+            os.set_blocking(self.proc.stdin.fileno(), False)
+            sel.register(self.proc.stdin, selectors.EVENT_WRITE, (self, "stdin"))
+
+    def kill_tree(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def reply(self):
+        r = {"id": self.id, "exit_code": self.proc.returncode, "duration": time.monotonic() - self.started,
+             "timed_out": self.timed_out, "oom": self.oom_before >= 0 and oom_kills() > self.oom_before}
+        r.update(self.out.fields("out"))
+        r.update(self.err.fields("err"))
+        return r
+
+
+def unregister(sel, obj):
+    try:
+        sel.unregister(obj)
+    except (KeyError, ValueError):
+        pass
+    try:
+        obj.close() if hasattr(obj, "close") else os.close(obj)
+    except OSError:
+        pass
+
+
+def finish(sel, cmd, running):
+    """The command's process exited: kill what it left behind, drain its pipes, answer."""
+    cmd.kill_tree()  # its whole group, also what it left in the background
+    cmd.proc.wait()
+    running.discard(cmd)
+    if not running:
+        reap_strays()  # processes that escaped the group (setsid, daemons)
+    for pipe, sink in ((cmd.proc.stdout, cmd.out), (cmd.proc.stderr, cmd.err)):
+        try:
+            while True:
+                chunk = os.read(pipe.fileno(), 65536)
+                if not chunk:
+                    break
+                sink.add(chunk)
+        except (BlockingIOError, OSError, ValueError):
+            pass  # a holder of the pipe escaped; what was read is what we have
+        unregister(sel, pipe)
+    if cmd.stdin_data is not None:
+        unregister(sel, cmd.proc.stdin)
+    unregister(sel, cmd.pidfd)
+    send(cmd.reply())
+
+
+def main():
+    sel = selectors.DefaultSelector()
+    stdin_fd = sys.stdin.buffer.fileno()
+    os.set_blocking(stdin_fd, False)
+    sel.register(stdin_fd, selectors.EVENT_READ, None)
+    running = set()
+    pending = bytearray()
+    send({"id": 0, "ready": True, "pid": os.getpid()})
+    while True:
+        now = time.monotonic()
+        for cmd in [c for c in running if not c.timed_out and c.deadline <= now]:
+            cmd.timed_out = True
+            cmd.kill_tree()  # the pidfd fires once the process is gone
+        wait = min([c.deadline - now for c in running if not c.timed_out] + [3600])
+        for key, _ in sel.select(max(wait, 0)):
+            if key.data is None:  # a request from the host
+                try:
+                    chunk = os.read(stdin_fd, 1 << 20)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return  # the host went away
+                pending += chunk
+                while (nl := pending.find(b"\n")) >= 0:
+                    line, pending = bytes(pending[:nl]), pending[nl + 1:]
+                    if line.strip():
+                        start(json.loads(line), sel, running)
+                continue
+            cmd, what = key.data
+            if what == "exit":
+                finish(sel, cmd, running)
+            elif what == "stdin":
+                try:
+                    n = os.write(key.fileobj.fileno(), cmd.stdin_data[:65536])
+                    cmd.stdin_data = cmd.stdin_data[n:]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    cmd.stdin_data = b""
+                if not cmd.stdin_data:
+                    unregister(sel, key.fileobj)
+                    cmd.stdin_data = None
+            else:
+                try:
+                    chunk = os.read(key.fileobj.fileno(), 65536)
+                except BlockingIOError:
+                    continue
+                if chunk:
+                    what.add(chunk)
+                else:
+                    unregister(sel, key.fileobj)
+
+
+def start(req, sel, running):
+    try:
+        running.add(Command(req, sel))
+    except Exception as e:  # e.g. EAGAIN under a fork bomb: report it, the host decides
+        send({"id": req.get("id"), "error": "spawn failed: %s: %s" % (type(e).__name__, e)})
+
+
+main()

@@ -1,0 +1,115 @@
+"""`harness tasks validate`: the quality gate for a task suite.
+
+Per task: the schema loads; the image builds; the oracle is solved on every repeat; the untouched
+workspace (null agent) is not solved; hidden tests are unreachable from the agent's sandbox; the
+instruction does not quote the hidden tests. Runs concurrently through the warm pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+
+from agent.runner import build_images, null_policy, oracle_policy, run_attempt
+from agent.sandbox import Limits, Sandbox, SandboxPool
+from tasks.model import Task
+
+
+@dataclass
+class Row:
+    task: str
+    oracle: str = ""  # e.g. "3/3"
+    null: str = ""
+    flaky: bool = False
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def leaked_lines(task: Task) -> list[str]:
+    """Distinctive lines of the hidden tests that appear in the instruction."""
+    lines = set()
+    for data in task.test_files.values():
+        for line in data.decode("utf-8", "replace").splitlines():
+            line = line.strip()
+            if len(line) >= 30 and not line.startswith(("import ", "from ", "#", "def ", "assert ")):
+                lines.add(line)
+    return sorted(line for line in lines if line in task.instruction)
+
+
+async def hidden_tests_unreachable(task: Task, sb: Sandbox) -> str:
+    """From inside an agent sandbox: /grader is empty and no hidden test file can be found."""
+    r = await sb.exec("ls -A /grader", timeout=30)
+    if r.stdout.strip():
+        return f"/grader is not empty in the agent sandbox: {r.stdout.strip()[:80]}"
+    probes = [line.strip() for data in task.test_files.values()
+              for line in data.decode("utf-8", "replace").splitlines() if len(line.strip()) >= 25][:1]
+    for probe in probes:
+        r = await sb.exec(["grep", "-rlF", "--", probe, "/workspace", "/tmp", "/home", "/opt", "/srv"], timeout=60)
+        if r.stdout.strip() and not any(probe.encode() in d for d in task.workspace_files.values()):
+            return f"hidden test content found at {r.stdout.split()[0]}"
+    return ""
+
+
+async def validate_task(task: Task, pool: SandboxPool, image: str, repeats: int) -> Row:
+    row = Row(task.id)
+    t0 = time.monotonic()
+    leaks = leaked_lines(task)
+    if leaks:
+        row.problems.append(f"instruction quotes hidden tests: {leaks[0][:60]!r}")
+
+    async def oracle_and_probe(task: Task, sb: Sandbox):
+        problem = await hidden_tests_unreachable(task, sb)
+        if problem:
+            row.problems.append(problem)
+        await oracle_policy(task, sb)
+
+    kw = dict(run_id=pool.run_id, model_name="oracle")
+    runs = await asyncio.gather(*(run_attempt(task, oracle_and_probe if i == 0 else oracle_policy, pool, image,
+                                              sample=i, **kw) for i in range(repeats)))
+    solved = sum(r.solved for r in runs)
+    row.oracle = f"{solved}/{repeats}"
+    row.flaky = 0 < solved < repeats
+    if solved < repeats:
+        bad = next(r for r in runs if not r.solved)
+        row.problems.append(f"oracle not solved: {bad.reason} {bad.error or bad.detail or ''}"[:200])
+    null = await run_attempt(task, null_policy, pool, image, run_id=pool.run_id, model_name="null")
+    row.null = "solved" if null.solved else "not solved"
+    if null.solved:
+        row.problems.append("the untouched workspace is solved: the tests check nothing the agent must do")
+    row.seconds = time.monotonic() - t0
+    return row
+
+
+async def validate(tasks: list[Task], repeats: int = 3, concurrency: int = 4) -> list[Row]:
+    images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
+    slots = asyncio.Semaphore(concurrency)
+    async with SandboxPool(run_id=f"validate-{int(time.time())}", warm=2,
+                           max_containers=concurrency * (repeats + 1) + 2) as pool:
+        async def one(t: Task) -> Row:
+            async with slots:
+                try:
+                    return await validate_task(t, pool, images[t.id], repeats)
+                except Exception as e:  # report the task, keep validating the others
+                    return Row(t.id, problems=[f"{type(e).__name__}: {e}"[:200]])
+        return await asyncio.gather(*(one(t) for t in tasks))
+
+
+def main(args) -> int:
+    from tasks.loader import load_suite
+
+    tasks = load_suite(getattr(args, "suite", None) or "builtin")
+    t0 = time.monotonic()
+    rows = asyncio.run(validate(tasks, repeats=args.repeats, concurrency=args.concurrency))
+    width = max(len(r.task) for r in rows)
+    print(f"{'task':<{width}}  oracle  null        flaky  seconds  problems")
+    for r in rows:
+        print(f"{r.task:<{width}}  {r.oracle:<6}  {r.null:<10}  {'yes' if r.flaky else 'no':<5}  "
+              f"{r.seconds:7.1f}  {'; '.join(r.problems)}")
+    bad = [r for r in rows if not r.ok]
+    print(f"{len(rows) - len(bad)}/{len(rows)} tasks valid in {time.monotonic() - t0:.0f}s")
+    return 1 if bad else 0

@@ -1,0 +1,179 @@
+"""The hardened sandbox against a real Docker engine."""
+import asyncio
+import resource
+import time
+import uuid
+
+import docker
+
+from agent.sandbox import LABEL_RUN, Limits, SandboxPool, prune
+from tests.conftest import run
+
+SMALL = Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
+
+
+def containers(run_id):
+    return docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+
+
+async def one_sandbox(image, body, limits=SMALL):
+    async with SandboxPool(warm=0) as pool:
+        async with pool.sandbox(image, limits) as sb:
+            return await body(sb)
+
+
+def test_runs_as_unprivileged_user_without_capabilities(image):
+    async def body(sb):
+        return await sb.exec("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status", 10)
+    r = run(one_sandbox(image, body))
+    lines = r.stdout.split()
+    assert lines[0] == "10001"
+    assert "CapEff:" in r.stdout and "0000000000000000" in r.stdout
+    assert "NoNewPrivs:" in r.stdout and lines[-1] == "1"
+
+
+def test_network_is_isolated(image):
+    async def body(sb):
+        ifaces = await sb.exec("ls /sys/class/net", 10)
+        # Resolution only: no packet is ever sent to an address outside this machine.
+        dns = await sb.exec("python3 -c \"import socket; socket.getaddrinfo('example.com', 80)\"", 20)
+        return ifaces, dns
+    ifaces, dns = run(one_sandbox(image, body))
+    assert ifaces.stdout.split() == ["lo"]
+    assert dns.exit_code != 0 and "gaierror" in dns.stderr
+
+
+def test_fork_bomb_is_contained_and_sandbox_recovers(image):
+    async def body(sb):
+        bomb = await sb.exec("bomb() { bomb | bomb & }; bomb", timeout=5)
+        after = await sb.exec("echo alive", timeout=10)
+        return bomb, after
+    bomb, after = run(one_sandbox(image, body))
+    assert bomb.duration < 10
+    assert after.exit_code == 0 and after.stdout.strip() == "alive"
+    assert time.monotonic() > 0  # the host (this process) is still running and scheduling
+
+
+def test_memory_bomb_is_killed_and_reported(image):
+    async def body(sb):
+        return await sb.exec("python3 -c \"x=[]\nwhile True: x.append(' ' * 10**6)\"", timeout=60)
+    r = run(one_sandbox(image, body))
+    assert r.exit_code != 0
+    assert r.oom, r
+
+
+def test_timeout_kills_the_process_tree(image):
+    async def body(sb):
+        r = await sb.exec("sleep 1000 & sleep 1000", timeout=2)
+        ps = await sb.exec("ps -eo comm", 10)
+        return r, ps
+    r, ps = run(one_sandbox(image, body))
+    assert r.timed_out
+    assert r.duration < 2 + 1
+    assert "sleep" not in ps.stdout
+
+
+def test_background_process_does_not_outlive_its_command(image):
+    async def body(sb):
+        await sb.exec("setsid sleep 500 >/dev/null 2>&1 < /dev/null & echo started", 10)
+        return await sb.exec("ps -eo comm", 10)
+    assert "sleep" not in run(one_sandbox(image, body)).stdout
+
+
+def test_output_flood_is_truncated_with_bounded_memory(image):
+    async def body(sb):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        r = await sb.exec("head -c 50000000 /dev/zero | tr '\\0' x; echo END", timeout=60)
+        return r, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    r, grown_kb = run(one_sandbox(image, body))
+    assert r.dropped_bytes > 49_000_000
+    assert len(r.stdout) < 200_000
+    assert r.stdout.startswith("xxx") and r.stdout.rstrip().endswith("END")
+    assert "bytes of output cut here" in r.stdout
+    assert grown_kb < 40_000  # the 50 MB never reached this process
+
+
+def test_writes_outside_workspace_and_tmp_fail(image):
+    async def body(sb):
+        return [await sb.exec(f"touch {p}", 10) for p in ("/etc/x", "/usr/x", "/x", "/grader/x")] + \
+               [await sb.exec("touch /workspace/ok /tmp/ok", 10)]
+    *bad, good = run(one_sandbox(image, body))
+    assert all(r.exit_code != 0 for r in bad)
+    assert good.exit_code == 0
+
+
+def test_workspace_size_is_limited(image):
+    async def body(sb):
+        return await sb.exec("dd if=/dev/zero of=/workspace/big bs=1M count=100", 30)
+    r = run(one_sandbox(image, body))
+    assert r.exit_code != 0 and "No space left" in r.stderr
+
+
+def test_fresh_state_per_attempt(image):
+    async def main():
+        async with SandboxPool(warm=1) as pool:
+            async with pool.sandbox(image, SMALL) as sb:
+                await sb.exec("echo secret > /workspace/left.txt; echo x > /tmp/left.txt", 10)
+            await asyncio.sleep(0.5)
+            async with pool.sandbox(image, SMALL) as sb:
+                return await sb.exec("cat /workspace/left.txt /tmp/left.txt", 10)
+    r = run(main())
+    assert r.exit_code != 0 and "secret" not in r.stdout
+
+
+def test_files_in_and_out_and_changes(image):
+    async def body(sb):
+        await sb.put_files({"a.txt": b"one\n", "sub/b.py": b"print(2)\n"})
+        await sb.mark_baseline()
+        await sb.exec("echo two >> a.txt; rm sub/b.py; echo new > c.txt; ln -s /etc/passwd link", 10)
+        return await sb.changes(), await sb.diff()
+    changes, diff = run(one_sandbox(image, body))
+    assert changes.files == {"a.txt": b"one\ntwo\n", "c.txt": b"new\n"}
+    assert changes.deleted == ["sub/b.py"]
+    assert changes.rejected == ["symlink link"]
+    assert "+two" in diff and "-print(2)" in diff
+
+
+def test_pool_under_concurrent_users_leaks_nothing(image):
+    run_id = "t-" + uuid.uuid4().hex[:8]
+
+    async def main():
+        async with SandboxPool(run_id=run_id, warm=2, max_containers=6) as pool:
+            async def user(i):
+                for _ in range(2):
+                    async with pool.sandbox(image, SMALL) as sb:
+                        r = await sb.exec(f"echo {i}", 10)
+                        assert r.stdout.strip() == str(i)
+            await asyncio.gather(*(user(i) for i in range(8)))
+            assert len(containers(run_id)) <= 6
+    run(main())
+    assert containers(run_id) == []
+
+
+def test_warm_acquire_is_immediate(image):
+    async def main():
+        async with SandboxPool(warm=1) as pool:
+            sb = await pool.acquire(image, SMALL)
+            await pool.release(sb)
+            for _ in range(100):  # wait for the refill
+                if pool._ready.get((image, SMALL)):
+                    break
+                await asyncio.sleep(0.1)
+            t = time.monotonic()
+            sb = await pool.acquire(image, SMALL)
+            took = time.monotonic() - t
+            await pool.release(sb)
+            return took
+    assert run(main()) < 0.1  # no container was created on this path
+
+
+def test_prune_removes_leftovers(image):
+    run_id = "t-" + uuid.uuid4().hex[:8]
+
+    async def leave_one():
+        pool = SandboxPool(run_id=run_id, warm=0)
+        await pool.acquire(image, SMALL)  # never released: a leftover
+    run(leave_one())
+    assert len(containers(run_id)) == 1
+    assert prune(run_id) == 1
+    assert containers(run_id) == []
