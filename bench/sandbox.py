@@ -1,0 +1,118 @@
+"""Sandbox latency, side by side with plain `docker` CLI calls measured in the same run.
+
+    .venv/bin/python bench/sandbox.py [--n 40]
+
+Prints p50/p95 of: warm-pool acquire, cold start, exec round trip of `true`, and containers
+created+destroyed per second; each beside the CLI equivalent, as a ratio (CLI / harness).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.images import ensure_base_image  # noqa: E402
+from agent.sandbox import Limits, SandboxPool, create_sandbox  # noqa: E402
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
+
+
+def timed(fn, n):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def docker(*args) -> str:
+    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+async def harness_side(image: str, n: int) -> dict:
+    res = {}
+    limits = Limits()
+    async with SandboxPool(run_id="bench", warm=1, max_containers=4) as pool:
+        acquires = []
+        for _ in range(n // 2):
+            for _ in range(200):  # let the pool refill: we time the warm path
+                if pool._ready.get((image, limits)):
+                    break
+                await asyncio.sleep(0.02)
+            t = time.perf_counter()
+            sb = await pool.acquire(image, limits)
+            acquires.append(time.perf_counter() - t)
+            await pool.release(sb)
+        res["acquire"] = acquires
+        sb = await pool.acquire(image, limits)
+        for cmd, key in ((["true"], "exec_argv"), ("true", "exec_shell")):
+            xs = []
+            for _ in range(n * 5):
+                t = time.perf_counter()
+                await sb.exec(cmd, 10)
+                xs.append(time.perf_counter() - t)
+            res[key] = xs
+        await pool.release(sb)
+    cold, cycle = [], []
+    for _ in range(n // 4):
+        t = time.perf_counter()
+        sb = await asyncio.to_thread(create_sandbox, image, limits, "bench")
+        cold.append(time.perf_counter() - t)
+        await asyncio.to_thread(sb.kill)
+        cycle.append(time.perf_counter() - t)
+    res["cold"], res["cycle"] = cold, cycle
+    return res
+
+
+def cli_side(image: str, n: int) -> dict:
+    res = {}
+    cid = docker("run", "-d", "--network", "none", "--label", "harness.run=bench", image, "sleep", "infinity")
+    try:
+        res["exec"] = timed(lambda: docker("exec", cid, "true"), n * 2)
+    finally:
+        docker("rm", "-f", cid)
+    cold, cycle = [], []
+    for _ in range(n // 4):
+        t = time.perf_counter()
+        c = docker("run", "-d", "--network", "none", "--label", "harness.run=bench", image, "sleep", "infinity")
+        cold.append(time.perf_counter() - t)
+        docker("rm", "-f", c)
+        cycle.append(time.perf_counter() - t)
+    res["cold"], res["cycle"] = cold, cycle
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=40)
+    n = ap.parse_args().n
+    image = ensure_base_image(log=lambda m: None)
+    ours = asyncio.run(harness_side(image, n))
+    cli = cli_side(image, n)
+    rows = [
+        ("acquire (warm pool) vs docker run -d", ours["acquire"], cli["cold"]),
+        ("cold start vs docker run -d", ours["cold"], cli["cold"]),
+        ("exec `true` (argv) vs docker exec", ours["exec_argv"], cli["exec"]),
+        ("exec `true` (bash -c) vs docker exec", ours["exec_shell"], cli["exec"]),
+        ("create+destroy cycle vs run -d + rm -f", ours["cycle"], cli["cycle"]),
+    ]
+    print(f"{'measure':<42} {'harness p50':>11} {'p95':>8} {'CLI p50':>9} {'p95':>8} {'ratio':>7}")
+    for name, a, b in rows:
+        print(f"{name:<42} {pct(a, .5):9.2f}ms {pct(a, .95):6.1f}ms {pct(b, .5):7.1f}ms {pct(b, .95):6.1f}ms "
+              f"{pct(b, .5) / pct(a, .5):6.1f}x")
+    print(f"containers created+destroyed per second: harness {1 / statistics.median(ours['cycle']):.2f}, "
+          f"CLI {1 / statistics.median(cli['cycle']):.2f}")
+
+
+if __name__ == "__main__":
+    main()
