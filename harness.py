@@ -8,7 +8,7 @@ import sys
 from agent.errors import UserError
 
 # Each module has register(subparsers); a command sets args.func(args) -> exit code.
-COMMAND_MODULES = ["agent.cli", "tasks.cli", "results.cli", "lora.cli"]
+COMMAND_MODULES = ["agent.cli", "tasks.cli", "evaluators.cli", "results.cli", "lora.cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:
