@@ -1,0 +1,488 @@
+"""Run folders: what ran (manifest) and what came out (one Attempt per line), crash- and disk-full-safe.
+
+    runs/<UTC timestamp>-<model slug>/
+      manifest.json   config, model, task suite (id, version, content hash), images, versions, times;
+                      always replaced whole (temp file + fsync + os.replace)
+      attempts.jsonl  append-only: each Attempt is one line written with one os.write on an O_APPEND fd,
+                      then fsync; only then does the attempt count as done
+      .lock           flock held by the one harness process writing this folder
+
+A crash can leave at most one torn last line (SIGKILL or power loss mid-write). Resuming cuts it off
+before appending, because appending after a partial line would corrupt the next record too. Readers
+(report, export) skip a torn last line without touching the file, so they work on a live run.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import importlib.metadata
+import json
+import logging
+import os
+import re
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
+
+from pydantic import BaseModel, Field, ValidationError
+
+from agent.errors import UserError
+from results.schema import SCHEMA_VERSION, Attempt
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MANIFEST = "manifest.json"
+ATTEMPTS = "attempts.jsonl"
+LOCK = ".lock"
+# Config keys that change what an attempt means: resuming with a different value would mix two experiments.
+RESUME_KEYS = ("model", "tasks", "samples", "temperature")
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+log = logging.getLogger("harness.results")
+
+
+class TaskEntry(BaseModel):
+    id: str
+    version: str = "1"
+    hash: str = ""  # Task.content_hash()
+
+
+class Manifest(BaseModel):
+    run_id: str = ""  # the run folder's name when created; part of every attempt key
+    model: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    task_suite: list[TaskEntry] = Field(default_factory=list)
+    images: dict[str, str] = Field(default_factory=dict)  # task id (or image tag) -> image id (sha256:...)
+    harness_version: str = ""
+    seed: Optional[int] = None
+    started_at: str = ""
+    finished_at: Optional[str] = None
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def build(cls, model: str, config: dict[str, Any], tasks: Iterable[Any] = (),
+              images: Optional[dict[str, str]] = None, seed: Optional[int] = None,
+              harness_version: Optional[str] = None) -> "Manifest":
+        """A manifest for a new run; `tasks` are tasks.model.Task objects (id, version, content_hash())."""
+        suite = [TaskEntry(id=t.id, version=str(t.version), hash=t.content_hash()) for t in tasks]
+        return cls(model=model, config=dict(config), task_suite=suite, images=dict(images or {}),
+                   seed=seed, harness_version=harness_version or current_harness_version())
+
+
+def current_harness_version() -> str:
+    try:
+        return importlib.metadata.version("harness")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def model_slug(model: str) -> str:
+    return re.sub(r"[^a-z0-9._]+", "-", model.lower()).strip("-.")[:60] or "model"
+
+
+def default_run_dir(model: str, root: str | os.PathLike = "runs") -> Path:
+    """runs/<UTC timestamp>-<model slug>, e.g. runs/20250101T120000Z-openai-gpt-4o-mini."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path(root) / f"{stamp}-{model_slug(model)}"
+
+
+# ---------------------------------------------------------------- low-level file helpers
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Replace `path` with `data` as JSON: readers see the old file or the new one, never a mix."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    payload = (json.dumps(data, indent=2) + "\n").encode()
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.errno in _DISK_FULL:
+            raise UserError(f"disk full writing {path}: free space and run the command again") from None
+        raise
+
+
+def _encode(attempt: Attempt) -> bytes:
+    try:
+        return (attempt.model_dump_json() + "\n").encode()
+    except ValueError:
+        # Lone surrogates (undecodable bytes in model or tool output) cannot be UTF-8 encoded;
+        # replace them rather than lose the attempt.
+        text = json.dumps(attempt.model_dump(mode="json"), ensure_ascii=False)
+        return (text + "\n").encode("utf-8", errors="replace")
+
+
+class _Scan:
+    """What a scan of a JSONL file found after the last complete record."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.good_end = 0  # byte offset just past the last complete record
+        self.torn_line = 0  # line number of a torn last line, 0 if none
+        self.torn_bytes = 0
+
+
+def iter_jsonl(path: Path, scan: Optional[_Scan] = None) -> Iterator[dict[str, Any]]:
+    """Stream the JSON objects of an append-only file, one line at a time.
+
+    A last line without its newline, or that is not a JSON object, is a write cut short by a crash:
+    it is skipped (and described in `scan`). A bad line with more lines after it means the file was
+    damaged some other way; that is refused rather than guessed at.
+    """
+    scan = scan if scan is not None else _Scan()
+    if not path.exists():
+        return
+    with open(path, "rb") as f:  # binary: only b"\n" ends a line (JSON escapes every other line break)
+        bad: Optional[tuple[int, int]] = None
+        for line_no, line in enumerate(f, start=1):
+            if bad is not None:
+                raise UserError(
+                    f"{path} line {bad[0]} is not a complete JSON record but more lines follow it: the file "
+                    f"was changed outside harness; delete that line (the other records are intact)")
+            record = None
+            if line.endswith(b"\n"):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    pass
+            if isinstance(record, dict):
+                scan.records += 1
+                scan.good_end += len(line)
+                yield record
+            else:
+                bad = (line_no, len(line))
+        if bad is not None:
+            scan.torn_line, scan.torn_bytes = bad
+
+
+def read_manifest(run_dir: str | os.PathLike) -> Manifest:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run folder {run_dir} does not exist (expected a folder made by `harness eval`)")
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run folder: it has no {MANIFEST}")
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise UserError(f"{path} is not a valid run manifest: {where}: {first['msg']}") from None
+
+
+# ---------------------------------------------------------------- reading
+
+# Flat per-attempt columns for analysis. Trajectories (messages, steps) are never loaded into tables.
+TABLE_COLUMNS = (
+    "key", "run_id", "task_id", "task_version", "domain", "difficulty", "split", "sample", "model",
+    "temperature", "status", "solved", "reward", "reason", "exit_reason", "n_steps", "prompt_tokens",
+    "completion_tokens", "cost", "duration_model", "duration_sandbox", "duration_evaluation",
+    "duration_total", "n_tests", "n_tests_passed", "patch_files", "image", "error", "started_at",
+    "finished_at",
+)
+_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in Attempt.model_fields.items()}
+
+
+def _flatten(record: dict[str, Any]) -> dict[str, Any]:
+    row = {c: record.get(c, _DEFAULTS.get(c)) for c in TABLE_COLUMNS if c in _DEFAULTS}
+    durations = record.get("durations") or {}
+    for part in ("model", "sandbox", "evaluation", "total"):
+        row[f"duration_{part}"] = float(durations.get(part, 0.0))
+    tests = record.get("tests") or []
+    row["n_tests"] = len(tests)
+    row["n_tests_passed"] = sum(1 for t in tests if t.get("outcome") == "passed")
+    return row
+
+
+class RunReader:
+    """Read-only view of a run folder; safe while another process is still appending to it."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.dir = Path(run_dir)
+        self.manifest = read_manifest(self.dir)
+        self.attempts_path = self.dir / ATTEMPTS
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id or self.dir.name
+
+    def iter_records(self) -> Iterator[dict[str, Any]]:
+        """Raw JSON dicts, one at a time."""
+        return iter_jsonl(self.attempts_path)
+
+    def iter_attempts(self) -> Iterator[Attempt]:
+        """Full Attempt records (trajectories included), one at a time: memory stays flat."""
+        for n, record in enumerate(self.iter_records(), start=1):
+            try:
+                yield Attempt.model_validate(record)
+            except ValidationError as e:
+                first = e.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise UserError(f"{self.attempts_path} record {n} is not a valid attempt: "
+                                f"{where}: {first['msg']}") from None
+
+    def read_attempts(self, columns: Optional[Sequence[str]] = None) -> "pd.DataFrame":
+        """One row per attempt with only the flat columns asked for (default: all of TABLE_COLUMNS).
+
+        Streams the file; each record's trajectory is dropped as soon as its row is taken.
+        """
+        import pandas as pd  # here, not at import: the eval loop only appends and should start fast
+
+        cols = list(columns or TABLE_COLUMNS)
+        unknown = [c for c in cols if c not in TABLE_COLUMNS]
+        if unknown:
+            raise ValueError(f"unknown attempt columns {unknown}; known: {', '.join(TABLE_COLUMNS)}")
+        data: dict[str, list[Any]] = {c: [] for c in cols}
+        for record in self.iter_records():
+            row = _flatten(record)
+            for c in cols:
+                data[c].append(row[c])
+        return pd.DataFrame(data, columns=cols)
+
+
+def open_run(run_dir: str | os.PathLike) -> RunReader:
+    """A finished or running run folder, for reading (report, compare, export)."""
+    return RunReader(run_dir)
+
+
+# ---------------------------------------------------------------- writing
+
+def _acquire_lock(run_dir: Path) -> int:
+    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise UserError(f"run folder {run_dir} is in use by another harness process (pid {holder}); "
+                        f"wait for it to finish or stop it first") from None
+    # The pid is only for the message above; the flock itself is what excludes (and dies with us).
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _normal(value: Any) -> Any:
+    """The value as it reads back from manifest.json (tuples become lists, paths strings)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def config_differences(old: Manifest, new: Manifest) -> list[str]:
+    """The settings that differ in a way that makes resuming `old` as `new` mix two experiments."""
+    diffs = []
+    if old.model != new.model:
+        diffs.append(f"model ({old.model!r} != {new.model!r})")
+    for key in RESUME_KEYS:
+        if key == "model" and old.model != new.model:
+            continue
+        a, b = _normal(old.config.get(key)), _normal(new.config.get(key))
+        if a != b:
+            diffs.append(f"config.{key} ({_describe(a)} != {_describe(b)})")
+    if old.task_suite and new.task_suite:
+        was = {t.id: (t.version, t.hash) for t in old.task_suite}
+        now = {t.id: (t.version, t.hash) for t in new.task_suite}
+        changed = sorted(t for t in was.keys() & now.keys() if was[t] != now[t])
+        added, removed = sorted(now.keys() - was.keys()), sorted(was.keys() - now.keys())
+        parts = [f"{label}: {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}"
+                 for label, ids in (("changed", changed), ("added", added), ("removed", removed)) if ids]
+        if parts:
+            diffs.append(f"task suite ({'; '.join(parts)})")
+    return diffs
+
+
+class RunStore(RunReader):
+    """The single writer of one run folder. Use create() for a new run, open() to resume one."""
+
+    def __init__(self, run_dir: Path, lock_fd: int):
+        # Private: create() and open() hold the lock before anything is read or written.
+        self._lock_fd: Optional[int] = lock_fd
+        self._mutex = threading.Lock()  # appends from several threads stay one line each
+        super().__init__(run_dir)
+        self.repaired: Optional[str] = None  # what open() cut off, if anything
+        self._keys: set[str] = set()
+        self._fd: Optional[int] = None
+
+    # -- lifecycle
+
+    @classmethod
+    def create(cls, run_dir: str | os.PathLike, manifest: Manifest) -> "RunStore":
+        """Start a new run in `run_dir` (created if missing; refused if it already holds a run)."""
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock_fd = _acquire_lock(run_dir)
+        try:
+            if (run_dir / MANIFEST).exists() or (run_dir / ATTEMPTS).exists():
+                raise UserError(f"run folder {run_dir} already holds a run; resume it with --resume {run_dir} "
+                                f"or choose a new folder")
+            manifest = manifest.model_copy(update={
+                "run_id": manifest.run_id or run_dir.name,
+                "started_at": manifest.started_at or utc_now(),
+                "finished_at": None,
+            })
+            write_json_atomic(run_dir / MANIFEST, manifest.model_dump(mode="json"))
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return cls._ready(run_dir, lock_fd, repair=False)
+
+    @classmethod
+    def open(cls, run_dir: str | os.PathLike, manifest: Optional[Manifest] = None) -> "RunStore":
+        """Resume the run in `run_dir`.
+
+        With `manifest` (what the new invocation would run), refuses if model, tasks, samples,
+        temperature or the task suite differ from the recorded run. Cuts off a torn last line.
+        """
+        run_dir = Path(run_dir)
+        read_manifest(run_dir)  # a clear error for a missing or foreign folder before locking it
+        lock_fd = _acquire_lock(run_dir)
+        try:
+            recorded = read_manifest(run_dir)
+            if manifest is not None:
+                diffs = config_differences(recorded, manifest)
+                if diffs:
+                    raise UserError(f"cannot resume {run_dir}: the new settings differ from the recorded run in "
+                                    f"{'; '.join(diffs)}; use the original settings or start a new run folder")
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return cls._ready(run_dir, lock_fd, repair=True)
+
+    @classmethod
+    def _ready(cls, run_dir: Path, lock_fd: int, repair: bool) -> "RunStore":
+        try:
+            store = cls(run_dir, lock_fd)  # from here on, store.close() releases the lock
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        try:
+            if repair:
+                store._load_keys_and_repair()
+            store._open_for_append()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def _load_keys_and_repair(self) -> None:
+        scan = _Scan()
+        for record in iter_jsonl(self.attempts_path, scan):
+            key = record.get("key")
+            if not isinstance(key, str):
+                raise UserError(f"{self.attempts_path} record {scan.records} has no 'key': the file was changed "
+                                f"outside harness; delete that line")
+            self._keys.add(key)
+        if scan.torn_line:
+            with open(self.attempts_path, "r+b") as f:
+                f.truncate(scan.good_end)
+                f.flush()
+                os.fsync(f.fileno())
+            self.repaired = (f"{self.attempts_path}: dropped a torn last line (line {scan.torn_line}, "
+                             f"{scan.torn_bytes} bytes) left by an interrupted run; the file now ends at the "
+                             f"last complete record ({scan.records} attempts); that attempt will run again")
+            log.warning(self.repaired)
+
+    def _open_for_append(self) -> None:
+        self._fd = os.open(self.attempts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _fsync_dir(self.dir)  # the new file's directory entry survives a crash too
+
+    def finish(self) -> None:
+        """Record finished_at in the manifest."""
+        self.manifest = self.manifest.model_copy(update={"finished_at": utc_now()})
+        write_json_atomic(self.dir / MANIFEST, self.manifest.model_dump(mode="json"))
+
+    def close(self) -> None:
+        """Stop writing and release the folder (idempotent). Does not mark the run finished."""
+        with self._mutex:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- records
+
+    def done_keys(self) -> set[str]:
+        """Keys of the attempts already recorded: resume skips these."""
+        with self._mutex:
+            return set(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def append(self, attempt: Attempt) -> bool:
+        """Record one finished attempt durably. Returns False (and writes nothing) if its key is already there.
+
+        The line goes out in one os.write on an O_APPEND fd and is fsynced before this returns. On any
+        write or fsync error the file is cut back to its size before the call, so it keeps only
+        complete lines; a full disk becomes a UserError saying how many attempts are safe.
+        """
+        if attempt.run_id != self.run_id:
+            raise ValueError(f"attempt {attempt.key} has run_id {attempt.run_id!r}, this run is {self.run_id!r}")
+        data = _encode(attempt)
+        with self._mutex:
+            if self._fd is None:
+                raise RuntimeError(f"run store {self.dir} is closed")
+            if attempt.key in self._keys:
+                return False
+            before = os.fstat(self._fd).st_size
+            try:
+                written = os.write(self._fd, data)
+                if written < len(data):  # short write: the disk is nearly full; the rest raises why
+                    _write_all(self._fd, data[written:])
+                os.fsync(self._fd)
+            except OSError as e:
+                try:
+                    os.ftruncate(self._fd, before)
+                    os.fsync(self._fd)
+                except OSError:
+                    pass  # a torn tail left here is cut off on resume
+                if e.errno in _DISK_FULL:
+                    raise UserError(f"disk full writing {self.attempts_path}: {len(self._keys)} attempts recorded, "
+                                    f"nothing lost; free space and resume with --resume {self.dir}") from None
+                raise
+            self._keys.add(attempt.key)
+            return True

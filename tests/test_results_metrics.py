@@ -1,0 +1,138 @@
+"""Metrics: pass@k against brute force, errors kept out of denominators, bootstrap CIs, paired comparison."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from results import metrics
+from results.store import open_run
+from results.synthetic import make_run
+
+
+def brute_pass_at_k(n: int, c: int, k: int) -> float:
+    """Fraction of all k-subsets of n samples (the first c correct) that contain a correct one."""
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(i < c for i in s) for s in subsets) / len(subsets)
+
+
+def test_pass_at_k_equals_brute_force_over_all_subsets():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert metrics.pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k), abs=1e-12), (n, c, k)
+
+
+def test_pass_at_k_is_stable_for_large_n():
+    # 1 - C(199,100)/C(200,100) = 1 - 100/200, with binomials far beyond float range.
+    assert metrics.pass_at_k(200, 1, 100) == pytest.approx(0.5, abs=1e-12)
+    assert metrics.pass_at_k(1000, 3, 10) == pytest.approx(1 - math.comb(997, 10) / math.comb(1000, 10), rel=1e-9)
+    with pytest.raises(ValueError):
+        metrics.pass_at_k(3, 4, 1)
+    with pytest.raises(ValueError):
+        metrics.pass_at_k(3, 1, 4)
+
+
+def frame(rows: list[tuple]) -> pd.DataFrame:
+    """Attempt-table rows: (task, domain, difficulty, status, reward, steps, cost)."""
+    return pd.DataFrame([{"task_id": t, "domain": d, "difficulty": lvl, "status": s, "solved": s == "solved",
+                          "reward": r, "n_steps": steps, "prompt_tokens": 100, "completion_tokens": 10,
+                          "cost": cost, "duration_total": 2.0, "reason": "pass" if s == "solved" else "fail",
+                          "exit_reason": "submitted", "error": "boom\ntrace" if s == "error" else None}
+                         for t, d, lvl, s, r, steps, cost in rows])
+
+
+def test_errors_are_counted_apart_and_excluded_from_rates_and_pass_at_k():
+    df = frame([
+        ("a", "coding", 1, "solved", 1.0, 4, 0.01), ("a", "coding", 1, "solved", 1.0, 6, 0.01),
+        ("a", "coding", 1, "failed", 0.5, 10, 0.03), ("a", "coding", 1, "error", 0.0, 1, 0.02),
+        ("b", "math", 2, "failed", 0.0, 8, 0.01), ("b", "math", 2, "failed", 0.0, 8, 0.01),
+        ("b", "math", 2, "failed", 0.0, 8, 0.01),
+        ("c", "math", 2, "error", 0.0, 0, 0.0), ("c", "math", 2, "error", 0.0, 0, 0.0),
+    ])
+    tasks = metrics.task_table(df)
+    assert tasks.loc["a", ["n", "solved", "errors"]].tolist() == [3, 2, 1]
+    assert math.isnan(tasks.loc["c", "rate"])  # only errors: no score at all, not a zero
+
+    overall = metrics.summarize(df, "overall", n_boot=200).iloc[0]
+    assert overall["n_tasks"] == 3 and overall["n_attempts"] == 6 and overall["n_errors"] == 3
+    assert overall["solved_rate"] == pytest.approx((2 / 3 + 0) / 2)  # tasks a and b; c has no valid attempt
+    assert overall["pass@3"] == pytest.approx((metrics.pass_at_k(3, 2, 3) + 0) / 2)
+    assert "pass@4" not in overall  # K = most valid samples of any task
+    assert overall["mean_reward"] == pytest.approx((2.5 / 3 + 0) / 2)
+    assert overall["steps_per_attempt"] == pytest.approx((4 + 6 + 10 + 8 * 3) / 6)
+    assert overall["steps_per_solved"] == pytest.approx(5.0)
+    assert overall["cost_per_solved"] == pytest.approx(0.01)
+    assert overall["total_cost"] == pytest.approx(0.10)  # errors cost money too
+    assert overall["solved_ci_low"] <= overall["solved_rate"] <= overall["solved_ci_high"]
+
+    by_domain = metrics.summarize(df, "domain", n_boot=200).set_index("group")
+    assert by_domain.loc["coding", "solved_rate"] == pytest.approx(2 / 3)
+    assert by_domain.loc["math", "n_errors"] == 2 and by_domain.loc["math", "solved_rate"] == 0
+    per_task = metrics.summarize(df, "task").set_index("group")
+    assert math.isnan(per_task.loc["a", "solved_ci_low"])  # CIs resample tasks: none for one task
+
+    reasons = metrics.failure_reasons(df)
+    assert reasons.set_index(["field", "value"])["count"].to_dict() == {("reason", "fail"): 4,
+                                                                         ("exit_reason", "submitted"): 4}
+    errors = metrics.error_summary(df)
+    assert errors.to_dict("records") == [{"exit_reason": "submitted", "error": "boom", "count": 3}]
+
+
+def test_run_summary_has_every_level_and_handles_an_empty_run():
+    df = frame([("a", "coding", 1, "solved", 1.0, 3, 0.0), ("b", "text", 3, "failed", 0.0, 3, 0.0)])
+    summary = metrics.run_summary(df, n_boot=100)
+    assert summary.groupby("level").size().to_dict() == {"overall": 1, "domain": 2, "difficulty": 2, "task": 2}
+    empty = metrics.run_summary(frame([]).reindex(columns=frame([("a", "x", 1, "solved", 1, 1, 0)]).columns))
+    assert empty.iloc[0]["n_tasks"] == 0 and math.isnan(empty.iloc[0]["solved_rate"])
+
+
+def test_bootstrap_ci_is_seeded_and_brackets_the_mean():
+    values = np.random.default_rng(0).random(50)
+    ci = metrics.bootstrap_ci(values, n_boot=2000, seed=7)
+    assert ci == metrics.bootstrap_ci(values, n_boot=2000, seed=7)
+    assert ci != metrics.bootstrap_ci(values, n_boot=2000, seed=8)
+    assert ci[0] < values.mean() < ci[1]
+    # Roughly mean +- 1.96 standard errors for a large sample.
+    se = values.std(ddof=1) / math.sqrt(len(values))
+    assert ci[1] - ci[0] == pytest.approx(2 * 1.96 * se, rel=0.2)
+    assert metrics.bootstrap_ci([0.3, 0.3, 0.3]) == (0.3, 0.3)
+    assert all(math.isnan(x) for x in metrics.bootstrap_ci([]))
+
+
+def brute_sign_flip(diffs: list[float]) -> float:
+    observed = abs(sum(diffs))
+    patterns = list(itertools.product((-1, 1), repeat=len(diffs)))
+    return sum(abs(sum(s * d for s, d in zip(p, diffs))) >= observed - 1e-12 for p in patterns) / len(patterns)
+
+
+def test_sign_flip_test_exact_and_monte_carlo():
+    diffs = [1, 1, 1, 1, 1, 1, 1, 1, -1, 0.5, 0, 0]
+    p, method = metrics.sign_flip_test(diffs)
+    assert method.startswith("exact") and p == pytest.approx(brute_sign_flip(diffs))
+    p, method = metrics.sign_flip_test([1.0] * 20, n_perm=5000, seed=3)
+    assert "draws" in method and p < 0.001  # exact value is 2 / 2**20
+    assert metrics.sign_flip_test([0, 0]) == (1.0, "exact sign-flip permutation")
+
+
+def test_compare_two_synthetic_runs(tmp_path):
+    tasks = [(f"t{i:02d}", "coding" if i % 2 else "math", 1 + i % 3) for i in range(20)]
+    # A solves t00-t09; B solves t01-t17 (t00 regressed, t10-t17 improved); t19 is an infra error in A.
+    run_a = make_run(tmp_path / "a", "m-a", tasks, samples=2,
+                     outcome=lambda t, s: "error" if t == "t19" else ("solved" if int(t[1:]) < 10 else "failed"))
+    run_b = make_run(tmp_path / "b", "m-b", tasks, samples=2,
+                     outcome=lambda t, s: "solved" if 1 <= int(t[1:]) <= 17 else "failed")
+    a, b = open_run(run_a).read_attempts(), open_run(run_b).read_attempts()
+    c = metrics.compare(a, b, n_boot=1000, seed=0)
+    assert c.n_tasks == 19 and c.only_b == ["t19"] and c.only_a == []
+    assert c.rate_a == pytest.approx(10 / 19) and c.rate_b == pytest.approx(17 / 19)
+    assert c.diff == pytest.approx(7 / 19)
+    assert c.improved == [f"t{i}" for i in range(10, 18)] and c.regressed == ["t00"]
+    assert c.p_value == pytest.approx(brute_sign_flip([1.0] * 8 + [-1.0]))
+    assert 0 < c.ci_low < c.diff < c.ci_high
+    assert set(c.per_task.columns) == {"task_id", "rate_a", "rate_b", "diff"}
+    same = metrics.compare(a, a)
+    assert same.diff == 0 and same.p_value == 1.0 and not same.improved and not same.regressed
