@@ -243,7 +243,8 @@ def start_server(model: Model | str, host: str = "127.0.0.1", port: int = 0, *, 
     except OSError as e:
         loop.call_soon_threadsafe(loop.stop)
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}; pick another --port") from None
-    http_thread = threading.Thread(target=httpd.serve_forever, name="serve-http", daemon=True)
+    http_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="serve-http",
+                                   daemon=True)
     http_thread.start()
     bound_host, bound_port = httpd.server_address[:2]
 

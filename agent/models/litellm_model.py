@@ -81,10 +81,16 @@ class LiteLLMModel:
             return DEFAULT_CONTEXT_WINDOW
 
     def _cost(self, response: Any) -> float:
-        try:
-            return float(import_litellm().completion_cost(completion_response=response) or 0.0)
-        except Exception:  # noqa: BLE001 -- unknown price: free, never an error
+        """USD from litellm's price map; 0.0 for a self-hosted api_base or a model the map lacks."""
+        if self.api_base:
             return 0.0
+        litellm = import_litellm()
+        for model in (None, self.name):  # the name the provider answered with, then the one we asked for
+            try:
+                return float(litellm.completion_cost(completion_response=response, model=model) or 0.0)
+            except Exception:  # noqa: BLE001 -- unknown price: free, never an error
+                continue
+        return 0.0
 
     async def _one(self, messages: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]],
                    temperature: float, max_tokens: int, seed: Optional[int]) -> list[Completion]:

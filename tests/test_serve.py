@@ -1,0 +1,181 @@
+"""`harness serve` over real HTTP: the openai client, litellm and our own OpenAICompatModel as callers."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from agent.models import get_model
+from agent.serve import start_server
+
+ROOT = Path(__file__).resolve().parent.parent
+MSGS = [{"role": "user", "content": "hello"}]
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
+                                           "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
+
+
+@pytest.fixture
+def serve_script(tmp_path):
+    servers = []
+
+    def make(replies):
+        path = tmp_path / f"script{len(servers)}.json"
+        path.write_text(json.dumps({"*": replies}))
+        servers.append(start_server(f"replay:{path}"))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+
+
+def post(server, path: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(server.base_url.removesuffix("/v1") + path, data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_response_has_the_openai_schema(serve_script):
+    server = serve_script(["first reply"])
+    status, body = post(server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS}).encode())
+    assert status == 200
+    assert set(body) == {"id", "object", "created", "model", "choices", "usage"}
+    assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
+    assert isinstance(body["created"], int) and body["model"] == server.name
+    [choice] = body["choices"]
+    assert choice["index"] == 0 and choice["finish_reason"] == "stop"
+    assert choice["message"] == {"role": "assistant", "content": "first reply"}
+    assert set(body["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+
+
+def test_openai_client_lists_and_calls_the_model(serve_script):
+    server = serve_script(["one", "two"])
+    c = client(server)
+    assert [m.id for m in c.models.list().data] == [server.name]
+    first = c.chat.completions.create(model=server.name, messages=MSGS)
+    assert first.choices[0].message.content == "one" and first.choices[0].finish_reason == "stop"
+    two = c.chat.completions.create(model=server.name, messages=MSGS, n=2, stop=["w"])
+    assert [ch.index for ch in two.choices] == [0, 1]
+    assert [ch.message.content for ch in two.choices] == ["t", "t"]  # cut at the stop string
+
+
+def test_tool_calls_come_back_in_openai_format(serve_script):
+    server = serve_script([{"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "ls -la"}}]}])
+    reply = client(server).chat.completions.create(model=server.name, messages=MSGS, tools=TOOLS)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.function.name == "bash"
+    assert json.loads(call.function.arguments) == {"command": "ls -la"}
+
+
+def test_streaming_sends_the_whole_reply(serve_script):
+    server = serve_script(["streamed text"])
+    chunks = list(client(server).chat.completions.create(model=server.name, messages=MSGS, stream=True))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "streamed text"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_bad_requests_get_openai_style_errors(serve_script):
+    server = serve_script(["x"])
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        client(server).chat.completions.create(model=server.name, messages=[])
+    status, body = post(server, "/v1/chat/completions", b"{not json")
+    assert status == 400 and "JSON" in body["error"]["message"]
+    status, body = post(server, "/v1/chat/completions", json.dumps({"messages": MSGS, "n": 0}).encode())
+    assert status == 400 and "'n'" in body["error"]["message"]
+    status, body = post(server, "/v1/completions", b"{}")
+    assert status == 404
+
+
+def test_model_errors_are_500_with_the_message(serve_script):
+    server = serve_script(["only one"])
+    c = client(server)
+    c.chat.completions.create(model=server.name, messages=MSGS)
+    with pytest.raises(openai.InternalServerError, match="1 replies"):
+        c.chat.completions.create(model=server.name, messages=MSGS)
+
+
+def test_litellm_calls_serve(serve_script):
+    from agent.models.litellm_model import import_litellm
+
+    server = serve_script(["via litellm"])
+    litellm = import_litellm()
+    reply = asyncio.run(litellm.acompletion(model=f"openai/{server.name}", api_base=server.base_url,
+                                            api_key="unused", messages=MSGS, num_retries=0))
+    assert reply.choices[0].message.content == "via litellm"
+
+
+def test_our_backends_call_serve_end_to_end(serve_script):
+    server = serve_script(["plain", {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "pwd"}}]},
+                           "via litellm backend"])
+    model = get_model(f"openai-compat:{server.base_url}/{server.name}", supports_tools=True)
+    [c] = asyncio.run(model.complete(MSGS))
+    assert c.content == "plain" and c.finish_reason == "stop"
+    [t] = asyncio.run(model.complete(MSGS, tools=TOOLS))
+    assert t.tool_calls[0].name == "bash" and t.tool_calls[0].arguments == {"command": "pwd"}
+    lite = get_model(f"openai/{server.name}", api_base=server.base_url)
+    [l] = asyncio.run(lite.complete(MSGS))
+    assert l.content == "via litellm backend" and l.cost == 0.0
+
+
+def test_cli_serve_command_serves_until_stopped(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"*": ["from the cli"]}))
+    code = ("import argparse, sys; from agent import cli_serve; p = argparse.ArgumentParser(); "
+            "cli_serve.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+    proc = subprocess.Popen([sys.executable, "-u", "-c", code, "serve", "--model", f"replay:{script}", "--port", "0"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "serving" in line, line
+        base_url = line.split(" at ")[1].split()[0]
+        reply = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0).chat.completions.create(
+            model="s.json", messages=MSGS)
+        assert reply.choices[0].message.content == "from the cli"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_cli_registers_serve_with_defaults():
+    parser = argparse.ArgumentParser()
+    from agent import cli_serve
+
+    cli_serve.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve"])
+    assert (args.model, args.host, args.port, args.adapter) == ("local:smollm2-135m", "127.0.0.1", 8000, None)
+    assert callable(args.func)
+
+
+@pytest.mark.model
+def test_serve_smollm2_to_the_openai_client_and_litellm():
+    from agent.models.litellm_model import import_litellm
+
+    server = start_server("local:smollm2-135m")
+    try:
+        assert server.name == "smollm2-135m"
+        reply = client(server).chat.completions.create(model=server.name, messages=MSGS, max_tokens=6, temperature=0)
+        text = reply.choices[0].message.content
+        assert text and reply.usage.prompt_tokens > 5 and 1 <= reply.usage.completion_tokens <= 6
+        again = import_litellm().completion(model=f"openai/{server.name}", api_base=server.base_url, api_key="x",
+                                            messages=MSGS, max_tokens=6, temperature=0, num_retries=0)
+        assert again.choices[0].message.content == text  # greedy: the same reply through either client
+    finally:
+        server.stop()
