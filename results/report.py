@@ -11,7 +11,7 @@ import base64
 import html
 import io
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from agent.errors import UserError
 from results import metrics
 from results.schema import Attempt
-from results.store import RunReader, iter_jsonl, open_run
+from results.store import MANIFEST, RunReader, iter_jsonl, open_run
 
 ROUNDS_FILE = "rounds.jsonl"  # written by the post-training loop into its run folder
 TEXT_LIMIT = 20_000  # characters of one text block shown in the viewer (head and tail are kept)
@@ -37,7 +37,6 @@ class RunData:
     reader: RunReader
     df: pd.DataFrame
     summary: pd.DataFrame  # metrics.run_summary
-    rounds: list[dict[str, Any]] = field(default_factory=list)
 
     def level(self, level: str) -> pd.DataFrame:
         return self.summary[self.summary["level"] == level]
@@ -49,25 +48,32 @@ class RunData:
 
 # ---------------------------------------------------------------- loading
 
-def normalize_rounds(rows: Iterable[dict[str, Any]], source: str) -> list[dict[str, Any]]:
-    """Check per-round rows ({round, split, pass@1, ci_low?, ci_high?}); a bad row is a UserError naming it."""
+def normalize_rounds(rows: Iterable[dict[str, Any]], source: str, run: str = "") -> list[dict[str, Any]]:
+    """Per-round metric rows as {run, round, split, metric, value, ci_low, ci_high}.
+
+    Accepts {round, split, pass@1, ci_low, ci_high} and the training loop's long form
+    {round, split, metric, value, ci_low, ci_high}. A bad row is a UserError naming it.
+    """
     out = []
     for n, row in enumerate(rows, start=1):
         try:
-            clean = {"round": int(row["round"]), "split": str(row.get("split", "") or "all"),
-                     "pass@1": float(row["pass@1"])}
+            metric = str(row["metric"]) if "metric" in row else "pass@1"
+            value = row["value"] if "metric" in row else row["pass@1"]
+            clean = {"run": run, "round": int(row["round"]), "split": str(row.get("split", "") or "all"),
+                     "metric": metric, "value": float(value)}
             for key in ("ci_low", "ci_high"):
                 clean[key] = float(row[key]) if row.get(key) is not None else float("nan")
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{source} row {n} is not a round record ({type(e).__name__}: {e}); expected "
-                            f"round, split, pass@1, ci_low, ci_high") from None
+                            f"round, split, pass@1 (or metric and value), ci_low, ci_high") from None
         out.append(clean)
     return out
 
 
-def load_rounds(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / ROUNDS_FILE
-    return normalize_rounds(iter_jsonl(path), str(path)) if path.exists() else []
+def load_rounds(folder: str | Path, run: str = "") -> list[dict[str, Any]]:
+    """The rows of folder/rounds.jsonl (a torn last line is skipped); [] when there is none."""
+    path = Path(folder) / ROUNDS_FILE
+    return normalize_rounds(iter_jsonl(path), str(path), run) if path.exists() else []
 
 
 def load_runs(run_dirs: Sequence[str | Path], n_boot: int = 1000, seed: int = 0) -> list[RunData]:
@@ -78,7 +84,7 @@ def load_runs(run_dirs: Sequence[str | Path], n_boot: int = 1000, seed: int = 0)
     runs = []
     for label, reader in zip(labels, readers):
         df = reader.read_attempts()
-        runs.append(RunData(label, reader, df, metrics.run_summary(df, n_boot, seed), load_rounds(reader.dir)))
+        runs.append(RunData(label, reader, df, metrics.run_summary(df, n_boot, seed)))
     return runs
 
 
@@ -117,6 +123,8 @@ def level_table(runs: Sequence[RunData], level: str) -> pd.DataFrame:
         t = run.level(level)[cols].copy()
         t.insert(1, "run", run.label)
         parts.append(t)
+    if not parts:
+        return pd.DataFrame(columns=[level, "run", *cols[1:]])
     table = pd.concat(parts, ignore_index=True)
     if level == "difficulty":
         order = pd.to_numeric(table["group"], errors="coerce")
@@ -160,9 +168,24 @@ def summary_table(runs: Sequence[RunData]) -> pd.DataFrame:
         s.insert(0, "run", run.label)
         s.insert(1, "model", run.reader.manifest.model)
         parts.append(s)
+    if not parts:
+        return pd.DataFrame({"run": [], "model": [], "level": [], "group": []})
     table = pd.concat(parts, ignore_index=True)
     table["group"] = table["group"].astype(str)
     return table
+
+
+def rounds_table(rounds: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    cols = ["run", "round", "split", "metric", "value", "ci_low", "ci_high"]
+    table = pd.DataFrame(list(rounds), columns=cols).sort_values(["run", "split", "metric", "round"], kind="stable")
+    if not table["run"].astype(bool).any():
+        table = table.drop(columns="run")
+    return table.reset_index(drop=True)
+
+
+def headline_ks(runs: Sequence[RunData]) -> set[int]:
+    """The k of pass@k worth a column in a short table: 1, 2, 5, 10 and the largest."""
+    return set(TERMINAL_KS) | {max((len(_pass_cols(r.summary)) for r in runs), default=1)}
 
 
 def format_table(df: pd.DataFrame) -> str:
@@ -171,8 +194,9 @@ def format_table(df: pd.DataFrame) -> str:
     return df.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-")
 
 
-def terminal_report(runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]]) -> str:
-    ks = set(TERMINAL_KS) | {max((len(_pass_cols(r.summary)) for r in runs), default=1)}
+def terminal_report(runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]],
+                    rounds: Sequence[dict[str, Any]] = ()) -> str:
+    ks = headline_ks(runs)
     out = ["== overview (solved rate CI: 95% bootstrap over tasks; errors excluded from rates)",
            format_table(overview_table(runs, ks))]
     for level in ("domain", "difficulty"):
@@ -186,6 +210,8 @@ def terminal_report(runs: Sequence[RunData], comps: Sequence[tuple[str, str, met
     errs = errors_table(runs)
     if not errs.empty:
         out += ["\n== infra errors (status=error; not counted in rates)", format_table(errs)]
+    if rounds:
+        out += ["\n== by training round", format_table(rounds_table(rounds))]
     return "\n".join(out)
 
 
@@ -331,20 +357,18 @@ def plot_rounds(rows: Sequence[dict[str, Any]]) -> Optional[str]:
     """pass@1 by training round, one line per (run, split), with the CI band when given."""
     if not rows:
         return None
-    table = pd.DataFrame(rows)
-    if "run" not in table:
-        table["run"] = ""
+    table = pd.DataFrame(list(rows))
     fig = Figure(figsize=(7, 3.6))
     ax = fig.subplots()
-    series = list(table.groupby(["run", "split"], sort=True))
-    for ((run, split), part), color in zip(series, _colors(len(series))):
+    series = list(table.groupby(["run", "split", "metric"], sort=True))
+    for ((run, split, metric), part), color in zip(series, _colors(len(series))):
         part = part.sort_values("round")
-        label = f"{run} {split}".strip()
-        ax.plot(part["round"], part["pass@1"], marker="o", label=label, color=color)
+        label = f"{run} {split} {metric}".strip()
+        ax.plot(part["round"], part["value"], marker="o", label=label, color=color)
         if part[["ci_low", "ci_high"]].notna().all().all():
             ax.fill_between(part["round"], part["ci_low"], part["ci_high"], alpha=0.2, color=color)
     ax.set_xlabel("round")
-    ax.set_ylabel("pass@1")
+    ax.set_ylabel("pass rate")
     ax.set_ylim(0, 1.05)
     ax.set_title("Pass rate by round")
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -491,7 +515,7 @@ def write_html(path: Path, runs: Sequence[RunData], comps: Sequence[tuple[str, s
     heat, note = plot_heatmap(runs)
     plots.append(("Per-task solved rate across runs", heat, note))
     if rounds:
-        plots.append(("Pass rate by round", plot_rounds(rounds), "from rounds.jsonl / extra round metrics"))
+        plots.append(("Pass rate by round", plot_rounds(rounds), "shaded: 95% CI"))
     tasks = sorted({t for r in runs for t in r.df["task_id"].astype(str)})
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -512,6 +536,8 @@ def write_html(path: Path, runs: Sequence[RunData], comps: Sequence[tuple[str, s
                 w(f"<figure><img src='{img}' alt='{e(title)}'><figcaption>{e(title)}"
                   f"{(': ' + e(caption)) if caption else ''}</figcaption></figure>")
         w("</div>")
+        if rounds:
+            w(f"<h2>By training round</h2>{html_table(rounds_table(rounds))}")
         if comps:
             w(f"<h2>Compared with {e(runs[0].label)} (paired by task)</h2>{html_table(comparison_table(comps))}")
             for a, b, c in comps:
@@ -543,7 +569,7 @@ def write_html(path: Path, runs: Sequence[RunData], comps: Sequence[tuple[str, s
 def _md_cell(value: Any) -> str:
     if isinstance(value, float):
         return "-" if np.isnan(value) else f"{value:.3f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return str(value).replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
 
 def markdown_table(df: pd.DataFrame) -> str:
@@ -555,9 +581,10 @@ def markdown_table(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def markdown_summary(runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]]) -> str:
+def markdown_summary(runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]],
+                     rounds: Sequence[dict[str, Any]] = ()) -> str:
     out = ["## harness results", ""]
-    head = []
+    head, ks = [], headline_ks(runs)
     for r in runs:
         o = r.overall
         row = {"run": r.label, "model": r.reader.manifest.model, "tasks": o["n_tasks"],
@@ -565,11 +592,13 @@ def markdown_summary(runs: Sequence[RunData], comps: Sequence[tuple[str, str, me
                "solved rate (95% CI)": f"{o['solved_rate']:.3f} ({o['solved_ci_low']:.3f}-{o['solved_ci_high']:.3f})"
                if not np.isnan(o["solved_rate"]) else "-"}
         for col in _pass_cols(r.summary):
-            if int(col[5:]) in TERMINAL_KS:
+            if int(col[5:]) in ks:
                 row[col] = o[col]
         row.update({"mean reward": o["mean_reward"], "cost (USD)": o["total_cost"]})
         head.append(row)
     out += [markdown_table(pd.DataFrame(head)), ""]
+    if rounds:
+        out += ["### By training round", "", markdown_table(rounds_table(rounds)), ""]
     if comps:
         out += ["### Compared with the baseline", ""]
         for a, b, c in comps:
@@ -594,33 +623,42 @@ def markdown_summary(runs: Sequence[RunData], comps: Sequence[tuple[str, str, me
 
 # ---------------------------------------------------------------- entry point
 
-def build_report(run_dirs: Sequence[str | Path], out_dir: Optional[str | Path] = None,
+def build_report(paths: Sequence[str | Path], out_dir: Optional[str | Path] = None,
                  extra_rounds: Optional[Sequence[dict[str, Any]]] = None, n_boot: int = 1000, seed: int = 0,
                  echo: Callable[[str], Any] = print) -> dict[str, Path]:
     """Print the terminal tables (through `echo`) and write report.html, summary.{csv,parquet,md} to out_dir.
 
-    out_dir defaults to the run folder for one run, reports/<UTC timestamp>/ for several.
-    `extra_rounds` are per-round metrics rows (round, split, pass@1, ci_low, ci_high) from the training
-    loop; rounds.jsonl in any run folder is read as well. Either adds a "pass rate by round" plot.
+    `paths` are run folders; a folder with rounds.jsonl but no manifest.json (a post-training run)
+    contributes its rounds only. out_dir defaults to the folder itself when there is one,
+    reports/<UTC timestamp>/ otherwise. `extra_rounds` are per-round metric rows (round, split, pass@1,
+    ci_low, ci_high); they and any rounds.jsonl add a "pass rate by round" plot and table.
     """
-    if not run_dirs:
+    if not paths:
         raise UserError("harness report needs at least one run folder")
+    run_dirs = [Path(p) for p in paths if (Path(p) / MANIFEST).exists() or not (Path(p) / ROUNDS_FILE).exists()]
     runs = load_runs(run_dirs, n_boot, seed)
+    rounds = normalize_rounds(extra_rounds or [], "extra round metrics")
+    several = len(paths) > 1
+    for p in paths:
+        rounds += load_rounds(p, run=Path(p).name if several else "")
     if out_dir is None:
-        out_dir = runs[0].reader.dir if len(runs) == 1 else \
+        out_dir = Path(paths[0]) if not several else \
             Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rounds = [{**row, "run": ""} for row in normalize_rounds(extra_rounds or [], "extra round metrics")]
-    for r in runs:
-        rounds += [{**row, "run": r.label if len(runs) > 1 else ""} for row in r.rounds]
     comps = comparisons(runs, n_boot, seed)
-    echo(terminal_report(runs, comps))
-    paths = {"html": out / "report.html", "csv": out / "summary.csv", "parquet": out / "summary.parquet",
+    echo(terminal_report(runs, comps, rounds))
+    files = {"html": out / "report.html", "csv": out / "summary.csv", "parquet": out / "summary.parquet",
              "md": out / "summary.md"}
     table = summary_table(runs)
-    table.to_csv(paths["csv"], index=False)
-    table.to_parquet(paths["parquet"], index=False)
-    paths["md"].write_text(markdown_summary(runs, comps), encoding="utf-8")
-    write_html(paths["html"], runs, comps, rounds)
-    return paths
+    table.to_csv(files["csv"], index=False)
+    table.to_parquet(files["parquet"], index=False)
+    files["md"].write_text(markdown_summary(runs, comps, rounds), encoding="utf-8")
+    write_html(files["html"], runs, comps, rounds)
+    return files
+
+
+def print_summary(run_dir: str | Path, echo: Callable[[str], Any] = print, n_boot: int = 1000) -> None:
+    """The terminal tables for one run (what `harness eval` prints when it finishes)."""
+    runs = load_runs([run_dir], n_boot)
+    echo(terminal_report(runs, []))

@@ -130,6 +130,29 @@ def test_rounds_plot_only_when_round_metrics_exist(runs, tmp_path):
         report.normalize_rounds([{"split": "train"}], "rounds")
 
 
+def test_post_training_folder_contributes_its_rounds(tmp_path):
+    # The training loop's folder: no manifest.json, rounds.jsonl in the long form (metric, value).
+    train = tmp_path / "train-run"
+    train.mkdir()
+    rows = [{"round": r, "split": split, "metric": metric, "value": v, "ci_low": v - 0.1, "ci_high": v + 0.1}
+            for r in range(3) for split, metric, v in (("heldout", "pass@1", 0.2 + 0.1 * r),
+                                                       ("train", "pass@8_t0.7", 0.5 + 0.1 * r))]
+    (train / report.ROUNDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    printed: list[str] = []
+    paths = report.build_report([train], None, n_boot=10, echo=printed.append)
+    assert paths["html"].parent == train
+    page = paths["html"].read_text()
+    assert "Pass rate by round" in page and "pass@8_t0.7" in page
+    assert "== by training round" in printed[0] and "heldout" in printed[0]
+    assert "### By training round" in paths["md"].read_text()
+
+
+def test_print_summary_for_one_run(runs):
+    printed: list[str] = []
+    report.print_summary(runs[0], echo=printed.append, n_boot=20)
+    assert "== overview" in printed[0] and "base" in printed[0] and "compared" not in printed[0]
+
+
 def test_empty_run_still_reports(tmp_path):
     make_run(tmp_path / "empty", "m", [], samples=1)
     paths = report.build_report([tmp_path / "empty"], tmp_path / "out", n_boot=10, echo=lambda s: None)
