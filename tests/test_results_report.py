@@ -15,7 +15,7 @@ import pytest
 
 from agent.errors import UserError
 from results import cli, report
-from results.store import ATTEMPTS, RunStore, open_run
+from results.store import RunStore, open_run
 from results.synthetic import make_attempt, make_run
 
 EVIL = '<script>alert("pwned")</script></pre><img src=x onerror=alert(1)>'
