@@ -85,7 +85,7 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
                   sample=sample, model=model_name, temperature=temperature, image=image, started_at=started)
     result: Optional[LoopResult] = None
     async with pool.sandbox(image, Limits.for_task(task.environment), task=task.id) as sb:
-        await sb.put_files(task.workspace_files)
+        await sb.put_files(task.workspace_files, executable=task.executable_files)
         await sb.mark_baseline()
         try:
             result = await policy(task, sb)

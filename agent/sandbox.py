@@ -29,7 +29,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 import docker
 import docker.errors
@@ -95,6 +95,7 @@ class ExecResult:
 class Changes:
     """What an attempt changed in /workspace, captured with caps and path checks."""
     files: dict[str, bytes] = field(default_factory=dict)  # added or modified regular files
+    executable: set[str] = field(default_factory=set)  # which of those have the executable bit
     deleted: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)  # reasons (symlinks, caps exceeded, ...)
 
@@ -277,21 +278,24 @@ class Sandbox:
             timed_out=r["timed_out"], oom=r["oom"], dropped_bytes=r["out_dropped"] + r["err_dropped"])
 
     async def put_files(self, files: dict[str, bytes], dest: str = WORKSPACE, user: str = "agent",
-                        mode: int = 0o644):
-        """Writes files by streaming a tar into `tar -x` inside (put_archive cannot reach a tmpfs)."""
+                        executable: Iterable[str] = ()):
+        """Writes files by streaming a tar into `tar -x` inside (put_archive cannot reach a tmpfs).
+        Modes are 0644, or 0755 for the paths named in `executable`."""
         if not files:
             return
         if dest == WORKSPACE:
             self._initial_files.update(files)
+        executable = set(executable)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             for name, data in sorted(files.items()):
                 info = tarfile.TarInfo(name.lstrip("/"))
                 info.size = len(data)
-                info.mode = 0o755 if name.endswith(".sh") or data.startswith(b"#!") else mode
+                info.mode = 0o755 if name in executable else 0o644
                 info.mtime = int(time.time())
                 tar.addfile(info, io.BytesIO(data))
-        r = await self.exec_raw(["tar", "-x", "--no-same-owner", "-m", "-C", dest], stdin=buf.getvalue(),
+        r = await self.exec_raw(["sh", "-c", 'mkdir -p "$1" && exec tar -x --no-same-owner -m -C "$1"', "_", dest],
+                                stdin=buf.getvalue(),
                                 timeout=120, user=user, cwd="/")
         if r["exit_code"] != 0:
             raise InfraError(f"writing files into {dest} failed: {r['err_head'].decode(errors='replace')[:300]}")
@@ -314,7 +318,8 @@ class Sandbox:
         return out
 
     async def snapshot(self, max_files: int = 5000) -> dict:
-        """path -> [kind, size, sha256] for everything under /workspace (kind: f file, l link, o other)."""
+        """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
+        (kind: f file, l link, o other)."""
         script = (
             "import os,sys,json,hashlib\nroot=sys.argv[1];lim=int(sys.argv[2]);out={}\n"
             "for d,ds,fs in os.walk(root):\n"
@@ -325,7 +330,7 @@ class Sandbox:
             "   h=hashlib.sha256()\n"
             "   with open(p,'rb') as f:\n"
             "    for b in iter(lambda:f.read(1<<20),b''): h.update(b)\n"
-            "   out[r]=['f',os.path.getsize(p),h.hexdigest()]\n"
+            "   out[r]=['f',os.path.getsize(p),h.hexdigest(),os.stat(p).st_mode&0o111!=0]\n"
             "  elif not os.path.isdir(p): out[r]=['o',0,'']\n"
             "  if len(out)>lim: print(json.dumps({'too_many':len(out)}));sys.exit(0)\n"
             "print(json.dumps(out))\n")
@@ -350,7 +355,7 @@ class Sandbox:
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
         wanted, total = [], 0
         for p in sorted(changed):
-            kind, size, _ = now[p]
+            kind, size = now[p][0], now[p][1]
             if kind == "l":
                 ch.rejected.append(f"symlink {p}")
             elif kind == "o":
@@ -358,6 +363,8 @@ class Sandbox:
             elif kind == "f":
                 total += size
                 wanted.append(p)
+                if now[p][3:4] == [True]:
+                    ch.executable.add(p)
         if total > max_bytes:
             ch.rejected.append(f"changes total {total} bytes, over the cap of {max_bytes}")
             return ch

@@ -54,7 +54,7 @@ async def _grade(task: Task, changes: Changes, pool: SandboxPool, image: str) ->
     async with pool.sandbox(image, Limits.for_task(task.environment), task=task.id) as sb:
         workspace = {p: d for p, d in task.workspace_files.items() if p not in changes.deleted}
         workspace.update(changes.files)
-        await sb.put_files(workspace)
+        await sb.put_files(workspace, executable=(set(task.executable_files) - set(changes.files)) | changes.executable)
         tests = dict(task.test_files)
         timeout = task.verifier_timeout_sec
         if ev.kind == "pytest":

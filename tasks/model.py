@@ -60,6 +60,7 @@ class Task:
     evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
     dockerfile: Optional[str] = None  # text of environment/Dockerfile; None -> the base image
     workspace_files: dict[str, bytes] = field(default_factory=dict)  # relative path -> content
+    executable_files: tuple[str, ...] = ()  # workspace files that start with the executable bit
     test_files: dict[str, bytes] = field(default_factory=dict)  # hidden
     solution_files: dict[str, bytes] = field(default_factory=dict)  # solve.sh (+ helpers)
 
