@@ -124,7 +124,9 @@ class LiteLLMModel:
         seed: Optional[int] = None,
     ) -> list[Completion]:
         # n separate requests: not every provider accepts n, and each sample then has its own retries.
-        batches = await asyncio.gather(*[self._one(messages, tools, temperature, max_tokens, seed) for _ in range(n)])
+        # With a seed, request i gets seed + i: the same seed n times would give n identical samples.
+        batches = await asyncio.gather(*[self._one(messages, tools, temperature, max_tokens,
+                                                   None if seed is None else seed + i) for i in range(n)])
         return [c for batch in batches for c in batch[:1]]
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:

@@ -12,8 +12,9 @@ Two file formats, told apart by content:
 Replies are per attempt: the agent loop calls `model_for_attempt(model, task_id, sample)` (agent.models)
 once per attempt, which gives `model.for_task(task_id, sample)`: a fresh instance whose k-th complete()
 call returns the task's k-th reply. With n > 1 a call returns the same next reply n times. A call past
-the end of the script raises ModelError. An unbound ReplayModel (served over HTTP, say) plays the "*"
-script -- or the only script in the file -- with one counter for all callers.
+the end of the script raises ModelError. Token counts the file lacks are estimated (~4 characters a
+token) so budgets and prices apply. An unbound ReplayModel (served over HTTP, say) plays the "*" script
+-- or the only script in the file -- with one counter for all callers.
 """
 from __future__ import annotations
 
@@ -100,6 +101,11 @@ def load_scripts(path: str) -> dict[str, dict[int, Script]]:
     return _load_attempts(text.splitlines(), path)
 
 
+def _reply_tokens(c: Completion) -> int:
+    calls = json.dumps([[t.name, t.arguments] for t in c.tool_calls]) if c.tool_calls else ""
+    return max(1, (len(c.content) + len(calls)) // 4)
+
+
 class ReplayModel:
     def __init__(self, scripts: dict[str, dict[int, Script]], *, name: str = "replay",
                  task_id: Optional[str] = None, sample: int = 0,
@@ -156,6 +162,9 @@ class ReplayModel:
         out = [copy.deepcopy(reply) for _ in range(n)]
         for c in out:
             c.cost = 0.0
+            # Scripts carry no token counts: estimate them, so token budgets and prices still apply.
+            c.prompt_tokens = c.prompt_tokens or approx_tokens(messages)
+            c.completion_tokens = c.completion_tokens or _reply_tokens(c)
         apply_prices(out, self.price_in, self.price_out)
         return out
 
