@@ -48,6 +48,7 @@ def test_n_copies_and_unbound_model_plays_the_default(tmp_path):
     model = get_model("replay:" + script_file(tmp_path, {"x": ["nope"], "*": ["d1", "d2"]}))
     out = ask(model, n=3)
     assert [c.content for c in out] == ["d1"] * 3
+    assert out[0].prompt_tokens > 0 and out[0].completion_tokens > 0  # estimated: budgets still apply
     out[0].content = "mutated"
     assert ask(model)[0].content == "d2"
 
