@@ -22,7 +22,9 @@ def register(subparsers) -> None:
                    help="no loss on turns whose command failed")
     p.add_argument("--continue", dest="continue_adapter", action="store_true", default=None,
                    help="train each round on top of the previous adapter (default: from the base on all kept data)")
-    p.add_argument("--limit", type=int, help="use only the first N tasks of each split")
+    p.add_argument("--limit", type=int, help="use N tasks of each split, spread evenly over families")
+    p.add_argument("--max-steps", type=int, help="agent steps per attempt (tightens the tasks' limit)")
+    p.add_argument("--max-reply-tokens", type=int, help="tokens per model reply")
     p.add_argument("--concurrency", type=int, help="attempts in flight while sampling (default 4)")
     p.add_argument("--seed", type=int)
     p.add_argument("--rank", type=int, help="LoRA rank (default 16)")
@@ -45,7 +47,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.preset, model=args.model, tasks=args.tasks, heldout=args.heldout, rounds=args.rounds,
         samples=args.samples, temperature=args.temperature, eval_samples=args.eval_samples,
         per_task_cap=args.per_task_cap, mask_errors=args.mask_errors, continue_adapter=args.continue_adapter,
-        limit=args.limit, concurrency=args.concurrency, seed=args.seed, out=out,
+        limit=args.limit, max_steps=args.max_steps, max_reply_tokens=args.max_reply_tokens,
+        concurrency=args.concurrency, seed=args.seed, out=out,
         sft={"rank": args.rank, "lr": args.lr, "epochs": args.epochs})
     run(cfg)
     return 0

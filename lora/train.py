@@ -52,9 +52,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-EVAL_RUNS = ("heldout-greedy", "heldout-sample", "train-greedy", "train-sample")
-
-
 @dataclass
 class TrainConfig:
     model: str  # local:NAME
@@ -68,7 +65,9 @@ class TrainConfig:
     per_task_cap: int = 2
     mask_errors: bool = False
     continue_adapter: bool = False
-    limit: Optional[int] = None  # first N tasks of each split (quick runs)
+    limit: Optional[int] = None  # N tasks of each split, spread evenly over families (quick runs)
+    max_steps: Optional[int] = None  # agent steps per attempt (tightens the tasks' own limit)
+    max_reply_tokens: Optional[int] = None  # tokens per model reply
     concurrency: int = 4
     seed: int = 0
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -111,7 +110,8 @@ class Backend:
     """The three operations the loop uses. The defaults call the runner, the task loader and the
     local model; tests pass fakes."""
     load_tasks: Callable[[str, str], list]  # (suite spec, split) -> [Task]
-    run_eval: Callable[..., Path]  # (model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency) -> run dir
+    # (model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency, limits) -> run dir
+    run_eval: Callable[..., Path]
     fine_tune: Callable[..., dict]  # (model, examples, sft_cfg, out_dir, continue_from) -> stats
 
 
@@ -121,13 +121,18 @@ def _load_tasks(spec: str, split: str) -> list:
 
 
 def _run_eval(model: str, tasks: list, *, samples: int, temperature: float, out_dir: Path,
-              adapter: Optional[Path], seed: int, concurrency: int) -> Path:
+              adapter: Optional[Path], seed: int, concurrency: int, limits: dict) -> Path:
     from agent.runner import run_eval
     from lora.sft import free_memory
     options = {"adapter": str(adapter)} if adapter else None
+    extra = {}
+    if limits:  # LoopConfig fields; the runner keeps the tighter of these and the task's own limits
+        from agent.loop import LoopConfig
+        extra["loop"] = LoopConfig(**limits)
     resume = (Path(out_dir) / "manifest.json").exists()  # an interrupted run of this phase: finish it
     run_dir = asyncio.run(run_eval(model, tasks, samples=samples, temperature=temperature, out_dir=out_dir,
-                                   concurrency=concurrency, resume=resume, seed=seed, model_options=options))
+                                   concurrency=concurrency, resume=resume, seed=seed, model_options=options,
+                                   **extra))
     free_memory()  # the runner's model copy is gone; give its memory back before training
     return Path(run_dir)
 
@@ -247,8 +252,8 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
         log(f"train: {out} already stopped: {json.loads(stopped.read_text())['reason']}")
         return out
 
-    train_tasks = backend.load_tasks(cfg.tasks, "train")[:cfg.limit]
-    heldout_tasks = backend.load_tasks(cfg.heldout or cfg.tasks, "heldout")[:cfg.limit]
+    train_tasks = spread(backend.load_tasks(cfg.tasks, "train"), cfg.limit)
+    heldout_tasks = spread(backend.load_tasks(cfg.heldout or cfg.tasks, "heldout"), cfg.limit)
     if not train_tasks:
         raise UserError(f"--tasks {cfg.tasks}: no tasks in its train split")
     if not heldout_tasks:
@@ -274,6 +279,21 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
             _eval_phase(cfg, backend, out, r, adapter, train_tasks, heldout_tasks, log)
     log(summary_table(out))
     return out
+
+
+def spread(tasks: list, n: Optional[int]) -> list:
+    """The first `n` tasks taken round-robin over their families, so a small run still covers them all."""
+    if n is None or n >= len(tasks):
+        return list(tasks)
+    families: dict[str, list] = defaultdict(list)
+    for t in tasks:
+        families[getattr(t, "family", "") or t.id].append(t)
+    picked: list = []
+    while len(picked) < n:
+        for group in families.values():
+            if group and len(picked) < n:
+                picked.append(group.pop(0))
+    return picked
 
 
 def _check_config(out: Path, cfg: TrainConfig) -> None:
@@ -338,12 +358,13 @@ def _eval_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, adapter: 
         "train-greedy": (train_tasks, 1, 0.0),
         "train-sample": (train_tasks, cfg.samples, cfg.temperature),  # also the next round's samples
     }
+    limits = {k: v for k, v in (("max_steps", cfg.max_steps), ("max_reply_tokens", cfg.max_reply_tokens)) if v}
     runs: dict[str, tuple[Path, int, float]] = {}
     for name, (tasks, samples, temperature) in plan.items():
         log(f"train: round {r}: eval {name} ({len(tasks)} tasks x {samples} at t={temperature:g})")
         run_dir = backend.run_eval(cfg.model, tasks, samples=samples, temperature=temperature,
                                    out_dir=rd / "eval" / name, adapter=adapter, seed=cfg.seed + r,
-                                   concurrency=cfg.concurrency)
+                                   concurrency=cfg.concurrency, limits=limits)
         runs[name] = (Path(run_dir), samples, temperature)
     base = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"] if r >= 1 else None
     metrics = summarize_runs(runs, base)

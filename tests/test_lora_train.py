@@ -28,9 +28,9 @@ class FakeBackend:
         return lt.Backend(load_tasks=self.load_tasks, run_eval=self.run_eval, fine_tune=self.fine_tune)
 
     def load_tasks(self, spec, split):
-        return [SimpleNamespace(id=f"{split}-{i}") for i in range(3)]
+        return [SimpleNamespace(id=f"{split}-{i}", family=f"f{i}") for i in range(3)]
 
-    def run_eval(self, model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency):
+    def run_eval(self, model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency, limits):
         if self.fail_eval_at is not None and len(self.evals) == self.fail_eval_at:
             self.fail_eval_at = None
             raise RuntimeError("sandbox exploded")
@@ -157,6 +157,12 @@ def test_resume_with_other_settings_is_refused(tmp_path):
         lt.run(config(tmp_path, rounds=1, samples=4), fake.backend(), log=lambda _: None)
     lt.run(config(tmp_path, rounds=2), fake.backend(), log=lambda _: None)  # more rounds: allowed, resumes
     assert (tmp_path / "run" / "round_2" / "eval.done.json").exists()
+
+
+def test_limit_spreads_tasks_over_families():
+    tasks = [SimpleNamespace(id=f"{f}-{i}", family=f) for f in "abc" for i in range(4)]
+    assert [t.id for t in lt.spread(tasks, 4)] == ["a-0", "b-0", "c-0", "a-1"]
+    assert lt.spread(tasks, None) == tasks and len(lt.spread(tasks, 99)) == 12
 
 
 def test_needs_a_local_model(tmp_path):

@@ -1,0 +1,1 @@
+"""Sales CSV -> monthly summary JSON. See README.md."""

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+wc -l < "{{file}}" | tr -d ' ' > count.txt

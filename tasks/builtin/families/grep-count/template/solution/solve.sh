@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+grep -c "{{word}}" "{{file}}" > "{{out}}"

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+find scripts -type f -name '*.sh' -exec chmod +x {} +

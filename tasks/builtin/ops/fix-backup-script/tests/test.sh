@@ -1,0 +1,23 @@
+#!/bin/bash
+# Runs in /workspace. Reward: 0.5 first run correct, 0.25 second run correct, 0.25 a new file name with spaces.
+reward=0
+check() {  # $1 = expected count; checks the output line and the backup folder contents
+    [ "$out" = "backed up $1 files" ] || return 1
+    [ "$(ls backup | wc -l)" -eq "$1" ] || return 1
+    for f in "my documents"/*.txt; do
+        cmp -s "$f" "backup/$(basename "$f")" || return 1
+    done
+}
+rm -rf backup
+if out=$(timeout 20 bash backup.sh 2>/dev/null) && check 3; then
+    reward=0.5
+    if out=$(timeout 20 bash backup.sh 2>/dev/null) && check 3; then
+        reward=0.75
+        printf 'new  file\n' > "my documents/meeting  minutes.txt"
+        if out=$(timeout 20 bash backup.sh 2>/dev/null) && check 4; then
+            reward=1
+        fi
+        rm -f "my documents/meeting  minutes.txt"
+    fi
+fi
+echo "$reward" > "$REWARD_FILE"

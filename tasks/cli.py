@@ -1,0 +1,71 @@
+"""`harness tasks ...`: list suites, import HumanEval, validate tasks in the sandbox."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tasks.loader import DOMAINS, SPLITS, load_suite
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("tasks", help="list, import and validate tasks")
+    sub = parser.add_subparsers(dest="tasks_command", metavar="ACTION")
+    parser.set_defaults(func=lambda args: _help(parser))
+
+    ls = sub.add_parser("list", help="show the tasks of a suite")
+    _add_suite_args(ls)
+    ls.set_defaults(func=cmd_list)
+
+    imp = sub.add_parser("import", help="write an external benchmark as task folders")
+    imp.add_argument("source", choices=["humaneval"], help="what to import")
+    imp.add_argument("--out", type=Path, default=None,
+                     help="folder to write (default: tasks/humaneval, which `humaneval` as a suite refers to)")
+    imp.set_defaults(func=cmd_import)
+
+    val = sub.add_parser("validate", help="run every task's oracle and a null agent in the sandbox")
+    val.add_argument("suite", nargs="?", default="builtin",
+                     help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"')
+    val.add_argument("--repeats", type=int, default=1, help="run each oracle this many times (flakiness check)")
+    val.add_argument("--concurrency", type=int, default=2, help="tasks checked at the same time")
+    val.set_defaults(func=cmd_validate)
+
+
+def _add_suite_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", nargs="?", default="builtin",
+                   help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval" (default: builtin)')
+    p.add_argument("--domain", choices=DOMAINS)
+    p.add_argument("--difficulty", help="N or N-M, e.g. 2 or 1-2")
+    p.add_argument("--split", choices=SPLITS, help="family instances of this split only")
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def cmd_list(args) -> int:
+    tasks = load_suite(args.suite, domain=args.domain, difficulty=args.difficulty, split=args.split)
+    if not tasks:
+        print("no tasks match")
+        return 0
+    header = ("id", "domain", "difficulty", "split", "evaluator")
+    rows = [(t.id, t.domain, str(t.difficulty), t.split or "-", t.evaluator.kind) for t in tasks]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    print(f"{len(tasks)} tasks")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from tasks.humaneval import import_humaneval
+
+    out = import_humaneval(args.out)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from evaluators.validate import main  # the sandbox side lives in evaluators/
+
+    return main(args)

@@ -1,0 +1,361 @@
+"""tasks/loader.py: task folders, families and suites; every user mistake is a one-line UserError."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.errors import UserError
+from tasks import loader
+from tasks.loader import hidden_test_names, is_canary, load_family, load_suite, load_task
+
+TOML = """\
+version = "1.0"
+
+[metadata]
+domain = "data"
+difficulty = 2
+tags = ["csv"]
+
+[agent]
+timeout_sec = 300
+max_steps = 20
+command_timeout_sec = 30
+
+[verifier]
+timeout_sec = 60
+
+[environment]
+cpus = 1
+memory_mb = 1024
+storage_mb = 256
+allow_internet = false
+
+[evaluator]
+kind = "pytest"
+protected = ["tests/**"]
+"""
+
+TESTS = "def test_real():\n    assert True\n\n\ndef test_canary_impossible():\n    assert 1 == 2\n"
+
+
+def make_task(root: Path, toml: str = TOML, **overrides: str | None) -> Path:
+    """A valid task folder; keyword overrides replace (or with None remove) files, '/' written as '__'."""
+    files = {
+        "task.toml": toml,
+        "instruction.md": "Write the answer to /workspace/answer.txt.\n",
+        "environment/Dockerfile": "FROM harness-base\n",
+        "environment/data.csv": "a,b\n1,2\n",
+        "environment/tests/test_public.py": "def test_public():\n    pass\n",
+        "tests/test_hidden.py": TESTS,
+        "solution/solve.sh": "#!/bin/bash\necho 3 > answer.txt\n",
+    }
+    for key, value in overrides.items():
+        files[key.replace("__", "/")] = value
+    for rel, text in files.items():
+        if text is not None:
+            p = root / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+    return root
+
+
+def error_of(fn, *args, **kwargs) -> str:
+    with pytest.raises(UserError) as e:
+        fn(*args, **kwargs)
+    return str(e.value)
+
+
+# ------------------------------------------------------------------------------------------- one task
+
+def test_load_task_reads_every_part(tmp_path):
+    task = load_task(make_task(tmp_path / "csv-sum"))
+    assert task.id == "csv-sum"  # folder name when [metadata] id is absent
+    assert (task.version, task.domain, task.difficulty, task.tags) == ("1.0", "data", 2, ("csv",))
+    assert (task.agent.timeout_sec, task.agent.max_steps, task.agent.command_timeout_sec) == (300, 20, 30)
+    assert task.verifier_timeout_sec == 60
+    assert (task.environment.memory_mb, task.environment.storage_mb, task.environment.allow_internet) == (1024, 256, False)
+    assert task.evaluator.kind == "pytest" and task.evaluator.protected == ("tests/**",)
+    assert task.dockerfile == "FROM harness-base\n"
+    assert task.workspace_files == {"data.csv": b"a,b\n1,2\n", "tests/test_public.py": b"def test_public():\n    pass\n"}
+    assert set(task.test_files) == {"test_hidden.py"}
+    assert set(task.solution_files) == {"solve.sh"}
+    assert task.instruction.startswith("Write the answer")
+    assert task.path == tmp_path / "csv-sum" and task.family == "" and task.split == ""
+
+
+def test_metadata_id_overrides_folder_name(tmp_path):
+    toml = TOML.replace('domain = "data"', 'id = "my-task"\ndomain = "data"')
+    assert load_task(make_task(tmp_path / "folder", toml)).id == "my-task"
+
+
+def test_load_task_accepts_the_toml_path(tmp_path):
+    assert load_task(make_task(tmp_path / "t") / "task.toml").id == "t"
+
+
+def test_bad_difficulty_message_names_file_field_and_value(tmp_path, monkeypatch):
+    make_task(tmp_path / "x", TOML.replace("difficulty = 2", 'difficulty = "9"'))
+    monkeypatch.chdir(tmp_path)
+    assert error_of(load_task, "x") == 'x/task.toml: [metadata] difficulty must be an integer 1-5 (got "9")'
+
+
+@pytest.mark.parametrize("value", ["0", "6", "true", "2.5"])
+def test_difficulty_out_of_range_or_wrong_type(tmp_path, value):
+    make_task(tmp_path / "x", TOML.replace("difficulty = 2", f"difficulty = {value}"))
+    assert "[metadata] difficulty must be an integer 1-5" in error_of(load_task, tmp_path / "x")
+
+
+@pytest.mark.parametrize("word,level", [("easy", 1), ("medium", 3), ("hard", 5), ("Hard", 5)])
+def test_harbor_difficulty_words(tmp_path, word, level):
+    make_task(tmp_path / "x", TOML.replace("difficulty = 2", f'difficulty = "{word}"'))
+    assert load_task(tmp_path / "x").difficulty == level
+
+
+@pytest.mark.parametrize("table,typo", [("metadata", "dificulty = 3"), ("agent", "max_step = 3"),
+                                        ("environment", "memroy_mb = 5"),
+                                        ("evaluator", "protect = []"), ("verifier", "timeout = 3")])
+def test_unknown_keys_in_our_tables_are_errors(tmp_path, table, typo):
+    make_task(tmp_path / "x", TOML.replace(f"[{table}]\n", f"[{table}]\n{typo}\n"))
+    msg = error_of(load_task, tmp_path / "x")
+    assert f"[{table}] unknown key" in msg
+    assert "task.toml" in msg
+
+
+def test_harbor_keys_are_accepted_and_unknown_top_level_ignored(tmp_path):
+    toml = TOML.replace("[metadata]\n", '[metadata]\nauthor_name = "A"\ncategory = "x"\n')
+    toml = toml.replace("[environment]\n", "[environment]\nbuild_timeout_sec = 600.0\n")
+    toml += '\n[task]\nname = "org/x"\n\n[solution]\nenv = {}\n'
+    assert load_task(make_task(tmp_path / "x", toml)).domain == "data"
+
+
+def test_harbor_memory_string(tmp_path):
+    toml = TOML.replace("memory_mb = 1024", 'memory = "2G"').replace("storage_mb = 256", 'storage = "512M"')
+    env = load_task(make_task(tmp_path / "x", toml)).environment
+    assert (env.memory_mb, env.storage_mb) == (2048, 512)
+
+
+def test_unknown_domain(tmp_path):
+    make_task(tmp_path / "x", TOML.replace('domain = "data"', 'domain = "math"'))
+    assert "[metadata] domain must be one of coding, data, ops, documents, science" in error_of(load_task, tmp_path / "x")
+
+
+def test_invalid_toml_names_the_file(tmp_path):
+    make_task(tmp_path / "x", "version = \n")
+    msg = error_of(load_task, tmp_path / "x")
+    assert "task.toml: invalid TOML" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("missing,expected", [
+    ("instruction.md", "instruction.md: missing"),
+    ("solution__solve.sh", "solution/solve.sh: missing"),
+    ("tests__test_hidden.py", "no hidden tests"),
+])
+def test_missing_required_files(tmp_path, missing, expected):
+    make_task(tmp_path / "x", **{missing: None})
+    assert expected in error_of(load_task, tmp_path / "x")
+
+
+def test_pytest_task_needs_a_canary(tmp_path):
+    make_task(tmp_path / "x", **{"tests__test_hidden.py": "def test_only():\n    pass\n"})
+    assert "no canary test" in error_of(load_task, tmp_path / "x")
+
+
+def test_syntax_error_in_hidden_tests_names_file_and_line(tmp_path):
+    make_task(tmp_path / "x", **{"tests__test_hidden.py": "def test_a(:\n"})
+    msg = error_of(load_task, tmp_path / "x")
+    assert "tests/test_hidden.py line 1" in msg
+
+
+def test_script_task_needs_test_sh(tmp_path):
+    toml = TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "script"')
+    make_task(tmp_path / "x", toml)
+    assert "tests/test.sh: missing" in error_of(load_task, tmp_path / "x")
+    (tmp_path / "x" / "tests" / "test.sh").write_text("echo 1 > $REWARD_FILE\n")
+    assert load_task(tmp_path / "x").evaluator.kind == "script"
+
+
+def test_harbor_task_without_evaluator_table_uses_test_sh(tmp_path):
+    toml = TOML.split("[evaluator]")[0]
+    make_task(tmp_path / "x", toml, **{"tests__test.sh": "echo 1 > /logs/verifier/reward.txt\n"})
+    assert load_task(tmp_path / "x").evaluator.kind == "script"
+
+
+ANSWER = TOML.replace('kind = "pytest"\nprotected = ["tests/**"]',
+                      'kind = "answer"\nanswer_file = "out/answer.txt"\nmode = "numeric"\nexpected = 3\ntolerance = 0.5')
+
+
+def test_answer_task(tmp_path):
+    ev = load_task(make_task(tmp_path / "x", ANSWER, **{"tests__test_hidden.py": None})).evaluator
+    assert (ev.kind, ev.answer_file, ev.mode, ev.expected, ev.tolerance) == ("answer", "out/answer.txt", "numeric", 3, 0.5)
+
+
+def test_answer_json_expected_can_be_a_table(tmp_path):
+    toml = ANSWER.replace('mode = "numeric"\nexpected = 3', 'mode = "json"\nexpected = { a = [1, 2], b = "x" }')
+    assert load_task(make_task(tmp_path / "x", toml)).evaluator.expected == {"a": [1, 2], "b": "x"}
+
+
+@pytest.mark.parametrize("change,expected", [
+    (("expected = 3\n", ""), "[evaluator] expected is missing"),
+    (("expected = 3", 'expected = "3"'), "expected must be a number"),
+    (('mode = "numeric"', 'mode = "fuzzy"'), "[evaluator] mode must be one of"),
+    (('mode = "numeric"\nexpected = 3', 'mode = "regex"\nexpected = "(("'), "not a valid regex"),
+    (('answer_file = "out/answer.txt"', 'answer_file = "../answer.txt"'), "answer_file must be a path relative"),
+    (("tolerance = 0.5", "tolerance = 0.5\nprotected = []"), '[evaluator] protected only applies to kind = "pytest"'),
+])
+def test_answer_mistakes(tmp_path, change, expected):
+    make_task(tmp_path / "x", ANSWER.replace(*change))
+    assert expected in error_of(load_task, tmp_path / "x")
+
+
+def test_docker_compose_is_refused(tmp_path):
+    make_task(tmp_path / "x", **{"environment__docker-compose.yaml": "services: {}\n"})
+    assert "docker-compose tasks are not supported" in error_of(load_task, tmp_path / "x")
+
+
+def test_symlinks_are_refused(tmp_path):
+    root = make_task(tmp_path / "x")
+    (root / "environment" / "link").symlink_to(root / "environment" / "data.csv")
+    assert "symlinks are not supported" in error_of(load_task, root)
+
+
+def test_caches_are_skipped(tmp_path):
+    root = make_task(tmp_path / "x")
+    (root / "tests" / "__pycache__").mkdir()
+    (root / "tests" / "__pycache__" / "test_hidden.cpython-311.pyc").write_bytes(b"\0")
+    assert set(load_task(root).test_files) == {"test_hidden.py"}
+
+
+def test_hidden_test_names_and_canaries():
+    names = hidden_test_names({"test_a.py": b"def test_x(): pass\nclass TestK:\n    def test_canary_y(self): pass\n"
+                                            b"def helper(): pass\n", "helper.py": b"def test_no(): pass\n"})
+    assert names == {"test_a.py": ["test_x", "TestK::test_canary_y"]}
+    assert is_canary("TestK::test_canary_y") and is_canary("test_canary_z[3]") and not is_canary("test_x")
+
+
+# ------------------------------------------------------------------------------------------- families
+
+FAMILY = """\
+[family]
+id = "count"
+template = "template"
+
+[[instances]]
+id = "count-01"
+split = "train"
+params = { file = "a.txt", n = 3 }
+
+[[instances]]
+id = "count-02"
+split = "heldout"
+params = { file = "b.txt", n = 5 }
+"""
+
+
+def make_family(root: Path, family: str = FAMILY) -> Path:
+    make_task(root / "template", TOML.replace("difficulty = 2", "difficulty = 1"), **{
+        "instruction.md": "Count the lines of {{file}}.\n",
+        "environment/{{file}}": "x\n",
+        "tests__test_hidden.py": "N = {{n}}\n" + TESTS,
+    })
+    (root / "family.toml").write_text(family)
+    return root
+
+
+def test_family_expands_params_in_text_and_file_names(tmp_path):
+    a, b = load_family(make_family(tmp_path / "fam"))
+    assert (a.id, a.family, a.split, a.path) == ("count-01", "count", "train", None)
+    assert (b.id, b.split) == ("count-02", "heldout")
+    assert a.instruction == "Count the lines of a.txt.\n" and b.instruction == "Count the lines of b.txt.\n"
+    assert set(a.workspace_files) == {"a.txt", "tests/test_public.py", "data.csv"}
+    assert a.test_files["test_hidden.py"].startswith(b"N = 3\n") and b.test_files["test_hidden.py"].startswith(b"N = 5\n")
+    assert a.difficulty == 1 and a.content_hash() != b.content_hash()
+
+
+def test_family_missing_param_names_the_placeholder(tmp_path):
+    fam = make_family(tmp_path / "fam", FAMILY.replace('params = { file = "b.txt", n = 5 }', 'params = { file = "b.txt" }'))
+    msg = error_of(load_family, fam)
+    assert "{{n}}" in msg and "count-02" in msg and "tests/test_hidden.py" in msg
+
+
+def test_family_unused_param_is_an_error(tmp_path):
+    fam = make_family(tmp_path / "fam", FAMILY.replace("n = 5 }", "n = 5, nn = 1 }"))
+    assert "params.nn is not used" in error_of(load_family, fam)
+
+
+@pytest.mark.parametrize("change,expected", [
+    (('split = "heldout"', 'split = "test"'), "split must be one of train, heldout"),
+    (('id = "count-02"', 'id = "count-01"'), "duplicate instance id"),
+    (('template = "template"', 'template = "nope"'), "is not a task folder"),
+    (('template = "template"', 'template = "template"\ntemplte = "x"'), "[family] unknown key"),
+    (('split = "train"', 'split = "train"\nparam = {}'), "unknown key"),
+])
+def test_family_mistakes(tmp_path, change, expected):
+    fam = make_family(tmp_path / "fam", FAMILY.replace(*change, 1))
+    assert expected in error_of(load_family, fam)
+
+
+def test_load_task_on_a_family_says_so(tmp_path):
+    assert "is a task family" in error_of(load_task, make_family(tmp_path / "fam"))
+
+
+# ------------------------------------------------------------------------------------------- suites
+
+def make_suite(root: Path) -> Path:
+    make_task(root / "data" / "csv-sum")
+    make_task(root / "ops" / "fix-config", TOML.replace('domain = "data"', 'domain = "ops"')
+              .replace("difficulty = 2", "difficulty = 4").replace('tags = ["csv"]', 'tags = ["config", "ini"]'))
+    make_family(root / "families" / "count")
+    return root
+
+
+def test_suite_is_found_recursively_and_filtered(tmp_path):
+    suite = make_suite(tmp_path / "suite")
+    ids = lambda **kw: [t.id for t in load_suite(suite, **kw)]  # noqa: E731
+    assert sorted(ids()) == ["count-01", "count-02", "csv-sum", "fix-config"]
+    assert ids(domain="ops") == ["fix-config"]
+    assert sorted(ids(difficulty=1)) == ["count-01", "count-02"]
+    assert sorted(ids(difficulty="2-4")) == ["csv-sum", "fix-config"]
+    assert sorted(ids(difficulty=[1, 4])) == ["count-01", "count-02", "fix-config"]
+    assert ids(split="heldout") == ["count-02"]
+    assert ids(tags=["config", "ini"]) == ["fix-config"] and ids(tags=["config", "csv"]) == []
+    assert ids(glob="count-*") == ["count-01", "count-02"]
+    assert ids(domain="science") == []
+
+
+def test_suite_spec_can_be_one_task_or_one_family(tmp_path):
+    suite = make_suite(tmp_path / "suite")
+    assert [t.id for t in load_suite(suite / "data" / "csv-sum")] == ["csv-sum"]
+    assert [t.id for t in load_suite(suite / "families" / "count")] == ["count-01", "count-02"]
+
+
+def test_duplicate_ids_in_a_suite(tmp_path):
+    suite = make_suite(tmp_path / "suite")
+    make_task(suite / "more" / "csv-sum")
+    msg = error_of(load_suite, suite)
+    assert 'duplicate task id "csv-sum"' in msg and "more/csv-sum" in msg
+
+
+@pytest.mark.parametrize("kwargs,expected", [
+    ({"domain": "maths"}, "unknown domain"),
+    ({"split": "test"}, "unknown split"),
+    ({"difficulty": "7"}, "difficulty filter"),
+    ({"difficulty": "1-"}, "difficulty filter"),
+])
+def test_bad_filters(tmp_path, kwargs, expected):
+    assert expected in error_of(load_suite, make_suite(tmp_path / "suite"), **kwargs)
+
+
+def test_bad_specs(tmp_path, monkeypatch):
+    assert "no such suite" in error_of(load_suite, tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    assert "no tasks found" in error_of(load_suite, tmp_path / "empty")
+    monkeypatch.setattr(loader, "HUMANEVAL_DIR", tmp_path / "not-imported")
+    assert "harness tasks import humaneval" in error_of(load_suite, "humaneval")
+
+
+def test_builtin_easy_is_difficulty_one_and_two():
+    easy = load_suite("builtin:easy")
+    assert easy and {t.difficulty for t in easy} == {1, 2}
+    assert len(easy) == len([t for t in load_suite("builtin") if t.difficulty <= 2])
+    assert [t.id for t in load_suite("builtin:easy", difficulty=1)] == [t.id for t in easy if t.difficulty == 1]
+    assert load_suite("builtin:easy", difficulty=4) == []
