@@ -1,0 +1,132 @@
+"""tasks/humaneval.py: the import writes 164 loadable tasks, and its out-of-process proxy grades honest solutions
+while the usual reward hacks (always-equal objects, patched pytest reports, early exits) do not pass."""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tasks_localcheck import check_suite, grade  # noqa: E402
+
+from agent.errors import UserError  # noqa: E402
+from tasks.humaneval import MARKER, import_humaneval, read_problems  # noqa: E402
+from tasks.loader import load_suite  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("he") / "humaneval"
+    import_humaneval(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tasks(imported):
+    return {t.id: t for t in load_suite(imported)}
+
+
+def test_import_writes_164_loadable_tasks(tasks):
+    assert len(tasks) == 164
+    assert {(t.domain, t.difficulty, t.tags, t.evaluator.kind) for t in tasks.values()} == \
+        {("coding", 2, ("humaneval",), "pytest")}
+    problem = read_problems()[0]
+    t = tasks["humaneval-000"]
+    assert problem["prompt"] in t.instruction and "/workspace/solution.py" in t.instruction
+    assert set(t.workspace_files) == {"solution.py"}
+    assert t.workspace_files["solution.py"].decode().startswith(problem["prompt"].rstrip())
+    assert b"raise NotImplementedError" in t.workspace_files["solution.py"]
+    assert problem["canonical_solution"].encode() in t.solution_files["solve.sh"]
+    assert problem["canonical_solution"] not in t.instruction
+
+
+def test_import_is_deterministic(imported, tasks, tmp_path):
+    again = {t.id: t.content_hash() for t in load_suite(import_humaneval(tmp_path / "again"))}
+    assert again == {k: t.content_hash() for k, t in tasks.items()}
+
+
+def test_reimport_replaces_only_its_own_folder(tmp_path):
+    out = tmp_path / "he"
+    import_humaneval(out)
+    (out / "humaneval-000" / "stale.txt").write_text("old")
+    import_humaneval(out)
+    assert not (out / "humaneval-000" / "stale.txt").exists() and (out / MARKER).is_file()
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    with pytest.raises(UserError, match="was not written by"):
+        import_humaneval(foreign)
+    assert (foreign / "notes.txt").read_text() == "keep"
+
+
+def grade_solution(task, text: str):
+    with tempfile.TemporaryDirectory() as d:
+        ws, scratch = Path(d) / "ws", Path(d) / "scratch"
+        ws.mkdir()
+        scratch.mkdir()
+        (ws / "solution.py").write_text(text)
+        return grade(task, ws, scratch)
+
+
+HONEST_NOISY = '''
+def has_close_elements(numbers, threshold):
+    print("=== 2 passed ===")  # output must not disturb the proxy
+    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
+'''
+
+ALWAYS_EQUAL = '''
+class Anything:
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+    def __bool__(self):
+        return True
+def has_close_elements(numbers, threshold):
+    return Anything()
+'''
+
+REPR_LIES = ALWAYS_EQUAL.replace("    def __bool__", "    def __repr__(self):\n        return 'True'\n    def __bool__")
+
+PATCHED_REPORTS = '''
+import _pytest.reports
+_original = _pytest.reports.TestReport.from_item_and_call.__func__
+def _always_pass(cls, item, call):
+    report = _original(cls, item, call)
+    report.outcome = "passed"
+    return report
+_pytest.reports.TestReport.from_item_and_call = classmethod(_always_pass)
+def has_close_elements(numbers, threshold):
+    return False
+'''
+
+
+def test_honest_solution_with_prints_is_solved(tasks):
+    g = grade_solution(tasks["humaneval-000"], HONEST_NOISY)
+    assert g.solved, g.detail
+    assert g.tests == {"test_official_check": "passed", "test_canary_first_case": "failed"}
+
+
+@pytest.mark.parametrize("hack", [ALWAYS_EQUAL, REPR_LIES, PATCHED_REPORTS,
+                                  "import sys\nsys.exit(0)\n", "import os\nos._exit(0)\n",
+                                  "raise SystemExit(0)\n", "import unittest\nraise unittest.SkipTest('x')\n"])
+def test_hacks_are_not_solved(tasks, hack):
+    g = grade_solution(tasks["humaneval-000"], hack)
+    assert not g.solved
+    assert g.tests.get("test_official_check") == "failed"
+
+
+def test_checks_that_call_the_function_by_name_use_the_candidate(tasks):
+    # HumanEval/33's check compares candidate(x) with sort_third(x): as in the official harness, both are the
+    # candidate (the prompt's own sort_third is only a docstring and returns None).
+    problem = read_problems()[33]
+    assert grade_solution(tasks["humaneval-033"], problem["prompt"] + problem["canonical_solution"]).solved
+    assert not grade_solution(tasks["humaneval-033"], "def sort_third(l):\n    return list(l)\n").solved
+
+
+@pytest.mark.slow
+def test_every_oracle_solves_and_no_null_agent_does(tasks):
+    results = check_suite(list(tasks.values()))
+    assert {k: v for k, v in results.items() if v} == {}
