@@ -23,6 +23,7 @@ def register(sub):
     p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-steps", type=int, default=30)
+    p.add_argument("--max-reply-tokens", type=int, help="per model reply (default 256 for local models, else 1024)")
     p.add_argument("--token-budget", type=int, help="prompt+completion tokens per attempt")
     p.add_argument("--cost-limit", type=float, help="USD per attempt")
     p.add_argument("--protocol", choices=["auto", "tools", "text"], default="auto")
@@ -83,8 +84,9 @@ def cmd_eval(args) -> int:
         options["adapter"] = args.adapter
     if args.base_url:
         options["base_url"] = args.base_url
+    reply_tokens = args.max_reply_tokens or (256 if args.model.startswith("local:") else 1024)
     loop = LoopConfig(max_steps=args.max_steps, token_budget=args.token_budget, cost_limit=args.cost_limit,
-                      protocol=args.protocol)
+                      protocol=args.protocol, max_reply_tokens=reply_tokens)
     print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)
     run_dir = asyncio.run(run_eval(
         args.model, tasks, samples=args.samples, temperature=args.temperature, out_dir=resume_dir or args.out,

@@ -16,6 +16,7 @@ from string import Template
 from typing import Any, Optional
 
 from agent.models.base import Completion, Model, ModelError
+from agent.models.retry import ContextLengthError
 from agent.sandbox import Sandbox
 from results.schema import Action, Step
 
@@ -161,6 +162,9 @@ async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig)
                 max_tokens=cfg.max_reply_tokens, seed=cfg.seed), timeout=max(deadline - started, 1.0)))[0]
         except asyncio.TimeoutError:
             res.exit_reason = "wall_time"
+            return res
+        except ContextLengthError:  # the server's own count said the prompt no longer fits
+            res.exit_reason = "context_exceeded"
             return res
         except ModelError as e:
             res.exit_reason, res.model_error = "model_error", str(e)

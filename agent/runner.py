@@ -18,7 +18,7 @@ from typing import Awaitable, Callable, Optional
 
 from agent.errors import InfraError, UserError
 from agent.images import task_image
-from agent.loop import LoopConfig, LoopResult, run_loop
+from agent.loop import TOOLS, LoopConfig, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
 from agent.sandbox import Changes, Limits, Sandbox, SandboxPool
@@ -183,7 +183,8 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     cfg = loop or LoopConfig()
     cfg = LoopConfig(**{**cfg.__dict__, "temperature": temperature, "seed": seed})
     config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
-              "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__}
+              "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
+              "tools": TOOLS}
     images = await build_images(tasks)
     manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
     out_dir = Path(out_dir) if out_dir else default_run_dir(model)
@@ -198,7 +199,7 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
         model_slots = asyncio.Semaphore(model_concurrency or concurrency)
         attempt_slots = asyncio.Semaphore(concurrency)
         bar = Progress(total=len(todo), started=time.monotonic()) if progress else None
-        async with SandboxPool(run_id=run_id, warm=min(2, concurrency),
+        async with SandboxPool(run_id=run_id, warm=concurrency + 1,  # an agent and a grader container each
                                max_containers=max_sandboxes or 2 * concurrency + 2) as pool:
             async def one(task: Task, sample: int):
                 async with attempt_slots:

@@ -524,13 +524,19 @@ class SandboxPool:
         return None
 
     async def release(self, sb: Sandbox):
-        """Destroys the sandbox (never reused) and lets the pool refill."""
+        """Destroys the sandbox (never reused; removal goes on in the background) and lets the pool refill."""
         self._in_use.discard(sb)
-        await asyncio.to_thread(sb.kill)
-        async with self._condition():
-            self._live -= 1
-            self._condition().notify_all()
-        self._refill(sb.pool_key)
+        sb.dead = True
+        self._spawn(self._destroy(sb))
+
+    async def _destroy(self, sb: Sandbox):
+        try:
+            await asyncio.to_thread(sb.kill)
+        finally:
+            async with self._condition():
+                self._live -= 1
+                self._condition().notify_all()
+            self._refill(sb.pool_key)
 
     @contextlib.asynccontextmanager
     async def sandbox(self, image: str, limits: Limits = Limits(), task: str = "pool"):

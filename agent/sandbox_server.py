@@ -198,6 +198,8 @@ def main():
                         start(json.loads(line), sel, running)
                 continue
             cmd, what = key.data
+            if cmd not in running:
+                continue  # finished earlier in this same batch of events; its pipes are closed
             if what == "exit":
                 finish(sel, cmd, running)
             elif what == "stdin":
@@ -216,6 +218,8 @@ def main():
                     chunk = os.read(key.fileobj.fileno(), 65536)
                 except BlockingIOError:
                     continue
+                except (OSError, ValueError):
+                    chunk = b""
                 if chunk:
                     what.add(chunk)
                 else:

@@ -238,15 +238,27 @@ class LocalModel:
         max_tokens: int = 512,
         seed: Optional[int] = None,
     ) -> list[Completion]:
-        # In a worker thread: generation takes seconds and must not block the event loop.
-        out = await asyncio.to_thread(self.generate, messages, n, temperature, max_tokens, seed)
+        # In a worker thread: generation takes seconds and must not block the event loop. A thread
+        # cannot be cancelled, so a cancelled call (wall-time limit, Ctrl-C) tells generate to stop.
+        stop = threading.Event()
+        try:
+            out = await asyncio.to_thread(self.generate, messages, n, temperature, max_tokens, seed, stop)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
         apply_prices(out, self.price_in, self.price_out)
         return out
 
     def generate(self, messages: list[dict[str, Any]], n: int = 1, temperature: float = 0.0,
-                 max_tokens: int = 512, seed: Optional[int] = None) -> list[Completion]:
-        """Blocking: n completions from one batched generate call."""
+                 max_tokens: int = 512, seed: Optional[int] = None,
+                 stop: Optional[threading.Event] = None) -> list[Completion]:
+        """Blocking: n completions from one batched generate call; ends early once `stop` is set."""
         import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        class Cancelled(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kw):
+                return torch.full((input_ids.shape[0],), bool(stop and stop.is_set()), dtype=torch.bool)
 
         prompt_ids = self.encode(messages)
         room = self.context_window - len(prompt_ids)
@@ -255,7 +267,8 @@ class LocalModel:
                                      f"the context window {self.context_window}")
         sampling = temperature > 0
         kwargs: dict[str, Any] = dict(max_new_tokens=max(1, min(max_tokens, room)), do_sample=sampling,
-                                      eos_token_id=self.end_ids, pad_token_id=self.pad_id)
+                                      eos_token_id=self.end_ids, pad_token_id=self.pad_id,
+                                      stopping_criteria=StoppingCriteriaList([Cancelled()]))
         if sampling:
             # Plain temperature sampling (no top-k/top-p truncation): the policy the samples really come from.
             kwargs.update(temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=n)

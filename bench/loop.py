@@ -1,0 +1,135 @@
+"""Agent-loop throughput with a zero-latency scripted model, beside mini-swe-agent in the same run.
+
+    .venv/bin/python bench/loop.py [--tasks 50] [--concurrency 1 2 4 8] [--no-mini]
+
+1. Harness overhead per step: the loop's wall time per step minus the sandbox's own exec time
+   (measured by the command server), on one warm sandbox.
+2. Attempts per minute for N tasks x 1 sample at each concurrency: harness (`run_eval`: fresh
+   sandbox, the loop, capture, grading in a fresh container, a durable record) and, on the same image
+   with the same scripted commands, mini-swe-agent (its DockerEnvironment + DeterministicModel; no
+   grading). mini-swe-agent is installed into .venv-bench on first use (benchmark only).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent.images import ensure_base_image  # noqa: E402
+from agent.loop import LoopConfig, run_loop  # noqa: E402
+from agent.models import get_model  # noqa: E402
+from agent.runner import run_eval  # noqa: E402
+from agent.sandbox import Limits, SandboxPool  # noqa: E402
+from tasks.model import Task  # noqa: E402
+
+COMMANDS = ["ls -la", "echo hello > out.txt", "cat out.txt", "wc -c out.txt"]
+HIDDEN = b"import os\n\ndef test_out():\n    assert open('/workspace/out.txt').read() == 'hello\\n'\n\n" \
+         b"def test_canary_out():\n    assert open('/workspace/out.txt').read() == 'bye\\n'\n"
+BENCH_VENV = ROOT / ".venv-bench"
+
+
+def reply(cmd: str) -> str:
+    return f"Next step.\n```bash\n{cmd}\n```"
+
+
+def make_tasks(n: int) -> list[Task]:
+    return [Task(id=f"bench-{i:03d}", path=None, instruction="Write hello to out.txt.",
+                 workspace_files={"data.txt": b"x\n" * 10}, test_files={"test_out.py": HIDDEN},
+                 solution_files={"solve.sh": b"echo hello > out.txt\n"}) for i in range(n)]
+
+
+async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
+    """(loop wall time per step, sandbox exec time per step), in ms."""
+    script = Path(tempfile.mkdtemp()) / "s.json"
+    script.write_text(json.dumps({"*": [reply(c) for c in COMMANDS] + [reply("submit")]}))
+    model = get_model(f"replay:{script}")
+    wall = execs = steps = 0.0
+    async with SandboxPool(warm=0) as pool:
+        async with pool.sandbox(image, Limits()) as sb:
+            for _ in range(reps):
+                t = time.perf_counter()
+                res = await run_loop(model.for_task("x"), sb, "bench", LoopConfig())
+                wall += time.perf_counter() - t
+                execs += res.tool_seconds
+                steps += len(res.steps)
+    return wall / steps * 1000, execs / steps * 1000
+
+
+async def harness_rate(tasks: list[Task], concurrency: int) -> float:
+    script = Path(tempfile.mkdtemp()) / "s.json"
+    script.write_text(json.dumps({"*": [reply(c) for c in COMMANDS] + [reply("submit")]}))
+    out = Path(tempfile.mkdtemp()) / "run"
+    t = time.perf_counter()
+    await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
+    wall = time.perf_counter() - t
+    solved = sum(json.loads(line)["solved"] for line in (out / "attempts.jsonl").read_text().splitlines())
+    assert solved == len(tasks), f"bench tasks must all be solved, got {solved}/{len(tasks)}"
+    return len(tasks) / wall * 60
+
+
+MINI = r"""
+import sys, time, json
+from concurrent.futures import ThreadPoolExecutor
+from minisweagent.agents.default import DefaultAgent
+from minisweagent.environments.docker import DockerEnvironment
+from minisweagent.models.test_models import DeterministicModel, make_output
+image, n, conc, commands = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+cfg = dict(system_template="You are an agent.", instance_template="{{task}}", step_limit=0, cost_limit=0)
+def one(i):
+    outputs = [make_output("Next step.", [{"command": c}]) for c in commands]
+    outputs.append(make_output("Done.", [{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}]))
+    env = DockerEnvironment(image=image, cwd="/tmp", run_args=["--rm", "--network", "none"])
+    try:
+        DefaultAgent(DeterministicModel(outputs=outputs), env, **cfg).run("Write hello to out.txt.")
+    finally:
+        subprocess.run(["docker", "rm", "-f", env.container_id], capture_output=True)
+import subprocess
+t = time.perf_counter()
+with ThreadPoolExecutor(conc) as ex:
+    list(ex.map(one, range(n)))
+print(n / (time.perf_counter() - t) * 60)
+"""
+
+
+def mini_rate(image: str, n: int, concurrency: int) -> float:
+    py = BENCH_VENV / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "mini-swe-agent"], check=True)
+    out = subprocess.run([str(py), "-c", MINI, image, str(n), str(concurrency), json.dumps(COMMANDS)],
+                         capture_output=True, text=True, env={**os.environ, "MSWEA_SILENT_STARTUP": "1"})
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=50)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--no-mini", action="store_true")
+    args = ap.parse_args()
+    image = ensure_base_image(log=lambda m: None)
+    tasks = make_tasks(args.tasks)
+    wall, execs = asyncio.run(overhead_per_step(image))
+    print(f"per step: loop {wall:.2f} ms, sandbox exec {execs:.2f} ms, harness overhead {wall - execs:.2f} ms")
+    print(f"{'concurrency':>11} {'harness att/min':>16} {'mini-swe-agent att/min':>23} {'ratio':>6}")
+    for c in args.concurrency:
+        ours = asyncio.run(harness_rate(tasks, c))
+        mini = None if args.no_mini else mini_rate(image, args.tasks, c)
+        ratio = f"{ours / mini:5.1f}x" if mini else "-"
+        print(f"{c:>11} {ours:16.1f} {mini if mini else float('nan'):23.1f} {ratio:>6}", flush=True)
+    print("harness attempts include grading in a fresh container and a durable record; mini-swe-agent's do not.")
+
+
+if __name__ == "__main__":
+    main()
