@@ -61,7 +61,8 @@ def cmd_import(args) -> int:
     from tasks.humaneval import import_humaneval
 
     out = import_humaneval(args.out)
-    print(f"wrote {out}")
+    count = sum(1 for p in out.iterdir() if p.is_dir())
+    print(f"wrote {count} tasks to {out}")
     return 0
 
 

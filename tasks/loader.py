@@ -79,7 +79,8 @@ def load_task(path: Union[str, Path]) -> Task:
     if not root.is_dir():
         raise UserError(f"{_display(root)}: no such task folder")
     if (root / "family.toml").is_file():
-        raise UserError(f"{_display(root)}: is a task family (family.toml); load it with load_suite or `harness tasks list {_display(root)}`")
+        raise UserError(f"{_display(root)}: is a task family (family.toml); load it with load_suite "
+                        f"or `harness tasks list {_display(root)}`")
     if not (root / "task.toml").is_file():
         raise UserError(f"{_display(root)}: not a task folder (no task.toml)")
     shown = _display(root)
@@ -100,15 +101,18 @@ def load_family(path: Union[str, Path]) -> list[Task]:
     _check_keys(data, {"family", "instances"}, set(), ftoml_shown, "")
     fam = data.get("family")
     if not isinstance(fam, dict):
-        raise UserError(f"{ftoml_shown}: missing [family] table (add [family] with id = \"...\" and template = \"template\")")
+        raise UserError(f"{ftoml_shown}: missing [family] table "
+                        "(add [family] with id = \"...\" and template = \"template\")")
     _check_keys(fam, {"id", "template"}, set(), ftoml_shown, "[family] ")
     family_id = _id(fam.get("id", root.name), f"{ftoml_shown}: [family] id")
     template = fam.get("template", "template")
     if not isinstance(template, str) or not _is_relative(template):
-        raise UserError(f"{ftoml_shown}: [family] template must be a relative folder name inside {shown_root} (got {_show(template)})")
+        raise UserError(f"{ftoml_shown}: [family] template must be a relative folder name inside {shown_root} "
+                        f"(got {_show(template)})")
     troot = root / template
     if not (troot / "task.toml").is_file():
-        raise UserError(f"{ftoml_shown}: [family] template = {_show(template)} is not a task folder (no {_display(troot)}/task.toml)")
+        raise UserError(f"{ftoml_shown}: [family] template = {_show(template)} is not a task folder "
+                        f"(no {_display(troot)}/task.toml)")
     instances = data.get("instances")
     if not isinstance(instances, list) or not instances:
         raise UserError(f"{ftoml_shown}: no [[instances]] (add at least one with id, split and params)")
@@ -137,9 +141,11 @@ def load_family(path: Union[str, Path]) -> list[Task]:
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
                 raise UserError(f"{label} ({iid}): params.{k} must be a string or a number (got {_show(v)})")
             text_params[k] = str(v)
-        files = _substitute(tree, text_params, where=lambda f, iid=iid: f"{shown_troot}/{f} (instance {iid})",
-                            label=f"{label} ({iid})")
-        task = _build_task(files, where=lambda f, iid=iid: f"{shown_troot}/{f} (instance {iid})", default_id=iid, path=None)
+        def where(f: str, iid: str = iid) -> str:
+            return f"{shown_troot}/{f} (instance {iid})"
+
+        files = _substitute(tree, text_params, where=where, label=f"{label} ({iid})")
+        task = _build_task(files, where=where, default_id=iid, path=None)
         task.id, task.family, task.split = iid, family_id, split
         tasks.append(task)
     return tasks

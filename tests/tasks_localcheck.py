@@ -14,9 +14,11 @@ The real check in Docker is `harness tasks validate`.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -36,6 +38,52 @@ GRADER_CONFTEST = """\
 import os, sys
 sys.path.append(os.environ["WORKSPACE"])  # the grader puts the workspace on sys.path, after everything else
 """
+
+# Starting pytest costs ~0.25 s of CPU, and the check starts it twice per task, so on a 2-core machine that
+# start-up was most of the run time. Each pytest run is therefore a fork of a `python -I` process that has
+# already imported pytest: a fresh process per run (nothing the tests import survives it), same arguments.
+FORK_SERVER = r"""
+import json, os, signal, sys
+import pytest
+for line in sys.stdin:
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        signal.alarm(req["timeout"])  # SIGALRM ends a run that hangs
+        try:
+            code = int(pytest.main(req["args"]))
+        except BaseException:
+            code = 99
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), flush=True)
+"""
+_servers: "queue.Queue[subprocess.Popen]" = queue.Queue()
+
+
+def run_pytest(args: list[str], cwd: Path, env: dict[str, str], log: Path, timeout: float) -> int:
+    """`python -I -m pytest *args` in cwd with exactly env; output to log; the exit code (-14 on timeout)."""
+    try:
+        server = _servers.get_nowait()
+    except queue.Empty:
+        server = subprocess.Popen([str(PYTHON), "-I", "-c", FORK_SERVER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env={"PATH": env["PATH"]})
+        atexit.register(server.stdin.close)  # it exits at end of input
+    try:
+        request = {"args": args, "cwd": str(cwd), "env": env, "log": str(log), "timeout": max(1, int(timeout))}
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        return int(server.stdout.readline())
+    finally:
+        _servers.put(server)
 
 
 @dataclass
@@ -87,15 +135,12 @@ def _grade_pytest(task: Task, ws: Path, tmp: Path) -> Grade:
     (grader / "conftest.py").write_text(GRADER_CONFTEST)
     (grader / "pytest.ini").write_text("[pytest]\n")
     report = tmp / "report.xml"
-    cmd = [str(PYTHON), "-I", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(grader / "pytest.ini"),
-           f"--rootdir={grader}", f"--confcutdir={grader}", f"--junitxml={report}", str(grader / "tests")]
-    try:
-        p = subprocess.run(cmd, cwd=ws, env=_env(ws, tmp), capture_output=True, text=True,
-                           timeout=task.verifier_timeout_sec)
-    except subprocess.TimeoutExpired:
-        return Grade(False, detail="pytest timed out")
+    args = ["-q", "-p", "no:cacheprovider", "-c", str(grader / "pytest.ini"), f"--rootdir={grader}",
+            f"--confcutdir={grader}", f"--junitxml={report}", str(grader / "tests")]
+    log = tmp / "pytest.log"
+    rc = run_pytest(args, ws, _env(ws, tmp), log, task.verifier_timeout_sec)
     if not report.exists():
-        return Grade(False, detail=f"no report (rc={p.returncode}): {p.stdout[-300:]}")
+        return Grade(False, detail=f"no report (rc={rc}): {log.read_text(errors='replace')[-300:]}")
     tests: dict[str, str] = {}
     messages: dict[str, str] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
@@ -111,7 +156,7 @@ def _grade_pytest(task: Task, ws: Path, tmp: Path) -> Grade:
     bad = [f"{n} {o}: {messages[n]}" for n, o in real.items() if o != "passed"]
     bad += [f"{n} (canary) {o}" for n, o in canaries.items() if o != "failed"]
     if not real or not canaries:
-        bad.append(f"collected {len(real)} tests and {len(canaries)} canaries (rc={p.returncode})")
+        bad.append(f"collected {len(real)} tests and {len(canaries)} canaries (rc={rc})")
     passed = sum(o == "passed" for o in real.values())
     return Grade(not bad, reward=passed / len(real) if real and not bad else 0.0, detail="; ".join(bad), tests=tests)
 
