@@ -351,7 +351,7 @@ class Sandbox:
             ch.rejected.append(f"more than {max_files} files in the workspace")
             return ch
         base = self._baseline or {}
-        changed = [p for p, meta in now.items() if base.get(p) != meta]
+        changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
         wanted, total = [], 0
         for p in sorted(changed):
@@ -391,6 +391,12 @@ class Sandbox:
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError,
                                  requests.exceptions.RequestException):
             self.container.remove(force=True)
+
+
+def _is_cache(path: str) -> bool:
+    """Byte-code and test caches: written by running code, never part of an answer."""
+    parts = path.split("/")
+    return "__pycache__" in parts or ".pytest_cache" in parts or path.endswith((".pyc", ".pyo"))
 
 
 def _resolve(fut: asyncio.Future, msg):

@@ -139,7 +139,8 @@ def test_run_eval_records_every_attempt_and_resume_runs_nothing_twice(image, tmp
     out = tmp_path / "run"
     run(run_eval(f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, progress=False))
     lines = (out / "attempts.jsonl").read_text().splitlines()
-    assert len(lines) == 3 and all(json.loads(l)["solved"] for l in lines)
+    recs = [json.loads(l) for l in lines]
+    assert len(recs) == 3 and all(r["solved"] for r in recs), [(r["status"], r["reason"], r["error"], r["detail"]) for r in recs]
     run(run_eval(f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, resume=True, progress=False))
     assert len((out / "attempts.jsonl").read_text().splitlines()) == 3
 
