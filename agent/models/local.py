@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import re
 import os
 import shutil
 import tempfile
@@ -196,7 +197,8 @@ class LocalModel:
 
     def __init__(self, spec: str = DEFAULT_LOCAL_MODEL, *, adapter: Optional[str] = None, seed: Optional[int] = None,
                  device: Optional[str] = None, name: Optional[str] = None,
-                 price_in: Optional[float] = None, price_out: Optional[float] = None) -> None:
+                 price_in: Optional[float] = None, price_out: Optional[float] = None,
+                 stop_after_block: bool = True) -> None:
         import torch
 
         self.name = name or (spec if spec.startswith("local:") else f"local:{spec}")
@@ -216,6 +218,10 @@ class LocalModel:
         self.end_ids = sorted(ends)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.end_ids[0]
         self._lock = threading.Lock()  # one generate at a time on this model (threads call it)
+        # Decoding rule: a reply ends once it holds one complete ``` block (the text protocol's unit).
+        # Small models otherwise go on to imagine the command's output; what is recorded and trained
+        # on is exactly what was generated up to that point.
+        self.stop_after_block = stop_after_block
         if seed is not None:
             with self._lock:
                 torch.manual_seed(seed)
@@ -256,9 +262,16 @@ class LocalModel:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
+        start = None  # prompt length, set below
+        model = self
+
         class Cancelled(StoppingCriteria):
             def __call__(self, input_ids, scores, **kw):
-                return torch.full((input_ids.shape[0],), bool(stop and stop.is_set()), dtype=torch.bool)
+                done = torch.full((input_ids.shape[0],), bool(stop and stop.is_set()), dtype=torch.bool)
+                if model.stop_after_block:
+                    for i, row in enumerate(input_ids[:, start:].tolist()):
+                        done[i] |= _has_block(model.tokenizer.decode(row))
+                return done
 
         prompt_ids = self.encode(messages)
         room = self.context_window - len(prompt_ids)
@@ -274,6 +287,7 @@ class LocalModel:
             kwargs.update(temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=n)
         else:
             kwargs.update(temperature=None, top_k=None, top_p=None)  # greedy: n copies of one sequence
+        start = len(prompt_ids)
         input_ids = torch.tensor([prompt_ids], device=self.device)
         with self._lock:
             if seed is not None:
@@ -287,6 +301,14 @@ class LocalModel:
 
     def _completion(self, prompt_ids: list[int], row: list[int]) -> Completion:
         end = next((i for i, t in enumerate(row) if t in self.end_ids), None)
+        if self.stop_after_block:  # cut right after the token that closed the first block
+            closed = next((i for i in range(len(row) if end is None else end)
+                           if _has_block(self.tokenizer.decode(row[: i + 1]))), None)
+            if closed is not None:
+                ids = row[: closed + 1]
+                return Completion(content=self.tokenizer.decode(ids, skip_special_tokens=False),
+                                  prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0,
+                                  finish_reason="stop", prompt_ids=list(prompt_ids), completion_ids=list(ids))
         if end is None:  # ran out of max_tokens (no padding without an end token)
             ids, text_ids, finish = row, row, "length"
         else:  # keep the end-of-turn token, drop the padding after it
@@ -295,3 +317,10 @@ class LocalModel:
             content=self.tokenizer.decode(text_ids, skip_special_tokens=False),
             prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0, finish_reason=finish,
             prompt_ids=list(prompt_ids), completion_ids=list(ids))
+
+
+_BLOCK = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+
+
+def _has_block(text: str) -> bool:
+    return _BLOCK.search(text) is not None
