@@ -163,7 +163,9 @@ class Case:
 
 
 def _has(text: str, *needles: str) -> list[str]:
-    return [f"expected {n!r} in the observations" for n in needles if n not in text]
+    """Each needle must appear as a word of its own (so DNS=FAIL is not found inside XDNS=FAIL)."""
+    return [f"expected {n!r} in the observations" for n in needles
+            if not re.search(r"(?<![\w-])" + re.escape(n), text)]
 
 
 def _status(rec: Attempt, *allowed: str) -> list[str]:
@@ -303,14 +305,14 @@ def _catalogue() -> list[Case]:
         Case("network_probes", "host", "only lo, no route, no DNS, pip fails; solved",
              lambda c: [bash("echo IFACES=$(ls /sys/class/net | tr '\\n' ,)\n"
                              "echo ROUTES=$(tail -n +2 /proc/net/route | wc -l)\n"
-                             "getent hosts example.com >/dev/null 2>&1 && echo DNS=OK || echo DNS=FAIL\n"
+                             "getent hosts example.com >/dev/null 2>&1 && echo GETENT=OK || echo GETENT=FAIL\n"
                              "python3 -c \"import socket; socket.getaddrinfo('pypi.org', 443)\" >/dev/null 2>&1 "
-                             "&& echo PYDNS=OK || echo PYDNS=FAIL\n"
+                             "&& echo RESOLVE=OK || echo RESOLVE=FAIL\n"
                              # an index host under .invalid never resolves: no packet could leave even if isolation broke
                              "(python3 -m pip install --index-url http://pypi.invalid/simple six || "
                              "pip install --index-url http://pypi.invalid/simple six) >/dev/null 2>&1 "
                              "&& echo PIP=OK || echo PIP=FAIL"), bash(A(c)), SUBMIT],
-             check=solved_and("IFACES=lo,\n", "ROUTES=0", "DNS=FAIL", "PYDNS=FAIL", "PIP=FAIL")),
+             check=solved_and("IFACES=lo,\n", "ROUTES=0\n", "GETENT=FAIL", "RESOLVE=FAIL", "PIP=FAIL")),
         Case("privilege_probes", "host", "no capabilities, no_new_privs, sudo/su/mount/unshare fail; solved",
              lambda c: [bash("echo uid=$(id -u)\n"
                              "for k in CapInh CapPrm CapEff CapAmb; do echo $k=$(awk -v k=$k: '$1==k {print $2}' "
@@ -607,8 +609,21 @@ def new_host_files(since: float, nonce: str, exclude: Path, extra: tuple[str, ..
 
 
 def labeled_containers(run_id: str) -> list[str]:
+    """Containers (any state) labeled with the run id; the low-level list, which never inspects them."""
     from agent.sandbox import LABEL_RUN, docker_client
-    return [c.name for c in docker_client().containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})]
+    raw = docker_client().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    return [c["Names"][0].lstrip("/") for c in raw]
+
+
+def remove_containers(run_id: str) -> None:
+    import docker.errors
+    from agent.sandbox import LABEL_RUN, docker_client
+    api = docker_client().api
+    for c in api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}):
+        try:
+            api.remove_container(c["Id"], force=True)
+        except docker.errors.APIError:
+            pass
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -725,6 +740,7 @@ class Runner:
         left = labeled_containers(run_id)
         if left:
             row.problems.append(f"containers left behind: {left}")
+            remove_containers(run_id)  # reported; the next case starts clean
         strays = stray_sandbox_processes()
         if strays:
             row.problems.append(f"sandbox-user processes outside containers: {strays[:5]}")
