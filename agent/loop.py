@@ -80,7 +80,7 @@ def parse_text_reply(text: str) -> Action:
         problem = "no ```bash block found." if not blocks else f"{len(blocks)} code blocks found, expected exactly one."
         return Action(kind="format_error", content=problem)
     command = blocks[0].strip()
-    if command in ("submit", "echo submit", "exit"):
+    if command in ("submit", "echo submit", "exit", "exit 0"):
         return Action(kind="submit")
     if not command:
         return Action(kind="format_error", content="the code block is empty.")
@@ -123,7 +123,7 @@ async def run_action(sb: Sandbox, action: Action, cfg: LoopConfig) -> tuple[str,
         text = f"wrote {len(action.content)} characters to {action.path}" if r.exit_code == 0 else r.output
         return prompt("observation", exit_code=r.exit_code, output=text), r.exit_code, False, r.duration
     r = await sb.exec(action.command, cfg.command_timeout)
-    output = clip(r.output, cfg.observation_chars)
+    output = clip(r.output, cfg.observation_chars) or "(no output)"
     if r.timed_out:
         return prompt("timeout", timeout=cfg.command_timeout, output=output), r.exit_code, True, r.duration
     if r.oom:

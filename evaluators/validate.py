@@ -36,7 +36,7 @@ def leaked_lines(task: Task) -> list[str]:
     for data in task.test_files.values():
         for line in data.decode("utf-8", "replace").splitlines():
             line = line.strip()
-            if len(line) >= 30 and not line.startswith(("import ", "from ", "#", "def ", "assert ")):
+            if len(line) >= 25 and not line.startswith(("import ", "from ", "#", "def ", "class ")):
                 lines.add(line)
     return sorted(line for line in lines if line in task.instruction)
 
