@@ -53,8 +53,8 @@ def test_failing_attempt(image, tmp_path):
 def test_observation_shows_real_output_then_agent_corrects(image, tmp_path):
     check = "```bash\npython3 -c 'from solution import add; print(add(2, 3))'\n```"
     rec = attempt([WRITE_WRONG, check, WRITE_CORRECT, check, SUBMIT], image, tmp_path)
-    assert rec.steps[1].observation.strip().endswith("6")
-    assert rec.steps[3].observation.strip().endswith("5")
+    assert rec.steps[1].observation.splitlines()[:2] == ["exit code: 0", "6"]
+    assert rec.steps[3].observation.splitlines()[:2] == ["exit code: 0", "5"]
     assert rec.solved
 
 
