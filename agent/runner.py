@@ -21,7 +21,7 @@ from agent.images import task_image
 from agent.loop import TOOLS, LoopConfig, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
-from agent.sandbox import Changes, Limits, Sandbox, SandboxPool
+from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, prune
 from evaluators.grade import grade
 from results.schema import Attempt, Durations, attempt_key
 from tasks.model import Task
@@ -186,6 +186,7 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
               "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
               "tools": TOOLS}
     images = await build_images(tasks)
+    await asyncio.to_thread(prune, None, True)  # containers left by harness processes that died (kill -9)
     manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
     out_dir = Path(out_dir) if out_dir else default_run_dir(model)
     store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
