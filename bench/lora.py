@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, help="measured steps")
     p.add_argument("--warmup", type=int, help="unmeasured steps first")
     p.add_argument("--batch", type=int, help="sequences per step at the full length")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 can be faster on a busy machine)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (1 can be faster on a busy machine)")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: one measurement, JSON on stdout
     args = p.parse_args(argv)

@@ -12,7 +12,7 @@ import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 from agent.errors import UserError
 from results.schema import Attempt, Step
@@ -138,7 +138,7 @@ def _extends(prev: Step, nxt: Step) -> bool:
     return len(nxt.prompt_ids) >= len(head) and nxt.prompt_ids[:len(head)] == head
 
 
-def build_examples(a: Attempt, mask_errors: bool = False) -> list[Example]:
+def build_examples(a: Attempt, mask_errors: bool = False, end_of_turn: Optional[int] = None) -> list[Example]:
     """Training sequences of one attempt.
 
     Steps whose conversations extend each other form a chain; a chain becomes one sequence = the last
@@ -146,6 +146,11 @@ def build_examples(a: Attempt, mask_errors: bool = False) -> list[Example]:
     included) and IGNORE elsewhere. Where a link breaks (the conversation was elided to fit the
     context), a new chain starts, so an attempt with no links gives one sequence per step, each
     trained only on its own completion. Sequences left with no target token are dropped.
+
+    end_of_turn: a reply the harness cut short (the local model stops after the first code block, so
+    its completion_ids have no end-of-turn token) also gets loss on the end-of-turn token the
+    conversation closed it with, so the model learns to stop there: the one that follows it in the
+    next prompt, or, after the chain's last reply, one appended. None: only generated tokens.
     """
     if not has_token_ids(a):
         return []
@@ -160,6 +165,8 @@ def build_examples(a: Attempt, mask_errors: bool = False) -> list[Example]:
     for chain in chains:
         last = chain[-1]
         input_ids = list(last.prompt_ids) + list(last.completion_ids)
+        if end_of_turn is not None and last.completion_ids[-1:] != [end_of_turn]:
+            input_ids.append(end_of_turn)
         labels = [IGNORE] * len(input_ids)
         trained = []
         for s in chain:
@@ -167,6 +174,9 @@ def build_examples(a: Attempt, mask_errors: bool = False) -> list[Example]:
                 continue
             start = len(s.prompt_ids)
             end = start + len(s.completion_ids)
+            if (end_of_turn is not None and s.completion_ids[-1:] != [end_of_turn] and end < len(input_ids)
+                    and input_ids[end] == end_of_turn):
+                end += 1
             labels[start:end] = input_ids[start:end]
             trained.append(s.index)
         if trained and any(t != IGNORE for t in labels):
@@ -174,8 +184,9 @@ def build_examples(a: Attempt, mask_errors: bool = False) -> list[Example]:
     return examples
 
 
-def build_dataset(attempts: Iterable[Attempt], mask_errors: bool = False) -> list[Example]:
-    return [ex for a in attempts for ex in build_examples(a, mask_errors)]
+def build_dataset(attempts: Iterable[Attempt], mask_errors: bool = False,
+                  end_of_turn: Optional[int] = None) -> list[Example]:
+    return [ex for a in attempts for ex in build_examples(a, mask_errors, end_of_turn)]
 
 
 def write_dataset(path: Path, examples: list[Example]) -> None:

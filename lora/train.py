@@ -35,7 +35,8 @@ from results.metrics import bootstrap_ci, pass_at_k
 from results.schema import Attempt
 from results.store import write_json_atomic
 
-# Settings for the CPU proof run (bench/rft_smollm2.py). Sized for the 2-core machine: see that file.
+# Settings for the CPU proof run (bench/rft_smollm2.py), sized for a 2-core machine: see that file for the
+# time estimate. Few tasks (one instance per family per split), short attempts, small data: many epochs.
 PRESETS: dict[str, dict[str, Any]] = {
     "rft-smollm2": {
         "model": "local:smollm2-135m",
@@ -44,13 +45,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rounds": 2,
         "samples": 8,
         "temperature": 0.7,
-        "eval_samples": 8,
+        "eval_samples": 4,
         "per_task_cap": 2,
+        "limit": 6,
+        "max_steps": 5,
+        "max_reply_tokens": 192,
         "concurrency": 4,
-        "sft": {"rank": 16, "alpha": 32, "dropout": 0.05, "lr": 5e-4, "epochs": 3,
-                "batch_tokens": 4096, "grad_accum": 2, "warmup_ratio": 0.1},
+        "sft": {"rank": 16, "alpha": 32, "dropout": 0.05, "lr": 1e-3, "epochs": 4, "batch_tokens": 2048,
+                "grad_accum": 1, "warmup_ratio": 0.1, "max_seq_len": 4096},
     },
 }
+
 
 @dataclass
 class TrainConfig:
@@ -113,6 +118,7 @@ class Backend:
     # (model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency, limits) -> run dir
     run_eval: Callable[..., Path]
     fine_tune: Callable[..., dict]  # (model, examples, sft_cfg, out_dir, continue_from) -> stats
+    end_of_turn: Callable[[str], Optional[int]] = lambda model: None  # model -> its end-of-turn token id
 
 
 def _load_tasks(spec: str, split: str) -> list:
@@ -151,8 +157,23 @@ def _fine_tune(model: str, examples: list, cfg: SFTConfig, out_dir: Path,
     return result.summary()
 
 
+def _end_of_turn(model: str) -> Optional[int]:
+    """The token the chat template closes an assistant turn with, from the local model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from agent.models.local import END_OF_TURN, cache_dir_for, resolve
+    kind, path, _ = resolve(local_spec(model))
+    folder = path if kind == "hf" else cache_dir_for(local_spec(model))  # filled by the round-0 eval
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError):
+        return None
+    vocab = tokenizer.get_vocab()
+    return next((vocab[t] for t in END_OF_TURN if t in vocab), tokenizer.eos_token_id)
+
+
 def default_backend() -> Backend:
-    return Backend(load_tasks=_load_tasks, run_eval=_run_eval, fine_tune=_fine_tune)
+    return Backend(load_tasks=_load_tasks, run_eval=_run_eval, fine_tune=_fine_tune, end_of_turn=_end_of_turn)
 
 
 def local_spec(model: str) -> str:
@@ -265,7 +286,7 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
         rd = out / f"round_{r}"
         adapter: Optional[Path] = None
         if r >= 1:
-            data = phase_done(rd, "data") or _data_phase(cfg, out, r)
+            data = phase_done(rd, "data") or _data_phase(cfg, out, r, backend.end_of_turn(cfg.model))
             if data.get("stop"):
                 _write_json(stopped, {"round": r, "reason": data["stop"]})
                 log(f"train: stopping before round {r}: {data['stop']}")
@@ -311,7 +332,7 @@ def _check_config(out: Path, cfg: TrainConfig) -> None:
         _write_json(path, mine)
 
 
-def _data_phase(cfg: TrainConfig, out: Path, r: int) -> dict:
+def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int]) -> dict:
     """Keep solved attempts from the train samples so far (only the newest with continue_adapter)."""
     rounds = [r - 1] if cfg.continue_adapter else list(range(r))
     attempts = []
@@ -319,7 +340,7 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int) -> dict:
         ev = phase_done(out / f"round_{i}", "eval")
         attempts += read_attempts(Path(ev["runs"]["train-sample"]))
     kept, stats = filter_attempts(attempts, cfg.per_task_cap)
-    examples = build_dataset(kept, cfg.mask_errors)
+    examples = build_dataset(kept, cfg.mask_errors, end_of_turn)
     rd = out / f"round_{r}"
     rd.mkdir(parents=True, exist_ok=True)
     write_dataset(rd / "dataset.jsonl", examples)
@@ -329,7 +350,7 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int) -> dict:
         before |= set(phase_done(out / f"round_{i}", "data")["tasks"])
     new = sorted(set(tasks) - before)
     info = {"filter": asdict(stats), "examples": len(examples), "target_tokens": sum(e.n_targets for e in examples),
-            "tasks": tasks, "new_tasks": new, "from_rounds": rounds}
+            "tasks": tasks, "new_tasks": new, "from_rounds": rounds, "end_of_turn": end_of_turn}
     if not examples:
         info["stop"] = "no solved train attempt with token ids to learn from"
     elif r >= 2 and not new:

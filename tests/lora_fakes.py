@@ -39,10 +39,11 @@ class CharTokenizer:
 
 
 def rollout(tok: CharTokenizer, replies: list[str], observations: list[str], elide_from: int | None = None,
-            exit_codes: list[int | None] | None = None) -> list[Step]:
+            exit_codes: list[int | None] | None = None, cut: bool = False) -> list[Step]:
     """Steps as the local backend records them: prompt = the whole conversation rendered, completion =
-    the reply's ids + end-of-turn. From step `elide_from` on, the oldest observation is dropped from the
-    prompt (what context elision does), which breaks the prefix chain."""
+    the reply's ids + end-of-turn (without it when `cut`: the backend stopped the reply after a code
+    block). From step `elide_from` on, the oldest observation is dropped from the prompt (what context
+    elision does), which breaks the prefix chain."""
     messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
     steps = []
     for i, (reply, obs) in enumerate(zip(replies, observations)):
@@ -51,7 +52,7 @@ def rollout(tok: CharTokenizer, replies: list[str], observations: list[str], eli
             shown = messages[:2] + [{"role": "user", "content": "[earlier turns elided]"}] + messages[4:]
         steps.append(Step(index=i, raw_output=reply, actions=[Action(kind="bash", command=reply)],
                           observation=obs, exit_code=(exit_codes[i] if exit_codes else 0),
-                          prompt_ids=tok.render(shown), completion_ids=tok.encode(reply) + [tok.eot]))
+                          prompt_ids=tok.render(shown), completion_ids=tok.encode(reply) + ([] if cut else [tok.eot])))
         messages = messages + [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}]
     return steps
 

@@ -107,6 +107,19 @@ def test_no_links_means_each_step_alone_with_only_its_own_completion():
         assert [tok.decode(s) for s in trained_spans(ex.labels)] == [reply + "<|im_end|>"]
 
 
+def test_cut_replies_learn_the_end_of_turn_the_conversation_closed_them_with():
+    tok = CharTokenizer()
+    a = attempt(steps=rollout(tok, REPLIES, OBS, cut=True))  # no end-of-turn was generated
+    [plain] = build_examples(a)
+    assert [tok.decode(s) for s in trained_spans(plain.labels)] == REPLIES  # only generated tokens
+    [ex] = build_examples(a, end_of_turn=tok.eot)
+    assert [tok.decode(s) for s in trained_spans(ex.labels)] == [r + "<|im_end|>" for r in REPLIES]
+    last = a.steps[-1]
+    assert ex.input_ids == last.prompt_ids + last.completion_ids + [tok.eot]
+    whole = attempt(steps=rollout(tok, REPLIES, OBS))  # replies that ended themselves: unchanged
+    assert build_examples(whole, end_of_turn=tok.eot) == build_examples(whole)
+
+
 def test_mask_errors_gives_no_loss_to_failed_commands():
     tok = CharTokenizer()
     a = attempt(steps=rollout(tok, REPLIES, OBS, exit_codes=[0, 1, 0, None]))
