@@ -208,3 +208,31 @@ def test_train_end_to_end_with_smollm2(tmp_path):
         assert {r["round"] for r in rs} == {0, 1}
     else:
         assert json.loads((out / "stopped.json").read_text())["round"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_fine_tune_smollm2_gives_an_adapter_the_local_model_loads(tmp_path):
+    """The SFT phase on the real model: trains from its own tokens, saves, and LocalModel(adapter=) loads it."""
+    local = pytest.importorskip("agent.models.local")
+    from lora.data import build_examples
+    from lora.sft import SFTConfig
+
+    _, tok = local.load_hf("smollm2-135m")
+    eot = lt._end_of_turn("local:smollm2-135m")
+    assert tok.convert_ids_to_tokens(eot) == "<|im_end|>"
+    messages = [{"role": "user", "content": "Create hello.txt containing hi."}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    reply = "```bash\necho hi > hello.txt\n```"
+    steps = rollout(CharTokenizer(), [reply], ["ok"])
+    steps[0] = steps[0].model_copy(update={"prompt_ids": prompt,
+                                           "completion_ids": tok.encode(reply, add_special_tokens=False)})
+    examples = build_examples(attempt(steps=steps), end_of_turn=eot)
+    stats = lt._fine_tune("local:smollm2-135m", examples,
+                          SFTConfig(max_steps=3, lr=1e-3, dropout=0.0, log_every=0), tmp_path / "adapter", None)
+    assert stats["steps"] == 3 and stats["final_loss"] < stats["first_loss"]
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    model = local.LocalModel("smollm2-135m", adapter=str(tmp_path / "adapter"))
+    [completion] = model.generate(messages, max_tokens=8)
+    assert completion.completion_ids
