@@ -552,23 +552,33 @@ def host_state(root: Optional[str]) -> HostState:
                      children=_children())
 
 
-def stray_sandbox_processes() -> list[str]:
-    """Sandbox-user processes that are not inside a live container (an escape or a leak)."""
-    from agent.sandbox import docker_client
-    live = {c.id for c in docker_client().containers.list()}
-    strays = []
+def _sandbox_processes() -> dict[str, set[str]]:
+    """pid -> container ids named in its cgroup, for every process of the sandbox user on this host."""
+    found = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             uid_line = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
             if int(uid_line.split()[1]) != SANDBOX_UID:
                 continue
-            cgroup = (status.parent / "cgroup").read_text()
+            found[status.parent.name] = set(re.findall(r"[0-9a-f]{64}", (status.parent / "cgroup").read_text()))
         except (OSError, StopIteration, ValueError):
             continue
-        ids = set(re.findall(r"[0-9a-f]{64}", cgroup))
-        if not ids & live:
-            strays.append(f"pid {status.parent.name}")
-    return strays
+    return found
+
+
+def stray_sandbox_processes() -> list[str]:
+    """Sandbox-user processes that are not inside a running container (an escape or a leak). Looked at
+    twice, a second apart, so that a container another process is stopping right now does not count."""
+    from agent.sandbox import docker_client
+
+    def strays() -> set[str]:
+        running = {c["Id"] for c in docker_client().api.containers()}  # never inspects: no race with removals
+        return {pid for pid, ids in _sandbox_processes().items() if not ids & running}
+    first = strays()
+    if not first:
+        return []
+    time.sleep(1.0)
+    return sorted(first & strays(), key=int)
 
 
 WATCHED = ("/tmp", "/var/tmp", "/dev/shm", "/etc", "/root", "/home", "/opt", "/usr/local", "/srv")

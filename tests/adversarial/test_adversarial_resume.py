@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import agent.sandbox
 from tests.adversarial.adv_util import containers_of, unique
-from tests.test_bad_input import GOOD_TOML, ROOT, assert_one_clear_line, harness, make_task
+from tests.test_bad_input import GOOD_TOML, ROOT, assert_one_clear_line, harness, hit_prune_race, make_task
 
 SUBMIT = "```bash\nsubmit\n```"
-POOL_PATCHED = hasattr(agent.sandbox, "LABEL_POOL")  # patch P2 (see the report) is in
 
 
 def suite(tmp_path: Path, n: int = 4) -> Path:
@@ -36,6 +34,11 @@ def replay(tmp_path: Path, sleep: float = 0, output: int = 0) -> str:
     return f"replay:{path}"
 
 
+def race(proc) -> None:
+    if hit_prune_race(proc):
+        pytest.xfail("hit the prune race that patch P2 fixes (a NotFound traceback from prune)")
+
+
 def lines_of(run: Path) -> list[bytes]:
     path = run / "attempts.jsonl"
     return path.read_bytes().splitlines(keepends=True) if path.exists() else []
@@ -51,10 +54,12 @@ def outcomes(run: Path) -> dict:
     return out
 
 
-def wait_for_lines(run: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+def wait_for_lines(run: Path, n: int, proc: subprocess.Popen, log: Path, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while sum(line.endswith(b"\n") for line in lines_of(run)) < n:
-        assert proc.poll() is None, "the run ended before it could be interrupted"
+        if proc.poll() is not None:
+            race(subprocess.CompletedProcess(proc.args, proc.returncode, "", log.read_text()))
+            raise AssertionError(f"the run ended before it could be interrupted: {log.read_text()[-2000:]}")
         assert time.monotonic() < deadline, "the run recorded too few attempts in time"
         time.sleep(0.2)
 
@@ -64,11 +69,12 @@ def test_kill_9_mid_run_then_resume(image, tmp_path):
     tasks, model = suite(tmp_path), replay(tmp_path, sleep=2)
     run = tmp_path / unique("run")
     args = ["eval", "--model", model, "--tasks", str(tasks), "--samples", "2", "--concurrency", "2"]
-    with open(tmp_path / "first.log", "wb") as log:
+    log = tmp_path / "first.log"
+    with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, str(ROOT / "harness.py"), *args, "--out", str(run)], cwd=ROOT,
-                                stdout=log, stderr=log)
+                                stdout=out, stderr=out)
     try:
-        wait_for_lines(run, 2, proc)
+        wait_for_lines(run, 2, proc, log)
         # While it runs, a second harness on the same folder is refused (the lock), in one clear line.
         second = harness("eval", "--resume", str(run), "--tasks", str(tasks))
         assert_one_clear_line(second, "in use by another harness process")
@@ -83,6 +89,7 @@ def test_kill_9_mid_run_then_resume(image, tmp_path):
     left_by_the_dead_run = containers_of(run.name)  # may be empty if it died between attempts
 
     resumed = harness("eval", "--resume", str(run), "--tasks", str(tasks))
+    race(resumed)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Traceback" not in resumed.stderr
     after = lines_of(run)
@@ -95,6 +102,7 @@ def test_kill_9_mid_run_then_resume(image, tmp_path):
     # The same evaluation without interruption gives the same results.
     fresh = tmp_path / unique("fresh")
     clean = harness(*args, "--out", str(fresh))
+    race(clean)
     assert clean.returncode == 0, clean.stderr[-2000:]
     assert got == outcomes(fresh)
     assert sum(v[1] for v in got.values()) == 6  # t1..t3 solved twice, t4 failed twice
@@ -104,6 +112,7 @@ def test_resume_with_a_changed_task_is_refused(image, tmp_path):
     tasks, model = suite(tmp_path, n=1), replay(tmp_path)
     run = tmp_path / unique("run")
     first = harness("eval", "--model", model, "--tasks", str(tasks), "--out", str(run))
+    race(first)
     assert first.returncode == 0, first.stderr[-2000:]
     (tasks / "t1" / "instruction.md").write_text("Write something else to /workspace/answer.txt.\n")
     proc = harness("eval", "--resume", str(run), "--tasks", str(tasks))
@@ -122,9 +131,8 @@ def test_resume_with_different_samples_is_refused(image, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs for the run folder: needs root")
-# Without patch P2, SandboxPool.close() -> prune() can raise NotFound while a cancelled attempt's container is
-# still being removed, and the user gets that traceback instead of the disk-full line (seen here ~1 in 3 runs).
-@pytest.mark.xfail(not POOL_PATCHED, strict=False, reason="flaky until patch P2 (prune races with removals)")
+# Without patch P2, prune() can raise NotFound while a cancelled attempt's container is still being removed,
+# and the user gets that traceback instead of the disk-full line (seen here ~1 in 3 runs): race() xfails then.
 def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
     tasks, model = suite(tmp_path, n=1), replay(tmp_path, output=6000)  # records of ~15 KB
     mnt = tmp_path / "small"
@@ -136,6 +144,7 @@ def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
         (mnt / "filler").write_bytes(b"\0" * (free - 32 * 1024))  # room for the manifest and one record
         run = mnt / unique("run")
         proc = harness("eval", "--model", model, "--tasks", str(tasks), "--samples", "6", "--out", str(run))
+        race(proc)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr
         # One error (the progress bar may share its line: see patch P8), naming the cause and the fix.
@@ -149,6 +158,7 @@ def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
 
         (mnt / "filler").unlink()  # space freed: the resume finishes the run, every attempt once
         resumed = harness("eval", "--resume", str(run), "--tasks", str(tasks))
+        race(resumed)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         after = lines_of(run)
         assert after[:len(kept)] == kept
