@@ -26,3 +26,17 @@ def test_reply_stops_after_the_first_block_and_ids_match_text():
         if c.finish_reason == "stop" and "```" in c.content:
             assert c.content.rstrip().endswith("```") and _has_block(c.content)
             assert not _has_block(model.tokenizer.decode(c.completion_ids[:-1]))  # cut at the first close
+
+
+@pytest.mark.model
+def test_concurrent_requests_share_a_batch_and_match_sequential_greedy():
+    from agent.models import get_model
+
+    model = get_model("local:smollm2-135m")
+    convs = [[{"role": "user", "content": q}] for q in ("Say hello.", "Name a color.", "Count to three please.")]
+    alone = [asyncio.run(model.complete(c, max_tokens=16))[0].content for c in convs]
+
+    async def together():
+        return await asyncio.gather(*(model.complete(c, max_tokens=16) for c in convs))
+    batched = [out[0].content for out in asyncio.run(together())]
+    assert batched == alone

@@ -9,6 +9,8 @@ Later loads read that folder (fast).
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
 import hashlib
 import importlib.util
 import json
@@ -18,6 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -217,14 +220,20 @@ class LocalModel:
             ends.add(self.tokenizer.eos_token_id)
         self.end_ids = sorted(ends)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.end_ids[0]
-        self._lock = threading.Lock()  # one generate at a time on this model (threads call it)
+        self._lock = threading.Lock()  # guards the request queue
+        self._wake = threading.Condition(self._lock)
+        self._queue: list[_Request] = []
+        self._worker: Optional[threading.Thread] = None
+        self.max_batch = 16  # rows decoded together
+        self._current: list[_Request] = []  # the batch being decoded
+        self._closing = False
+        atexit.register(self._shutdown)  # a torch op still running at interpreter exit aborts the process
         # Decoding rule: a reply ends once it holds one complete ``` block (the text protocol's unit).
         # Small models otherwise go on to imagine the command's output; what is recorded and trained
         # on is exactly what was generated up to that point.
         self.stop_after_block = stop_after_block
         if seed is not None:
-            with self._lock:
-                torch.manual_seed(seed)
+            torch.manual_seed(seed)
 
     def encode(self, messages: list[dict[str, Any]]) -> list[int]:
         """The exact token ids of the rendered conversation, ending with the assistant-turn header."""
@@ -244,60 +253,120 @@ class LocalModel:
         max_tokens: int = 512,
         seed: Optional[int] = None,
     ) -> list[Completion]:
-        # In a worker thread: generation takes seconds and must not block the event loop. A thread
-        # cannot be cancelled, so a cancelled call (wall-time limit, Ctrl-C) tells generate to stop.
-        stop = threading.Event()
+        # Generation runs in the batching thread, so the event loop stays free. A thread cannot be
+        # cancelled: a cancelled call (wall-time limit, Ctrl-C) marks its rows to stop instead.
+        req = self._request(messages, n, temperature, max_tokens, seed)
         try:
-            out = await asyncio.to_thread(self.generate, messages, n, temperature, max_tokens, seed, stop)
+            out = await asyncio.wrap_future(req.future)
         except asyncio.CancelledError:
-            stop.set()
+            req.stop.set()
             raise
         apply_prices(out, self.price_in, self.price_out)
         return out
 
     def generate(self, messages: list[dict[str, Any]], n: int = 1, temperature: float = 0.0,
-                 max_tokens: int = 512, seed: Optional[int] = None,
-                 stop: Optional[threading.Event] = None) -> list[Completion]:
-        """Blocking: n completions from one batched generate call; ends early once `stop` is set."""
-        import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
+                 max_tokens: int = 512, seed: Optional[int] = None) -> list[Completion]:
+        """Blocking: n completions of one conversation."""
+        return self._request(messages, n, temperature, max_tokens, seed).future.result()
 
-        start = None  # prompt length, set below
-        model = self
-
-        class Cancelled(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kw):
-                done = torch.full((input_ids.shape[0],), bool(stop and stop.is_set()), dtype=torch.bool)
-                if model.stop_after_block:
-                    for i, row in enumerate(input_ids[:, start:].tolist()):
-                        done[i] |= _has_block(model.tokenizer.decode(row))
-                return done
-
+    def _request(self, messages, n, temperature, max_tokens, seed) -> "_Request":
         prompt_ids = self.encode(messages)
         room = self.context_window - len(prompt_ids)
         if room <= 0:
             raise ContextLengthError(f"model {self.name!r}: the prompt is {len(prompt_ids)} tokens, "
                                      f"the context window {self.context_window}")
-        sampling = temperature > 0
-        kwargs: dict[str, Any] = dict(max_new_tokens=max(1, min(max_tokens, room)), do_sample=sampling,
-                                      eos_token_id=self.end_ids, pad_token_id=self.pad_id,
-                                      stopping_criteria=StoppingCriteriaList([Cancelled()]))
+        req = _Request(prompt_ids, n, float(temperature), max(1, min(max_tokens, room)), seed)
+        with self._lock:
+            self._queue.append(req)
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._batch_loop, name="local-model", daemon=True)
+                self._worker.start()
+            self._wake.notify()
+        return req
+
+    def _shutdown(self):
+        with self._lock:
+            worker, self._closing = self._worker, True
+            for req in self._queue + self._current:
+                req.stop.set()
+            self._wake.notify_all()
+        if worker is not None:
+            worker.join(timeout=30)
+
+    def _batch_loop(self):
+        """Takes every waiting request with the same temperature and decodes them as one padded batch:
+        concurrent attempts share each forward pass (dynamic batching)."""
+        while True:
+            with self._lock:
+                while not self._queue:
+                    if self._closing or not self._wake.wait(timeout=30):
+                        self._worker = None
+                        return
+                first = self._queue[0]
+                batch, rows = [], 0
+                for req in list(self._queue):
+                    width = req.n if req.temperature > 0 else 1
+                    if req.temperature == first.temperature and (not batch or rows + width <= self.max_batch):
+                        batch.append(req)
+                        rows += width
+                        self._queue.remove(req)
+                self._current = batch
+            try:
+                results = self._generate_batch(batch)
+            except BaseException as e:  # hand the error to every caller in the batch
+                for req in batch:
+                    if not req.future.done():
+                        req.future.set_exception(e)
+                continue
+            for req, out in zip(batch, results):
+                if not req.future.done():
+                    req.future.set_result(out)
+
+    def _generate_batch(self, batch: list["_Request"]) -> list[list[Completion]]:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        sampling = batch[0].temperature > 0
+        owners = [req for req in batch for _ in range(req.n if sampling else 1)]  # request of each row
+        width = max(len(r.prompt_ids) for r in owners)
+        pad = self.pad_id
+        # Left padding: every row's generated tokens start at the same column.
+        input_ids = torch.tensor([[pad] * (width - len(r.prompt_ids)) + r.prompt_ids for r in owners],
+                                 device=self.device)
+        attention = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in owners],
+                                 device=self.device)
+        model = self
+
+        class RowDone(StoppingCriteria):  # per row: cancelled, its own token limit, or a closed block
+            def __call__(self, ids, scores, **kw):
+                done = torch.zeros(ids.shape[0], dtype=torch.bool)
+                for i, row in enumerate(ids[:, width:].tolist()):
+                    req = owners[i]
+                    done[i] = (req.stop.is_set() or len(row) >= req.max_tokens
+                               or (model.stop_after_block and _has_block(model.tokenizer.decode(row))))
+                return done
+
+        kwargs: dict[str, Any] = dict(max_new_tokens=max(r.max_tokens for r in batch), do_sample=sampling,
+                                      eos_token_id=self.end_ids, pad_token_id=pad,
+                                      stopping_criteria=StoppingCriteriaList([RowDone()]))
         if sampling:
             # Plain temperature sampling (no top-k/top-p truncation): the policy the samples really come from.
-            kwargs.update(temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=n)
+            kwargs.update(temperature=batch[0].temperature, top_k=0, top_p=1.0)
         else:
-            kwargs.update(temperature=None, top_k=None, top_p=None)  # greedy: n copies of one sequence
-        start = len(prompt_ids)
-        input_ids = torch.tensor([prompt_ids], device=self.device)
-        with self._lock:
-            if seed is not None:
-                torch.manual_seed(seed)
-            with torch.inference_mode():
-                output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-        rows = output[:, len(prompt_ids):].tolist()
-        if not sampling:
-            rows = rows * n
-        return [self._completion(prompt_ids, row) for row in rows]
+            kwargs.update(temperature=None, top_k=None, top_p=None)
+        seeds = [r.seed for r in batch if r.seed is not None]
+        if seeds:
+            torch.manual_seed(seeds[0])
+        with torch.inference_mode():
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        generated = output[:, width:].tolist()
+        results: list[list[Completion]] = [[] for _ in batch]
+        index = {id(req): k for k, req in enumerate(batch)}
+        for req, row in zip(owners, generated):
+            results[index[id(req)]].append(self._completion(req.prompt_ids, row[: req.max_tokens]))
+        if not sampling:  # greedy: n copies of one sequence
+            results = [out * req.n for out, req in zip(results, batch)]
+        return results
 
     def _completion(self, prompt_ids: list[int], row: list[int]) -> Completion:
         end = next((i for i, t in enumerate(row) if t in self.end_ids), None)
@@ -324,3 +393,14 @@ _BLOCK = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
 
 def _has_block(text: str) -> bool:
     return _BLOCK.search(text) is not None
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    n: int
+    temperature: float
+    max_tokens: int
+    seed: Optional[int]
+    stop: threading.Event = field(default_factory=threading.Event)
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
