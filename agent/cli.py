@@ -19,7 +19,8 @@ def register(sub):
     p.add_argument("--tag", action="append", dest="tags")
     p.add_argument("--glob", help="only task ids matching this glob")
     p.add_argument("--samples", type=int, default=1)
-    p.add_argument("--concurrency", type=int, default=2, help="attempts in flight")
+    p.add_argument("--concurrency", type=int, default=4,
+                   help="attempts in flight (a local model decodes concurrent requests as one batch)")
     p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-steps", type=int, default=30)
