@@ -51,6 +51,7 @@ class LoopConfig:
     temperature: float = 0.0
     seed: Optional[int] = None
     protocol: str = "auto"  # auto | tools | text
+    demonstration: bool = True  # text protocol: one worked example exchange first (small models copy its form)
     observation_chars: int = 8000  # longer observations keep their head and tail
 
 
@@ -134,19 +135,31 @@ async def run_action(sb: Sandbox, action: Action, cfg: LoopConfig) -> tuple[str,
 def fit_context(model: Model, messages: list[dict], reply_tokens: int) -> bool:
     """Elides the oldest observations until the conversation fits the context window."""
     limit = model.context_window - reply_tokens
-    for msg in messages[2:]:
+    for msg in messages[1:]:
         if model.count_tokens(messages) <= limit:
             return True
-        if msg["role"] in ("user", "tool") and not msg.get("elided"):
+        if msg["role"] in ("user", "tool") and not msg.get("elided") and not msg.get("pinned"):
             msg["content"], msg["elided"] = "[observation elided to fit the context window]", True
     return model.count_tokens(messages) <= limit
 
 
+def clean(messages: list[dict]) -> list[dict]:
+    """Messages as the model sees them (without the loop's own bookkeeping keys)."""
+    return [{k: v for k, v in m.items() if k not in ("elided", "pinned")} for m in messages]
+
+
 async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
+    res = await _run(model, sb, instruction, cfg)
+    res.messages = clean(res.messages)
+    return res
+
+
+async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
     use_tools = cfg.protocol == "tools" or (cfg.protocol == "auto" and model.supports_tools)
-    res = LoopResult(messages=[
-        {"role": "system", "content": prompt("system_tools" if use_tools else "system_text")},
-        {"role": "user", "content": prompt("instance", instruction=instruction)}])
+    res = LoopResult(messages=[{"role": "system", "content": prompt("system_tools" if use_tools else "system_text")}])
+    if cfg.demonstration and not use_tools:
+        res.messages += json.loads((PROMPTS / "demonstration.json").read_text())
+    res.messages.append({"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True})
     deadline = time.monotonic() + cfg.wall_time
     tokens = cost = 0.0
     recent: list[str] = []
@@ -157,7 +170,7 @@ async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig)
         started = time.monotonic()
         try:
             completion = (await asyncio.wait_for(model.complete(
-                [{k: v for k, v in m.items() if k != "elided"} for m in res.messages],
+                clean(res.messages),
                 tools=TOOLS if use_tools else None, temperature=cfg.temperature,
                 max_tokens=cfg.max_reply_tokens, seed=cfg.seed), timeout=max(deadline - started, 1.0)))[0]
         except asyncio.TimeoutError:
