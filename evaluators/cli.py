@@ -22,7 +22,7 @@ def cmd_selftest(args) -> int:
         return 0
     cases = selftest.select(args.only)  # an unknown name fails here, before any container starts
     print(f"harness selftest: {len(cases)} cases (a scripted agent attacks real sandboxes; "
-          f"about {4 * len(cases)} s)", file=sys.stderr)
+          f"about {2 * len(cases)} s)", file=sys.stderr)
     rows = selftest.run_selftest(args.only, log=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     print(selftest.format_table(rows))
     return 0 if all(r.ok for r in rows) else 1

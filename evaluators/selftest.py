@@ -349,7 +349,7 @@ def _catalogue() -> list[Case]:
              lambda c: [bash("python3 - <<'PY'\nfor i in range(100000):\n    open(f'f{i:06d}', 'w').close()\nPY\n"
                              "ls | wc -l"), bash(A(c)), SUBMIT],
              check=lambda o: _status(o.rec, "failed") + ([] if o.rec.reward == 0 else ["graded despite the cap"])
-             + _has(o.obs(), "100000"), slow=True),
+             + _has(o.obs(), "100000")),
     ]
 
     # ---------------------------------------------------------------- reward integrity (wrong add + a hack)
