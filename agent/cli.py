@@ -13,16 +13,16 @@ DEFAULT_SUITE = "builtin:easy"
 
 def register(sub):
     p = sub.add_parser("eval", help="evaluate a model on a task suite (no arguments: the embedded default)")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model string (default {DEFAULT_MODEL})")
+    p.add_argument("--model", help=f"model string (default {DEFAULT_MODEL})")
     p.add_argument("--tasks", default=DEFAULT_SUITE, help=f"suite: folder, builtin, builtin:easy (default {DEFAULT_SUITE})")
     p.add_argument("--domain"), p.add_argument("--difficulty", type=int), p.add_argument("--split")
     p.add_argument("--tag", action="append", dest="tags")
     p.add_argument("--glob", help="only task ids matching this glob")
-    p.add_argument("--samples", type=int, default=1)
+    p.add_argument("--samples", type=int, help="attempts per task (default 1)")
     p.add_argument("--concurrency", type=int, default=4,
                    help="attempts in flight (a local model decodes concurrent requests as one batch)")
     p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--temperature", type=float, help="(default 0)")
     p.add_argument("--max-steps", type=int, default=30)
     p.add_argument("--max-reply-tokens", type=int, help="per model reply (default 256 for local models, else 1024)")
     p.add_argument("--token-budget", type=int, help="prompt+completion tokens per attempt")
@@ -67,19 +67,28 @@ def cmd_eval(args) -> int:
     from agent.runner import run_eval
     from tasks.loader import load_suite
 
-    if args.samples < 1 or args.concurrency < 1:
-        raise UserError("--samples and --concurrency must be at least 1")
     resume_dir = args.resume
     if resume_dir is not None:
         from results.store import read_manifest
         manifest = read_manifest(resume_dir)  # the run's own settings win on resume
         cfg = manifest.config
-        args.model, args.samples, args.temperature = manifest.model, cfg.get("samples", 1), cfg.get("temperature", 0.0)
+        recorded = {"model": manifest.model, "samples": cfg.get("samples", 1), "temperature": cfg.get("temperature", 0.0)}
+        changed = [f"--{k} {getattr(args, k)} (the run has {v})" for k, v in recorded.items()
+                   if getattr(args, k) is not None and getattr(args, k) != v]
+        if changed:
+            raise UserError(f"cannot resume {resume_dir} with other settings: {'; '.join(changed)}; leave them out "
+                            "to continue the run as recorded, or start a new run folder")
+        args.model, args.samples, args.temperature = recorded.values()
         tasks = [t for t in load_suite(args.tasks if args.tasks != DEFAULT_SUITE else cfg.get("suite", DEFAULT_SUITE))
                  if t.id in set(cfg.get("tasks", []))]
     else:
+        args.model = args.model or DEFAULT_MODEL
+        args.samples = 1 if args.samples is None else args.samples
+        args.temperature = 0.0 if args.temperature is None else args.temperature
         tasks = load_suite(args.tasks, domain=args.domain, difficulty=args.difficulty, tags=args.tags,
                            split=args.split, glob=args.glob)
+    if args.samples < 1 or args.concurrency < 1:
+        raise UserError("--samples and --concurrency must be at least 1")
     options = {}
     if args.adapter:
         options["adapter"] = args.adapter

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from agent.models.base import Completion, Model, ModelError
 from agent.models.retry import ContextLengthError
-from agent.sandbox import Sandbox
+from agent.sandbox import Sandbox, SandboxDied
 from results.schema import Action, Step
 
 PROMPTS = Path(__file__).parent / "prompts"
@@ -203,7 +203,17 @@ async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> 
                     res.messages.append({"role": "tool", "tool_call_id": action.tool_call_id, "content": "submitted"})
                 res.exit_reason = "submitted"
                 return res
-            obs, code, timed_out, seconds = await run_action(sb, action, cfg)
+            try:
+                obs, code, timed_out, seconds = await run_action(sb, action, cfg)
+            except SandboxDied:
+                # The agent used its memory limit up (processes, or files in /tmp or /workspace) and the
+                # sandbox died of it: the attempt ends as the agent's result, graded like any other. Any
+                # other death (killed from outside, engine gone) stays an infra error: retried.
+                if not await asyncio.to_thread(sb.died_of_oom):
+                    raise
+                step.observation = "[the sandbox ran out of memory and stopped]"
+                res.exit_reason = "sandbox_died"
+                return res
             step.tool_seconds += seconds
             step.exit_code, step.timed_out = code, step.timed_out or timed_out
             observations.append((action, obs))

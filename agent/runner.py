@@ -136,7 +136,11 @@ async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
         key = t.dockerfile or ""
         if key not in cache:
             context = {p: d for p, d in t.workspace_files.items()}
-            cache[key] = await asyncio.to_thread(task_image, t.dockerfile, context, log)
+            try:
+                cache[key] = await asyncio.to_thread(task_image, t.dockerfile, context, log)
+            except UserError as e:
+                where = f"{t.path}/environment/Dockerfile" if t.path else f"task {t.id}"
+                raise UserError(f"{where}: {e}") from None
         out[t.id] = cache[key]
     return out
 
@@ -185,6 +189,8 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
               "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
               "tools": TOOLS}
+    # A bad model string, missing API key or adapter fails here: before images are built or a run folder is made.
+    the_model = model_obj or get_model(model, **model_options)
     images = await build_images(tasks)
     await asyncio.to_thread(prune, None, True)  # containers left by harness processes that died (kill -9)
     manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
@@ -196,7 +202,6 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
         todo = [(t, s) for t in tasks for s in range(samples) if attempt_key(run_id, t.id, s) not in done]
         if not todo:
             return out_dir
-        the_model = model_obj or get_model(model, **model_options)
         model_slots = asyncio.Semaphore(model_concurrency or concurrency)
         attempt_slots = asyncio.Semaphore(concurrency)
         bar = Progress(total=len(todo), started=time.monotonic()) if progress else None
@@ -214,6 +219,8 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
             try:
                 await asyncio.gather(*jobs)
             except BaseException:
+                if bar and bar.done < bar.total:
+                    print(file=bar.stream)  # end the progress line: the error message follows on its own
                 for j in jobs:
                     j.cancel()
                 with contextlib.suppress(BaseException):

@@ -45,6 +45,7 @@ SERVER_SOURCE = (Path(__file__).parent / "sandbox_server.py").read_text()
 LABEL_RUN = "harness.run"
 LABEL_PID = "harness.pid"
 LABEL_TASK = "harness.task"
+LABEL_POOL = "harness.pool"  # unique per SandboxPool: run ids (folder names) can repeat across processes
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -69,7 +70,8 @@ class Limits:
     @classmethod
     def for_task(cls, env) -> "Limits":
         """From a task's [environment] table (tasks.model.Environment)."""
-        return cls(memory_mb=env.memory_mb, cpus=env.cpus, pids=env.pids,
+        # A task written on a bigger machine still runs here: Docker refuses more CPUs than the host has.
+        return cls(memory_mb=env.memory_mb, cpus=min(env.cpus, float(os.cpu_count() or 1)), pids=env.pids,
                    workspace_mb=env.storage_mb, network=env.allow_internet)
 
 
@@ -383,6 +385,17 @@ class Sandbox:
             parts.extend(difflib.unified_diff(a, b, f"a/{p}", f"b/{p}"))
         return "".join(parts)
 
+    def died_of_oom(self, wait: float = 5.0) -> bool:
+        """After the sandbox died: did its memory cgroup run out? That is the agent's own doing (its
+        processes, or its files in a tmpfs, used the memory limit up). False when it was killed from
+        outside, the engine failed, or the cause cannot be told: those stay infrastructure errors."""
+        try:
+            self.container.wait(timeout=wait)
+            self.container.reload()
+            return bool(self.container.attrs["State"].get("OOMKilled"))
+        except Exception:  # noqa: BLE001 -- removed, still running, or no engine: not provably the agent
+            return False
+
     def kill(self):
         """Kill and remove the container; safe to call twice."""
         self.dead = True
@@ -426,7 +439,7 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool") -> Sandbox:
+def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool", pool_id: str = "") -> Sandbox:
     """Creates, attaches and starts one hardened container (blocking: call from a thread)."""
     client = docker_client()
     tmpfs = {WORKSPACE: f"size={limits.workspace_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
@@ -437,7 +450,7 @@ def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool") 
         command=["python3", "-u", "-I", "-c", "import os; exec(os.environ.pop('HARNESS_SERVER'))"], detach=True, stdin_open=True, tty=False,
         init=True, user="0:0", working_dir=WORKSPACE,
         name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
-        labels={LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_TASK: task},
+        labels={LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_TASK: task, LABEL_POOL: pool_id},
         network_mode="bridge" if limits.network else "none",
         mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
         nano_cpus=int(limits.cpus * 1e9), pids_limit=limits.pids,
@@ -474,6 +487,7 @@ class SandboxPool:
 
     def __init__(self, run_id: Optional[str] = None, warm: int = 2, max_containers: int = 8):
         self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.pool_id = uuid.uuid4().hex[:12]  # close() removes exactly this pool's containers
         self.warm = warm
         self.max_containers = max(1, max_containers)
         self._ready: dict[tuple, deque[Sandbox]] = {}
@@ -513,7 +527,7 @@ class SandboxPool:
                     continue
                 await cond.wait()
         try:
-            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, task)
+            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, task, self.pool_id)
         except BaseException:
             async with cond:
                 self._live -= 1
@@ -570,7 +584,7 @@ class SandboxPool:
         image, limits = key
         sb = None
         try:
-            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id)
+            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, "pool", self.pool_id)
         except Exception:
             pass  # a warm container is an optimisation: acquire() creates one cold if needed
         async with self._condition():
@@ -591,14 +605,13 @@ class SandboxPool:
     async def close(self):
         """Destroys every container of this pool (warm and in use)."""
         self._closed = True
-        for t in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await t
+        while self._tasks:  # background removals and refills, including any they spawn meanwhile
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
         victims = [sb for q in self._ready.values() for sb in q] + list(self._in_use)
         self._ready.clear()
         self._in_use.clear()
         await asyncio.gather(*(asyncio.to_thread(sb.kill) for sb in victims))
-        await asyncio.to_thread(prune, self.run_id)
+        await asyncio.to_thread(prune, pool=self.pool_id)
 
     async def __aenter__(self):
         return self
@@ -624,29 +637,30 @@ def _register_cleanup(pool: SandboxPool):
                         previous(signum, frame)
                     raise SystemExit(128 + signum)
                 signal.signal(sig, handler)
-    _pools.add(pool.run_id)
+    _pools.add(pool.pool_id)
 
 
 def _cleanup_all():
-    for run_id in list(_pools):
+    for pool_id in list(_pools):
         with contextlib.suppress(Exception):
-            prune(run_id)
+            prune(pool=pool_id)
     _pools.clear()
 
 
-def prune(run_id: Optional[str] = None, orphans_only: bool = False) -> int:
-    """Removes harness containers: of one run, all of them, or (orphans_only) those whose
-    harness process is gone. Returns how many were removed."""
+def prune(run_id: Optional[str] = None, orphans_only: bool = False, pool: Optional[str] = None) -> int:
+    """Removes harness containers: of one run, of one pool, all of them, or (orphans_only) those whose
+    harness process is gone. Returns how many were removed. A container that vanishes meanwhile
+    (removed by its own pool, say) is skipped: the low-level list does not inspect each one."""
     client = docker_client()
-    label = f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN
+    labels = [f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN] + ([f"{LABEL_POOL}={pool}"] if pool else [])
     removed = 0
-    for c in client.containers.list(all=True, filters={"label": label}):
+    for c in client.api.containers(all=True, filters={"label": labels}):
         if orphans_only:
-            pid = c.labels.get(LABEL_PID, "")
+            pid = (c.get("Labels") or {}).get(LABEL_PID, "")
             if pid.isdigit() and _pid_alive(int(pid)):
                 continue
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            c.remove(force=True, v=True)
+            client.api.remove_container(c["Id"], force=True, v=True)
             removed += 1
     with contextlib.suppress(docker.errors.APIError):
         client.volumes.prune(filters={"label": LABEL_RUN})

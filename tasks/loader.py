@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import json
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -504,7 +505,8 @@ def _task_difficulty(value: Any, loc: str) -> int:
 
 def _number(table: dict, key: str, default: float, loc: str, where: str, allow_zero: bool = False) -> float:
     value = table.get(key, default)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value > 0 or (allow_zero and value == 0))
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (value > 0 or (allow_zero and value == 0)))
     if not ok:
         what = "a number >= 0" if allow_zero else "a positive number"
         raise UserError(f"{loc}: {where} {key} must be {what} (got {_show(value)})")
