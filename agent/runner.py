@@ -23,7 +23,7 @@ from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
 from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, prune
 from evaluators.grade import grade
-from results.schema import Attempt, Durations, attempt_key
+from results.schema import Attempt, attempt_key
 from tasks.model import Task
 
 # A policy acts in the sandbox; it returns the loop's result (or None for oracle/null).

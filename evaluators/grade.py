@@ -62,7 +62,7 @@ async def _grade(task: Task, changes: Changes, pool: SandboxPool, image: str) ->
             await sb.put_files({f"tests/{p}" if p not in ("conftest.py", "pytest.ini") else p: d
                                 for p, d in tests.items()}, dest="/grader", user="root")
             argv, report_path = pytest_kind.command(timeout)
-            r = await sb.exec_raw(["mkdir", "-p", report_path.rsplit("/", 1)[0]], timeout=10)
+            await sb.exec_raw(["mkdir", "-p", report_path.rsplit("/", 1)[0]], timeout=10)
             run = await sb.exec_raw(argv, timeout=timeout + 5, env=pytest_kind.CLEAN_ENV, cap=16 << 10)
             report = await _read(sb, report_path)
             pv = pytest_kind.verdict(report, run["exit_code"], run["timed_out"],

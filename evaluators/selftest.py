@@ -159,7 +159,6 @@ class Case:
     check: Optional[Check] = None  # the case's own expectation; [] when met
     command_timeout: float = 10.0
     slow: bool = False
-    needs_patch: str = ""  # a core patch this case needs (see the engineer's report); "" when none
 
 
 def _has(text: str, *needles: str) -> list[str]:
@@ -282,13 +281,13 @@ def _catalogue() -> list[Case]:
         Case("disk_fill_tmp", "host", "/tmp filled: no infra error (solved, or failed as sandbox_died)",
              lambda c: [bash("dd if=/dev/zero of=/tmp/fill bs=1M count=400 2>&1 | tail -1; echo FILLED"),
                         bash(A(c)), SUBMIT],
-             check=_disk_tmp, needs_patch="P1"),
+             check=_disk_tmp),
         Case("stdout_flood_text", "host", "200 MB of text: head and tail kept, bounded memory; solved",
              lambda c: [bash("yes AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA | head -c 200000000;"
                              " echo FLOOD-END"), bash(A(c)), SUBMIT],
              check=_bounded_obs),
         Case("stdout_flood_binary", "host", "50 MB of random bytes on stdout+stderr: bounded; solved",
-             lambda c: [bash("head -c 50000000 /dev/urandom; head -c 5000000 /dev/urandom >&2; echo; echo FLOOD-END; echo FLOOD-END >&2"),
+             lambda c: [bash("head -c 50000000 /dev/urandom; head -c 5000000 /dev/urandom >&2; echo; echo FLOOD-END; echo >&2; echo FLOOD-END >&2"),
                         bash(A(c)), SUBMIT],
              check=_bounded_obs),
         Case("never_ending_command", "host", "busy loop and sleep killed at the command timeout; solved",

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from agent.runner import build_images, null_policy, oracle_policy, run_attempt
-from agent.sandbox import Limits, Sandbox, SandboxPool
+from agent.sandbox import Sandbox, SandboxPool
 from tasks.model import Task
 
 

@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import agent.sandbox
 from agent.errors import UserError
 from tasks.loader import load_suite, load_task
 
 ROOT = Path(__file__).resolve().parent.parent
-P2_IN = hasattr(agent.sandbox, "LABEL_POOL")  # core patch P2 (see the report) is applied
 GOOD_TOML = """version = "1"
 
 [metadata]
@@ -62,17 +60,10 @@ def harness(*args: str, env: dict | None = None, cwd: Path = ROOT, timeout: floa
                           env=full_env, cwd=cwd, timeout=timeout)
 
 
-def hit_prune_race(proc: subprocess.CompletedProcess) -> bool:
-    """The harness died of the race patch P2 fixes: prune() lists harness containers and inspects each one,
-    and one that another process (or this one) removes meanwhile raises NotFound."""
-    return not P2_IN and "in prune" in proc.stderr and "NotFound" in proc.stderr
-
 
 def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
     """Exit 2, no traceback, exactly one line mentioning 'error', and that line names every needle."""
     err = proc.stderr
-    if hit_prune_race(proc):
-        pytest.xfail("hit the prune race that patch P2 fixes (a NotFound traceback from prune)")
     assert proc.returncode == 2, (proc.returncode, err[-2000:])
     assert "Traceback" not in err and "Traceback" not in proc.stdout, err[-3000:]
     lines = [line for line in err.splitlines() if "error" in line.lower()]
@@ -141,8 +132,6 @@ def test_missing_api_key_names_the_variable(tmp_path, image):
     assert_one_clear_line(proc, "OPENAI_API_KEY")
 
 
-@pytest.mark.xfail(strict=False, reason="needs core patch P4 (agent/runner.py): create the model before "
-                                        "building images and creating the run folder, so a bad model leaves nothing")
 def test_bad_model_fails_before_creating_a_run_folder(tmp_path, image):
     make_task(tmp_path / "suite")
     proc = harness("eval", "--model", "openai/gpt-4o-mini", "--tasks", str(tmp_path / "suite"),
@@ -172,8 +161,6 @@ def test_unbuildable_dockerfile(tmp_path, image):
     assert_one_clear_line(proc, "Dockerfile")
 
 
-@pytest.mark.xfail(strict=False, reason="needs patch P6 (agent/runner.py build_images): the line says a task "
-                                        "Dockerfile does not build, but not which task's")
 def test_unbuildable_dockerfile_names_its_task(tmp_path, image):
     make_task(tmp_path / "suite", "broken-one", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
@@ -181,8 +168,6 @@ def test_unbuildable_dockerfile_names_its_task(tmp_path, image):
     assert_one_clear_line(proc, "broken-one", "Dockerfile")
 
 
-@pytest.mark.xfail(strict=False, reason="needs patch P5 (tasks/loader.py): cpus = inf loads as a positive number, "
-                                        "then the run dies with an OverflowError traceback")
 def test_non_finite_limit_is_refused(tmp_path, image):
     make_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", "pids = 64\ncpus = inf"))
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
@@ -190,14 +175,10 @@ def test_non_finite_limit_is_refused(tmp_path, image):
     assert_one_clear_line(proc, "cpus")
 
 
-@pytest.mark.xfail(strict=False, reason="needs patch P5 (agent/sandbox.py Limits.for_task): Docker refuses more "
-                                        "CPUs than the host has, so every attempt of such a task is an infra error")
 def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image):
     make_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", f"pids = 64\ncpus = {4 * (os.cpu_count() or 1)}"))
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
-    if hit_prune_race(proc):
-        pytest.xfail("hit the prune race that patch P2 fixes")
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((tmp_path / "run" / "attempts.jsonl").read_text())
     assert record["status"] == "solved", record["error"]

@@ -1,5 +1,4 @@
 """The grading protocol in real containers: honest work scores 1, wrong work and hacks score 0."""
-import asyncio
 import textwrap
 
 import pytest

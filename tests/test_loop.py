@@ -1,7 +1,6 @@
 """The agent loop with the replay model: exact, known outcomes on a real task in real sandboxes."""
 import json
 
-import pytest
 
 from agent.loop import LoopConfig, parse_text_reply
 from agent.models import get_model

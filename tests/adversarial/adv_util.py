@@ -1,15 +1,12 @@
 """Helpers shared by the adversarial and fault-injection tests."""
 import asyncio
 import json
-import traceback
 import uuid
 from pathlib import Path
 
 import docker
 import docker.errors
-import pytest
 
-import agent.sandbox
 
 from agent.runner import run_eval
 from agent.sandbox import LABEL_RUN
@@ -17,7 +14,6 @@ from evaluators.selftest import SUBMIT, answer_task, bash
 from results.store import RunReader
 
 ANSWER = "ok-fault"
-P2_IN = hasattr(agent.sandbox, "LABEL_POOL")  # core patch P2 (see the report) is applied
 
 
 def task(task_id: str, command_timeout: float = 10.0, **env):
@@ -47,12 +43,7 @@ def evaluate(tmp_path: Path, tasks, scripts: dict, name: str = "", **kw) -> tupl
     path.write_text(json.dumps(scripts))
     out = tmp_path / name
     kw.setdefault("concurrency", 1)
-    try:
-        asyncio.run(run_eval(f"replay:{path}", tasks, out_dir=out, progress=False, **kw))
-    except docker.errors.NotFound as e:
-        if not P2_IN and any(f.name == "prune" for f in traceback.extract_tb(e.__traceback__)):
-            pytest.xfail(f"hit the prune race that patch P2 fixes: {str(e)[:150]}")
-        raise
+    asyncio.run(run_eval(f"replay:{path}", tasks, out_dir=out, progress=False, **kw))
     return records(out), (out / "attempts.jsonl").read_text().splitlines(), out
 
 

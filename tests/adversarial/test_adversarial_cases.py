@@ -6,15 +6,9 @@ import json
 
 import pytest
 
-import agent.sandbox
 from evaluators import selftest
 from results.schema import Attempt, Step
 from tests.test_bad_input import harness
-
-# Core patches a case needs, by name (see the engineer's report), and how to tell they are in.
-PATCHED = {"P1": lambda: hasattr(agent.sandbox.Sandbox, "died_of_oom"),
-           "P2": lambda: hasattr(agent.sandbox, "LABEL_POOL")}
-P2_SYMPTOMS = ("run_eval raised NotFound", "containers left behind")
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +24,8 @@ def params():
 
 
 @pytest.mark.parametrize("name", list(params()))
-def test_attack(name, runner, request):
-    case = selftest.CASES[name]
-    if case.needs_patch and not PATCHED[case.needs_patch]():
-        # disk_fill_tmp: an agent that fills /tmp gets its sandbox OOM-killed, and today that is recorded as an
-        # infra error (retried 3 times, then left out of the denominators) instead of the agent's own failure.
-        request.applymarker(pytest.mark.xfail(strict=True, reason=f"needs core patch {case.needs_patch}"))
-    row = runner.run(case)
-    if not row.ok and not PATCHED["P2"]() and all(p.startswith(P2_SYMPTOMS) for p in row.problems):
-        # Without patch P2 the pool's close() sometimes raises NotFound from prune() at the end of a run (a
-        # container it is removing itself vanishes under the listing): the harness does not survive then.
-        pytest.xfail(f"hit the prune race that patch P2 fixes: {row.problems[0][:200]}")
+def test_attack(name, runner):
+    row = runner.run(selftest.CASES[name])
     assert row.ok, f"{row.observed}: " + "; ".join(row.problems)
 
 

@@ -195,13 +195,9 @@ def test_engine_restart_during_a_run(image, tmp_path):
 
 # ----------------------------------------------------------------------------------- pool bookkeeping
 
-POOL_PATCHED = hasattr(sandbox_module, "LABEL_POOL")  # patch P2 (see the report) is in
 LIMITS = sandbox_module.Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
 
 
-@pytest.mark.xfail(not POOL_PATCHED, strict=True, raises=sandbox_module.SandboxDied,
-                   reason="needs patch P2: SandboxPool.close() prunes by run id, so it also kills the live "
-                          "sandboxes of any other pool (another process) whose run folder has the same name")
 def test_closing_a_pool_spares_other_pools_with_the_same_run_id(image):
     run_id = unique("shared")
 
@@ -219,9 +215,6 @@ def test_closing_a_pool_spares_other_pools_with_the_same_run_id(image):
     assert containers_of(run_id) == []
 
 
-@pytest.mark.xfail(not POOL_PATCHED, strict=True, raises=docker.errors.NotFound,
-                   reason="needs patch P2: prune() inspects every listed container and raises NotFound when one "
-                          "is removed meanwhile (by the pool's own in-flight kill, say)")
 def test_prune_tolerates_containers_that_vanish_meanwhile(image, monkeypatch):
     run_id = unique("vanish")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.adversarial.adv_util import containers_of, unique
-from tests.test_bad_input import GOOD_TOML, ROOT, assert_one_clear_line, harness, hit_prune_race, make_task
+from tests.test_bad_input import GOOD_TOML, ROOT, assert_one_clear_line, harness, make_task
 
 SUBMIT = "```bash\nsubmit\n```"
 
@@ -34,11 +34,6 @@ def replay(tmp_path: Path, sleep: float = 0, output: int = 0) -> str:
     return f"replay:{path}"
 
 
-def race(proc) -> None:
-    if hit_prune_race(proc):
-        pytest.xfail("hit the prune race that patch P2 fixes (a NotFound traceback from prune)")
-
-
 def lines_of(run: Path) -> list[bytes]:
     path = run / "attempts.jsonl"
     return path.read_bytes().splitlines(keepends=True) if path.exists() else []
@@ -58,7 +53,6 @@ def wait_for_lines(run: Path, n: int, proc: subprocess.Popen, log: Path, timeout
     deadline = time.monotonic() + timeout
     while sum(line.endswith(b"\n") for line in lines_of(run)) < n:
         if proc.poll() is not None:
-            race(subprocess.CompletedProcess(proc.args, proc.returncode, "", log.read_text()))
             raise AssertionError(f"the run ended before it could be interrupted: {log.read_text()[-2000:]}")
         assert time.monotonic() < deadline, "the run recorded too few attempts in time"
         time.sleep(0.2)
@@ -89,7 +83,6 @@ def test_kill_9_mid_run_then_resume(image, tmp_path):
     left_by_the_dead_run = containers_of(run.name)  # may be empty if it died between attempts
 
     resumed = harness("eval", "--resume", str(run), "--tasks", str(tasks))
-    race(resumed)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Traceback" not in resumed.stderr
     after = lines_of(run)
@@ -102,7 +95,6 @@ def test_kill_9_mid_run_then_resume(image, tmp_path):
     # The same evaluation without interruption gives the same results.
     fresh = tmp_path / unique("fresh")
     clean = harness(*args, "--out", str(fresh))
-    race(clean)
     assert clean.returncode == 0, clean.stderr[-2000:]
     assert got == outcomes(fresh)
     assert sum(v[1] for v in got.values()) == 6  # t1..t3 solved twice, t4 failed twice
@@ -112,7 +104,6 @@ def test_resume_with_a_changed_task_is_refused(image, tmp_path):
     tasks, model = suite(tmp_path, n=1), replay(tmp_path)
     run = tmp_path / unique("run")
     first = harness("eval", "--model", model, "--tasks", str(tasks), "--out", str(run))
-    race(first)
     assert first.returncode == 0, first.stderr[-2000:]
     (tasks / "t1" / "instruction.md").write_text("Write something else to /workspace/answer.txt.\n")
     proc = harness("eval", "--resume", str(run), "--tasks", str(tasks))
@@ -120,8 +111,6 @@ def test_resume_with_a_changed_task_is_refused(image, tmp_path):
     assert len(lines_of(run)) == 1
 
 
-@pytest.mark.xfail(strict=False, reason="needs patch P7 (agent/cli.py): on --resume the manifest's settings silently "
-                                        "replace an explicitly different --samples/--model instead of refusing")
 def test_resume_with_different_samples_is_refused(image, tmp_path):
     tasks, model = suite(tmp_path, n=1), replay(tmp_path)
     run = tmp_path / unique("run")
@@ -131,8 +120,6 @@ def test_resume_with_different_samples_is_refused(image, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs for the run folder: needs root")
-# Without patch P2, prune() can raise NotFound while a cancelled attempt's container is still being removed,
-# and the user gets that traceback instead of the disk-full line (seen here ~1 in 3 runs): race() xfails then.
 def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
     tasks, model = suite(tmp_path, n=1), replay(tmp_path, output=6000)  # records of ~15 KB
     mnt = tmp_path / "small"
@@ -144,7 +131,6 @@ def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
         (mnt / "filler").write_bytes(b"\0" * (free - 32 * 1024))  # room for the manifest and one record
         run = mnt / unique("run")
         proc = harness("eval", "--model", model, "--tasks", str(tasks), "--samples", "6", "--out", str(run))
-        race(proc)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr
         # One error (the progress bar may share its line: see patch P8), naming the cause and the fix.
@@ -158,7 +144,6 @@ def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
 
         (mnt / "filler").unlink()  # space freed: the resume finishes the run, every attempt once
         resumed = harness("eval", "--resume", str(run), "--tasks", str(tasks))
-        race(resumed)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         after = lines_of(run)
         assert after[:len(kept)] == kept
