@@ -13,7 +13,8 @@ SMALL = Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
 
 
 def containers(run_id):
-    return docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    # The low-level list: removals still going on in the background must not make the listing fail.
+    return docker.from_env().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
 
 
 async def one_sandbox(image, body, limits=SMALL):
