@@ -657,8 +657,8 @@ def prune(run_id: Optional[str] = None, orphans_only: bool = False, pool: Option
     for c in client.api.containers(all=True, filters={"label": labels}):
         if orphans_only:
             pid = (c.get("Labels") or {}).get(LABEL_PID, "")
-            if pid.isdigit() and _pid_alive(int(pid)):
-                continue
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue  # only containers whose owning harness process is known and gone
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             client.api.remove_container(c["Id"], force=True, v=True)
             removed += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -76,7 +77,8 @@ async def harness_side(image: str, n: int) -> dict:
 
 def cli_side(image: str, n: int) -> dict:
     res = {}
-    cid = docker("run", "-d", "--network", "none", "--label", "harness.run=bench", image, "sleep", "infinity")
+    label = ["--label", "harness.run=bench", "--label", f"harness.pid={os.getpid()}"]
+    cid = docker("run", "-d", "--network", "none", *label, image, "sleep", "infinity")
     try:
         res["exec"] = timed(lambda: docker("exec", cid, "true"), n * 2)
     finally:
@@ -84,7 +86,7 @@ def cli_side(image: str, n: int) -> dict:
     cold, cycle = [], []
     for _ in range(n // 4):
         t = time.perf_counter()
-        c = docker("run", "-d", "--network", "none", "--label", "harness.run=bench", image, "sleep", "infinity")
+        c = docker("run", "-d", "--network", "none", *label, image, "sleep", "infinity")
         cold.append(time.perf_counter() - t)
         docker("rm", "-f", c)
         cycle.append(time.perf_counter() - t)
