@@ -51,6 +51,9 @@ class LoopConfig:
     temperature: float = 0.0
     seed: Optional[int] = None
     protocol: str = "auto"  # auto | tools | text
+    # False: the tasks' own wall-time limits are not applied. Sampling many attempts from one local model
+    # on a shared CPU makes each wait for the others' generation; steps and reply tokens bound it instead.
+    task_wall_time: bool = True
     demonstration: bool = True  # text protocol: one worked example exchange first (small models copy its form)
     observation_chars: int = 8000  # longer observations keep their head and tail
 

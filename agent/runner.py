@@ -55,7 +55,8 @@ class OracleFailed(Exception):
 def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, sample: int) -> Policy:
     async def act(task: Task, sb: Sandbox) -> LoopResult:
         per_task = LoopConfig(**{**cfg.__dict__, "max_steps": min(cfg.max_steps, task.agent.max_steps),
-                                 "wall_time": min(cfg.wall_time, task.agent.timeout_sec),
+                                 "wall_time": min(cfg.wall_time, task.agent.timeout_sec) if cfg.task_wall_time
+                                 else cfg.wall_time,
                                  "command_timeout": min(cfg.command_timeout, task.agent.command_timeout_sec)})
         return await run_loop(_Limited(model_for_attempt(model, task.id, sample), model_slots), sb,
                               task.instruction, per_task)
