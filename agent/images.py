@@ -147,7 +147,7 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
             tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
     try:
-        img, _ = docker_client().images.build(fileobj=buf, custom_context=True, tag=tag, rm=True,
+        img, _ = docker_client().images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
                                               buildargs={"BASE_IMAGE": base_tag()})
     except docker.errors.BuildError as e:
         last = [str(x.get("stream", x.get("error", ""))).strip() for x in e.build_log][-3:]
