@@ -27,6 +27,7 @@ from typing import Any, Optional
 from agent.errors import UserError
 from agent.models.base import Completion
 from agent.models.common import apply_prices, message_text
+from agent.models.local_decoding import Batch, PrefixCache, Row, prefill, sample, step, supports
 from agent.models.retry import ContextLengthError
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ class LocalModel:
     def __init__(self, spec: str = DEFAULT_LOCAL_MODEL, *, adapter: Optional[str] = None, seed: Optional[int] = None,
                  device: Optional[str] = None, name: Optional[str] = None,
                  price_in: Optional[float] = None, price_out: Optional[float] = None,
-                 stop_after_block: bool = True) -> None:
+                 stop_after_block: bool = True, prefix_cache_mb: int = 2048) -> None:
         import torch
 
         self.name = name or (spec if spec.startswith("local:") else f"local:{spec}")
@@ -211,6 +212,10 @@ class LocalModel:
         self.model, self.tokenizer = load_hf(spec, device=device)
         if adapter:
             self.model = load_adapter(self.model, adapter)
+        if not supports(self.model):
+            raise UserError(f"{self.name}: its architecture ({type(self.model).__name__}) keeps a cache this backend "
+                            "cannot batch (sliding-window or other non-standard attention); serve it with an "
+                            "OpenAI-compatible server and use openai-compat:URL instead")
         self.device = next(self.model.parameters()).device
         self.supports_tools = False  # tool-call syntax differs per model; the text protocol works for all
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
@@ -225,6 +230,7 @@ class LocalModel:
         self._queue: list[_Request] = []
         self._worker: Optional[threading.Thread] = None
         self.max_batch = 16  # rows decoded together
+        self.prefix = PrefixCache(prefix_cache_mb << 20)  # keys/values of recent sequences, for reuse
         self._current: list[_Request] = []  # the batch being decoded
         self._closing = False
         atexit.register(self._shutdown)  # a torch op still running at interpreter exit aborts the process
@@ -294,79 +300,83 @@ class LocalModel:
             worker.join(timeout=30)
 
     def _batch_loop(self):
-        """Takes every waiting request with the same temperature and decodes them as one padded batch:
-        concurrent attempts share each forward pass (dynamic batching)."""
+        """Decodes all running requests together, one token per step. Waiting requests join between
+        steps and finished ones leave (continuous batching); each prompt reuses the keys/values of its
+        longest prefix already decoded (the conversation so far, or a shared system prompt)."""
+        import torch
+
+        batch: Optional[Batch] = None
         while True:
             with self._lock:
-                while not self._queue:
+                while not self._queue and batch is None:
                     if self._closing or not self._wake.wait(timeout=30):
                         self._worker = None
                         return
-                first = self._queue[0]
-                batch, rows = [], 0
-                for req in list(self._queue):
-                    width = req.n if req.temperature > 0 else 1
-                    if req.temperature == first.temperature and (not batch or rows + width <= self.max_batch):
-                        batch.append(req)
-                        rows += width
-                        self._queue.remove(req)
-                self._current = batch
+                rows = len(batch.rows) if batch else 0
+                joining = []
+                for req in list(self._queue):  # in arrival order, as many as fit
+                    if rows and rows + req.width > self.max_batch:
+                        break
+                    joining.append(req)
+                    rows += req.width
+                    self._queue.remove(req)
+                running = list({id(r.owner): r.owner for r in batch.rows}.values()) if batch else []
+                self._current = running + joining
             try:
-                results = self._generate_batch(batch)
+                with torch.inference_mode():
+                    if joining:
+                        batch = Batch.merge(batch, self._join(joining))
+                    batch = self._retire(batch)
+                    if batch is not None:
+                        self._advance(batch.rows, step(self.model, batch))
             except BaseException as e:  # hand the error to every caller in the batch
-                for req in batch:
+                for req in self._current:
                     if not req.future.done():
                         req.future.set_exception(e)
-                continue
-            for req, out in zip(batch, results):
-                if not req.future.done():
-                    req.future.set_result(out)
+                batch = None
 
-    def _generate_batch(self, batch: list["_Request"]) -> list[list[Completion]]:
+    def _join(self, requests: list["_Request"]) -> Batch:
+        """Prefill the joining requests' prompts (after their cached prefixes); sample their first tokens."""
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
 
-        sampling = batch[0].temperature > 0
-        owners = [req for req in batch for _ in range(req.n if sampling else 1)]  # request of each row
-        width = max(len(r.prompt_ids) for r in owners)
-        pad = self.pad_id
-        # Left padding: every row's generated tokens start at the same column.
-        input_ids = torch.tensor([[pad] * (width - len(r.prompt_ids)) + r.prompt_ids for r in owners],
-                                 device=self.device)
-        attention = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in owners],
-                                 device=self.device)
-        model = self
+        rows, cached = [], []
+        for req in requests:
+            hit = self.prefix.lookup(req.prompt_ids)
+            for k in range(req.width):
+                generator = None
+                if req.seed is not None:  # each completion its own stream: the same whatever the batch
+                    generator = torch.Generator().manual_seed((req.seed * 1_000_003 + k) % 2**63)
+                rows.append(Row(req, k, req.prompt_ids, req.temperature, generator))
+                cached.append(hit)
+        batch, logits = prefill(self.model, rows, cached, self.pad_id)
+        self._advance(rows, logits)
+        return batch
 
-        class RowDone(StoppingCriteria):  # per row: cancelled, its own token limit, or a closed block
-            def __call__(self, ids, scores, **kw):
-                done = torch.zeros(ids.shape[0], dtype=torch.bool)
-                for i, row in enumerate(ids[:, width:].tolist()):
-                    req = owners[i]
-                    done[i] = (req.stop.is_set() or len(row) >= req.max_tokens
-                               or (model.stop_after_block and _has_block(model.tokenizer.decode(row))))
-                return done
+    def _advance(self, rows: list[Row], logits: Any) -> None:
+        for row, token in zip(rows, sample(rows, logits)):
+            row.out.append(token)
+            row.done = (token in self.end_ids or len(row.out) >= row.owner.max_tokens or row.owner.stop.is_set()
+                        or (self.stop_after_block and "`" in self.tokenizer.decode([token])
+                            and _has_block(self.tokenizer.decode(row.out))))
 
-        kwargs: dict[str, Any] = dict(max_new_tokens=max(r.max_tokens for r in batch), do_sample=sampling,
-                                      eos_token_id=self.end_ids, pad_token_id=pad,
-                                      stopping_criteria=StoppingCriteriaList([RowDone()]))
-        if sampling:
-            # Plain temperature sampling (no top-k/top-p truncation): the policy the samples really come from.
-            kwargs.update(temperature=batch[0].temperature, top_k=0, top_p=1.0)
-        else:
-            kwargs.update(temperature=None, top_k=None, top_p=None)
-        seeds = [r.seed for r in batch if r.seed is not None]
-        if seeds:
-            torch.manual_seed(seeds[0])
-        with torch.inference_mode():
-            output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
-        generated = output[:, width:].tolist()
-        results: list[list[Completion]] = [[] for _ in batch]
-        index = {id(req): k for k, req in enumerate(batch)}
-        for req, row in zip(owners, generated):
-            results[index[id(req)]].append(self._completion(req.prompt_ids, row[: req.max_tokens]))
-        if not sampling:  # greedy: n copies of one sequence
-            results = [out * req.n for out, req in zip(results, batch)]
-        return results
+    def _retire(self, batch: Batch) -> Optional[Batch]:
+        """Deliver the requests whose rows are all done, keep their keys/values for reuse, and return the
+        batch without their rows."""
+        keep = []
+        for i, row in enumerate(batch.rows):
+            req = row.owner
+            if not (row.done or req.stop.is_set()):
+                keep.append(i)
+                continue
+            if req.stop.is_set():
+                continue  # cancelled: its caller is gone
+            seen = row.prompt_ids + row.out[:-1]  # the last token was sampled, never fed
+            self.prefix.add(seen, batch.row_kv(i))
+            req.results[row.k] = self._completion(row.prompt_ids, row.out)
+            if len(req.results) == req.width and not req.future.done():
+                out = [req.results[k] for k in range(req.width)]
+                req.future.set_result(out * req.n if req.width == 1 else out)
+        return batch.select(keep) if len(keep) < len(batch.rows) else batch
 
     def _completion(self, prompt_ids: list[int], row: list[int]) -> Completion:
         end = next((i for i, t in enumerate(row) if t in self.end_ids), None)
@@ -404,3 +414,9 @@ class _Request:
     seed: Optional[int]
     stop: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    results: dict[int, Completion] = field(default_factory=dict)  # completion k, as rows finish
+
+    @property
+    def width(self) -> int:
+        """Rows it decodes: n samples, or one greedy sequence copied n times."""
+        return self.n if self.temperature > 0 else 1
