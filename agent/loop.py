@@ -175,7 +175,8 @@ async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> 
             completion = (await asyncio.wait_for(model.complete(
                 clean(res.messages),
                 tools=TOOLS if use_tools else None, temperature=cfg.temperature,
-                max_tokens=cfg.max_reply_tokens, seed=cfg.seed), timeout=max(deadline - started, 1.0)))[0]
+                max_tokens=cfg.max_reply_tokens, seed=None if cfg.seed is None else cfg.seed + index),
+                timeout=max(deadline - started, 1.0)))[0]
         except asyncio.TimeoutError:
             res.exit_reason = "wall_time"
             return res

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import sys
 import time
 from dataclasses import dataclass
@@ -52,12 +53,19 @@ class OracleFailed(Exception):
     pass
 
 
+def attempt_seed(seed: int, task_id: str, sample: int) -> int:
+    """The seed of one attempt: a run's samples of a task must differ (a seeded sampler given the same
+    seed and prompt returns the same reply), and a re-run of the same attempt must repeat."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{task_id}:{sample}".encode()).digest()[:4], "big") >> 1
+
+
 def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, sample: int) -> Policy:
     async def act(task: Task, sb: Sandbox) -> LoopResult:
         per_task = LoopConfig(**{**cfg.__dict__, "max_steps": min(cfg.max_steps, task.agent.max_steps),
                                  "wall_time": min(cfg.wall_time, task.agent.timeout_sec) if cfg.task_wall_time
                                  else cfg.wall_time,
-                                 "command_timeout": min(cfg.command_timeout, task.agent.command_timeout_sec)})
+                                 "command_timeout": min(cfg.command_timeout, task.agent.command_timeout_sec),
+                                 "seed": None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample)})
         return await run_loop(_Limited(model_for_attempt(model, task.id, sample), model_slots), sb,
                               task.instruction, per_task)
     return act

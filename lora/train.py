@@ -215,31 +215,34 @@ def per_task_pass(attempts: list[Attempt], k: int) -> dict[str, float]:
     return {t: pass_at_k(n[t], c[t], min(k, n[t])) for t in n}
 
 
-def metric_name(samples: int, temperature: float) -> str:
-    return "pass@1" if temperature == 0 else f"pass@{samples}_t{temperature:g}"
+def metric_name(k: int, temperature: float) -> str:
+    return "pass@1" if temperature == 0 else f"pass@{k}_t{temperature:g}"
 
 
 def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict] = None) -> dict:
-    """{split: {metric: {...}}} for each eval run; with `base` (round 0's), the change and its paired CI."""
+    """{split: {metric: {...}}} for each eval run: pass@1 at temperature 0; pass@1 (the mean solved rate,
+    the estimate with the least variance) and pass@K at the sampling temperature. With `base` (round 0's),
+    each metric's change and its paired bootstrap CI over tasks."""
     out: dict[str, dict] = defaultdict(dict)
     for name, (run_dir, samples, temperature) in runs.items():
         split = name.split("-")[0]
-        metric = metric_name(samples, temperature)
         attempts = read_attempts(run_dir)
-        per_task = per_task_pass(attempts, samples)
-        values = [per_task[t] for t in sorted(per_task)]
-        lo, hi = bootstrap_ci(values)
-        m = {"value": sum(values) / len(values) if values else float("nan"), "ci_low": lo, "ci_high": hi,
-             "n_tasks": len(values), "n_errors": sum(a.status == "error" for a in attempts),
-             "solved_tasks": sorted(t for t, v in per_task.items() if v > 0), "per_task": per_task}
-        b = (base or {}).get(split, {}).get(metric)
-        if b:
-            common = sorted(set(per_task) & set(b["per_task"]))
-            diffs = [per_task[t] - b["per_task"][t] for t in common]
-            m["base"] = b["value"]
-            m["delta"] = sum(diffs) / len(diffs) if diffs else float("nan")
-            m["delta_ci_low"], m["delta_ci_high"] = bootstrap_ci(diffs)
-        out[split][metric] = m
+        for k in sorted({1, samples} if temperature > 0 else {1}):
+            metric = metric_name(k, temperature)
+            per_task = per_task_pass(attempts, k)
+            values = [per_task[t] for t in sorted(per_task)]
+            lo, hi = bootstrap_ci(values)
+            m = {"value": sum(values) / len(values) if values else float("nan"), "ci_low": lo, "ci_high": hi,
+                 "n_tasks": len(values), "n_errors": sum(a.status == "error" for a in attempts),
+                 "solved_tasks": sorted(t for t, v in per_task.items() if v > 0), "per_task": per_task}
+            b = (base or {}).get(split, {}).get(metric)
+            if b:
+                common = sorted(set(per_task) & set(b["per_task"]))
+                diffs = [per_task[t] - b["per_task"][t] for t in common]
+                m["base"] = b["value"]
+                m["delta"] = sum(diffs) / len(diffs) if diffs else float("nan")
+                m["delta_ci_low"], m["delta_ci_high"] = bootstrap_ci(diffs)
+            out[split][metric] = m
     return dict(out)
 
 

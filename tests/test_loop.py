@@ -151,3 +151,31 @@ def test_model_errors_are_infra_errors_not_model_failures(image, tmp_path):
     run(run_eval(f"replay:{script}", [make_task()], out_dir=out, progress=False))
     rec = json.loads((out / "attempts.jsonl").read_text())
     assert rec["status"] == "error" and rec["reason"] == "infra_error" and "no scripted replies" in rec["error"]
+
+
+def test_each_sample_and_step_gets_its_own_seed_and_a_rerun_the_same(image, tmp_path):
+    """A seeded sampler (the local model, OpenAI's seed) returns the same reply for the same seed and
+    prompt: one seed for every attempt would make a task's K samples copies of one."""
+    from agent.models.base import Completion
+
+    class Recorder:
+        name, supports_tools, context_window = "recorder", False, 100_000
+
+        def __init__(self):
+            self.seeds = []
+
+        def count_tokens(self, messages):
+            return 100
+
+        async def complete(self, messages, tools=None, n=1, temperature=0.0, max_tokens=512, seed=None):
+            self.seeds.append(seed)  # attempts run one at a time: each writes, then submits
+            return [Completion(content=WRITE_CORRECT if len(self.seeds) % 2 else SUBMIT)]
+
+    def seeds(out):
+        model = Recorder()
+        run(run_eval("recorder", [make_task()], samples=3, temperature=0.7, seed=5, out_dir=out, concurrency=1,
+                     progress=False, model_obj=model))
+        return model.seeds
+    first = seeds(tmp_path / "a")
+    assert len(first) == 6 and None not in first and len(set(first)) == 6  # 3 samples x 2 steps, all distinct
+    assert seeds(tmp_path / "b") == first  # the same run again: the same seeds

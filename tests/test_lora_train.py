@@ -87,13 +87,18 @@ def test_full_run_layout_rows_and_reuse_of_samples(tmp_path):
         assert (out / f"round_{r}" / "metrics.json").exists()
     assert (out / "round_1" / "dataset.jsonl").exists() and (out / "round_2" / "adapter").is_dir()
     rs = rows(out)
-    assert len(rs) == 12 and all(set(r) == {"round", "split", "metric", "value", "ci_low", "ci_high"} for r in rs)
+    # 3 rounds x 2 splits x (pass@1 at t=0, pass@1 and pass@2 at t=0.7)
+    assert len(rs) == 18 and all(set(r) == {"round", "split", "metric", "value", "ci_low", "ci_high"} for r in rs)
+    value = {(r["round"], r["split"], r["metric"]): r["value"] for r in rs}
+    for (r, split, metric), v in value.items():
+        if metric == "pass@1_t0.7":  # the chance one sample solves <= the chance one of two does
+            assert v <= value[(r, split, "pass@2_t0.7")]
     for split in ("train", "heldout"):
         greedy = {r["round"]: r["value"] for r in rs if r["split"] == split and r["metric"] == "pass@1"}
         assert greedy == pytest.approx({0: 1 / 3, 1: 2 / 3, 2: 1.0})
     m2 = json.loads((out / "round_2" / "metrics.json").read_text())
     assert m2["metrics"]["train"]["pass@1"]["delta"] == pytest.approx(2 / 3)
-    assert "pass@2_t0.7" in m2["metrics"]["train"]
+    assert "pass@2_t0.7" in m2["metrics"]["train"] and "delta" in m2["metrics"]["heldout"]["pass@1_t0.7"]
 
 
 def test_resume_restarts_at_the_unfinished_phase(tmp_path, monkeypatch):
@@ -121,7 +126,7 @@ def test_resume_restarts_at_the_unfinished_phase(tmp_path, monkeypatch):
     assert [e[0] for e in fake.evals] == ["round_1"] * 4 + ["round_2"] * 4
     assert data_calls == [1, 2]
     rs = rows(out)
-    assert len(rs) == len({(r["round"], r["split"], r["metric"]) for r in rs}) == 12
+    assert len(rs) == len({(r["round"], r["split"], r["metric"]) for r in rs}) == 18
 
     fake.evals.clear()
     lt.run(config(tmp_path), fake.backend(), log=lambda _: None)  # finished: nothing runs again
@@ -201,7 +206,7 @@ def test_train_end_to_end_with_smollm2(tmp_path):
     out = lt.run(cfg)
     rs = rows(out)
     assert {(r["split"], r["metric"]) for r in rs if r["round"] == 0} == \
-        {("heldout", "pass@1"), ("heldout", "pass@2_t0.7"), ("train", "pass@1"), ("train", "pass@2_t0.7")}
+        {(split, metric) for split in ("heldout", "train") for metric in ("pass@1", "pass@1_t0.7", "pass@2_t0.7")}
     data = json.loads((out / "round_1" / "data.done.json").read_text())
     if data["examples"]:  # the base solved something: it was trained on and the adapter evaluated
         assert (out / "round_1" / "adapter" / "adapter_model.safetensors").is_file()
