@@ -238,4 +238,6 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
         store.finish()
     finally:
         store.close()
+        if model_obj is None and hasattr(the_model, "close"):
+            the_model.close()  # an in-process model: give its memory back now, not at exit
     return out_dir

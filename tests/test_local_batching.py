@@ -134,3 +134,19 @@ def test_prefix_cache_replaces_covered_entries_and_evicts_the_least_recent():
     cache.lookup([1, 2, 3, 4, 0])  # touch: [1, 2, 3, 4] is now the most recent
     cache.add([9, 9, 9], kv(3))  # 11 tokens > budget of 10: the least recent ([5..8]) goes
     assert set(cache.entries) == {(1, 2, 3, 4), (9, 9, 9)} and cache.bytes == 7 * one
+
+
+def test_a_closed_model_is_freed_with_its_caches(tiny_folder):
+    """train evaluates several models in one process: each one's weights and cached keys/values must go."""
+    import gc
+    import weakref
+
+    model = local.LocalModel(str(tiny_folder), stop_after_block=False)
+    asyncio.run(model.complete(conv("Hi"), max_tokens=3))
+    assert model.prefix.entries
+    ref = weakref.ref(model)
+    model.close()
+    assert not model.prefix.entries
+    del model
+    gc.collect()
+    assert ref() is None

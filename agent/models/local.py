@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -233,7 +234,9 @@ class LocalModel:
         self.prefix = PrefixCache(prefix_cache_mb << 20)  # keys/values of recent sequences, for reuse
         self._current: list[_Request] = []  # the batch being decoded
         self._closing = False
-        atexit.register(self._shutdown)  # a torch op still running at interpreter exit aborts the process
+        # A torch op still running at interpreter exit aborts the process: stop the worker first. A weak
+        # reference, so that registering does not keep every model ever made (and its caches) alive.
+        atexit.register(_shutdown_at_exit, weakref.ref(self))
         # Decoding rule: a reply ends once it holds one complete ``` block (the text protocol's unit).
         # Small models otherwise go on to imagine the command's output; what is recorded and trained
         # on is exactly what was generated up to that point.
@@ -289,6 +292,11 @@ class LocalModel:
                 self._worker.start()
             self._wake.notify()
         return req
+
+    def close(self) -> None:
+        """Stop the decoding thread and drop the cached keys/values; the model takes no more requests."""
+        self._shutdown()
+        self.prefix.clear()
 
     def _shutdown(self):
         with self._lock:
@@ -396,6 +404,12 @@ class LocalModel:
             content=self.tokenizer.decode(text_ids, skip_special_tokens=False),
             prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0, finish_reason=finish,
             prompt_ids=list(prompt_ids), completion_ids=list(ids))
+
+
+def _shutdown_at_exit(ref: "weakref.ref[LocalModel]") -> None:
+    model = ref()
+    if model is not None:
+        model._shutdown()
 
 
 _BLOCK = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
