@@ -1,112 +1,147 @@
 #!/usr/bin/env python3
-"""Local rollout throughput: our continuous batching with prefix reuse (agent/models/local.py) beside
-a padded static batch through `model.generate` (what a user writes, and what this backend did before),
-measured on the same agent-shaped workload in one run.
+"""Local rollout throughput: our decoder (agent/models/local.py: continuous batching, reuse of cached
+keys/values) beside the static batching this backend used before (every waiting request in one padded
+`model.generate`, the next batch only when the whole batch is done), on the same agent-shaped
+workload, in one run.
 
-    python bench/local_decode.py [--conversations 8] [--turns 4] [--max-tokens 48]
+    python bench/local_decode.py [--conversations 16] [--turns 4] [--max-tokens 64] [--tool-time 0.3]
 
-Workload: C conversations of T turns each, all in flight together, with the agent's real system prompt.
-Each turn sends the whole conversation so far and samples (t=0.7, one seed per conversation) a reply
-of at most M tokens that ends at its first complete ``` block, as in `harness eval`; then appends a
-short observation and goes on. The static baseline runs each turn of all conversations as one padded
-`generate` call (every row waits for the longest), with no reuse of earlier turns' keys/values.
-Prints tokens generated per second, prompt tokens actually run (prefill) and wall time, and the ratio.
+Workload: C agent conversations with the loop's real system prompt and worked-example exchange,
+started a little apart (as attempts are, behind container creation), each T turns: a reply sampled at
+t=0.7 (its own seed; at most M tokens; it ends at its first complete ``` block, as in `harness eval`),
+then a simulated command of random duration up to --tool-time seconds, then a short observation.
+Requests therefore arrive at different times, as they do in `harness eval` and `harness train`.
+Prints generated tokens per second, prompt tokens actually run (prefill) and wall time, and ratios.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import random
 import sys
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.models.local import LocalModel, _has_block  # noqa: E402
 
-SYSTEM = (Path(__file__).resolve().parent.parent / "agent" / "prompts" / "system_text.md").read_text()
+PROMPTS = Path(__file__).resolve().parent.parent / "agent" / "prompts"
 TASKS = ["Write the number of lines in /workspace/data.txt to the file /workspace/count.txt.",
          "Sort the lines of /workspace/names.txt in alphabetical order and write the result to /workspace/sorted.txt.",
-         "Rename /workspace/draft.md to /workspace/final.md.",
-         "Make /workspace/run.sh executable.",
-         "Create /workspace/hello.txt containing exactly the line: hello world",
-         "Count the lines of /workspace/app.log that contain ERROR and write the number to /workspace/errors.txt."]
+         "Rename the file /workspace/draft.md to /workspace/final.md. Do not change its content.",
+         "Make the script /workspace/run.sh executable.",
+         "Create a file named `hello.txt` in /workspace that contains exactly this text:\n\nhello world\n",
+         "Count the lines in /workspace/app.log that contain the word ERROR. Write that number to /workspace/errors.txt."]
 OBSERVATION = "exit code: 0\n(no output)\nReply with your next command, or with submit if the task is done."
 
 
-def conversations(n: int) -> list[list[dict]]:
-    return [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASKS[i % len(TASKS)]}]
-            for i in range(n)]
+class StaticBatching(LocalModel):
+    """The previous decoder, kept here as the baseline: each batch is every request waiting when the
+    last batch ended, decoded by one padded `generate` until its longest row is done."""
 
+    prefilled = 0
 
-def ours(model: LocalModel, convs: list[list[dict]], turns: int, max_tokens: int) -> tuple[int, int]:
-    async def one(i: int, conv: list[dict]) -> int:
-        made = 0
-        for t in range(turns):
-            reply = (await model.complete(conv, temperature=0.7, max_tokens=max_tokens, seed=1000 * i + t))[0]
-            made += reply.completion_tokens
-            conv += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": OBSERVATION}]
-        return made
+    def _batch_loop(self):
+        while True:
+            with self._lock:
+                while not self._queue:
+                    if self._closing or not self._wake.wait(timeout=30):
+                        self._worker = None
+                        return
+                batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch:]
+                self._current = batch
+            try:
+                results = self._generate(batch)
+            except BaseException as e:  # noqa: BLE001
+                for req in batch:
+                    req.future.set_exception(e)
+                continue
+            for req, out in zip(batch, results):
+                req.future.set_result(out)
 
-    async def main():
-        return sum(await asyncio.gather(*(one(i, c) for i, c in enumerate(convs))))
-    before = model.prefix.reused_tokens
-    generated = asyncio.run(main())
-    prompts = sum(len(model.encode(c[:2 + 2 * t])) for c in convs for t in range(turns))
-    return generated, prompts - (model.prefix.reused_tokens - before)
+    def _generate(self, batch: list[Any]) -> list[list[Any]]:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
 
+        width = max(len(r.prompt_ids) for r in batch)
+        self.prefilled += sum(len(r.prompt_ids) for r in batch)
+        ids = torch.tensor([[self.pad_id] * (width - len(r.prompt_ids)) + r.prompt_ids for r in batch])
+        mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in batch])
+        tok = self.tokenizer
 
-def static(model: LocalModel, convs: list[list[dict]], turns: int, max_tokens: int) -> tuple[int, int]:
-    import torch
-    from transformers import StoppingCriteria, StoppingCriteriaList
-
-    tok, generated, prefilled = model.tokenizer, 0, 0
-    for t in range(turns):
-        prompts = [model.encode(c) for c in convs]
-        width = max(map(len, prompts))
-        ids = torch.tensor([[model.pad_id] * (width - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-
-        class BlockDone(StoppingCriteria):  # the same rule: a row ends at its first complete block
+        class RowDone(StoppingCriteria):
             def __call__(self, out, scores, **kw):
                 return torch.tensor([_has_block(tok.decode(r)) for r in out[:, width:].tolist()])
-        torch.manual_seed(t)
+        torch.manual_seed(batch[0].seed or 0)
         with torch.inference_mode():
-            out = model.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=True,
-                                       temperature=0.7, top_k=0, top_p=1.0, eos_token_id=model.end_ids,
-                                       pad_token_id=model.pad_id, stopping_criteria=StoppingCriteriaList([BlockDone()]))
-        prefilled += sum(map(len, prompts))
-        for conv, row in zip(convs, out[:, width:].tolist()):
-            row = row[: next((i + 1 for i, x in enumerate(row) if x in model.end_ids), len(row))]
-            cut = next((i + 1 for i in range(len(row)) if _has_block(tok.decode(row[: i + 1]))), len(row))
-            generated += cut
-            conv += [{"role": "assistant", "content": tok.decode(row[:cut], skip_special_tokens=True)},
-                     {"role": "user", "content": OBSERVATION}]
-    return generated, prefilled
+            out = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, top_p=1.0,
+                                      temperature=batch[0].temperature, max_new_tokens=max(r.max_tokens for r in batch),
+                                      eos_token_id=self.end_ids, pad_token_id=self.pad_id,
+                                      stopping_criteria=StoppingCriteriaList([RowDone()]))
+        return [[self._completion(r.prompt_ids, row[: r.max_tokens])] for r, row in zip(batch, out[:, width:].tolist())]
 
 
-def main(argv=None) -> int:
+def conversation(i: int) -> list[dict]:
+    demo = json.loads((PROMPTS / "demonstration.json").read_text())
+    return ([{"role": "system", "content": (PROMPTS / "system_text.md").read_text()}] + demo
+            + [{"role": "user", "content": TASKS[i % len(TASKS)]}])
+
+
+def workload(model: LocalModel, n: int, turns: int, max_tokens: int, tool_time: float, stagger: float
+             ) -> tuple[int, int]:
+    """(tokens generated, prompt tokens sent) over all conversations."""
+    async def one(i: int) -> tuple[int, int]:
+        rng = random.Random(i)
+        conv, made, sent = conversation(i), 0, 0
+        await asyncio.sleep(i * stagger)
+        for t in range(turns):
+            reply = (await model.complete(conv, temperature=0.7, max_tokens=max_tokens, seed=1000 * i + t))[0]
+            made, sent = made + reply.completion_tokens, sent + reply.prompt_tokens
+            await asyncio.sleep(rng.uniform(0, tool_time))  # the command runs in its sandbox
+            conv = conv + [{"role": "assistant", "content": reply.content}, {"role": "user", "content": OBSERVATION}]
+        return made, sent
+
+    async def main():
+        done = await asyncio.gather(*(one(i) for i in range(n)))
+        return sum(d[0] for d in done), sum(d[1] for d in done)
+    return asyncio.run(main())
+
+
+def measure(model: LocalModel, args: argparse.Namespace) -> tuple[int, int, float]:
+    reused_before = model.prefix.reused_tokens
+    start = time.perf_counter()
+    generated, sent = workload(model, args.conversations, args.turns, args.max_tokens, args.tool_time, args.stagger)
+    wall = time.perf_counter() - start
+    # the baseline runs every prompt token; ours skips the cached prefixes
+    prefilled = model.prefilled if isinstance(model, StaticBatching) else sent - (model.prefix.reused_tokens - reused_before)
+    return generated, prefilled, wall
+
+
+def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--conversations", type=int, default=8)
+    p.add_argument("--conversations", type=int, default=16)
     p.add_argument("--turns", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--tool-time", type=float, default=0.3, help="longest simulated command, seconds")
+    p.add_argument("--stagger", type=float, default=0.2, help="seconds between conversation starts")
     args = p.parse_args(argv)
-    model = LocalModel(args.model)
     rows = []
-    for name, fn in (("static batch (generate)", static), ("ours (continuous + prefix reuse)", ours)):
-        model.prefix.clear()
-        start = time.perf_counter()
-        generated, prefilled = fn(model, conversations(args.conversations), args.turns, args.max_tokens)
-        rows.append((name, generated, prefilled, time.perf_counter() - start))
+    for name, cls in (("static batches (before)", StaticBatching), ("ours: continuous + reuse", LocalModel)):
+        model = cls(args.model)
+        rows.append((name, *measure(model, args)))
+        model.close()
     print(f"{args.conversations} conversations x {args.turns} turns, replies <= {args.max_tokens} tokens, "
-          f"model {args.model}")
-    print(f"{'decoder':<34} {'generated':>9} {'prefilled':>9} {'wall s':>7} {'gen tok/s':>9}")
+          f"commands <= {args.tool_time} s, starts {args.stagger} s apart, model {args.model}")
+    print(f"{'decoder':<26} {'generated':>9} {'prefilled':>9} {'wall s':>7} {'gen tok/s':>9}")
     for name, generated, prefilled, wall in rows:
-        print(f"{name:<34} {generated:>9} {prefilled:>9} {wall:>7.1f} {generated / wall:>9.1f}")
-    (_, g0, _, w0), (_, g1, _, w1) = rows
-    print(f"ratio (ours / static), generated tokens per second: {(g1 / w1) / (g0 / w0):.2f}x; "
-          f"wall time per turn: {w0 / w1:.2f}x")
+        print(f"{name:<26} {generated:>9} {prefilled:>9} {wall:>7.1f} {generated / wall:>9.1f}")
+    (_, g0, p0, w0), (_, g1, p1, w1) = rows
+    print(f"ratio (ours / before): generated tokens per second {(g1 / w1) / (g0 / w0):.2f}x, "
+          f"wall time {w0 / w1:.2f}x faster, prefill tokens {p1 / p0:.2f}x")
     return 0
 
 
