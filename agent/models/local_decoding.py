@@ -186,20 +186,14 @@ def prefill(model: Any, rows: list[Row], cached: list[tuple[Optional[KV], int]],
         mask[i, c + s - len(x):] = 1
         ids[i, s - len(x):] = torch.tensor(x, device=device)
         positions[i, s - len(x):] = torch.arange(n, n + len(x), device=device)
-    cache = _cache_from(model.config, [])
-    if c:
-        shapes = next((kv for kv, _ in cached if kv), None)
-        kv = []
-        for layer in range(len(shapes)):
-            h, _, d = shapes[layer][0].shape
-            k = torch.zeros(len(rows), h, c, d, dtype=shapes[layer][0].dtype, device=device)
-            v = torch.zeros_like(k)
-            for i, (row_kv, n) in enumerate(cached):
-                if n:
-                    k[i, :, c - n:] = row_kv[layer][0]
-                    v[i, :, c - n:] = row_kv[layer][1]
-            kv.append((k, v))
-        cache = _cache_from(model.config, kv)
+    kv: KV = []
+    if c:  # each row's cached prefix, left-padded to the longest (rows without one: all padding)
+        ref = next(row_kv for row_kv, _ in cached if row_kv)
+        for layer, (k0, _) in enumerate(ref):
+            empty = k0.new_zeros(k0.shape[0], 0, k0.shape[2])
+            kv.append(tuple(torch.stack([_pad_left(row_kv[layer][j] if n else empty, c, 1) for row_kv, n in cached])
+                            for j in (0, 1)))
+    cache = _cache_from(model.config, kv)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
                 logits_to_keep=1)
     pos = torch.tensor([n + len(x) for x, n in zip(new, prefix)], device=device)
