@@ -6,71 +6,13 @@ random task folders to the loader and asserts that only UserError comes out.
 import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agent.errors import UserError
 from tasks.loader import load_suite, load_task
-
-ROOT = Path(__file__).resolve().parent.parent
-GOOD_TOML = """version = "1"
-
-[metadata]
-difficulty = 1
-
-[agent]
-timeout_sec = 60
-max_steps = 5
-command_timeout_sec = 10
-
-[environment]
-memory_mb = 256
-pids = 64
-storage_mb = 32
-
-[evaluator]
-kind = "answer"
-expected = "ok"
-"""
-
-
-def make_task(root: Path, name: str = "t1", toml: str = GOOD_TOML, files: dict | None = None) -> Path:
-    """A task folder in the on-disk format (tasks/model.py); `files` adds or (with None) removes files."""
-    folder = root / name
-    content = {"task.toml": toml, "instruction.md": "Write ok to /workspace/answer.txt.\n",
-               "solution/solve.sh": "echo ok > answer.txt\n", **(files or {})}
-    for rel, text in content.items():
-        if text is None:
-            continue
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return folder
-
-
-def harness(*args: str, env: dict | None = None, cwd: Path = ROOT, timeout: float = 180) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    for key, value in list(full_env.items()):
-        if value is None:
-            del full_env[key]
-    return subprocess.run([sys.executable, str(ROOT / "harness.py"), *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd, timeout=timeout)
-
-
-
-def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """Exit 2, no traceback, exactly one line mentioning 'error', and that line names every needle."""
-    err = proc.stderr
-    assert proc.returncode == 2, (proc.returncode, err[-2000:])
-    assert "Traceback" not in err and "Traceback" not in proc.stdout, err[-3000:]
-    lines = [line for line in err.splitlines() if "error" in line.lower()]
-    assert len(lines) == 1, err[-2000:]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+from tests.helpers import GOOD_TOML, assert_one_clear_line, harness, write_task
 
 
 def replay_script(tmp_path: Path) -> str:
@@ -82,7 +24,7 @@ def replay_script(tmp_path: Path) -> str:
 # ------------------------------------------------------------------------------- the CLI, one mistake each
 
 def test_malformed_task_toml(tmp_path):
-    make_task(tmp_path / "suite", toml='version = "1\n[metadata\n')
+    write_task(tmp_path / "suite", toml='version = "1\n[metadata\n')
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "task.toml", "invalid TOML")
@@ -91,14 +33,14 @@ def test_malformed_task_toml(tmp_path):
 @pytest.mark.parametrize("missing, named", [("instruction.md", "instruction.md"),
                                             ("solution/solve.sh", "solve.sh")])
 def test_missing_file(tmp_path, missing, named):
-    make_task(tmp_path / "suite", files={missing: None})
+    write_task(tmp_path / "suite", files={missing: None})
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, named, "missing")
 
 
 def test_unknown_evaluator_kind(tmp_path):
-    make_task(tmp_path / "suite", toml=GOOD_TOML.replace('kind = "answer"', 'kind = "magic"'))
+    write_task(tmp_path / "suite", toml=GOOD_TOML.replace('kind = "answer"', 'kind = "magic"'))
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "kind", "magic", "pytest")  # names the bad value and the valid ones
@@ -110,8 +52,8 @@ def test_suite_that_does_not_exist(tmp_path):
 
 
 def test_duplicate_task_ids_are_refused(tmp_path):
-    make_task(tmp_path / "suite", "a", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"'))
-    make_task(tmp_path / "suite", "b", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"'))
+    write_task(tmp_path / "suite", "a", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"'))
+    write_task(tmp_path / "suite", "b", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"'))
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "same")
@@ -119,21 +61,21 @@ def test_duplicate_task_ids_are_refused(tmp_path):
 
 
 def test_unknown_model_string(tmp_path, image):
-    make_task(tmp_path / "suite")
+    write_task(tmp_path / "suite")
     proc = harness("eval", "--model", "no-such-provider/model-x", "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "no-such-provider/model-x")
 
 
 def test_missing_api_key_names_the_variable(tmp_path, image):
-    make_task(tmp_path / "suite")
+    write_task(tmp_path / "suite")
     proc = harness("eval", "--model", "openai/gpt-4o-mini", "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"), env={"OPENAI_API_KEY": None})
     assert_one_clear_line(proc, "OPENAI_API_KEY")
 
 
 def test_bad_model_fails_before_creating_a_run_folder(tmp_path, image):
-    make_task(tmp_path / "suite")
+    write_task(tmp_path / "suite")
     proc = harness("eval", "--model", "openai/gpt-4o-mini", "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"), env={"OPENAI_API_KEY": None})
     assert proc.returncode == 2
@@ -141,42 +83,42 @@ def test_bad_model_fails_before_creating_a_run_folder(tmp_path, image):
 
 
 def test_invalid_adapter_path(tmp_path, image):
-    make_task(tmp_path / "suite")
+    write_task(tmp_path / "suite")
     proc = harness("eval", "--model", "local:smollm2-135m", "--adapter", str(tmp_path / "no-adapter"),
                    "--tasks", str(tmp_path / "suite"), "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "no-adapter", "adapter_config.json")
 
 
 def test_unknown_replay_file(tmp_path, image):
-    make_task(tmp_path / "suite")
+    write_task(tmp_path / "suite")
     proc = harness("eval", "--model", f"replay:{tmp_path / 'missing.json'}", "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "missing.json")
 
 
 def test_unbuildable_dockerfile(tmp_path, image):
-    make_task(tmp_path / "suite", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
+    write_task(tmp_path / "suite", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "Dockerfile")
 
 
 def test_unbuildable_dockerfile_names_its_task(tmp_path, image):
-    make_task(tmp_path / "suite", "broken-one", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
+    write_task(tmp_path / "suite", "broken-one", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "broken-one", "Dockerfile")
 
 
 def test_non_finite_limit_is_refused(tmp_path, image):
-    make_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", "pids = 64\ncpus = inf"))
+    write_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", "pids = 64\ncpus = inf"))
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert_one_clear_line(proc, "cpus")
 
 
 def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image):
-    make_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", f"pids = 64\ncpus = {4 * (os.cpu_count() or 1)}"))
+    write_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", f"pids = 64\ncpus = {4 * (os.cpu_count() or 1)}"))
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -185,7 +127,7 @@ def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image)
 
 
 def test_missing_docker_engine(tmp_path):
-    make_task(tmp_path / "suite")
+    write_task(tmp_path / "suite")
     proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
                    "--out", str(tmp_path / "run"), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_one_clear_line(proc, "Docker")

@@ -11,8 +11,7 @@ from agent.serve import start_server
 from agent.workflow import apply_changes, run_workflow
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run
-from tests.test_grading import make_task
-from tests.test_loop import SUBMIT, WRITE_CORRECT
+from tests.helpers import SUBMIT, WRITE_CORRECT, make_task
 
 
 def test_eval_against_an_openai_compatible_server(image, tmp_path):

@@ -9,32 +9,7 @@ from evaluators.grade import answer_matches, grade
 from evaluators.pytest_kind import expected_ids, verdict
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
-
-HIDDEN = b"""from solution import add
-
-def test_small():
-    assert add(2, 3) == 5
-
-def test_negative():
-    assert add(-4, 1) == -3
-
-class TestMore:
-    def test_big(self):
-        assert add(10**12, 1) == 10**12 + 1
-
-def test_canary_impossible():
-    assert add(2, 2) == 5
-"""
-STUB = b"def add(a, b):\n    raise NotImplementedError\n"
-PUBLIC = b"from solution import add\n\ndef test_public():\n    assert add(1, 1) == 2\n"
-CORRECT = b"def add(a, b):\n    return a + b\n"
-WRONG = b"def add(a, b):\n    return a - b\n"
-
-
-def make_task(**kw) -> Task:
-    return Task(id="add", path=None, instruction="Implement add(a, b) in /workspace/solution.py.",
-                workspace_files={"solution.py": STUB, "tests/test_public.py": PUBLIC},
-                test_files={"test_add.py": HIDDEN}, solution_files={"solve.sh": b"true\n"}, **kw)
+from tests.helpers import CORRECT, HIDDEN, WRONG, make_task
 
 
 def d(text: str) -> bytes:

@@ -7,11 +7,7 @@ from agent.models import get_model
 from agent.runner import loop_policy, run_attempt, run_eval
 from agent.sandbox import SandboxPool
 from tests.conftest import run
-from tests.test_grading import make_task
-
-WRITE_CORRECT = "I will implement it.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > solution.py\n```"
-WRITE_WRONG = "```bash\nprintf 'def add(a, b):\\n    return a * b\\n' > solution.py\n```"
-SUBMIT = "Done.\n```bash\nsubmit\n```"
+from tests.helpers import SUBMIT, WRITE_CORRECT, WRITE_WRONG, make_task
 
 
 def attempt(replies, image, tmp_path, cfg=LoopConfig(), task=None, **model_kw):

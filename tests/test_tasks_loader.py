@@ -39,7 +39,7 @@ protected = ["tests/**"]
 TESTS = "def test_real():\n    assert True\n\n\ndef test_canary_impossible():\n    assert 1 == 2\n"
 
 
-def make_task(root: Path, toml: str = TOML, **overrides: str | None) -> Path:
+def task_folder(root: Path, toml: str = TOML, **overrides: str | None) -> Path:
     """A valid task folder; keyword overrides replace (or with None remove) files, '/' written as '__'."""
     files = {
         "task.toml": toml,
@@ -69,7 +69,7 @@ def error_of(fn, *args, **kwargs) -> str:
 # ------------------------------------------------------------------------------------------- one task
 
 def test_load_task_reads_every_part(tmp_path):
-    task = load_task(make_task(tmp_path / "csv-sum"))
+    task = load_task(task_folder(tmp_path / "csv-sum"))
     assert task.id == "csv-sum"  # folder name when [metadata] id is absent
     assert (task.version, task.domain, task.difficulty, task.tags) == ("1.0", "data", 2, ("csv",))
     assert (task.agent.timeout_sec, task.agent.max_steps, task.agent.command_timeout_sec) == (300, 20, 30)
@@ -86,28 +86,28 @@ def test_load_task_reads_every_part(tmp_path):
 
 def test_metadata_id_overrides_folder_name(tmp_path):
     toml = TOML.replace('domain = "data"', 'id = "my-task"\ndomain = "data"')
-    assert load_task(make_task(tmp_path / "folder", toml)).id == "my-task"
+    assert load_task(task_folder(tmp_path / "folder", toml)).id == "my-task"
 
 
 def test_load_task_accepts_the_toml_path(tmp_path):
-    assert load_task(make_task(tmp_path / "t") / "task.toml").id == "t"
+    assert load_task(task_folder(tmp_path / "t") / "task.toml").id == "t"
 
 
 def test_bad_difficulty_message_names_file_field_and_value(tmp_path, monkeypatch):
-    make_task(tmp_path / "x", TOML.replace("difficulty = 2", 'difficulty = "9"'))
+    task_folder(tmp_path / "x", TOML.replace("difficulty = 2", 'difficulty = "9"'))
     monkeypatch.chdir(tmp_path)
     assert error_of(load_task, "x") == 'x/task.toml: [metadata] difficulty must be an integer 1-5 (got "9")'
 
 
 @pytest.mark.parametrize("value", ["0", "6", "true", "2.5"])
 def test_difficulty_out_of_range_or_wrong_type(tmp_path, value):
-    make_task(tmp_path / "x", TOML.replace("difficulty = 2", f"difficulty = {value}"))
+    task_folder(tmp_path / "x", TOML.replace("difficulty = 2", f"difficulty = {value}"))
     assert "[metadata] difficulty must be an integer 1-5" in error_of(load_task, tmp_path / "x")
 
 
 @pytest.mark.parametrize("word,level", [("easy", 1), ("medium", 3), ("hard", 5), ("Hard", 5)])
 def test_harbor_difficulty_words(tmp_path, word, level):
-    make_task(tmp_path / "x", TOML.replace("difficulty = 2", f'difficulty = "{word}"'))
+    task_folder(tmp_path / "x", TOML.replace("difficulty = 2", f'difficulty = "{word}"'))
     assert load_task(tmp_path / "x").difficulty == level
 
 
@@ -115,7 +115,7 @@ def test_harbor_difficulty_words(tmp_path, word, level):
                                         ("environment", "memroy_mb = 5"),
                                         ("evaluator", "protect = []"), ("verifier", "timeout = 3")])
 def test_unknown_keys_in_our_tables_are_errors(tmp_path, table, typo):
-    make_task(tmp_path / "x", TOML.replace(f"[{table}]\n", f"[{table}]\n{typo}\n"))
+    task_folder(tmp_path / "x", TOML.replace(f"[{table}]\n", f"[{table}]\n{typo}\n"))
     msg = error_of(load_task, tmp_path / "x")
     assert f"[{table}] unknown key" in msg
     assert "task.toml" in msg
@@ -125,22 +125,22 @@ def test_harbor_keys_are_accepted_and_unknown_top_level_ignored(tmp_path):
     toml = TOML.replace("[metadata]\n", '[metadata]\nauthor_name = "A"\ncategory = "x"\n')
     toml = toml.replace("[environment]\n", "[environment]\nbuild_timeout_sec = 600.0\n")
     toml += '\n[task]\nname = "org/x"\n\n[solution]\nenv = {}\n'
-    assert load_task(make_task(tmp_path / "x", toml)).domain == "data"
+    assert load_task(task_folder(tmp_path / "x", toml)).domain == "data"
 
 
 def test_harbor_memory_string(tmp_path):
     toml = TOML.replace("memory_mb = 1024", 'memory = "2G"').replace("storage_mb = 256", 'storage = "512M"')
-    env = load_task(make_task(tmp_path / "x", toml)).environment
+    env = load_task(task_folder(tmp_path / "x", toml)).environment
     assert (env.memory_mb, env.storage_mb) == (2048, 512)
 
 
 def test_unknown_domain(tmp_path):
-    make_task(tmp_path / "x", TOML.replace('domain = "data"', 'domain = "math"'))
+    task_folder(tmp_path / "x", TOML.replace('domain = "data"', 'domain = "math"'))
     assert "[metadata] domain must be one of coding, data, ops, documents, science" in error_of(load_task, tmp_path / "x")
 
 
 def test_invalid_toml_names_the_file(tmp_path):
-    make_task(tmp_path / "x", "version = \n")
+    task_folder(tmp_path / "x", "version = \n")
     msg = error_of(load_task, tmp_path / "x")
     assert "task.toml: invalid TOML" in msg and "\n" not in msg
 
@@ -151,24 +151,24 @@ def test_invalid_toml_names_the_file(tmp_path):
     ("tests__test_hidden.py", "no hidden tests"),
 ])
 def test_missing_required_files(tmp_path, missing, expected):
-    make_task(tmp_path / "x", **{missing: None})
+    task_folder(tmp_path / "x", **{missing: None})
     assert expected in error_of(load_task, tmp_path / "x")
 
 
 def test_pytest_task_needs_a_canary(tmp_path):
-    make_task(tmp_path / "x", **{"tests__test_hidden.py": "def test_only():\n    pass\n"})
+    task_folder(tmp_path / "x", **{"tests__test_hidden.py": "def test_only():\n    pass\n"})
     assert "no canary test" in error_of(load_task, tmp_path / "x")
 
 
 def test_syntax_error_in_hidden_tests_names_file_and_line(tmp_path):
-    make_task(tmp_path / "x", **{"tests__test_hidden.py": "def test_a(:\n"})
+    task_folder(tmp_path / "x", **{"tests__test_hidden.py": "def test_a(:\n"})
     msg = error_of(load_task, tmp_path / "x")
     assert "tests/test_hidden.py line 1" in msg
 
 
 def test_script_task_needs_test_sh(tmp_path):
     toml = TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "script"')
-    make_task(tmp_path / "x", toml)
+    task_folder(tmp_path / "x", toml)
     assert "tests/test.sh: missing" in error_of(load_task, tmp_path / "x")
     (tmp_path / "x" / "tests" / "test.sh").write_text("echo 1 > $REWARD_FILE\n")
     assert load_task(tmp_path / "x").evaluator.kind == "script"
@@ -176,7 +176,7 @@ def test_script_task_needs_test_sh(tmp_path):
 
 def test_harbor_task_without_evaluator_table_uses_test_sh(tmp_path):
     toml = TOML.split("[evaluator]")[0]
-    make_task(tmp_path / "x", toml, **{"tests__test.sh": "echo 1 > /logs/verifier/reward.txt\n"})
+    task_folder(tmp_path / "x", toml, **{"tests__test.sh": "echo 1 > /logs/verifier/reward.txt\n"})
     assert load_task(tmp_path / "x").evaluator.kind == "script"
 
 
@@ -185,13 +185,13 @@ ANSWER = TOML.replace('kind = "pytest"\nprotected = ["tests/**"]',
 
 
 def test_answer_task(tmp_path):
-    ev = load_task(make_task(tmp_path / "x", ANSWER, **{"tests__test_hidden.py": None})).evaluator
+    ev = load_task(task_folder(tmp_path / "x", ANSWER, **{"tests__test_hidden.py": None})).evaluator
     assert (ev.kind, ev.answer_file, ev.mode, ev.expected, ev.tolerance) == ("answer", "out/answer.txt", "numeric", 3, 0.5)
 
 
 def test_answer_json_expected_can_be_a_table(tmp_path):
     toml = ANSWER.replace('mode = "numeric"\nexpected = 3', 'mode = "json"\nexpected = { a = [1, 2], b = "x" }')
-    assert load_task(make_task(tmp_path / "x", toml)).evaluator.expected == {"a": [1, 2], "b": "x"}
+    assert load_task(task_folder(tmp_path / "x", toml)).evaluator.expected == {"a": [1, 2], "b": "x"}
 
 
 @pytest.mark.parametrize("change,expected", [
@@ -203,23 +203,23 @@ def test_answer_json_expected_can_be_a_table(tmp_path):
     (("tolerance = 0.5", "tolerance = 0.5\nprotected = []"), '[evaluator] protected only applies to kind = "pytest"'),
 ])
 def test_answer_mistakes(tmp_path, change, expected):
-    make_task(tmp_path / "x", ANSWER.replace(*change))
+    task_folder(tmp_path / "x", ANSWER.replace(*change))
     assert expected in error_of(load_task, tmp_path / "x")
 
 
 def test_docker_compose_is_refused(tmp_path):
-    make_task(tmp_path / "x", **{"environment__docker-compose.yaml": "services: {}\n"})
+    task_folder(tmp_path / "x", **{"environment__docker-compose.yaml": "services: {}\n"})
     assert "docker-compose tasks are not supported" in error_of(load_task, tmp_path / "x")
 
 
 def test_symlinks_are_refused(tmp_path):
-    root = make_task(tmp_path / "x")
+    root = task_folder(tmp_path / "x")
     (root / "environment" / "link").symlink_to(root / "environment" / "data.csv")
     assert "symlinks are not supported" in error_of(load_task, root)
 
 
 def test_caches_are_skipped(tmp_path):
-    root = make_task(tmp_path / "x")
+    root = task_folder(tmp_path / "x")
     (root / "tests" / "__pycache__").mkdir()
     (root / "tests" / "__pycache__" / "test_hidden.cpython-311.pyc").write_bytes(b"\0")
     assert set(load_task(root).test_files) == {"test_hidden.py"}
@@ -252,7 +252,7 @@ params = { file = "b.txt", n = 5 }
 
 
 def make_family(root: Path, family: str = FAMILY) -> Path:
-    make_task(root / "template", TOML.replace("difficulty = 2", "difficulty = 1"), **{
+    task_folder(root / "template", TOML.replace("difficulty = 2", "difficulty = 1"), **{
         "instruction.md": "Count the lines of {{file}}.\n",
         "environment/{{file}}": "x\n",
         "tests__test_hidden.py": "N = {{n}}\n" + TESTS,
@@ -301,8 +301,8 @@ def test_load_task_on_a_family_says_so(tmp_path):
 # ------------------------------------------------------------------------------------------- suites
 
 def make_suite(root: Path) -> Path:
-    make_task(root / "data" / "csv-sum")
-    make_task(root / "ops" / "fix-config", TOML.replace('domain = "data"', 'domain = "ops"')
+    task_folder(root / "data" / "csv-sum")
+    task_folder(root / "ops" / "fix-config", TOML.replace('domain = "data"', 'domain = "ops"')
               .replace("difficulty = 2", "difficulty = 4").replace('tags = ["csv"]', 'tags = ["config", "ini"]'))
     make_family(root / "families" / "count")
     return root
@@ -330,7 +330,7 @@ def test_suite_spec_can_be_one_task_or_one_family(tmp_path):
 
 def test_duplicate_ids_in_a_suite(tmp_path):
     suite = make_suite(tmp_path / "suite")
-    make_task(suite / "more" / "csv-sum")
+    task_folder(suite / "more" / "csv-sum")
     msg = error_of(load_suite, suite)
     assert 'duplicate task id "csv-sum"' in msg and "more/csv-sum" in msg
 

@@ -5,7 +5,7 @@ import pytest
 
 from evaluators.validate import leaked_lines, validate
 from tasks.loader import load_suite
-from tests.test_grading import make_task
+from tests.helpers import make_task
 
 
 def test_leak_check_finds_quoted_hidden_tests():

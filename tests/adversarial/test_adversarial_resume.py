@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.adversarial.adv_util import containers_of, unique
-from tests.test_bad_input import GOOD_TOML, ROOT, assert_one_clear_line, harness, make_task
+from tests.helpers import GOOD_TOML, ROOT, assert_one_clear_line, harness, write_task
 
 SUBMIT = "```bash\nsubmit\n```"
 
@@ -20,7 +20,7 @@ def suite(tmp_path: Path, n: int = 4) -> Path:
     """n tiny answer tasks on disk; the last one is scripted to fail (see replay())."""
     root = tmp_path / "suite"
     for i in range(1, n + 1):
-        make_task(root, f"t{i}")
+        write_task(root, f"t{i}")
     return root
 
 
@@ -155,5 +155,5 @@ def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
 def test_good_toml_is_a_valid_task(tmp_path):
     """The fixtures above start from a task the loader accepts (so the refusals test what they claim)."""
     from tasks.loader import load_task
-    t = load_task(make_task(tmp_path, "ok", toml=GOOD_TOML))
+    t = load_task(write_task(tmp_path, "ok", toml=GOOD_TOML))
     assert t.evaluator.kind == "answer" and t.environment.memory_mb == 256

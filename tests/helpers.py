@@ -1,0 +1,103 @@
+"""Shared test data: the `add` task most tests grade, and builders for tasks written in a test.
+
+One place for these, so no test module imports another test module.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tasks.model import Task
+
+HIDDEN = b"""from solution import add
+
+def test_small():
+    assert add(2, 3) == 5
+
+def test_negative():
+    assert add(-4, 1) == -3
+
+class TestMore:
+    def test_big(self):
+        assert add(10**12, 1) == 10**12 + 1
+
+def test_canary_impossible():
+    assert add(2, 2) == 5
+"""
+STUB = b"def add(a, b):\n    raise NotImplementedError\n"
+PUBLIC = b"from solution import add\n\ndef test_public():\n    assert add(1, 1) == 2\n"
+CORRECT = b"def add(a, b):\n    return a + b\n"
+WRONG = b"def add(a, b):\n    return a - b\n"
+
+# Replies of a scripted (replay) model for the `add` task, in the text protocol.
+WRITE_CORRECT = "I will implement it.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > solution.py\n```"
+WRITE_WRONG = "```bash\nprintf 'def add(a, b):\\n    return a * b\\n' > solution.py\n```"
+SUBMIT = "Done.\n```bash\nsubmit\n```"
+
+
+def make_task(**kw) -> Task:
+    """The `add` task: a stub solution.py, a visible test, hidden tests with a canary."""
+    return Task(id="add", path=None, instruction="Implement add(a, b) in /workspace/solution.py.",
+                workspace_files={"solution.py": STUB, "tests/test_public.py": PUBLIC},
+                test_files={"test_add.py": HIDDEN}, solution_files={"solve.sh": b"true\n"}, **kw)
+
+
+# -- task folders on disk and the CLI as a subprocess ---------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+GOOD_TOML = """version = "1"
+
+[metadata]
+difficulty = 1
+
+[agent]
+timeout_sec = 60
+max_steps = 5
+command_timeout_sec = 10
+
+[environment]
+memory_mb = 256
+pids = 64
+storage_mb = 32
+
+[evaluator]
+kind = "answer"
+expected = "ok"
+"""
+
+
+def write_task(root: Path, name: str = "t1", toml: str = GOOD_TOML, files: dict | None = None) -> Path:
+    """A task folder in the on-disk format (tasks/model.py); `files` adds or (with None) removes files."""
+    folder = root / name
+    content = {"task.toml": toml, "instruction.md": "Write ok to /workspace/answer.txt.\n",
+               "solution/solve.sh": "echo ok > answer.txt\n", **(files or {})}
+    for rel, text in content.items():
+        if text is None:
+            continue
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return folder
+
+
+def harness(*args: str, env: dict | None = None, cwd: Path = ROOT, timeout: float = 180) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    for key, value in list(full_env.items()):
+        if value is None:
+            del full_env[key]
+    return subprocess.run([sys.executable, str(ROOT / "harness.py"), *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, timeout=timeout)
+
+
+
+def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit 2, no traceback, exactly one line mentioning 'error', and that line names every needle."""
+    err = proc.stderr
+    assert proc.returncode == 2, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err and "Traceback" not in proc.stdout, err[-3000:]
+    lines = [line for line in err.splitlines() if "error" in line.lower()]
+    assert len(lines) == 1, err[-2000:]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
