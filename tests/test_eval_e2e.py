@@ -32,7 +32,6 @@ def test_eval_against_an_openai_compatible_server(image, tmp_path):
 def test_cli_eval_runs_builtin_tasks_with_a_replay_model(image, tmp_path):
     script = tmp_path / "s.json"
     # create-file-01's oracle action, replayed: the CLI path from arguments to report.
-    solve = (ROOT / "tasks/builtin/families/create-file/template/solution/solve.sh")
     task = next(t for t in load_suite("builtin") if t.id == "create-file-01")
     cmd = task.solution_files["solve.sh"].decode().strip().splitlines()[-1]
     script.write_text(json.dumps({"create-file-01": [f"```bash\n{cmd}\n```", SUBMIT]}))
@@ -42,8 +41,10 @@ def test_cli_eval_runs_builtin_tasks_with_a_replay_model(image, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert f"run folder: {out}" in p.stdout
     rec = json.loads((out / "attempts.jsonl").read_text())
-    assert rec["solved"], rec["detail"]
-    assert solve.exists()
+    assert (rec["task_id"], rec["solved"], rec["reason"], rec["n_steps"]) == ("create-file-01", True, "pass", 2), \
+        rec["detail"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["tasks"] == ["create-file-01"]  # --glob selected exactly the one task
 
 
 def test_run_workflow_returns_a_patch_and_applies_it(image, tmp_path):
