@@ -1,31 +1,52 @@
-"""The built-in suite: its size and coverage, and every task verified on this machine without Docker:
-the oracle (solution/solve.sh) solves it, the untouched workspace (null agent) does not, canaries fail for both.
+"""The built-in suite: its size and coverage. Every task's oracle and null agent are graded by the real
+grader in real containers in tests/test_validate_suites.py (`suite`, slow); here, the answer tasks (graded on
+the host by evaluators.grade.grade itself, no container needed) are checked the same way in seconds.
 """
 from __future__ import annotations
 
+import asyncio
+import subprocess
 import sys
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tasks_localcheck import answer_matches, check_suite  # noqa: E402
-
-from tasks.loader import DOMAINS, load_suite  # noqa: E402
+from agent.sandbox import Changes
+from evaluators.grade import answer_matches, grade
+from tasks.loader import DOMAINS, load_suite
 
 TASKS = load_suite("builtin")
 BY_ID = {t.id: t for t in TASKS}
+ANSWER_TASKS = sorted(t.id for t in TASKS if t.evaluator.kind == "answer")
 
 
-@pytest.fixture(scope="module")
-def local_results():
-    return check_suite(TASKS)
+def oracle_answer(task) -> bytes:
+    """Runs solution/solve.sh in a copy of the workspace (this venv's python3: numpy, pandas) and returns
+    the answer file it wrote."""
+    with tempfile.TemporaryDirectory() as d:
+        ws, sol = Path(d) / "workspace", Path(d) / "solution"
+        ws.mkdir()
+        for root, files in ((ws, task.workspace_files), (sol, task.solution_files)):
+            for rel, data in files.items():
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (root / rel).write_bytes(data)
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": d, "WORKSPACE": str(ws), "LC_ALL": "C"}
+        p = subprocess.run(["bash", str(sol / "solve.sh")], cwd=ws, env=env, capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return (ws / task.evaluator.answer_file).read_bytes()
 
 
-@pytest.mark.parametrize("task_id", sorted(BY_ID))
-def test_task_verified_on_host(task_id, local_results):
-    assert local_results[task_id] == []
+@pytest.mark.parametrize("task_id", ANSWER_TASKS)
+def test_answer_task_oracle_passes_the_real_grader_and_the_null_agent_does_not(task_id):
+    task = BY_ID[task_id]
+    answer = oracle_answer(task)
+    solved = asyncio.run(grade(task, Changes(files={task.evaluator.answer_file: answer}), None, ""))
+    assert (solved.reason, solved.reward) == ("pass", 1.0), (answer[:200], task.evaluator)
+    untouched = asyncio.run(grade(task, Changes(), None, ""))
+    assert untouched.reason in ("no_answer", "wrong_answer") and untouched.reward == 0.0
+    assert task.evaluator.answer_file in task.instruction
 
 
 def test_size_and_coverage():
@@ -79,9 +100,17 @@ def test_every_task_uses_the_base_image():
     assert [t.id for t in TASKS if t.dockerfile] == []
 
 
-@pytest.mark.parametrize("text,mode,expected,ok", [
-    ("42\n", "numeric", 42, True), ("42 lines", "numeric", 42, False), (" Lisbon \n", "normalized", "lisbon", True),
-    ('["a", 1.0]', "json", ["a", 1], True), ('["a"]', "json", ["a", 1], False), ("x7", "regex", r"x\d", True),
+@pytest.mark.parametrize("text,mode,expected,tolerance,ok", [
+    ("42\n", "numeric", 42, 1e-6, True), ("42 lines", "numeric", 42, 1e-6, False),
+    ("1,000.5", "numeric", 1000.5, 1e-6, True), ("nan", "numeric", 1.0, 1e-6, False),
+    # Relative tolerance for large values (|expected| > 1), absolute below 1:
+    ("1009", "numeric", 1000, 0.01, True), ("1011", "numeric", 1000, 0.01, False),
+    ("0.509", "numeric", 0.5, 0.01, True), ("0.52", "numeric", 0.5, 0.01, False),
+    (" Lisbon \n", "normalized", "lisbon", 1e-6, True), ("Lis bon", "normalized", "lisbon", 1e-6, False),
+    ("ok\n", "exact", "ok", 1e-6, True), ("ok \n", "exact", "ok", 1e-6, False),
+    ('["a", 1.0]', "json", ["a", 1], 1e-6, True), ('["a"]', "json", ["a", 1], 1e-6, False),
+    ('[1.0000001]', "json", [1], 1e-3, False),  # json is exact equality: no tolerance
+    ("x7", "regex", r"x\d", 1e-6, True), ("x77", "regex", r"x\d", 1e-6, False),
 ])
-def test_local_answer_comparison(text, mode, expected, ok):
-    assert answer_matches(text, mode, expected, 1e-6) is ok
+def test_answer_comparison_of_the_real_grader(text, mode, expected, tolerance, ok):
+    assert answer_matches(text, expected, mode, tolerance) is ok

@@ -1,19 +1,19 @@
 """tasks/humaneval.py: the import writes 164 loadable tasks, and its out-of-process proxy grades honest solutions
-while the usual reward hacks (always-equal objects, patched pytest reports, early exits) do not pass."""
+while the usual reward hacks (always-equal objects, patched pytest reports, early exits) do not pass.
+Solutions are graded by the real grader (evaluators.grade.grade) in real containers; every oracle of the
+import is checked by tests/test_validate_suites.py."""
 from __future__ import annotations
 
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tasks_localcheck import check_suite, grade  # noqa: E402
-
-from agent.errors import UserError  # noqa: E402
-from tasks.humaneval import MARKER, import_humaneval, read_problems  # noqa: E402
-from tasks.loader import load_suite  # noqa: E402
+from agent.errors import UserError
+from agent.sandbox import Changes, SandboxPool
+from evaluators.grade import grade
+from tasks.humaneval import MARKER, import_humaneval, read_problems
+from tasks.loader import load_suite
+from tests.conftest import run
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +61,15 @@ def test_reimport_replaces_only_its_own_folder(tmp_path):
     assert (foreign / "notes.txt").read_text() == "keep"
 
 
-def grade_solution(task, text: str):
-    with tempfile.TemporaryDirectory() as d:
-        ws, scratch = Path(d) / "ws", Path(d) / "scratch"
-        ws.mkdir()
-        scratch.mkdir()
-        (ws / "solution.py").write_text(text)
-        return grade(task, ws, scratch)
+def grade_solution(task, text: str, image: str):
+    async def main():
+        async with SandboxPool(warm=0) as pool:
+            return await grade(task, Changes(files={"solution.py": text.encode()}), pool, image)
+    return run(main())
+
+
+def outcomes(verdict) -> dict:
+    return {t.id.rsplit(".", 1)[-1]: t.outcome for t in verdict.tests}
 
 
 HONEST_NOISY = '''
@@ -99,34 +101,28 @@ def _always_pass(cls, item, call):
     return report
 _pytest.reports.TestReport.from_item_and_call = classmethod(_always_pass)
 def has_close_elements(numbers, threshold):
-    return False
+    return None  # not False: False is the canary's own wrong value for this boolean task
 '''
 
 
-def test_honest_solution_with_prints_is_solved(tasks):
-    g = grade_solution(tasks["humaneval-000"], HONEST_NOISY)
-    assert g.solved, g.detail
-    assert g.tests == {"test_official_check": "passed", "test_canary_first_case": "failed"}
+def test_honest_solution_with_prints_is_solved(tasks, image):
+    g = grade_solution(tasks["humaneval-000"], HONEST_NOISY, image)
+    assert (g.reason, g.reward, g.solved) == ("pass", 1.0, True), g.detail
+    assert outcomes(g) == {"test_official_check": "passed", "test_canary_first_case": "failed"}
 
 
 @pytest.mark.parametrize("hack", [ALWAYS_EQUAL, REPR_LIES, PATCHED_REPORTS,
                                   "import sys\nsys.exit(0)\n", "import os\nos._exit(0)\n",
                                   "raise SystemExit(0)\n", "import unittest\nraise unittest.SkipTest('x')\n"])
-def test_hacks_are_not_solved(tasks, hack):
-    g = grade_solution(tasks["humaneval-000"], hack)
-    assert not g.solved
-    assert g.tests.get("test_official_check") == "failed"
+def test_hacks_are_not_solved(tasks, hack, image):
+    g = grade_solution(tasks["humaneval-000"], hack, image)
+    assert (g.reason, g.reward, g.solved) == ("fail", 0.0, False), g.detail
+    assert outcomes(g) == {"test_official_check": "failed", "test_canary_first_case": "failed"}
 
 
-def test_checks_that_call_the_function_by_name_use_the_candidate(tasks):
+def test_checks_that_call_the_function_by_name_use_the_candidate(tasks, image):
     # HumanEval/33's check compares candidate(x) with sort_third(x): as in the official harness, both are the
     # candidate (the prompt's own sort_third is only a docstring and returns None).
     problem = read_problems()[33]
-    assert grade_solution(tasks["humaneval-033"], problem["prompt"] + problem["canonical_solution"]).solved
-    assert not grade_solution(tasks["humaneval-033"], "def sort_third(l):\n    return list(l)\n").solved
-
-
-@pytest.mark.slow
-def test_every_oracle_solves_and_no_null_agent_does(tasks):
-    results = check_suite(list(tasks.values()))
-    assert {k: v for k, v in results.items() if v} == {}
+    assert grade_solution(tasks["humaneval-033"], problem["prompt"] + problem["canonical_solution"], image).reason == "pass"
+    assert grade_solution(tasks["humaneval-033"], "def sort_third(l):\n    return list(l)\n", image).reason == "fail"
