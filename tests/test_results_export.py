@@ -128,3 +128,78 @@ def test_unknown_format_and_bad_folder_are_user_errors(tmp_path):
         export.export_run(tmp_path, "csv")
     with pytest.raises(UserError, match="no manifest.json"):
         export.export_run(tmp_path, "openai")
+
+
+# ---- judged by real consumers of each format, not by export.VALIDATORS --------------------------------
+
+def test_openai_records_validate_against_the_openai_sdks_own_types(mixed_run, tmp_path):
+    """The OpenAI SDK's request types (TypedDicts), validated strictly by pydantic: what the chat and
+    fine-tuning APIs accept as `messages` and `tools`."""
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+    from pydantic import ConfigDict, TypeAdapter
+
+    strict = ConfigDict(extra="forbid")
+    messages = TypeAdapter(list[ChatCompletionMessageParam], config=strict)
+    tools = TypeAdapter(list[ChatCompletionToolParam], config=strict)
+    records = read(export.export_run(mixed_run, "openai", tmp_path / "o.jsonl").path)
+    assert len(records) == 7
+    for record in records:
+        assert set(record) <= {"messages", "tools"}
+        messages.validate_python(record["messages"])
+        if "tools" in record:
+            tools.validate_python(record["tools"])
+        assert record["messages"][-1]["role"] == "assistant"  # fine-tuning trains on a final assistant turn
+    bad = json.loads(json.dumps(records[0]))
+    bad["messages"][1]["role"] = "robot"
+    with pytest.raises(ValueError):
+        messages.validate_python(bad["messages"])
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    """SmolLM2's own tokenizer (from the embedded GGUF; no model weights are loaded into a model)."""
+    from transformers import AutoTokenizer
+
+    from agent.models.local import _offline, embedded_gguf
+
+    _offline()
+    path = embedded_gguf("smollm2-135m")
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+
+
+def test_hf_chat_records_render_with_a_real_chat_template(mixed_run, tmp_path, smollm2_tokenizer):
+    records = read(export.export_run(mixed_run, "hf-chat", tmp_path / "h.jsonl").path)
+    assert len(records) == 7
+    for record in records:
+        text = smollm2_tokenizer.apply_chat_template(record["messages"], tokenize=False)
+        # Every message is rendered, in order, under its own role header.
+        position = 0
+        for message in record["messages"]:
+            block = f"<|im_start|>{message['role']}\n{message['content']}<|im_end|>"
+            found = text.find(block, position)
+            assert found >= 0, (message["role"], message["content"][:80])
+            position = found + len(block)
+        assert text.count("<|im_start|>") == len(record["messages"])
+
+
+SHAREGPT_SCHEMA = {  # the ShareGPT layout as trainers read it (e.g. axolotl / LLaMA-Factory), written here
+    "type": "object",
+    "required": ["conversations"],
+    "properties": {"conversations": {
+        "type": "array", "minItems": 2,
+        "items": {"type": "object", "required": ["from", "value"], "additionalProperties": False,
+                  "properties": {"from": {"enum": ["system", "human", "gpt", "tool"]},
+                                 "value": {"type": "string"}}}}},
+}
+
+
+def test_sharegpt_records_match_a_schema_written_here(mixed_run, tmp_path):
+    import jsonschema
+
+    records = read(export.export_run(mixed_run, "sharegpt", tmp_path / "s.jsonl").path)
+    assert len(records) == 7
+    for record in records:
+        jsonschema.validate(record, SHAREGPT_SCHEMA)
+        turns = [t["from"] for t in record["conversations"]]
+        assert turns[0] in ("system", "human") and turns[-1] == "gpt"
+        assert "human" in turns
