@@ -1,7 +1,11 @@
 """The local model's decoding rule for the text protocol: a reply ends with its first complete block."""
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
+
+import agent
 
 from agent.models.local import _has_block
 
@@ -17,15 +21,19 @@ def test_reply_stops_after_the_first_block_and_ids_match_text():
     from agent.models import get_model
 
     model = get_model("local:smollm2-135m")
-    messages = [{"role": "system", "content": "Reply with one bash command in a ```bash block."},
-                {"role": "user", "content": "List the files in the current folder."}]
-    replies = asyncio.run(model.complete(messages, n=2, temperature=0.8, max_tokens=200, seed=1))
+    # The loop's own worked example first: the model then answers in a ```bash block (as in an eval).
+    demo = json.loads((Path(agent.__file__).parent / "prompts" / "demonstration.json").read_text())
+    messages = [{"role": "system", "content": "Reply with one bash command in a ```bash block."}, *demo,
+                {"role": "user", "content": "List the files in the current folder, then say what you saw."}]
+    replies = asyncio.run(model.complete(messages, n=4, temperature=0.8, max_tokens=200, seed=1))
+    with_block = [c for c in replies if _has_block(c.content)]
+    assert with_block, [c.content for c in replies]  # the case under test happened (seeded: every run alike)
     for c in replies:
         ids = c.completion_ids[:-1] if c.completion_ids[-1] in model.end_ids else c.completion_ids
         assert model.tokenizer.decode(ids) == c.content
-        if c.finish_reason == "stop" and "```" in c.content:
-            assert c.content.rstrip().endswith("```") and _has_block(c.content)
-            assert not _has_block(model.tokenizer.decode(c.completion_ids[:-1]))  # cut at the first close
+    for c in with_block:
+        assert c.finish_reason == "stop" and c.content.rstrip().endswith("```")
+        assert not _has_block(model.tokenizer.decode(c.completion_ids[:-1]))  # cut at the first close
 
 
 @pytest.mark.model

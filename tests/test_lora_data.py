@@ -143,8 +143,8 @@ def test_dataset_jsonl_round_trip(tmp_path):
 
 @pytest.mark.model
 def test_masks_with_the_real_smollm2_tokenizer():
-    """Same decode check through SmolLM2's own chat template and tokenizer (needs agent/models/local.py)."""
-    local = pytest.importorskip("agent.models.local")
+    """Same decode check through SmolLM2's own chat template and tokenizer ."""
+    import agent.models.local as local  # our own module: a broken import fails, never skips
     _, tok = local.load_hf("smollm2-135m")
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
