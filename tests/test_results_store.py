@@ -198,6 +198,8 @@ WRITER = textwrap.dedent("""
     from results.store import Manifest, RunStore
     from results.synthetic import make_attempt
     run_dir, n, tear_at, cut = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    # "hold:K": append at most K attempts, then wait to be killed (never exit by itself, however fast the disk)
+    hold = int(sys.argv[5].split(":")[1]) if len(sys.argv) > 5 else None
     manifest = Manifest(model="m", config={"model": "m", "tasks": "all", "samples": 1, "temperature": 0.0})
     if os.path.exists(os.path.join(run_dir, "manifest.json")):
         store = RunStore.open(run_dir, manifest)
@@ -219,8 +221,13 @@ WRITER = textwrap.dedent("""
     for i in range(n):
         attempt = make_attempt(store.run_id, f"t{i:03d}", 0, n_steps=3, observation=big)
         if attempt.key not in done:
+            if hold is not None and hold == 0:
+                break
             store.append(attempt)
             print("appended", flush=True)
+            hold = None if hold is None else hold - 1
+    if hold is not None:
+        sys.stdin.read()
     store.close()
     print("done", flush=True)
 """)
@@ -231,8 +238,8 @@ def test_sigkill_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_
     rng = random.Random(1234)
     torn = 0
     for round_ in range(8):
-        if round_ % 2:  # killed from outside at a random moment of the append loop
-            child = _python(WRITER, str(run), str(n), "-1", "0")
+        if round_ % 2:  # killed from outside at a random moment of the append loop (or just after its 4 appends)
+            child = _python(WRITER, str(run), str(n), "-1", "0", "hold:4", stdin=subprocess.PIPE)
             assert child.stdout.readline().startswith("ready"), child.stderr.read()
             for _ in range(rng.randrange(4)):
                 child.stdout.readline()

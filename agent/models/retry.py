@@ -38,8 +38,9 @@ class RetryPolicy:
     max_wait: float = 30.0  # cap on one backoff wait
     max_retry_after: float = 120.0  # cap on a wait the server asked for
     timeout: float = 300.0  # seconds for one request
-    # Injectable so tests can record the waits instead of sleeping.
+    # Injectable so tests can record the waits instead of sleeping, and fix "now" for Retry-After dates.
     sleep: Callable[[float], Awaitable[Any]] = field(default=asyncio.sleep, compare=False, repr=False)
+    clock: Callable[[], float] = field(default=time.time, compare=False, repr=False)
 
 
 def status_of(exc: BaseException) -> Optional[int]:
@@ -132,7 +133,7 @@ def _wait(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:
 
     def wait(state: tenacity.RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        asked = retry_after(exc) if exc is not None else None
+        asked = retry_after(exc, now=policy.clock()) if exc is not None else None
         if asked is not None:
             return min(asked, policy.max_retry_after)
         return backoff(state)
