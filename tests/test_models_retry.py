@@ -3,77 +3,13 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from agent.models import ContextLengthError, ModelError, RetryPolicy
 from agent.models.openai_compat import OpenAICompatModel
 from agent.models.retry import call_with_retries, is_retryable, retry_after
-
-OK_BODY = {
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "flaky",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-}
-
-
-class FlakyServer:
-    """Answers the i-th POST with script[i] (the last entry repeats). Entries:
-    "ok", "drop" (close without answering), "hang" (answer nothing until released),
-    an int status, or (status, {headers}) / (status, {headers}, body)."""
-
-    def __init__(self, script: list) -> None:
-        self.script = script
-        self.calls = 0
-        self.release = threading.Event()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                step = outer.script[min(outer.calls, len(outer.script) - 1)]
-                outer.calls += 1
-                if step == "drop":
-                    self.close_connection = True
-                    self.connection.close()
-                    return
-                if step == "hang":
-                    outer.release.wait(30)
-                    self.close_connection = True
-                    return
-                status, headers, body = 200, {}, OK_BODY
-                if isinstance(step, int):
-                    status, body = step, {"error": {"message": f"scripted {step}", "type": "x", "code": None}}
-                elif isinstance(step, tuple):
-                    status, headers = step[0], step[1]
-                    body = step[2] if len(step) > 2 else {"error": {"message": f"scripted {status}", "type": "x"}}
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from tests.helpers import FlakyServer
 
 
 @pytest.fixture

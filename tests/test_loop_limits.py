@@ -1,0 +1,170 @@
+"""The loop's exit reasons that end an attempt early (wall time, context window), the protocol choice, and how
+a task's own limits merge with the run's (CLI) limits. Models here are small in-process objects or a real
+HTTP server; actions that need no sandbox (format errors) keep most of these off Docker."""
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from agent.loop import TOOLS, LoopConfig, run_loop
+from agent.models import RetryPolicy
+from agent.models.base import Completion
+from agent.models.openai_compat import OpenAICompatModel
+from agent.runner import loop_policy
+from agent.sandbox import SandboxPool
+from tasks.model import AgentLimits
+from tests.conftest import run
+from tests.helpers import FlakyServer, make_task
+
+NO_BLOCK = "I am thinking about it."  # the text protocol's format error: a step that runs nothing
+TWO_BLOCKS = "```bash\nls\n```\n```bash\npwd\n```"  # another format error (so the loop does not see 'stuck')
+
+
+class Scripted:
+    """A model that answers with `reply` (after `delay` seconds), or never answers (reply=None), and records
+    the `tools` and message count of every call."""
+
+    name, context_window = "scripted", 100_000
+
+    def __init__(self, reply: str | None | tuple = (NO_BLOCK, TWO_BLOCKS), delay: float = 0.0,
+                 supports_tools: bool = False, tokens_per_message: int = 10):
+        self.replies = reply if isinstance(reply, tuple) else (reply,)  # taken in turn
+        self.delay, self.supports_tools = delay, supports_tools
+        self.tokens_per_message = tokens_per_message
+        self.calls: list[dict] = []
+
+    def count_tokens(self, messages):
+        return self.tokens_per_message * len(messages)
+
+    async def complete(self, messages, tools=None, n=1, temperature=0.0, max_tokens=512, seed=None):
+        self.calls.append({"tools": tools, "n_messages": len(messages), "system": messages[0]["content"]})
+        reply = self.replies[(len(self.calls) - 1) % len(self.replies)]
+        if reply is None:
+            await asyncio.Event().wait()  # never answers
+        await asyncio.sleep(self.delay)
+        return [Completion(content=reply, prompt_tokens=5, completion_tokens=5)]
+
+
+def loop(model, cfg: LoopConfig, sb=None):
+    return asyncio.run(run_loop(model, sb, "Do the task.", cfg))
+
+
+# ---- wall_time ------------------------------------------------------------------------------------
+
+def test_a_model_that_never_answers_ends_with_wall_time():
+    res = loop(Scripted(reply=None), LoopConfig(wall_time=0.5))  # the model call gets at least 1 s
+    assert (res.exit_reason, len(res.steps)) == ("wall_time", 0)
+
+
+def test_wall_time_checked_after_each_step():
+    # A deadline already past when the first step ends: the loop stops after that step, not at max_steps.
+    res = loop(Scripted(), LoopConfig(wall_time=0.0, max_steps=5))
+    assert (res.exit_reason, len(res.steps)) == ("wall_time", 1)
+
+
+# ---- context_exceeded -----------------------------------------------------------------------------
+
+def test_prompt_that_cannot_fit_the_window_ends_before_calling_the_model():
+    model = Scripted(tokens_per_message=10_000)
+    model.context_window = 4_000  # even the system prompt + instruction cannot fit
+    res = loop(model, LoopConfig(max_reply_tokens=100))
+    assert (res.exit_reason, len(res.steps), model.calls) == ("context_exceeded", 0, [])
+
+
+def test_window_filling_up_ends_the_attempt_when_nothing_is_left_to_elide():
+    model = Scripted(tokens_per_message=100)
+    model.context_window = 100 * 6 + 50  # room for 6 messages (eliding keeps their count)
+    res = loop(model, LoopConfig(max_reply_tokens=50, max_steps=30, demonstration=False))
+    # 2 messages to start, 2 per step: after 2 steps the next prompt (8 x 100 tokens) cannot fit 650 - 50.
+    assert (res.exit_reason, len(res.steps)) == ("context_exceeded", 2)
+
+
+@pytest.fixture
+def server():
+    servers = []
+
+    def make(script):
+        servers.append(FlakyServer(script))
+        return servers[-1]
+    yield make
+    for s in servers:
+        s.close()
+
+
+def test_the_providers_context_length_error_ends_the_attempt(server):
+    body = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages "
+                                 "resulted in 9000 tokens.", "type": "invalid_request_error",
+                      "code": "context_length_exceeded"}}
+    srv = server([(400, {}, body)])
+    model = OpenAICompatModel("small", srv.base_url, retry=RetryPolicy(timeout=30.0))
+    res = loop(model, LoopConfig(protocol="text"))
+    assert (res.exit_reason, len(res.steps), srv.calls) == ("context_exceeded", 0, 1)
+
+
+def test_other_provider_errors_are_model_errors_not_context(server):
+    srv = server([403])
+    res = loop(OpenAICompatModel("small", srv.base_url, retry=RetryPolicy(timeout=30.0)), LoopConfig(protocol="text"))
+    assert res.exit_reason == "model_error" and "403" in res.model_error
+
+
+# ---- --protocol -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol,supports_tools,sends_tools", [
+    ("auto", True, True), ("auto", False, False), ("tools", False, True), ("text", True, False)])
+def test_protocol_decides_whether_tools_are_offered(protocol, supports_tools, sends_tools):
+    model = Scripted(supports_tools=supports_tools)
+    loop(model, LoopConfig(protocol=protocol, max_steps=1))
+    [call] = model.calls
+    assert call["tools"] == (TOOLS if sends_tools else None)
+    assert ("by calling tools" in call["system"]) is sends_tools  # agent/prompts/system_tools.md, not _text
+    # The text protocol starts with the worked example exchange; the tools protocol does not.
+    assert call["n_messages"] == (2 if sends_tools else 2 + 6)
+
+
+def test_the_tools_protocol_reads_tool_calls_not_text():
+    # A text reply under --protocol tools is not a command: it is a format error, and nothing runs.
+    res = loop(Scripted(reply="```bash\nsubmit\n```"), LoopConfig(protocol="tools", max_steps=2))
+    assert res.exit_reason == "max_steps"
+    assert [a.kind for s in res.steps for a in s.actions] == ["format_error", "format_error"]
+    res = loop(Scripted(reply="```bash\nsubmit\n```"), LoopConfig(protocol="text", max_steps=2))
+    assert (res.exit_reason, len(res.steps)) == ("submitted", 1)
+
+
+# ---- task limits merged with the run's limits -----------------------------------------------------
+
+def act(model, cfg: LoopConfig, limits: AgentLimits, sb=None):
+    task = make_task(agent=limits)
+    return asyncio.run(loop_policy(model, cfg, asyncio.Semaphore(1), 0)(task, sb))
+
+
+@pytest.mark.parametrize("cli_steps,task_steps,expected", [(30, 2, 2), (3, 30, 3), (4, 4, 4)])
+def test_max_steps_is_the_smaller_of_task_and_run(cli_steps, task_steps, expected):
+    res = act(Scripted(), LoopConfig(max_steps=cli_steps), AgentLimits(max_steps=task_steps))
+    assert (res.exit_reason, len(res.steps)) == ("max_steps", expected)
+
+
+def test_the_tasks_wall_time_applies_unless_the_run_turns_it_off():
+    slow = dict(reply="```bash\nsubmit\n```", delay=2.0)  # answers after 2 s; the task allows 1 s
+    limits = AgentLimits(timeout_sec=1.0)
+    assert act(Scripted(**slow), LoopConfig(wall_time=600), limits).exit_reason == "wall_time"
+    assert act(Scripted(**slow), LoopConfig(wall_time=600, task_wall_time=False), limits).exit_reason == "submitted"
+    # and the run's wall time applies when it is the smaller one
+    assert act(Scripted(**slow), LoopConfig(wall_time=1.0), AgentLimits(timeout_sec=600)).exit_reason == "wall_time"
+
+
+def test_command_timeout_is_the_smaller_of_task_and_run(image):
+    sleeper = "```bash\nsleep 30; echo woke\n```"
+
+    async def main(cfg, limits):
+        async with SandboxPool(warm=0) as pool:
+            async with pool.sandbox(image) as sb:
+                return await loop_policy(Scripted(reply=sleeper), cfg, asyncio.Semaphore(1), 0)(
+                    make_task(agent=limits), sb)
+    for cfg, limits in ((LoopConfig(max_steps=1, command_timeout=60), AgentLimits(command_timeout_sec=1)),
+                        (LoopConfig(max_steps=1, command_timeout=1), AgentLimits(command_timeout_sec=60))):
+        res = run(main(cfg, limits))
+        [step] = res.steps
+        assert step.timed_out and "woke" not in step.observation
+        assert re.search(r"did not finish within 1(\.0)? seconds", step.observation), step.observation
