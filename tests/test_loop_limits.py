@@ -77,8 +77,8 @@ def test_window_filling_up_ends_the_attempt_when_nothing_is_left_to_elide():
     model = Scripted(tokens_per_message=100)
     model.context_window = 100 * 6 + 50  # room for 6 messages (eliding keeps their count)
     res = loop(model, LoopConfig(max_reply_tokens=50, max_steps=30, demonstration=False))
-    # 2 messages to start, 2 per step: after 2 steps the next prompt (8 x 100 tokens) cannot fit 650 - 50.
-    assert (res.exit_reason, len(res.steps)) == ("context_exceeded", 2)
+    # 2 messages to start, 2 more per step: the 4th prompt (8 x 100 tokens) cannot fit 650 - 50.
+    assert (res.exit_reason, len(res.steps)) == ("context_exceeded", 3)
 
 
 @pytest.fixture
