@@ -5,6 +5,7 @@ keys/values) beside the static batching this backend used before (every waiting 
 workload, in one run.
 
     python bench/local_decode.py [--conversations 16] [--turns 4] [--max-tokens 64] [--tool-time 0.3]
+    python bench/local_decode.py --smoke   # 2 conversations x 1 turn, 4 tokens (tests/test_bench_smoke.py)
 
 Workload: C agent conversations with the loop's real system prompt and worked-example exchange,
 started a little apart (as attempts are, behind container creation), each T turns: a reply sampled at
@@ -128,7 +129,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--tool-time", type=float, default=0.3, help="longest simulated command, seconds")
     p.add_argument("--stagger", type=float, default=0.2, help="seconds between conversation starts")
+    p.add_argument("--smoke", action="store_true", help="a tiny workload: checks the benchmark works")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.conversations, args.turns, args.max_tokens, args.tool_time, args.stagger = 2, 1, 4, 0.0, 0.0
     rows = []
     for name, cls in (("static batches (before)", StaticBatching), ("ours: continuous + reuse", LocalModel)):
         model = cls(args.model)

@@ -1,6 +1,9 @@
 """Agent-loop throughput with a zero-latency scripted model, beside mini-swe-agent in the same run.
 
-    .venv/bin/python bench/loop.py [--tasks 50] [--concurrency 1 2 4 8] [--no-mini]
+    .venv/bin/python bench/loop.py [--tasks 50] [--concurrency 1 2 4 8] [--no-mini] [--smoke]
+
+--smoke: 2 tasks at concurrency 1 and 2, 2 overhead repetitions, without mini-swe-agent (which needs
+installing): seconds; tests/test_bench_smoke.py runs it so it cannot rot.
 
 1. Harness overhead per step: the loop's wall time per step minus the sandbox's own exec time
    (measured by the command server), on one warm sandbox.
@@ -117,10 +120,13 @@ def main():
     ap.add_argument("--tasks", type=int, default=50)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--no-mini", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny run without mini-swe-agent: checks the benchmark works")
     args = ap.parse_args()
+    if args.smoke:
+        args.tasks, args.concurrency, args.no_mini = 2, [1, 2], True
     image = ensure_base_image(log=lambda m: None)
     tasks = make_tasks(args.tasks)
-    wall, execs = asyncio.run(overhead_per_step(image))
+    wall, execs = asyncio.run(overhead_per_step(image, reps=2 if args.smoke else 30))
     print(f"per step: loop {wall:.2f} ms, sandbox exec {execs:.2f} ms, harness overhead {wall - execs:.2f} ms")
     print(f"{'concurrency':>11} {'harness att/min':>16} {'mini-swe-agent att/min':>23} {'ratio':>6}")
     for c in args.concurrency:

@@ -4,6 +4,7 @@ write, on synthetic token data, for Llama models built from configs (nothing is 
 
     python bench/lora.py                 # CUDA: 135M/0.5B/1.5B x 1k/4k; CPU: 135M x 256/512, a few steps
     python bench/lora.py --sizes 135m --seqs 1024 --steps 20 --json out.json
+    python bench/lora.py --smoke         # a 2-layer toy model, 2 steps: seconds (tests/test_bench_smoke.py)
 
 Each (size, length, trainer) runs in its own process so peak memory is its own (GPU: max allocated;
 CPU: max resident set, which includes ~0.5 GB of Python + torch).
@@ -50,6 +51,8 @@ SIZES = {
                  intermediate_size=4864, vocab_size=151936),  # Qwen2.5-0.5B
     "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                  intermediate_size=8960, vocab_size=151936),  # Qwen2.5-1.5B
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, vocab_size=1000),  # --smoke only: checks the benchmark runs
 }
 SPEC_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "4090": 165.0}
 LORA = dict(rank=16, alpha=32, dropout=0.05)
@@ -194,7 +197,10 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, help="torch CPU threads (1 can be faster on a busy machine)")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: one measurement, JSON on stdout
+    p.add_argument("--smoke", action="store_true", help="a toy model for 2 steps: checks the benchmark works")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.seqs, args.steps, args.warmup, args.batch = "tiny", "64", 2, 0, 2
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:
@@ -213,7 +219,7 @@ def main(argv=None) -> int:
           + (f" (spec {spec_peak:.0f})" if spec_peak else ""))
     print(f"{'size':>5} {'seq':>5} {'trainer':<9} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'peak mem':>9} {'pad':>5}"
           f"  loss first->last")
-    results = []
+    results, failed = [], 0
     for size in sizes:
         for seq in seqs:
             batch = args.batch or max(1, (8192 if cuda else 1024) // seq)
@@ -228,6 +234,7 @@ def main(argv=None) -> int:
                 if proc.returncode != 0:
                     err = (proc.stderr.strip().splitlines() or ["?"])[-1]
                     print(f"{size:>5} {seq:>5} {trainer:<9} failed: {err}")
+                    failed += 1
                     continue
                 r = json.loads(proc.stdout.strip().splitlines()[-1])
                 r["mfu"] = r["flops_per_s"] / peak
@@ -242,7 +249,7 @@ def main(argv=None) -> int:
                       f"{o['peak_mem_bytes'] / b['peak_mem_bytes']:>8.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": name, "peak_flops": peak, "results": results}, indent=2))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

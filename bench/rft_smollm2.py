@@ -2,6 +2,7 @@
 """The proof run: rejection-sampling LoRA fine-tuning of SmolLM2-135M-Instruct on the CPU.
 
     python bench/rft_smollm2.py [--out runs/rft-smollm2] [--limit N]
+    python bench/rft_smollm2.py --smoke --out DIR   # 1 task per split, 2 samples, 1 step of 16 tokens, 1 round
 
 Builtin difficulty 1-2 task families (6 families x 10 instances): the 24 train instances are sampled
 (K=8 at t=0.7) and trained on; the 36 held-out instances only measure transfer. Up to two rounds, each
@@ -34,8 +35,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/rft-smollm2", help="run folder; the same folder resumes")
     p.add_argument("--limit", type=int, help="tasks per split, spread over the families (preset: all)")
+    p.add_argument("--smoke", action="store_true",
+                   help="the same pipeline, tiny: checks the benchmark works (tests/test_bench_smoke.py)")
     args = p.parse_args(argv)
-    cfg = config_from("rft-smollm2", out=args.out, limit=args.limit)
+    tiny = dict(limit=1, rounds=1, samples=2, eval_samples=1, max_steps=1, max_reply_tokens=16, concurrency=2,
+                sft={"epochs": 1}) if args.smoke else {"limit": args.limit}
+    cfg = config_from("rft-smollm2", out=args.out, **tiny)
     started = time.monotonic()
     run(cfg)
     print(f"wall time {((time.monotonic() - started) / 60):.1f} min; results in {cfg.out}/rounds.jsonl")

@@ -1,6 +1,8 @@
 """Sandbox latency, side by side with plain `docker` CLI calls measured in the same run.
 
-    .venv/bin/python bench/sandbox.py [--n 40]
+    .venv/bin/python bench/sandbox.py [--n 40] [--smoke]
+
+--smoke: the same measurements with n=4 (seconds; tests/test_bench_smoke.py runs it so it cannot rot).
 
 Prints p50/p95 of: warm-pool acquire, cold start, exec round trip of `true`, and containers
 created+destroyed per second; each beside the CLI equivalent, as a ratio (CLI / harness).
@@ -97,7 +99,9 @@ def cli_side(image: str, n: int) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=40)
-    n = ap.parse_args().n
+    ap.add_argument("--smoke", action="store_true", help="tiny run (n=4): checks the benchmark works")
+    args = ap.parse_args()
+    n = 4 if args.smoke else args.n
     image = ensure_base_image(log=lambda m: None)
     ours = asyncio.run(harness_side(image, n))
     cli = cli_side(image, n)
