@@ -13,8 +13,9 @@ test:
 setup:
 	.ci/setup
 
+# The inner loop: no model loading, no whole-suite validation, nothing over ~30 s (`make test` runs all).
 test-fast: setup
-	$(PY) -m pytest -q -x -m "not slow and not model" tests
+	$(PY) -m pytest -q -x -m "not slow and not model and not suite" tests
 
 bench: setup
 	$(PY) bench/sandbox.py

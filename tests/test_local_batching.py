@@ -9,6 +9,8 @@ import torch
 from agent.models import local
 from agent.models.local_decoding import PrefixCache
 
+pytestmark = pytest.mark.model  # loads SmolLM2 (its tokenizer and cache folder) and decodes on the CPU
+
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):

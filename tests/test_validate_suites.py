@@ -16,6 +16,7 @@ def test_leak_check_finds_quoted_hidden_tests():
 
 
 @pytest.mark.slow
+@pytest.mark.suite
 def test_builtin_suite_is_valid():
     tasks = load_suite("builtin")
     assert len(tasks) >= 60
@@ -25,6 +26,7 @@ def test_builtin_suite_is_valid():
 
 
 @pytest.mark.slow
+@pytest.mark.suite
 def test_humaneval_import_is_valid(tmp_path):
     from tasks.humaneval import import_humaneval
 
