@@ -207,10 +207,19 @@ def test_train_end_to_end_with_smollm2(tmp_path):
     assert {(r["split"], r["metric"]) for r in rs if r["round"] == 0} == \
         {(split, metric) for split in ("heldout", "train") for metric in ("pass@1", "pass@1_t0.7", "pass@2_t0.7")}
     data = json.loads((out / "round_1" / "data.done.json").read_text())
-    if data["examples"]:  # the base solved something: it was trained on and the adapter evaluated
+    # Which way round 1 goes is decided by an independent record: the base's own train samples (their
+    # attempts.jsonl), not by the data phase's count that is under test.
+    sample_run = Path(json.loads((out / "round_0" / "eval.done.json").read_text())["runs"]["train-sample"])
+    samples = [json.loads(line) for line in (sample_run / "attempts.jsonl").read_text().splitlines()]
+    solved_tasks = {a["task_id"] for a in samples if a["solved"]}
+    assert len(samples) == 2 * 2  # 2 train tasks x 2 samples
+    assert set(data["tasks"]) <= solved_tasks and bool(data["tasks"]) == bool(solved_tasks)
+    if solved_tasks:  # it was trained on and the adapter evaluated
+        assert data["examples"] >= len(solved_tasks)
         assert (out / "round_1" / "adapter" / "adapter_model.safetensors").is_file()
         assert {r["round"] for r in rs} == {0, 1}
-    else:
+    else:  # nothing to learn from: the loop stops before training, saying why
+        assert data["examples"] == 0 and not (out / "round_1" / "adapter").exists()
         assert json.loads((out / "stopped.json").read_text())["round"] == 1
 
 
