@@ -175,6 +175,7 @@ def test_hf_chat_records_render_with_a_real_chat_template(mixed_run, tmp_path, s
         # Every message is rendered, in order, under its own role header.
         position = 0
         for message in record["messages"]:
+            assert message["role"] in ("system", "user", "assistant", "tool") and isinstance(message["content"], str)
             block = f"<|im_start|>{message['role']}\n{message['content']}<|im_end|>"
             found = text.find(block, position)
             assert found >= 0, (message["role"], message["content"][:80])
