@@ -10,6 +10,9 @@ import pytest
 
 from tests.helpers import ROOT
 
+# Not inner-loop material (`make test-fast` leaves them out); `make test` runs every one.
+pytestmark = pytest.mark.slow
+
 NUMBER = r"[0-9.]+"
 
 
@@ -34,8 +37,7 @@ def test_loop_bench_smoke(image):
     assert [c for c, _ in rows] == ["1", "2"] and all(float(rate) > 0 for _, rate in rows), out
 
 
-@pytest.mark.slow  # two processes importing torch + transformers + peft: ~2 min on a busy 2-core machine
-def test_lora_bench_smoke():
+def test_lora_bench_smoke():  # two processes importing torch + transformers + peft: ~2 min on a busy machine
     out = bench("bench/lora.py", "--smoke")
     assert re.search(rf"tiny\s+64 ours\s+{NUMBER}", out) and re.search(rf"tiny\s+64 baseline\s+{NUMBER}", out), out
     assert re.search(rf"ratio\s+{NUMBER}x", out), out
@@ -49,7 +51,6 @@ def test_local_decode_bench_smoke():
     assert re.search(rf"ratio \(ours / before\): generated tokens per second {NUMBER}x", out), out
 
 
-@pytest.mark.slow
 @pytest.mark.model
 def test_rft_bench_smoke(image, tmp_path):
     out = bench("bench/rft_smollm2.py", "--smoke", "--out", str(tmp_path / "rft"), timeout=1800)
