@@ -121,7 +121,7 @@ async def run_action(sb: Sandbox, action: Action, cfg: LoopConfig) -> tuple[str,
     if action.kind == "format_error":
         return prompt("format_error", problem=action.content), None, False, 0.0
     if action.kind == "write":
-        path = action.path if action.path.startswith("/") else f"/workspace/{action.path}"
+        path = action.path if action.path.startswith("/") else f"{sb.workdir}/{action.path}"
         r = await sb.exec(["bash", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "_", path],
                           cfg.command_timeout, stdin=action.content.encode())
         text = f"wrote {len(action.content)} characters to {action.path}" if r.exit_code == 0 else r.output

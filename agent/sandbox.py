@@ -29,7 +29,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import docker
 import docker.errors
@@ -38,6 +38,9 @@ from docker.types import Ulimit
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from agent.errors import InfraError, UserError
+
+if TYPE_CHECKING:
+    from agent.sandbox_native import NativeSpec
 
 AGENT_UID = 10001  # a uid no host account uses: per-uid limits are shared across the host
 WORKSPACE = "/workspace"
@@ -66,6 +69,7 @@ class Limits:
     fsize_mb: int = 512  # largest single file
     read_only: bool = True  # read-only root filesystem
     runtime: Optional[str] = None  # e.g. "runsc" (gVisor) where installed
+    native: Optional["NativeSpec"] = None  # agent/sandbox_native.py: static helper, any image, Harbor's contract
 
     @classmethod
     def for_task(cls, env) -> "Limits":
@@ -159,6 +163,8 @@ def _frames(sock: socket.socket):
 
 class Sandbox:
     """One started container with its command server attached. Use through SandboxPool."""
+
+    workdir = WORKSPACE  # the agent's working folder (a NativeSandbox may have another)
 
     def __init__(self, container, image: str, limits: Limits, pool_key: tuple):
         self.container = container
@@ -441,6 +447,9 @@ def _pid_alive(pid: int) -> bool:
 
 def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool", pool_id: str = "") -> Sandbox:
     """Creates, attaches and starts one hardened container (blocking: call from a thread)."""
+    if limits.native is not None:  # the static helper: any image, Harbor's runtime contract
+        from agent.sandbox_native import create_native
+        return create_native(image, limits, run_id, task, pool_id)
     client = docker_client()
     tmpfs = {WORKSPACE: f"size={limits.workspace_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
              "/tmp": f"size={limits.tmp_mb}m,mode=1777,exec",
