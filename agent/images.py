@@ -155,6 +155,70 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
     return img.id
 
 
+def prebuilt_image(name: str) -> str:
+    """A task's docker_image, used as given: it must already be on this machine (no registry is used)."""
+    img = find_image(name)
+    if img is None:
+        raise UserError(f"docker_image {name!r} is not on this machine and no registry is used here "
+                        "(build it, or `docker load -i` it, first)")
+    return img.id
+
+
+def harbor_task_image(task, log=print) -> str:
+    """A Harbor task's image: its prebuilt docker_image, else its Dockerfile with environment/ as the build
+    context, else (no Dockerfile: our convention) the base image."""
+    if task.harbor.docker_image:
+        return prebuilt_image(task.harbor.docker_image)
+    return task_image(task.dockerfile, task.build_context, log)
+
+
+def harbor_verifier_image(task, log=print) -> Optional[str]:
+    """The image of a separate verifier environment ([verifier.environment] docker_image, or tests/Dockerfile
+    with tests/ as its context); None -> the task's own image."""
+    spec = task.harbor
+    if spec.verifier_docker_image:
+        return prebuilt_image(spec.verifier_docker_image)
+    if spec.verifier_dockerfile:
+        context = {p: d for p, d in task.test_files.items() if p != "Dockerfile"}
+        return task_image(spec.verifier_dockerfile, context, log)
+    return None
+
+
+MINBASE_REPO = "harness/minbase"
+MINBASE_RECIPE = "debootstrap --variant=minbase bookworm; no python; WORKDIR /app; v1"
+
+
+def ensure_minbase_image(log=print) -> str:
+    """A Debian minbase image without any Python (for tests and benchmarks of the static helper), built with
+    debootstrap like the base image and cached by recipe hash. Returns its tag."""
+    tag = f"{MINBASE_REPO}:{content_hash(MINBASE_RECIPE)}"
+    if find_image(tag) is not None:
+        return tag
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        raise UserError("the Python-less test image needs debootstrap as root: run `make setup` as root")
+    log("building a Python-less Debian minbase image with debootstrap ...")
+    with tempfile.TemporaryDirectory(prefix="harness-minbase-") as tmp:
+        root = Path(tmp) / "rootfs"
+        proc = subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(root), _debian_mirror()],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UserError(f"debootstrap failed (exit {proc.returncode}): "
+                            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        if list(root.glob("usr/bin/python*")):
+            raise UserError("the minbase image unexpectedly contains python")
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        (root / "app").mkdir(exist_ok=True)
+        tar_path = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+        repo, _, version = tag.partition(":")
+        docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=[
+            "WORKDIR /app", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 'CMD ["/bin/bash"]'])
+    if find_image(tag) is None:
+        raise UserError("docker import of the minbase image failed")
+    return tag
+
+
 def main_build(args) -> int:
     image_id = ensure_base_image()
     print(f"{base_tag()}  {image_id}")

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
 from agent.errors import InfraError, UserError
-from agent.images import task_image
+from agent.images import harbor_task_image, harbor_verifier_image, task_image
 from agent.loop import TOOLS, LoopConfig, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
-from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, prune
+from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, content_hash, prune
 from evaluators.grade import grade
 from results.schema import Attempt, attempt_key
 from tasks.model import Task
@@ -38,6 +38,9 @@ def now() -> str:
 
 async def oracle_policy(task: Task, sb: Sandbox) -> None:
     """Runs the task's solution/solve.sh in /workspace, as the agent would."""
+    if task.harbor is not None:  # Harbor's oracle: /solution, the image's WORKDIR, [solution.env]
+        from evaluators import harbor_kind
+        return await harbor_kind.oracle(task, sb)
     await sb.put_files(task.solution_files, dest="/tmp/oracle")
     r = await sb.exec("bash /tmp/oracle/solve.sh", timeout=task.agent.timeout_sec)
     await sb.exec("rm -rf /tmp/oracle", timeout=30)
@@ -93,14 +96,23 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
                   task_version=task.version, domain=task.domain, difficulty=task.difficulty, split=task.split,
                   sample=sample, model=model_name, temperature=temperature, image=image, started_at=started)
     result: Optional[LoopResult] = None
-    async with pool.sandbox(image, Limits.for_task(task.environment), task=task.id) as sb:
+    verdict = None
+    harbor = None
+    if task.harbor is not None:  # Harbor's runtime contract and verifier modes (evaluators/harbor_kind.py)
+        from evaluators import harbor_kind as harbor
+    limits = harbor.limits(task) if harbor else Limits.for_task(task.environment)
+    async with pool.sandbox(image, limits, task=task.id) as sb:
         await sb.put_files(task.workspace_files, executable=task.executable_files)
+        if harbor:
+            await harbor.prepare(task, sb)
         await sb.mark_baseline()
         try:
             result = await policy(task, sb)
         except OracleFailed as e:
             rec.error = str(e)
         changes = await sb.changes() if not sb.dead else Changes()
+        if harbor and task.harbor.verifier_mode != "fresh":  # needs the agent's container: verified before release
+            verdict = await harbor.verify_in_place(task, sb, pool)
     if result is not None:
         rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
         rec.n_steps = len(result.steps)
@@ -111,7 +123,7 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
         if result.exit_reason == "model_error":  # the provider failed, not the model: infra
             raise InfraError(result.model_error or "model error")
     rec.patch_files = len(changes.paths)
-    verdict = await grade(task, changes, pool, image)
+    verdict = verdict or await grade(task, changes, pool, image)
     rec.reward, rec.solved, rec.reason, rec.tests = verdict.reward, verdict.solved, verdict.reason, verdict.tests
     rec.status = "solved" if verdict.solved else "failed"
     rec.detail = verdict.detail[:1000]
@@ -142,11 +154,18 @@ async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
     cache: dict[str, str] = {}
     out = {}
     for t in tasks:
-        key = t.dockerfile or ""
+        # The whole build context is part of the key: two tasks with one Dockerfile but different files differ.
+        key = content_hash(t.dockerfile or "", *[p + "\0" for p in sorted(t.build_context)],
+                           *[t.build_context[p] for p in sorted(t.build_context)],
+                           repr(t.harbor and (t.harbor.docker_image, t.harbor.verifier_docker_image,
+                                              t.harbor.verifier_dockerfile)))
         if key not in cache:
-            context = {p: d for p, d in t.workspace_files.items()}
             try:
-                cache[key] = await asyncio.to_thread(task_image, t.dockerfile, context, log)
+                if t.harbor is not None:
+                    cache[key] = await asyncio.to_thread(harbor_task_image, t, log)
+                    await asyncio.to_thread(harbor_verifier_image, t, log)  # built now, found by grading later
+                else:
+                    cache[key] = await asyncio.to_thread(task_image, t.dockerfile, t.build_context, log)
             except UserError as e:
                 where = f"{t.path}/environment/Dockerfile" if t.path else f"task {t.id}"
                 raise UserError(f"{where}: {e}") from None

@@ -77,6 +77,7 @@ class NativeSandbox(Sandbox):
 
     workdir: str = WORKSPACE
     env: dict[str, str] = {}  # the container's environment as commands see it (image ENV + the task's env)
+    image_user: str = "root"  # the image's USER
 
     async def exec_raw(self, cmd, *, cwd: str = WORKSPACE, **kw) -> dict:
         return await super().exec_raw(cmd, cwd=self.workdir if cwd == WORKSPACE else cwd, **kw)
@@ -143,6 +144,7 @@ def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", p
     try:
         sb = NativeSandbox(container, image, limits, (image, limits))
         sb.workdir = workdir
+        sb.image_user = config.get("User") or "root"  # Harbor's default user for the verifier
         docker_retry(container.start)()
         sb.wait_ready()
         container.reload()

@@ -41,6 +41,9 @@ async def grade(task: Task, changes: Changes, pool: SandboxPool, image: str) -> 
 
 async def _grade(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
     ev = task.evaluator
+    if ev.kind == "harbor":  # a Harbor verifier in `fresh` mode (the other modes ran in agent/runner.py)
+        from evaluators import harbor_kind
+        return await harbor_kind.grade_fresh(task, changes, pool, image)
     if ev.kind == "answer":  # decided on the host from the captured bytes; no container needed
         data = changes.files.get(ev.answer_file, task.workspace_files.get(ev.answer_file))
         if data is None:

@@ -152,7 +152,7 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
     if "storage_mb" in env_t or "storage" in env_t:
         warnings.append("[environment] storage_mb is not enforced on the writable root filesystem "
                         "(no overlay quota here); /tmp is still size-limited")
-    if "build_timeout_sec" in env_t:
+    if env_t.get("build_timeout_sec", 600.0) != 600.0:
         warnings.append("[environment] build_timeout_sec is not enforced (images build without a time limit)")
 
     # -- [verifier]
