@@ -147,19 +147,14 @@ async def run_verifier(task, sb: NativeSandbox):
 
 
 def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str = ""):
-    """The verdict from Harbor's reward files: reward.txt (one number) wins over reward.json (named numbers).
+    """The verdict from Harbor's reward files: reward.json (named numbers) wins over reward.txt (one number), as in
+    Harbor's verifier.
     Every named reward is recorded in the detail; the task's reward is "reward" when present, else the only
     value, else the mean of them all. Solved means a task reward of at least 1."""
     from evaluators.grade import Verdict
 
     rewards: dict[str, float] = {}
-    if reward_txt is not None:
-        try:
-            value = float(reward_txt.decode().strip())
-        except (ValueError, UnicodeDecodeError):
-            return Verdict(0.0, False, "no_report", detail=f"reward.txt is not a number: {reward_txt[:40]!r}")
-        rewards = {"reward": value}
-    elif reward_json is not None:
+    if reward_json is not None:
         try:
             data = json.loads(reward_json)
         except ValueError:
@@ -168,6 +163,12 @@ def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str
         if not data or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
             return Verdict(0.0, False, "no_report", detail="reward.json must map names to numbers")
         rewards = {str(k): float(v) for k, v in data.items()}
+    elif reward_txt is not None:
+        try:
+            value = float(reward_txt.decode().strip())
+        except (ValueError, UnicodeDecodeError):
+            return Verdict(0.0, False, "no_report", detail=f"reward.txt is not a number: {reward_txt[:40]!r}")
+        rewards = {"reward": value}
     else:
         return Verdict(0.0, False, "no_report",
                        detail=f"test.sh wrote neither {REWARD_DIR}/reward.txt nor reward.json; output: {tail}")

@@ -1,0 +1,266 @@
+"""Harbor / Terminal-Bench 2 tasks: the schema field by field, the runtime contract, the verifier modes.
+
+The fixture corpus (tests/fixtures/harbor) is written from Harbor's task template and task-format docs. Docker
+tests build their images locally: tasks FROM our base image, and a Python-less Debian minbase (debootstrap).
+"""
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.errors import UserError
+from agent.runner import build_images, null_policy, oracle_policy, run_attempt
+from agent.sandbox import SandboxPool
+from evaluators import harbor_kind
+from evaluators.validate import validate
+from tasks.loader import load_suite, load_task
+from tests.conftest import run
+
+FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
+
+
+def harbor_task(tmp_path: Path, toml: str, name: str = "t", dockerfile: str = "FROM harness/base:latest\n",
+                test_sh: str = "echo 1 > /logs/verifier/reward.txt\n") -> Path:
+    root = tmp_path / name
+    for rel, text in {"task.toml": toml, "instruction.md": "Do it.\n", "solution/solve.sh": "true\n",
+                      "tests/test.sh": test_sh, "environment/Dockerfile": dockerfile}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def error_of(toml: str, tmp_path: Path, **kw) -> str:
+    with pytest.raises(UserError) as e:
+        load_task(harbor_task(tmp_path, toml, **kw))
+    return str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------- schema (fast)
+
+def test_fixture_corpus_loads_every_field():
+    tasks = {t.id: t for t in load_suite(FIXTURES)}
+    assert set(tasks) == {"hello-world", "no-python", "shared-mode", "separate-mode"}
+    hw = tasks["hello-world"]
+    spec = hw.harbor
+    assert hw.evaluator.kind == "harbor" and hw.version == "1.4"
+    assert (spec.name, spec.description, spec.source) == ("harness/fixtures__hello-world",
+                                                          "Write a greeting file in the working folder.", "fixtures")
+    assert spec.authors == ("Harness Team <team@example.invalid>",) and spec.keywords == ("fixture", "files")
+    assert hw.tags == ("fixture", "files") and hw.difficulty == 1
+    assert dict(spec.metadata)["category"] == "programming" and "anything" in dict(spec.metadata)["extra"]
+    assert (hw.agent.timeout_sec, hw.verifier_timeout_sec) == (120.0, 120.0)
+    assert dict(spec.verifier_env) == {"GREETING": "Hello, world!"} and dict(spec.env) == {"APP_MODE": "fixture"}
+    assert dict(spec.solution_env) == {"SOLVER": "oracle"}
+    assert spec.healthcheck.command == "test -f /app/config.ini" and spec.healthcheck.retries == 3
+    assert (hw.environment.cpus, hw.environment.memory_mb, hw.environment.allow_internet) == (1.0, 1024, False)
+    # The build context stays out of the workspace: files reach the image only through the Dockerfile's COPY
+    assert hw.workspace_files == {} and set(hw.build_context) == {"config.ini", "not-copied.txt"}
+    assert spec.verifier_mode == "snapshot" and spec.workdir is None and spec.agent_user is None
+    np = tasks["no-python"].harbor
+    assert (np.docker_image, np.verifier_user, tasks["no-python"].difficulty) == ("harness/minbase:latest", "nobody", 3)
+    sm = tasks["shared-mode"].harbor
+    assert (sm.verifier_mode, sm.agent_user, sm.workdir) == ("shared", "sandbox", "/home/work")
+    sep = tasks["separate-mode"].harbor
+    assert (sep.verifier_mode, sep.verifier_docker_image) == ("fresh", "harness/base:latest")
+
+
+def test_harbor_template_as_shipped_loads(tmp_path):
+    """Harbor's own template task.toml (schema_version 1.0, comments and all), only the TODOs filled in."""
+    toml = '''schema_version = "1.0"
+[task]
+name = "org/bench__t1"
+authors = [{ name = "A", email = "a@b.c" }]
+keywords = ["x"]
+[metadata]
+difficulty = "easy"
+category = "programming"
+[verifier]
+timeout_sec = 120.0
+[agent]
+timeout_sec = 120.0
+[environment]
+build_timeout_sec = 600.0
+'''
+    task = load_task(harbor_task(tmp_path, toml))
+    assert task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "snapshot" and task.version == "1.0"
+
+
+def test_unknown_keys_give_one_warning_not_an_error(tmp_path, capsys):
+    toml = 'schema_version = "1.4"\nfuture_field = 1\n[agent]\nthinking = true\n[environment]\nshiny = "yes"\n'
+    task = load_task(harbor_task(tmp_path, toml))
+    err = capsys.readouterr().err
+    assert err.count("unknown keys ignored") == 1
+    assert "future_field" in err and "agent.thinking" in err and "environment.shiny" in err
+    assert any("unknown keys ignored" in w for w in task.harbor.warnings)
+
+
+@pytest.mark.parametrize("fragment,field", [
+    ("[environment]\ngpus = 1\n", "gpus"),
+    ('[environment]\ngpu_types = ["H100"]\n', "gpu_types"),
+    ('[environment]\ntpu = { type = "v5e", topology = "2x2" }\n', "tpu"),
+    ('[[environment.mcp_servers]]\nname = "fs"\ntransport = "stdio"\ncommand = "mcp-fs"\n', "mcp_servers"),
+    ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allowlist"),
+    ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "[agent] network_mode"),
+    ('[environment]\nos = "windows"\n', "os"),
+    ('[[steps]]\nname = "one"\n', "steps"),
+    ('[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"\n', "environment_mode"),
+    ('[verifier.environment]\ngpus = 2\n', "[verifier.environment] gpus"),
+])
+def test_fields_we_cannot_honour_are_refused_by_name(tmp_path, fragment, field):
+    msg = error_of('schema_version = "1.4"\n' + fragment, tmp_path)
+    assert field in msg and "task.toml" in msg and "\n" not in msg
+
+
+def test_compose_tasks_are_refused(tmp_path):
+    root = harbor_task(tmp_path, 'schema_version = "1.4"\n')
+    (root / "environment" / "docker-compose.yaml").write_text("services: {}\n")
+    with pytest.raises(UserError, match="docker-compose tasks are not supported"):
+        load_task(root)
+
+
+@pytest.mark.parametrize("fragment,mode", [
+    ("", "snapshot"),
+    ('[verifier]\nenvironment_mode = "shared"\n', "shared"),
+    ('[verifier]\nenvironment_mode = "separate"\n', "fresh"),
+    ('[verifier.environment]\ndocker_image = "harness/base:latest"\n', "fresh"),
+    ('[verifier]\nisolation = "fresh"\n', "fresh"),
+    ('[verifier]\nenvironment_mode = "separate"\nisolation = "snapshot"\n', "snapshot"),
+])
+def test_verifier_modes_map_from_harbor(tmp_path, fragment, mode):
+    assert load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment)).harbor.verifier_mode == mode
+
+
+@pytest.mark.parametrize("fragment,net", [
+    ("", False), ('[environment]\nallow_internet = true\n', True), ('[environment]\nnetwork_mode = "public"\n', True),
+    ('[environment]\nnetwork_mode = "no-network"\n', False),
+    ('[environment]\nnetwork_mode = "public"\n[agent]\nnetwork_mode = "no-network"\n', False),
+])
+def test_network_policy(tmp_path, fragment, net):
+    assert load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment)).environment.allow_internet is net
+
+
+@pytest.mark.parametrize("fragment,expected", [
+    ('[environment]\nworkdir = "app"\n', "workdir must be an absolute path"),
+    ('[verifier]\nenv = { "1X" = "a" }\n', "not a valid environment variable name"),
+    ('[agent]\nuser = true\n', "[agent] user must be a user name or a uid"),
+    ('[verifier]\nenvironment_mode = "elsewhere"\n', "environment_mode must be"),
+    ('[environment.healthcheck]\ninterval_sec = 1\n', "healthcheck] needs command"),
+    ('[task]\nauthors = [3]\n', "[task] authors"),
+])
+def test_bad_values_name_the_field(tmp_path, fragment, expected):
+    assert expected in error_of('schema_version = "1.4"\n' + fragment, tmp_path)
+
+
+def test_without_a_dockerfile_environment_files_start_in_the_workdir(tmp_path):
+    root = harbor_task(tmp_path, 'schema_version = "1.4"\n')
+    (root / "environment" / "Dockerfile").unlink()
+    (root / "environment" / "data.txt").write_text("x\n")
+    task = load_task(root)
+    assert task.dockerfile is None and task.workspace_files == {"data.txt": b"x\n"} and task.build_context == {}
+
+
+@pytest.mark.parametrize("txt,js,reward,reason,detail", [
+    (b"1\n", None, 1.0, "pass", '{"reward": 1.0}'),
+    (b"0.25", b'{"reward": 1}', 1.0, "pass", "task reward = 'reward'"),  # reward.json wins, as in Harbor
+    (None, b'{"reward": 1, "style": 0.5}', 1.0, "pass", '"style": 0.5'),
+    (None, b'{"accuracy": 0.5}', 0.5, "fail", "task reward = 'accuracy'"),
+    (None, b'{"a": 1, "b": 0}', 0.5, "fail", "mean of all"),
+    (None, b'{"reward": "1"}', 0.0, "no_report", "names to numbers"),
+    (b"NaN", None, 0.0, "no_report", "non-finite"),
+    (b"yes", None, 0.0, "no_report", "not a number"),
+    (None, None, 0.0, "no_report", "wrote neither"),
+])
+def test_reward_files(txt, js, reward, reason, detail):
+    v = harbor_kind.verdict(txt, js)
+    assert (v.reward, v.reason) == (reward, reason) and detail in v.detail
+
+
+# ---------------------------------------------------------------------------------------------- in Docker
+
+@pytest.fixture(scope="module")
+def minbase(image):
+    from agent.images import ensure_minbase_image
+    if shutil.which("debootstrap") is None:
+        pytest.skip("debootstrap is not installed (make setup installs it)")
+    return ensure_minbase_image(log=lambda m: None)
+
+
+def test_fixture_corpus_validates(minbase):
+    """`harness tasks validate`: every oracle solved, every null agent not, hidden tests unreachable."""
+    rows = run(validate(load_suite(FIXTURES), repeats=1, concurrency=2))
+    assert [(r.task, r.oracle, r.null, r.problems) for r in rows] == [
+        (r.task, "1/1", "not solved", []) for r in rows]
+
+
+def _attempt(task, policy=oracle_policy):
+    async def go():
+        images = await build_images([task], log=lambda m: None)
+        async with SandboxPool(run_id="harbor-test", warm=0) as pool:
+            return await run_attempt(task, policy, pool, images[task.id], run_id="harbor-test", model_name="t")
+    return run(go())
+
+
+def _with_mode(task, mode):
+    return dataclasses.replace(task, harbor=dataclasses.replace(task.harbor, verifier_mode=mode))
+
+
+@pytest.mark.parametrize("mode,isolated", [("fresh", 1.0), ("snapshot", 0.0), ("shared", 0.0)])
+def test_what_each_mode_keeps(image, mode, isolated):
+    """fresh: only the working folder's changes reach the verifier; snapshot and shared: every change."""
+    task = _with_mode(load_task(FIXTURES / "separate-mode"), mode)
+    rec = _attempt(task)
+    assert rec.solved, rec.detail
+    assert f'"isolated": {isolated}' in rec.detail and "task reward = 'reward'" in rec.detail
+
+
+def test_python_less_image_in_fresh_mode_loses_changes_outside_the_workdir(minbase):
+    task = _with_mode(load_task(FIXTURES / "no-python"), "fresh")
+    rec = _attempt(task)
+    assert (rec.solved, rec.reason) == (False, "fail")
+
+
+CHEAT = r"""
+mkdir -p /logs/verifier /tests
+echo 1 > /logs/verifier/reward.txt; echo '{"reward": 1}' > /logs/verifier/reward.json
+printf 'echo 1 > /logs/verifier/reward.txt\n' > /tests/test.sh
+setsid nohup sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 0.01; done' \
+  >/dev/null 2>&1 < /dev/null &
+sleep 0.3
+"""
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "shared", "fresh"])
+def test_planted_rewards_and_background_writers_do_not_count(image, mode):
+    async def cheat(task, sb):
+        seen = await sb.exec("ls -A /tests 2>/dev/null; true", timeout=10)
+        assert seen.stdout.strip() == "", "hidden tests were visible to the agent"
+        r = await sb.exec(CHEAT, timeout=30)
+        assert r.exit_code == 0, r.output
+    task = _with_mode(load_task(FIXTURES / "hello-world"), mode)
+    rec = _attempt(task, cheat)
+    assert (rec.solved, rec.reward, rec.reason) == (False, 0.0, "fail"), rec.detail
+
+
+def test_null_agent_is_not_solved_in_every_mode(image):
+    for mode in ("fresh", "snapshot", "shared"):
+        rec = _attempt(_with_mode(load_task(FIXTURES / "hello-world"), mode), null_policy)
+        assert not rec.solved, (mode, rec.detail)
+
+
+def test_missing_docker_image_is_a_clear_error(tmp_path):
+    root = harbor_task(tmp_path, 'schema_version = "1.4"\n[environment]\ndocker_image = "nowhere/none:1"\n')
+    with pytest.raises(UserError, match="docker_image 'nowhere/none:1' is not on this machine"):
+        run(build_images([load_task(root)], log=lambda m: None))
+
+
+def test_image_cache_key_covers_the_whole_build_context(image, tmp_path):
+    """Two tasks with the same Dockerfile but different environment/ files get different images."""
+    tasks = []
+    for name, content in (("a", "first\n"), ("b", "second\n")):
+        root = harbor_task(tmp_path, 'schema_version = "1.4"\n', name=name,
+                           dockerfile="FROM harness/base:latest\nCOPY data.txt /data.txt\n")
+        (root / "environment" / "data.txt").write_text(content)
+        tasks.append(load_task(root))
+    images = run(build_images(tasks, log=lambda m: None))
+    assert images["a"] != images["b"]
