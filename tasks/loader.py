@@ -420,11 +420,14 @@ def _build_harbor_task(data: dict, files: dict[str, bytes], *, loc: str, where: 
     task_id = _id(meta.get("id", default_id) if isinstance(meta.get("id", default_id), str) else default_id,
                   f"{loc}: [metadata] id")
     domain = meta.get("domain") if meta.get("domain") in DOMAINS else "coding"
-    return Task(id=task_id, path=path, instruction=instruction, version=spec.schema_version, domain=domain,
+    task = Task(id=task_id, path=path, instruction=instruction, version=spec.schema_version, domain=domain,
                 difficulty=values["difficulty"] or 1, tags=values["tags"], agent=agent,
                 verifier_timeout_sec=values["verifier_timeout"], environment=environment,
                 evaluator=EvaluatorConfig(kind="harbor"), dockerfile=dockerfile, workspace_files=workspace,
                 test_files=tests, solution_files=solution, build_context=context, harbor=spec)
+    if isinstance(meta.get("family"), str) and meta.get("split") in SPLITS:  # written by `tasks export`
+        task.family, task.split = meta["family"], meta["split"]
+    return task
 
 
 def _evaluator(table: Optional[dict], tests: dict[str, bytes], loc: str, where: Where) -> EvaluatorConfig:

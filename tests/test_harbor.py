@@ -264,3 +264,54 @@ def test_image_cache_key_covers_the_whole_build_context(image, tmp_path):
         tasks.append(load_task(root))
     images = run(build_images(tasks, log=lambda m: None))
     assert images["a"] != images["b"]
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+def _exported(tmp_path, tasks):
+    from tasks.export import export_suite
+    export_suite(tasks, tmp_path / "out")
+    return load_suite(tmp_path / "out")
+
+
+def test_export_round_trip_keeps_what_defines_a_task(tmp_path):
+    ours = load_suite("builtin")
+    back = {t.id: t for t in _exported(tmp_path, ours)}
+    assert set(back) == {t.id for t in ours}
+    for t in ours:
+        b = back[t.id]
+        assert b.evaluator.kind == "harbor" and b.harbor.verifier_mode == "fresh"
+        assert (b.domain, b.difficulty, b.tags, b.family, b.split) == (t.domain, t.difficulty, t.tags, t.family, t.split)
+        assert (b.agent, b.environment.memory_mb, b.environment.allow_internet) == (
+            t.agent, t.environment.memory_mb, t.environment.allow_internet)
+        assert b.instruction == t.instruction and b.solution_files == t.solution_files
+        assert b.build_context == {f"workspace/{p}": d for p, d in t.workspace_files.items()}
+        assert b.dockerfile.startswith("FROM harness/base:latest") and b.harbor.agent_user == "sandbox"
+        assert b.harbor.workdir == "/workspace" and "test.sh" in b.test_files
+
+
+def _one_of_each_kind():
+    kinds: dict[str, object] = {}
+    for t in load_suite("builtin"):
+        kinds.setdefault(t.evaluator.kind, t)
+    assert set(kinds) == {"pytest", "answer", "script"}
+    return list(kinds.values())
+
+
+def test_exported_tasks_validate_one_of_each_kind(image, tmp_path):
+    rows = run(validate(_exported(tmp_path, _one_of_each_kind()), repeats=1, concurrency=2))
+    assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])] * 3
+
+
+@pytest.mark.slow
+def test_exported_builtin_suite_validates(image, tmp_path):
+    rows = run(validate(_exported(tmp_path, load_suite("builtin")), repeats=1, concurrency=2))
+    bad = [(r.task, r.oracle, r.null, r.problems) for r in rows if not r.ok]
+    assert bad == [] and len(rows) == len(load_suite("builtin"))
+
+
+def test_export_cli(tmp_path, capsys):
+    import harness
+    assert harness.main(["tasks", "export", "--format", "harbor", str(tmp_path / "x"), "builtin:easy"]) == 0
+    assert "Harbor tasks" in capsys.readouterr().out
+    assert (tmp_path / "x" / "fizzbuzz" / "tests" / "test.sh").stat().st_mode & 0o111
