@@ -315,3 +315,12 @@ def test_export_cli(tmp_path, capsys):
     assert harness.main(["tasks", "export", "--format", "harbor", str(tmp_path / "x"), "builtin:easy"]) == 0
     assert "Harbor tasks" in capsys.readouterr().out
     assert (tmp_path / "x" / "fizzbuzz" / "tests" / "test.sh").stat().st_mode & 0o111
+
+
+def test_bench_sandbox_smoke_prints_the_python_less_figure(minbase):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "bench/sandbox.py", "--smoke"], capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert "exec `true` in a Python-less image (static helper): p50" in out.stdout and "ratio" in out.stdout
