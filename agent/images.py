@@ -222,6 +222,52 @@ def ensure_minbase_image(log=print) -> str:
     return ensure_minbase_image(log)
 
 
+BUSYBOX_REPO = "harness/busybox"
+BUSYBOX_RECIPE = "debian busybox-static only: no libc, no python, no bash; WORKDIR /app; v1"
+
+
+def ensure_busybox_image(log=print) -> str:
+    """An image holding nothing but a static busybox (no libc, no Python, no bash), for tests of the static
+    helper: made from Debian's busybox-static package, cached by recipe hash; also tagged :latest."""
+    tag = f"{BUSYBOX_REPO}:{content_hash(BUSYBOX_RECIPE)}"
+    img = find_image(tag)
+    if img is not None:
+        if f"{BUSYBOX_REPO}:latest" not in img.tags:
+            img.tag(BUSYBOX_REPO, "latest")
+        return tag
+    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
+        raise UserError("the busybox test image needs apt-get and dpkg-deb (a Debian machine)")
+    log("building a busybox-only image from Debian's busybox-static ...")
+    with tempfile.TemporaryDirectory(prefix="harness-busybox-") as tmp:
+        os.chmod(tmp, 0o755)  # apt's download user must be able to write here
+        proc = subprocess.run(["apt-get", "download", "busybox-static"], cwd=tmp, capture_output=True, text=True)
+        debs = list(Path(tmp).glob("busybox-static_*.deb"))
+        if proc.returncode != 0 or not debs:
+            raise UserError(f"apt-get download busybox-static failed: {proc.stderr.strip()[-200:]}")
+        extracted, root = Path(tmp) / "x", Path(tmp) / "rootfs"
+        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(extracted)], check=True)
+        (root / "bin").mkdir(parents=True)
+        shutil.copy2(extracted / "bin" / "busybox", root / "bin" / "busybox")
+        applets = subprocess.run([str(root / "bin" / "busybox"), "--list"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        for name in applets:
+            if name != "busybox":
+                (root / "bin" / name).symlink_to("busybox")
+        for d in ("app", "tmp", "etc", "root"):
+            (root / d).mkdir(exist_ok=True)
+        os.chmod(root / "tmp", 0o1777)
+        (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+        (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+        tar_path = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+        repo, _, version = tag.partition(":")
+        docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=[
+            "WORKDIR /app", "ENV PATH=/bin", 'CMD ["/bin/sh"]'])
+    if find_image(tag) is None:
+        raise UserError("docker import of the busybox image failed")
+    return ensure_busybox_image(log)
+
+
 def main_build(args) -> int:
     image_id = ensure_base_image()
     print(f"{base_tag()}  {image_id}")

@@ -77,7 +77,8 @@ async def oracle(task, sb: NativeSandbox):
     await sb.put_files(task.solution_files, dest="/solution", user="root",
                        executable=[p for p in task.solution_files if p.endswith(".sh")])
     env = {**sb.env, **dict(task.harbor.solution_env)}
-    r = await sb.exec(["bash", "/solution/solve.sh"], timeout=task.agent.timeout_sec, env=env)
+    shell = "bash" if await _has_bash(sb) else "sh"
+    r = await sb.exec([shell, "/solution/solve.sh"], timeout=task.agent.timeout_sec, env=env)
     if r.exit_code != 0:
         raise OracleFailed(f"solve.sh exited {r.exit_code}: {r.output[-300:]}")
 

@@ -40,7 +40,9 @@ def error_of(toml: str, tmp_path: Path, **kw) -> str:
 
 def test_fixture_corpus_loads_every_field():
     tasks = {t.id: t for t in load_suite(FIXTURES)}
-    assert set(tasks) == {"hello-world", "no-python", "shared-mode", "separate-mode"}
+    assert set(tasks) == {"hello-world", "no-python", "shared-mode", "separate-mode", "busybox-only"}
+    bb = tasks["busybox-only"].harbor
+    assert (bb.docker_image, bb.verifier_user, bb.verifier_mode) == ("harness/busybox:latest", "65534", "shared")
     hw = tasks["hello-world"]
     spec = hw.harbor
     assert hw.evaluator.kind == "harbor" and hw.version == "1.4"
@@ -183,6 +185,8 @@ def minbase(image):
     from agent.images import ensure_minbase_image
     if shutil.which("debootstrap") is None:
         pytest.skip("debootstrap is not installed (make setup installs it)")
+    from agent.images import ensure_busybox_image
+    ensure_busybox_image(log=lambda m: None)  # the corpus's libc-less image
     return ensure_minbase_image(log=lambda m: None)
 
 
@@ -324,3 +328,24 @@ def test_bench_sandbox_smoke_prints_the_python_less_figure(minbase):
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.returncode == 0, out.stderr[-500:]
     assert "exec `true` in a Python-less image (static helper): p50" in out.stdout and "ratio" in out.stdout
+
+
+def test_change_capture_in_a_python_less_image(minbase):
+    """The static helper walks the working folder itself: added, modified, deleted, executable, symlinks."""
+    from agent.sandbox_native import NativeSpec
+    from agent.sandbox import Limits
+
+    async def go():
+        async with SandboxPool(run_id="harbor-test", warm=0) as pool:
+            async with pool.sandbox(minbase, Limits(native=NativeSpec())) as sb:
+                assert sb.workdir == "/app"
+                assert (await sb.exec("command -v python3 python || echo none", 10)).stdout.strip() == "none"
+                await sb.put_files({"keep.txt": b"k\n", "edit.txt": b"old\n", "gone.txt": b"x\n"})
+                await sb.mark_baseline()
+                r = await sb.exec("echo new > edit.txt; rm gone.txt; mkdir -p sub; printf '#!/bin/sh\\n' > sub/run.sh;"
+                                  " chmod +x sub/run.sh; ln -s /etc/passwd link; echo outside > /etc/elsewhere", 10)
+                assert r.exit_code == 0, r.output
+                return await sb.changes()
+    ch = run(go())
+    assert ch.files == {"edit.txt": b"new\n", "sub/run.sh": b"#!/bin/sh\n"}
+    assert ch.executable == {"sub/run.sh"} and ch.deleted == ["gone.txt"] and ch.rejected == ["symlink link"]
