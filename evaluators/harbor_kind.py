@@ -101,6 +101,7 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
         try:
             vb = await asyncio.to_thread(create_native, image, verifier_limits(task), pool.run_id, task.id,
                                          pool.pool_id)
+            vb.image_user = sb.image_user  # the commit's USER is the container's 0:0, not the image's
             try:
                 v = await run_verifier(task, vb)
             finally:

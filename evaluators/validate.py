@@ -50,7 +50,8 @@ async def hidden_tests_unreachable(task: Task, sb: Sandbox) -> str:
     probes = [line.strip() for data in task.test_files.values()
               for line in data.decode("utf-8", "replace").splitlines() if len(line.strip()) >= 25][:1]
     for probe in probes:
-        r = await sb.exec(["grep", "-rlF", "--", probe, sb.workdir, "/tmp", "/home", "/opt", "/srv"], timeout=60)
+        roots = [sb.workdir] if sb.workdir != "/" else []  # never grep / (its /proc holds the probe itself)
+        r = await sb.exec(["grep", "-rlF", "--", probe, *roots, "/tmp", "/home", "/opt", "/srv"], timeout=60)
         if r.stdout.strip() and not any(probe.encode() in d for d in task.workspace_files.values()):
             return f"hidden test content found at {r.stdout.split()[0]}"
     return ""
