@@ -349,3 +349,14 @@ def test_change_capture_in_a_python_less_image(minbase):
     ch = run(go())
     assert ch.files == {"edit.txt": b"new\n", "sub/run.sh": b"#!/bin/sh\n"}
     assert ch.executable == {"sub/run.sh"} and ch.deleted == ["gone.txt"] and ch.rejected == ["symlink link"]
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "fresh", "shared"])
+def test_users_default_to_the_images_user(image, tmp_path, mode):
+    root = harbor_task(tmp_path, f'schema_version = "1.4"\n[verifier]\nisolation = "{mode}"\n',
+                       dockerfile="FROM harness/base:latest\nRUN mkdir /w && chown sandbox /w\nUSER sandbox\nWORKDIR /w\n",
+                       test_sh='[ "$(cat /w/who)" = sandbox ] && [ "$(id -un)" = sandbox ] && r=1 || r=0\n'
+                               'echo $r > /logs/verifier/reward.txt\n')
+    (root / "solution" / "solve.sh").write_text("id -un > who\n")
+    rec = _attempt(load_task(root))
+    assert rec.solved, rec.detail
