@@ -360,3 +360,24 @@ def test_users_default_to_the_images_user(image, tmp_path, mode):
     (root / "solution" / "solve.sh").write_text("id -un > who\n")
     rec = _attempt(load_task(root))
     assert rec.solved, rec.detail
+
+
+def test_harbor_sandbox_keeps_the_hardening(image, tmp_path):
+    """Writable root and root user (Harbor's contract), but no network, limits, no-new-privileges, and at most
+    Docker's default capabilities (0xa80425fb: no SYS_ADMIN, NET_ADMIN, SYS_PTRACE, ...)."""
+    task = load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n[environment]\nmemory_mb = 512\n'))
+
+    async def go():
+        async with SandboxPool(run_id="harbor-test", warm=0) as pool:
+            async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
+                r = await sb.exec("id -u; ls /sys/class/net; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status;"
+                                  " touch /etc/x && echo rw", 10)
+                sb.container.reload()
+                return r, sb.container.attrs["HostConfig"]
+    r, host = run(go())
+    out = r.stdout.split()
+    assert out[0] == "0" and out[1] == "lo" and out[-1] == "rw"
+    assert out[out.index("NoNewPrivs:") + 1] == "1"
+    assert int(out[out.index("CapEff:") + 1], 16) & ~0xa80425fb == 0
+    assert (host["Memory"], host["MemorySwap"], host["PidsLimit"], host["NetworkMode"]) == (512 << 20, 512 << 20, 256, "none")
+    assert host["Privileged"] is False and not host.get("CapAdd") and "no-new-privileges" in host["SecurityOpt"]
