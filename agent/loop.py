@@ -159,7 +159,10 @@ async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig)
 
 async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
     use_tools = cfg.protocol == "tools" or (cfg.protocol == "auto" and model.supports_tools)
-    res = LoopResult(messages=[{"role": "system", "content": prompt("system_tools" if use_tools else "system_text")}])
+    system = prompt("system_tools" if use_tools else "system_text")
+    if sb.workdir != "/workspace":  # a Harbor task's working folder is its image's WORKDIR
+        system = system.replace("/workspace", sb.workdir)
+    res = LoopResult(messages=[{"role": "system", "content": system}])
     if cfg.demonstration and not use_tools:
         res.messages += json.loads((PROMPTS / "demonstration.json").read_text())
     res.messages.append({"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True})
