@@ -381,3 +381,19 @@ def test_harbor_sandbox_keeps_the_hardening(image, tmp_path):
     assert int(out[out.index("CapEff:") + 1], 16) & ~0xa80425fb == 0
     assert (host["Memory"], host["MemorySwap"], host["PidsLimit"], host["NetworkMode"]) == (512 << 20, 512 << 20, 256, "none")
     assert host["Privileged"] is False and not host.get("CapAdd") and "no-new-privileges" in host["SecurityOpt"]
+
+
+def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
+    """`harness eval` on a Harbor task: the loop works in the WORKDIR (/app) and its prompt says so."""
+    import json
+    from agent.runner import run_eval
+    reply = ("```bash\necho 'Hello, world!' > hello.txt && echo \"$APP_MODE\" > mode.txt\n```")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"hello-world": [reply, "Done.\n```bash\nsubmit\n```"]}))
+    out = tmp_path / "run"
+    run(run_eval(f"replay:{script}", [load_task(FIXTURES / "hello-world")], out_dir=out, concurrency=1,
+                 progress=False))
+    rec = json.loads((out / "attempts.jsonl").read_text().splitlines()[0])
+    assert rec["solved"], (rec["status"], rec["reason"], rec["error"], rec["detail"])
+    assert "/app" in rec["messages"][0]["content"] and "/workspace" not in rec["messages"][0]["content"]
+    assert rec["patch_files"] == 2
