@@ -50,7 +50,7 @@ CANARY_PREFIX = "test_canary"
 OUR_KEYS = {
     "metadata": {"id", "domain", "difficulty", "tags"},
     "agent": {"timeout_sec", "max_steps", "command_timeout_sec"},
-    "verifier": {"timeout_sec"},
+    "verifier": {"timeout_sec", "isolation"},
     "environment": {"cpus", "memory_mb", "storage_mb", "allow_internet", "pids", "memory", "storage"},
     "evaluator": {"kind", "answer_file", "mode", "expected", "tolerance", "protected"},
 }
@@ -335,6 +335,10 @@ def _build_task(files: dict[str, bytes], *, where: Where, default_id: str, path:
         command_timeout_sec=_number(agent_t, "command_timeout_sec", d_agent.command_timeout_sec, loc, "[agent]"),
     )
     verifier_timeout = _number(verifier_t, "timeout_sec", Task.verifier_timeout_sec, loc, "[verifier]")
+    if verifier_t.get("isolation", "fresh") != "fresh":
+        raise UserError(f"{loc}: [verifier] isolation = {_show(verifier_t['isolation'])}: tasks with an [evaluator] are "
+                        "graded in a fresh container only (\"fresh\"); snapshot and shared are for Harbor-format tasks "
+                        "(tests/test.sh writing /logs/verifier/reward.txt, no [evaluator])")
     allow_internet = env_t.get("allow_internet", d_env.allow_internet)
     if not isinstance(allow_internet, bool):
         raise UserError(f"{loc}: [environment] allow_internet must be true or false (got {_show(allow_internet)})")
