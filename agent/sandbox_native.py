@@ -16,12 +16,15 @@ A NativeSpec sandbox (Harbor tasks) differs from ours on purpose (README "Harbor
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import json
 import os
 import secrets
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +34,8 @@ import docker.errors
 from docker.types import Ulimit
 
 from agent.errors import InfraError, UserError
-from agent.sandbox import (LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK, WORKSPACE, Limits, Sandbox, docker_client,
-                           docker_retry)
+from agent.sandbox import (LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK, WORKSPACE, CaptureError, Limits, Sandbox,
+                           docker_client, docker_retry)
 
 HELPER_SOURCE = Path(__file__).parent / "native" / "sandbox_helper.c"
 HELPER_IN_CONTAINER = "/.harness-helper"
@@ -91,12 +94,25 @@ class NativeSandbox(Sandbox):
     async def get_files(self, paths, root: str = WORKSPACE, max_bytes: int = 16 << 20):
         return await super().get_files(paths, root=self.workdir if root == WORKSPACE else root, max_bytes=max_bytes)
 
-    async def snapshot(self, max_files: int = 5000) -> dict:
-        """Every file under the working folder (same filesystem only), from the helper itself."""
-        reply = await self._request({"op": "snapshot", "root": self.workdir, "max_files": max_files}, 150)
-        if "snapshot" not in reply:
-            raise InfraError(f"sandbox {self.id[:12]}: snapshot failed: {reply.get('error', reply)}")
-        return reply["snapshot"]
+    async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
+        """Change capture without the image's python3 (agent/sandbox_capture.py's two modes): `list` walks
+        the working folder in the helper itself (same filesystem only), `read` streams the files out by tar."""
+        mode, root = args[0], (self.workdir if args[1] == WORKSPACE else args[1])
+        if mode == "list":
+            reply = await self._request({"op": "snapshot", "root": root, "max_files": int(args[2])}, 150)
+            snap = reply.get("snapshot")
+            if not isinstance(snap, dict):
+                raise CaptureError(f"sandbox {self.id[:12]}: listing failed: {reply.get('error', reply)}")
+            if "too_many" in snap:
+                return {"too_many": snap["too_many"], "entries": {}, "rejected": []}
+            return {"entries": snap, "rejected": []}
+        wanted = json.loads(stdin or b"[]")
+        try:
+            files = await self.get_files(wanted, root=root, max_bytes=int(args[2]) + (1 << 20))
+        except (InfraError, tarfile.TarError) as e:
+            raise CaptureError(str(e)) from None
+        return {"files": {p: base64.b64encode(d).decode() for p, d in files.items()},
+                "rejected": [f"unreadable file {p}" for p in wanted if p not in files]}
 
     async def kill_all(self):
         """Kills every process in the container but init and the helper (nothing the agent started survives)."""
@@ -111,7 +127,8 @@ def _image_config(client, image: str) -> dict:
                         "e.g. `docker load -i image.tar`)") from None
 
 
-def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", pool_id: str = "") -> NativeSandbox:
+def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", pool_id: str = "",
+                  network: Optional[str] = None) -> NativeSandbox:
     """Creates, attaches and starts one container served by the static helper (blocking: call from a thread)."""
     spec: NativeSpec = limits.native
     client = docker_client()
@@ -125,7 +142,7 @@ def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", p
         user="0:0", working_dir=workdir,
         name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
         labels={LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_TASK: task, LABEL_POOL: pool_id},
-        network_mode="bridge" if limits.network else "none",
+        network_mode=(network or "bridge") if limits.network else "none",
         mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
         nano_cpus=int(limits.cpus * 1e9), pids_limit=limits.pids,
         security_opt=["no-new-privileges"], read_only=not spec.writable_root,

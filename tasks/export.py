@@ -20,6 +20,9 @@ from evaluators import pytest_kind
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
+# The exported pytest run imports the candidate directly (our grader's process-boundary proxy needs the harness's
+# own grading container); the workspace goes at the END of sys.path, so it cannot shadow anything.
+EXPORT_CONFTEST = b"import sys\nsys.path.append('/workspace')\n"
 
 TEST_SH = """#!/bin/bash
 # Exported by harness: runs the hidden checks as the sandbox user, decides as root, writes the reward.
@@ -200,7 +203,7 @@ def export_task(task: Task, out: Path) -> Path:
     files.update({f"solution/{p}": d for p, d in task.solution_files.items()})
     ev = task.evaluator
     if ev.kind == "pytest":
-        files["tests/harness/grader/conftest.py"] = pytest_kind.GRADER_CONFTEST
+        files["tests/harness/grader/conftest.py"] = EXPORT_CONFTEST
         files["tests/harness/grader/pytest.ini"] = pytest_kind.GRADER_INI
         files.update({f"tests/harness/grader/tests/{p}": d for p, d in task.test_files.items()})
         files["tests/harness/expected.json"] = json.dumps(sorted(pytest_kind.expected_ids(task.test_files))).encode()

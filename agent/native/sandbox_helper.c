@@ -306,13 +306,27 @@ static void reap_strays(void) {
     while (waitpid(-1, NULL, WNOHANG) > 0) {}
 }
 
+/* The command could not start (no such folder, user or program; no process left under a fork bomb): all of
+ * these the agent can cause, so they are the command's result, like a shell's 126/127, never a dead sandbox
+ * (as agent/sandbox_server.py answers them). */
+static void send_spawn_failure(long id, int code, const char *why) {
+    capped_t o, e; cap_init(&o, 64); cap_init(&e, 4096);
+    char msg[800]; int mn = snprintf(msg, sizeof msg, "cannot start the command: %s\n", why);
+    cap_add(&e, (unsigned char *)msg, (size_t)(mn < (int)sizeof msg ? mn : (int)sizeof msg - 1));
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": %ld, \"exit_code\": %d, \"duration\": 0.0, \"timed_out\": false, \"oom\": false, "
+         "\"spawn_error\": true", id, code);
+    cap_fields(&b, &o, "out"); cap_fields(&b, &e, "err"); bstr(&b, "}");
+    send_buf(&b); free(b.p); free(o.head); free(o.tail); free(e.head); free(e.tail);
+}
+
 static char *agent_spec = "10001";
 static char **base_env;
 
 static void start_cmd(jv *req, long id) {
     int slot = -1;
     for (int i = 0; i < MAXCMD; i++) if (!cmds[i].used) { slot = i; break; }
-    if (slot < 0) { send_error(id, "spawn failed: too many commands at once"); return; }
+    if (slot < 0) { send_spawn_failure(id, 126, "too many commands at once"); return; }
     jv *argv_v = jget(req, "argv"), *cmd_v = jget(req, "cmd"), *env_v = jget(req, "env");
     jv *user_v = jget(req, "user"), *cwd_v = jget(req, "cwd"), *stdin_v = jget(req, "stdin");
     jv *to_v = jget(req, "timeout"), *cap_v = jget(req, "cap");
@@ -324,7 +338,7 @@ static void start_cmd(jv *req, long id) {
         argv = calloc(4, sizeof(char *));
         argv[0] = "/bin/bash"; argv[1] = "-c"; argv[2] = cmd_v->str;
         if (access("/bin/bash", X_OK) != 0) argv[0] = "/bin/sh";
-    } else { send_error(id, "spawn failed: no argv or cmd"); return; }
+    } else { send_spawn_failure(id, 126, "no argv or cmd"); return; }
     char **envp = base_env;
     if (env_v && env_v->t == J_OBJ && env_v->n > 0) {
         envp = calloc(env_v->n + 1, sizeof(char *));
@@ -338,8 +352,8 @@ static void start_cmd(jv *req, long id) {
     uid_t uid = 0; gid_t gid = 0;
     const char *who = strcmp(user, "agent") ? user : agent_spec;
     if (strcmp(who, "root") != 0 && lookup_user(who, &uid, &gid) != 0) {
-        char msg[300]; snprintf(msg, sizeof msg, "spawn failed: no user %s in /etc/passwd", user);
-        send_error(id, msg); free(argv); return;
+        char msg[300]; snprintf(msg, sizeof msg, "no user %s in /etc/passwd", who);
+        send_spawn_failure(id, 126, msg); free(argv); return;
     }
     const char *cwd = cwd_v && cwd_v->t == J_STR ? cwd_v->str : "/";
     buf_t in = {0};
@@ -348,7 +362,7 @@ static void start_cmd(jv *req, long id) {
 
     int po[2], pe[2], pi[2] = {-1, -1}, perr[2];
     if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || (has_stdin && pipe2(pi, O_CLOEXEC)) || pipe2(perr, O_CLOEXEC)) {
-        send_error(id, "spawn failed: pipe"); free(argv); free(in.p); return;
+        send_spawn_failure(id, 126, "pipe: too many open files"); free(argv); free(in.p); return;
     }
     pid_t pid = fork();
     if (pid == 0) {
@@ -384,25 +398,18 @@ static void start_cmd(jv *req, long id) {
     if (envp != base_env) { for (char **e = envp; *e; e++) free(*e); free(envp); }
     free(argv);
     if (pid < 0) {
-        char msg[200]; snprintf(msg, sizeof msg, "spawn failed: fork: %s", strerror(errno));
+        char msg[200]; snprintf(msg, sizeof msg, "fork: %s", strerror(errno));
         close(po[0]); close(pe[0]); close(perr[0]); if (has_stdin) close(pi[1]);
-        send_error(id, msg); free(in.p); return;
+        send_spawn_failure(id, 126, msg); free(in.p); return;
     }
     char emsg[600]; ssize_t en = read(perr[0], emsg, sizeof emsg - 1);
     close(perr[0]);
     if (en > 0) {  /* the child could not start the command: as Popen raising */
-        /* the child could not start the command (no such cwd, user or program): exit code 126 and the reason
-         * on stderr, as a shell reports it; the sandbox stays usable */
         emsg[en] = 0;
         waitpid(pid, NULL, 0);
         close(po[0]); close(pe[0]); if (has_stdin) close(pi[1]);
-        capped_t o, e; cap_init(&o, 64); cap_init(&e, 4096);
-        char msg[700]; int mn = snprintf(msg, sizeof msg, "cannot start the command: %s\n", emsg);
-        cap_add(&e, (unsigned char *)msg, (size_t)mn);
-        buf_t b = {0};
-        bfmt(&b, "{\"id\": %ld, \"exit_code\": 126, \"duration\": 0.0, \"timed_out\": false, \"oom\": false", id);
-        cap_fields(&b, &o, "out"); cap_fields(&b, &e, "err"); bstr(&b, "}");
-        send_buf(&b); free(b.p); free(o.head); free(o.tail); free(e.head); free(e.tail); free(in.p); return;
+        send_spawn_failure(id, strstr(emsg, "No such file") && !strncmp(emsg, "exec", 4) ? 127 : 126, emsg);
+        free(in.p); return;
     }
     cmd_t *c = &cmds[slot];
     memset(c, 0, sizeof *c);
