@@ -74,8 +74,7 @@ async def oracle(task, sb: NativeSandbox):
     from agent.runner import OracleFailed
 
     await _root(sb, "rm -rf /solution && mkdir -p /solution")
-    await sb.put_files(task.solution_files, dest="/solution", user="root",
-                       executable=[p for p in task.solution_files if p.endswith(".sh")])
+    await sb.put_files(task.solution_files, dest="/solution", user="root", executable=_scripts(task.solution_files))
     env = {**sb.env, **dict(task.harbor.solution_env)}
     shell = "bash" if await _has_bash(sb) else "sh"
     r = await sb.exec([shell, "/solution/solve.sh"], timeout=task.agent.timeout_sec, env=env)
@@ -135,8 +134,7 @@ async def run_verifier(task, sb: NativeSandbox):
     owner = "" if user in ("root", "0", "0:0") else f" && chown {user} {REWARD_DIR}"
     await _root(sb, f"rm -rf /tests {REWARD_DIR} && mkdir -p /tests {REWARD_DIR} /logs/agent "
                     f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}")
-    await sb.put_files(task.test_files, dest="/tests", user="root",
-                       executable=[p for p in task.test_files if p.endswith(".sh")])
+    await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
     env = {**sb.env, **dict(spec.verifier_env)}
     timeout = task.verifier_timeout_sec
     run = await sb.exec(["bash", "/tests/test.sh"] if await _has_bash(sb) else ["sh", "/tests/test.sh"],
@@ -193,6 +191,12 @@ async def _reward_files(sb: NativeSandbox) -> dict[str, bytes]:
         return await sb.get_files(names, root=REWARD_DIR, max_bytes=MAX_REWARD_BYTES)
     except InfraError:
         return {}
+
+
+def _scripts(files: dict[str, bytes]) -> list[str]:
+    """Which files get the executable bit (task folders are read as bytes, without modes): scripts by name or
+    by a #! line, as they would be in a checkout."""
+    return [p for p, d in files.items() if p.endswith(".sh") or d.startswith(b"#!")]
 
 
 async def _has_bash(sb: NativeSandbox) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from agent.errors import UserError
 from evaluators import pytest_kind
+from evaluators.grade import AS_CANDIDATE
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
@@ -46,9 +47,11 @@ case "$(cat $H/kind)" in
     reward=$(/usr/bin/python3 -I $H/verdict.py answer)
     ;;
   script)
-    as_sandbox env -i PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace REWARD_FILE="$R/reward.txt" \\
+    # as in harness: test.sh runs as root and starts the candidate's code with `as-candidate CMD...`
+    S=$(mktemp -d); chmod 0700 "$S"
+    env -i PATH=$H/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace REWARD_FILE="$S/reward.txt" \\
       timeout -s KILL {timeout} bash $H/script/test.sh
-    reward=$(/usr/bin/python3 -I $H/verdict.py script "$R/reward.txt")
+    reward=$(/usr/bin/python3 -I $H/verdict.py script "$S/reward.txt")
     ;;
 esac
 mkdir -p /logs/verifier
@@ -212,13 +215,14 @@ def export_task(task: Task, out: Path) -> Path:
                                                          "expected": ev.expected, "tolerance": ev.tolerance}).encode()
     elif ev.kind == "script":
         files.update({f"tests/harness/script/{p}": d for p, d in task.test_files.items()})
+        files["tests/harness/bin/as-candidate"] = AS_CANDIDATE
     else:
         raise UserError(f"task {task.id}: a {ev.kind} task is already in Harbor's format (copy its folder instead)")
     for rel, data in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        if rel.endswith(".sh"):
+        if rel.endswith(".sh") or rel.endswith("/as-candidate"):
             path.chmod(0o755)
     return root
 
