@@ -404,3 +404,18 @@ def test_our_tasks_are_graded_fresh_only(tmp_path):
     assert load_task(make_task(tmp_path / "a", TOML.replace("[verifier]\n", '[verifier]\nisolation = "fresh"\n'))).harbor is None
     with pytest.raises(UserError, match="graded in a fresh container only"):
         load_task(make_task(tmp_path / "b", TOML.replace("[verifier]\n", '[verifier]\nisolation = "snapshot"\n')))
+
+
+def test_exported_humaneval_tasks_validate(image, tmp_path):
+    from tasks.humaneval import import_humaneval
+    suite = load_suite(import_humaneval(tmp_path / "he"))[:2]
+    rows = run(validate(_exported(tmp_path, suite), repeats=1, concurrency=2))
+    assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])] * 2
+
+
+def test_a_failing_healthcheck_is_an_infrastructure_error(image, tmp_path):
+    from agent.errors import InfraError
+    root = harbor_task(tmp_path, 'schema_version = "1.4"\n[environment.healthcheck]\ncommand = "test -e /ready"\n'
+                                 'interval_sec = 0.1\nretries = 2\n')
+    with pytest.raises(InfraError, match="healthcheck"):
+        _attempt(load_task(root))
