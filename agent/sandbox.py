@@ -734,6 +734,13 @@ def prune(run_id: Optional[str] = None, orphans_only: bool = False, pool: Option
             if not pid.isdigit() or _pid_alive(int(pid)):
                 continue
         remove_network(net)
+    for img in client.api.images(filters={"label": labels}):  # snapshot-mode commits (agent/sandbox_native.py)
+        if orphans_only:
+            pid = ((img.get("Labels") or {}).get(LABEL_PID, ""))
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            client.api.remove_image(img["Id"], force=True)
     with contextlib.suppress(docker.errors.APIError):
         client.volumes.prune(filters={"label": LABEL_RUN})
     return removed

@@ -174,10 +174,11 @@ def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", p
         raise
 
 
-def commit(sb: NativeSandbox, run_id: str) -> str:
-    """An image of the sandbox's filesystem now (its processes are not part of it); labelled for removal."""
+def commit(sb: NativeSandbox, run_id: str, pool_id: str = "") -> str:
+    """An image of the sandbox's filesystem now (its processes are not part of it); labelled like containers,
+    so that prune() removes it if this process dies before remove_image()."""
     img = sb.container.commit(repository="harness/snapshot", tag=secrets.token_hex(6),
-                              conf={"Labels": {LABEL_RUN: run_id}})
+                              conf={"Labels": {LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_POOL: pool_id}})
     return img.id
 
 

@@ -96,7 +96,7 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     else:  # snapshot (or shared after the agent ended its own container: its filesystem is all that is left)
         if not sb.dead:
             await sb.kill_all()
-        image = await asyncio.to_thread(commit, sb, pool.run_id)
+        image = await asyncio.to_thread(commit, sb, pool.run_id, pool.pool_id)
         try:
             vb = await asyncio.to_thread(create_native, image, verifier_limits(task), pool.run_id, task.id,
                                          pool.pool_id)

@@ -419,3 +419,19 @@ def test_a_failing_healthcheck_is_an_infrastructure_error(image, tmp_path):
                                  'interval_sec = 0.1\nretries = 2\n')
     with pytest.raises(InfraError, match="healthcheck"):
         _attempt(load_task(root))
+
+
+def test_snapshot_images_are_pruned_with_their_run(image):
+    """A commit left behind by a crash between commit and removal goes with the run's containers."""
+    import docker.errors
+    from agent.sandbox import Limits, create_sandbox, docker_client, prune
+    from agent.sandbox_native import NativeSpec, commit
+    sb = create_sandbox(image, Limits(native=NativeSpec()), "harbor-prune-test")
+    try:
+        snap = commit(sb, "harbor-prune-test")
+    finally:
+        sb.kill()
+    assert docker_client().images.get(snap)
+    prune(run_id="harbor-prune-test")
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client().images.get(snap)
