@@ -422,8 +422,9 @@ def _build_harbor_task(data: dict, files: dict[str, bytes], *, loc: str, where: 
                               allow_internet=e["allow_internet"],
                               pids=_integer(e, "pids", d_env.pids, loc, "[environment]"))
     meta = data.get("metadata", {})
-    task_id = _id(meta.get("id", default_id) if isinstance(meta.get("id", default_id), str) else default_id,
-                  f"{loc}: [metadata] id")
+    # [metadata] is free-form in Harbor: its id is ours only when it is a valid id, else the folder name
+    task_id = meta["id"] if isinstance(meta.get("id"), str) and ID_RE.match(meta["id"]) else _id(
+        default_id, f"{loc}: the task folder name")
     domain = meta.get("domain") if meta.get("domain") in DOMAINS else "coding"
     task = Task(id=task_id, path=path, instruction=instruction, version=spec.schema_version, domain=domain,
                 difficulty=values["difficulty"] or 1, tags=values["tags"], agent=agent,
