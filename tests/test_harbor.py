@@ -435,3 +435,14 @@ def test_snapshot_images_are_pruned_with_their_run(image):
     prune(run_id="harbor-prune-test")
     with pytest.raises(docker.errors.ImageNotFound):
         docker_client().images.get(snap)
+
+
+def test_public_network_mode_gives_an_interface(image, tmp_path):
+    """network_mode = "public" joins the pool's own network (no traffic is sent: only the interfaces are listed)."""
+    task = load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n[environment]\nnetwork_mode = "public"\n'))
+
+    async def go():
+        async with SandboxPool(run_id="harbor-test", warm=0) as pool:
+            async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
+                return (await sb.exec("ls /sys/class/net", 10)).stdout.split()
+    assert "lo" in (nets := run(go())) and len(nets) >= 2
