@@ -141,7 +141,7 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
     if workdir is not None and not workdir.startswith("/"):
         raise UserError(f"{loc}: [environment] workdir must be an absolute path such as \"/app\" (got {_show(workdir)})")
     env = _env(env_t, "env", loc, "[environment]")
-    network = _network(env_t, loc, "[environment]")
+    network = baseline_network = _network(env_t, loc, "[environment]")
     if agent_net is not None:
         network = agent_net  # the agent phase's own policy wins for the agent's container
     healthcheck = _healthcheck(env_t, loc, unknown)
@@ -183,7 +183,7 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
     verifier_dockerfile = None
     if mode == "fresh" and "Dockerfile" in {n[len("tests/"):] for n in files if n.startswith("tests/")}:
         verifier_dockerfile = files["tests/Dockerfile"].decode("utf-8", "replace")
-    if mode == "shared" and verifier_net is not None and verifier_net != network:
+    if mode == "shared" and bool(verifier_net if verifier_net is not None else baseline_network) != bool(network):
         warnings.append("[verifier] network_mode differs from the agent's, but a shared verifier runs in the "
                         "agent's container and keeps its network")
 
@@ -211,7 +211,8 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
         keywords=tuple(keywords), metadata=tuple(sorted((str(k), _toml_text(v)) for k, v in meta.items())),
         source=source, docker_image=docker_image, workdir=workdir, env=env, agent_user=agent_user,
         verifier_user=verifier_user, verifier_env=verifier_env, verifier_mode=mode,
-        verifier_network=verifier_net, verifier_docker_image=_str(venv_t, "docker_image", None, loc,
+        verifier_network=verifier_net if verifier_net is not None else bool(baseline_network),
+        verifier_docker_image=_str(venv_t, "docker_image", None, loc,
                                                                   "[verifier.environment]"),
         verifier_dockerfile=verifier_dockerfile, solution_env=solution_env, healthcheck=healthcheck,
         build_timeout_sec=build_timeout, warnings=tuple(warnings))

@@ -142,6 +142,18 @@ def test_network_policy(tmp_path, fragment, net):
     assert load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment)).environment.allow_internet is net
 
 
+@pytest.mark.parametrize("fragment,verifier_net", [
+    ("", False),
+    ('[environment]\nnetwork_mode = "public"\n[agent]\nnetwork_mode = "no-network"\n', True),  # the baseline
+    ('[verifier]\nnetwork_mode = "public"\n', True),
+    ('[environment]\nnetwork_mode = "public"\n[verifier]\nnetwork_mode = "no-network"\n', False),
+])
+def test_verifier_network_policy(tmp_path, fragment, verifier_net):
+    task = load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment))
+    assert task.harbor.verifier_network is verifier_net
+    assert harbor_kind.verifier_limits(task).network is verifier_net
+
+
 @pytest.mark.parametrize("fragment,expected", [
     ('[environment]\nworkdir = "app"\n', "workdir must be an absolute path"),
     ('[verifier]\nenv = { "1X" = "a" }\n', "not a valid environment variable name"),
