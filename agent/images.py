@@ -139,6 +139,10 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
     img = find_image(tag)
     if img is not None:
         return img.id
+    missing = _missing_bases(dockerfile)
+    if missing:  # never pulled: tasks build only from images on this machine (no registry is assumed)
+        raise UserError(f"FROM {missing[0]} is not on this machine: load or pull it first "
+                        f"(`docker load -i image.tar`), or build FROM {BASE_REPO}:latest")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in {**context_files, "Dockerfile": dockerfile.encode()}.items():
@@ -153,6 +157,21 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
         last = [str(x.get("stream", x.get("error", ""))).strip() for x in e.build_log][-3:]
         raise UserError(f"task Dockerfile does not build: {e.msg}; last output: {' | '.join(last)[:300]}") from None
     return img.id
+
+
+def _missing_bases(dockerfile: str) -> list[str]:
+    """FROM images of a Dockerfile that are not on this machine (not stages, scratch or ${ARG} forms)."""
+    stages, missing = set(), []
+    for line in dockerfile.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].upper() == "FROM":
+            args = [w for w in words[1:] if not w.startswith("--")]
+            if len(args) >= 3 and args[1].upper() == "AS":
+                stages.add(args[2].lower())
+            base = args[0] if args else ""
+            if base and "$" not in base and base.lower() not in stages | {"scratch"} and find_image(base) is None:
+                missing.append(base)
+    return missing
 
 
 def prebuilt_image(name: str) -> str:

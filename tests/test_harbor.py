@@ -458,3 +458,9 @@ def test_public_network_mode_gives_an_interface(image, tmp_path):
             async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
                 return (await sb.exec("ls /sys/class/net", 10)).stdout.split()
     assert "lo" in (nets := run(go())) and len(nets) >= 2
+
+
+def test_a_dockerfile_from_an_image_not_here_is_a_clear_error(image, tmp_path):
+    root = harbor_task(tmp_path, 'schema_version = "1.4"\n', dockerfile="FROM nowhere.invalid/none:24.04\nWORKDIR /app\n")
+    with pytest.raises(UserError, match="FROM nowhere.invalid/none:24.04 is not on this machine"):
+        run(build_images([load_task(root)], log=lambda m: None))
