@@ -24,6 +24,8 @@ import math
 import time
 from typing import Optional
 
+import docker.errors
+
 from agent.errors import InfraError
 from agent.sandbox import Changes, Limits, SandboxPool
 from agent.sandbox_native import NativeSandbox, NativeSpec, commit, create_native, remove_image
@@ -96,7 +98,11 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     else:  # snapshot (or shared after the agent ended its own container: its filesystem is all that is left)
         if not sb.dead:
             await sb.kill_all()
-        image = await asyncio.to_thread(commit, sb, pool.run_id, pool.pool_id)
+        try:
+            image = await asyncio.to_thread(commit, sb, pool.run_id, pool.pool_id)
+        except docker.errors.NotFound:  # removed: its server stopped answering (a root agent can stop it)
+            return Verdict(0.0, False, "no_report", detail="the agent's container was gone before verification "
+                                                            "(its command server stopped answering)")
         try:
             vb = await asyncio.to_thread(create_native, image, verifier_limits(task), pool.run_id, task.id,
                                          pool.pool_id)

@@ -464,3 +464,41 @@ def test_a_dockerfile_from_an_image_not_here_is_a_clear_error(image, tmp_path):
     root = harbor_task(tmp_path, 'schema_version = "1.4"\n', dockerfile="FROM nowhere.invalid/none:24.04\nWORKDIR /app\n")
     with pytest.raises(UserError, match="FROM nowhere.invalid/none:24.04 is not on this machine"):
         run(build_images([load_task(root)], log=lambda m: None))
+
+
+@pytest.mark.parametrize("mode", ["shared", "snapshot"])
+def test_an_agent_that_ends_its_own_container_is_still_verified(image, mode):
+    """kill -TERM 1 stops the agent's container; its filesystem is verified (a commit of the stopped container)."""
+    from agent.sandbox import SandboxDied
+
+    async def solve_then_stop(task, sb):
+        await sb.exec("echo 'Hello, world!' > hello.txt; echo fixture > mode.txt", timeout=10)
+        try:
+            await sb.exec("kill -TERM 1; sleep 5", timeout=10)
+        except SandboxDied:
+            pass
+        for _ in range(50):
+            if sb.dead:
+                break
+            import asyncio
+            await asyncio.sleep(0.1)
+        assert sb.dead
+    rec = _attempt(_with_mode(load_task(FIXTURES / "hello-world"), mode), solve_then_stop)
+    assert rec.solved, (rec.reason, rec.detail)
+
+
+def test_an_agent_that_freezes_the_command_server_scores_zero_without_crashing_the_run(image):
+    """A root agent can SIGSTOP the helper: the host gives up on that sandbox; the attempt is graded 0."""
+    import asyncio
+    from agent.sandbox import SandboxDied
+
+    async def freeze(task, sb):
+        await sb.exec("echo 'Hello, world!' > hello.txt", timeout=10)
+        try:
+            await sb._request({"cmd": "kill -STOP $PPID; sleep 100", "timeout": 200, "user": "agent",
+                               "cwd": "/app"}, host_timeout=2)
+        except SandboxDied:
+            pass
+        await asyncio.sleep(0.5)
+    rec = _attempt(_with_mode(load_task(FIXTURES / "hello-world"), "snapshot"), freeze)
+    assert (rec.solved, rec.reason) == (False, "no_report") and "gone before verification" in rec.detail
