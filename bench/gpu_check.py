@@ -86,13 +86,15 @@ class Budget:
         self.deadline = self.start + seconds
         self.section_deadline = self.deadline
         self.spent = False
+        self.armed = False  # raise at the alarm only inside a section, never while the report is saved
         if hasattr(signal, "SIGALRM"):
             signal.signal(signal.SIGALRM, self._ring)
             signal.setitimer(signal.ITIMER_REAL, seconds)
 
     def _ring(self, *_: Any) -> None:
         self.spent = True
-        raise OutOfBudget(f"the {self.seconds:.0f} s budget ran out")
+        if self.armed:
+            raise OutOfBudget(f"the {self.seconds:.0f} s budget ran out")
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -434,7 +436,7 @@ class Teacher:
         prompt = self.student.encode(messages)
         reply = self.student.tokenizer(out[0].content, add_special_tokens=False)["input_ids"]
         for c in out:
-            c.prompt_ids, c.completion_ids = prompt, list(reply) + [self.student.end_ids[0]]
+            c.prompt_ids, c.completion_ids = prompt, list(reply) + [self.student.tokenizer.eos_token_id]
             c.prompt_tokens, c.completion_tokens = len(prompt), len(reply) + 1
         return out
 
@@ -482,7 +484,7 @@ def no_sandbox_eval(model: str, tasks: list, *, samples: int, temperature: float
                         text, prompt_ids, completion_ids = c.content, c.prompt_ids, c.completion_ids
                     else:
                         prompt_ids = lm.encode(messages)
-                        completion_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"] + [lm.end_ids[0]]
+                        completion_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"] + [lm.tokenizer.eos_token_id]
                     steps.append(Step(index=i, raw_output=text, actions=[Action(kind="bash", command=text)],
                                       observation="(not run: no sandbox)", exit_code=0,
                                       prompt_ids=prompt_ids, completion_ids=completion_ids))
@@ -620,6 +622,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 continue
             budget.enter(name, sections[i:])
             t0 = time.monotonic()
+            budget.armed = True
             try:
                 if name == "sft":
                     result = section_sft(plan, budget, log)
@@ -635,6 +638,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 traceback.print_exc()
                 result = {"error": f"{type(e).__name__}: {e}"[:1000]}
                 print(f"[{name}] failed: {result['error']}", flush=True)
+            finally:
+                budget.armed = False
             result["section_seconds"] = round(time.monotonic() - t0, 1)
             report["sections"][name] = result
             save()
