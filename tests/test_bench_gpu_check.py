@@ -49,6 +49,7 @@ def test_sft_rows_for_both_trainers_with_sane_figures(smoke):
         assert 0 <= r["padding"] < 1
     assert [(r["seq"], r["speedup_vs_baseline"] > 0) for r in sft["ratios"]] == [(64, True), (128, True)]
     assert sft["targets"]["speedup"] == 1.5 and sft["targets"]["mfu_1.5b_4k"] == 0.35
+    assert set(sft["targets"]["speedup_met"]) == {"tiny/64", "tiny/128"}
 
 
 def test_decoder_matches_generate_and_reports_throughput_and_ttft(smoke):
@@ -57,7 +58,7 @@ def test_decoder_matches_generate_and_reports_throughput_and_ttft(smoke):
     assert parity["ok"] and parity["equal_rows"] == parity["rows"] == 4 and parity["tokens_compared"] > 0
     assert [r["concurrency"] for r in dec["rows"]] == [1, 4, 8]
     for r in dec["rows"]:
-        for path in ("decoder", "generate"):
+        for path in ("decoder", "generate", "decoder-t0.7"):
             m = r[path]
             assert m["tokens"] > 0 and m["tokens_per_s"] > 0
             assert 0 < m["ttft_mean_s"] <= m["ttft_max_s"] <= m["seconds"]
@@ -87,3 +88,21 @@ def test_budget_guard_stops_and_says_so(tmp_path):
     skipped = [name for name, s in sections.items() if "budget" in str(s.get("skipped", ""))
                or any("budget" in str(r.get("skipped", "")) for r in s.get("rows", []))]
     assert "e2e" in skipped and "decode" in skipped
+
+
+def test_train_round_without_docker_as_on_a_bare_gpu_machine(tmp_path):
+    """The e2e path a GPU machine takes: no Docker SDK importable, so each eval is the model's first reply
+    compared with the oracle's; data -> SFT -> adapter -> eval with the adapter must still all run."""
+    out = tmp_path / "e2e.json"
+    code = ("import runpy, sys; sys.modules['docker'] = None; "  # import docker -> ImportError
+            f"sys.argv = ['gpu_check.py', '--cpu', '--only', 'e2e', '--out', {str(out)!r}]; "
+            f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["sections"]) == {"e2e"}
+    e2e = report["sections"]["e2e"]
+    assert e2e["sandbox"] == "none" and e2e["adapter_saved"] and e2e["round1_evals_with_adapter"] == 4
+    assert e2e["examples"] >= 1 and e2e["sft"]["final_loss"] < e2e["sft"]["first_loss"]
+    rows = {(r["round"], r["split"], r["metric"]): r["value"] for r in e2e["rows"]}
+    assert rows[(0, "train", "pass@1_t0.7")] == 1.0 and {k[0] for k in rows} == {0, 1}
