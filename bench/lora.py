@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """LoRA SFT throughput: our trainer (lora/sft.py) beside the plain transformers+peft loop a user would
-write, on synthetic token data, for Llama models built from configs (nothing is downloaded).
+write, on synthetic token data, for models built from configs (nothing is downloaded): SmolLM2-shaped
+(Llama), Qwen2.5-0.5B- and 1.5B-shaped (Qwen2).
 
     python bench/lora.py                 # CUDA: 135M/0.5B/1.5B x 1k/4k; CPU: 135M x 256/512, a few steps
     python bench/lora.py --sizes 135m --seqs 1024 --steps 20 --json out.json
