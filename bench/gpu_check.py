@@ -313,7 +313,8 @@ def run_decoder(lm, convs: list[list[dict]], max_tokens: int, temperature: float
     ttft = [lm.first[k] - lm.made[k] for k in lm.made if k in lm.first]
     tokens = [o[0].completion_ids for o in outs]
     return {"seconds": seconds, "tokens": sum(map(len, tokens)), "tokens_per_s": sum(map(len, tokens)) / seconds,
-            "ttft_mean_s": sum(ttft) / len(ttft), "ttft_max_s": max(ttft), "ids": tokens}
+            "ttft_mean_s": sum(ttft) / len(ttft), "ttft_max_s": max(ttft), "ids": tokens,
+            "steps_per_s": max(map(len, tokens)) / seconds}  # the longest row ran every step
 
 
 def run_generate(lm, convs: list[list[dict]], max_tokens: int) -> dict:
@@ -350,7 +351,22 @@ def run_generate(lm, convs: list[list[dict]], max_tokens: int) -> dict:
         rows.append(row if end is None else row[: end + 1])
     ttft = streamer.puts[1] - t0 if len(streamer.puts) > 1 else seconds
     return {"seconds": seconds, "tokens": sum(map(len, rows)), "tokens_per_s": sum(map(len, rows)) / seconds,
-            "ttft_mean_s": ttft, "ttft_max_s": ttft, "ids": rows}
+            "ttft_mean_s": ttft, "ttft_max_s": ttft, "ids": rows, "steps_per_s": max(map(len, rows)) / seconds}
+
+
+def copy_bandwidth() -> float:
+    """Device memory bandwidth of a large device-to-device copy (bytes read + written per second)."""
+    import torch
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        b.copy_(a)
+    end.record()
+    end.synchronize()
+    return 2 * a.numel() * 10 / (start.elapsed_time(end) / 1e3)
 
 
 def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work: Path) -> dict:
@@ -406,6 +422,13 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
             out["rows"].append(row)
             last = time.monotonic() - t0
         out["max_batch"] = lm.max_batch
+        if torch.cuda.is_available():  # a decode step reads every weight once: the memory-bound ceiling
+            weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+            out["copy_bandwidth_bytes_per_s"] = bw = copy_bandwidth()
+            out["ceiling_steps_per_s"] = bw / weights
+            log(f"[decode] memory-bound ceiling {bw / weights:.0f} steps/s ({weights / 2**30:.2f} GiB of weights at "
+                f"{bw / 1e12:.2f} TB/s); measured " + ", ".join(
+                    f"{r['concurrency']}: {r['decoder']['steps_per_s']:.0f}" for r in out["rows"] if "decoder" in r))
         if torch.cuda.is_available():
             out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
     finally:

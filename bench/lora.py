@@ -119,11 +119,18 @@ def measure_peak(device: torch.device) -> float:
 
 # ---------------------------------------------------------------- one measurement (in its own process)
 
+def reset_peak() -> None:
+    """Peak memory counts from here: the model as the trainer holds it (not the fp32 copy it was built as)."""
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
 def run_ours(model, warm, measured, batch: int, seq: int):
     from lora.sft import SFTConfig, prepare_model, train
 
     cfg = SFTConfig(**LORA, lr=2e-4, epochs=1, batch_tokens=batch * seq, grad_accum=1, log_every=0)
     peft_model = prepare_model(model, cfg)  # GPU: bf16 base + autocast, checkpointing, fused AdamW, SDPA
+    reset_peak()
     if warm:
         train(peft_model, warm, cfg, log=lambda _: None)
     r = train(peft_model, measured, cfg, log=lambda _: None)
@@ -139,6 +146,7 @@ def run_baseline(model, warm, measured, batch: int, seq: int, bf16: bool = False
     device = next(model.parameters()).device
     if bf16:
         model.to(torch.bfloat16)
+    reset_peak()
     model = get_peft_model(model, LoraConfig(r=LORA["rank"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
                                              target_modules=TARGETS, task_type="CAUSAL_LM"))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
