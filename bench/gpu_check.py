@@ -109,7 +109,8 @@ class Budget:
         if self.spent or self.left() <= 0:
             return f"the {self.seconds:.0f} s budget ran out"
         if time.monotonic() + estimate > self.section_deadline:
-            return f"budget: about {estimate:.0f} s needed, {self.section_deadline - time.monotonic():.0f} s left to this section"
+            left = self.section_deadline - time.monotonic()
+            return f"budget: about {estimate:.0f} s needed, {left:.0f} s left to this section"
         return None
 
     def stop(self) -> None:
@@ -447,6 +448,12 @@ def oracle_replies(task) -> list[str]:
     return [f"```bash\n{body}\n```", "```bash\nsubmit\n```"]
 
 
+def in_student_ids(student, messages: list[dict], text: str) -> tuple[list[int], list[int]]:
+    """(prompt ids, reply ids + end of turn) as the local backend would record `text` as its own reply."""
+    reply = student.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return student.encode(messages), list(reply) + [student.tokenizer.eos_token_id]
+
+
 class Teacher:
     """A replay model (the oracle's replies) whose completions carry the student's token ids, as the
     local backend records its own: the off-policy trajectories round 0 trains on."""
@@ -464,11 +471,9 @@ class Teacher:
     async def complete(self, messages, tools=None, n=1, temperature=0.0, max_tokens=512, seed=None):
         out = await self.replay.complete(messages, tools=tools, n=n, temperature=temperature,
                                          max_tokens=max_tokens, seed=seed)
-        prompt = self.student.encode(messages)
-        reply = self.student.tokenizer(out[0].content, add_special_tokens=False)["input_ids"]
         for c in out:
-            c.prompt_ids, c.completion_ids = prompt, list(reply) + [self.student.tokenizer.eos_token_id]
-            c.prompt_tokens, c.completion_tokens = len(prompt), len(reply) + 1
+            c.prompt_ids, c.completion_ids = in_student_ids(self.student, messages, c.content)
+            c.prompt_tokens, c.completion_tokens = len(c.prompt_ids), len(c.completion_ids)
         return out
 
 
@@ -493,7 +498,7 @@ def first_turn(instruction: str) -> list[dict]:
 
 
 def no_sandbox_eval(model: str, tasks: list, *, samples: int, temperature: float, out_dir: Path,
-                    adapter: Optional[Path], seed: int, teacher: bool) -> Path:
+                    adapter: Optional[Path], seed: int, teacher: bool, max_tokens: int) -> Path:
     """An eval without Docker: each attempt is one reply to the task's opening messages, solved when it
     equals the oracle's first reply; the teacher's attempts are its two replies, solved."""
     from agent.models.local import LocalModel
@@ -511,11 +516,11 @@ def no_sandbox_eval(model: str, tasks: list, *, samples: int, temperature: float
                 replies = oracle if teacher else [None]
                 for i, text in enumerate(replies):
                     if text is None:
-                        c = lm.generate(messages, temperature=temperature, max_tokens=64, seed=seed * 1000 + s)[0]
+                        c = lm.generate(messages, temperature=temperature, max_tokens=max_tokens,
+                                        seed=seed * 1000 + s)[0]
                         text, prompt_ids, completion_ids = c.content, c.prompt_ids, c.completion_ids
                     else:
-                        prompt_ids = lm.encode(messages)
-                        completion_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"] + [lm.tokenizer.eos_token_id]
+                        prompt_ids, completion_ids = in_student_ids(lm, messages, text)
                     steps.append(Step(index=i, raw_output=text, actions=[Action(kind="bash", command=text)],
                                       observation="(not run: no sandbox)", exit_code=0,
                                       prompt_ids=prompt_ids, completion_ids=completion_ids))
@@ -564,7 +569,8 @@ def section_e2e(plan: dict, budget: Budget, log: Callable[[str], None], work: Pa
                       "adapter": str(adapter) if adapter else None})
         if sandbox == "none":
             return no_sandbox_eval(model_spec, task_list, samples=samples, temperature=temperature,
-                                   out_dir=out_dir, adapter=adapter, seed=seed, teacher=is_teacher)
+                                   out_dir=out_dir, adapter=adapter, seed=seed, teacher=is_teacher,
+                                   max_tokens=limits.get("max_reply_tokens") or 64)
         if not is_teacher:
             return lt._run_eval(model_spec, task_list, samples=samples, temperature=temperature, out_dir=out_dir,
                                 adapter=adapter, seed=seed, concurrency=concurrency, limits=limits)
