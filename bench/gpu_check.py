@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import importlib.util
 import json
 import os
@@ -46,6 +45,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -128,9 +128,14 @@ def bench_module(name: str):
     return module
 
 
+def on_gpu() -> bool:
+    from lora.sft import pick_device  # the project's one device rule (cuda when there is one)
+    return pick_device().type == "cuda"
+
+
 def sync() -> None:
     import torch
-    if torch.cuda.is_available():
+    if on_gpu():
         torch.cuda.synchronize()
 
 
@@ -141,7 +146,7 @@ def free() -> None:
 
 def device_name() -> str:
     import torch
-    if torch.cuda.is_available():
+    if on_gpu():
         return torch.cuda.get_device_name()
     return f"cpu ({torch.get_num_threads()} threads)"
 
@@ -178,7 +183,8 @@ def random_model_folder(folder: Path, shape: str, max_positions: int = 8192) -> 
     cfg = Qwen2Config(**sizes[shape], max_position_embeddings=max_positions, tie_word_embeddings=True,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
     torch.manual_seed(0)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # a 0.5B init on the CPU is slow
+    from lora.sft import pick_device
+    with pick_device():  # a 0.5B init on the CPU is slow
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
@@ -190,11 +196,10 @@ def random_model_folder(folder: Path, shape: str, max_positions: int = 8192) -> 
 # ---------------------------------------------------------------- 1. LoRA SFT throughput
 
 def section_sft(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
-    import torch
-
     bl = bench_module("lora")  # reuse: the synthetic data, FLOP count, both training loops, peak matmul
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
+    from lora.sft import pick_device
+    device = pick_device()
+    cuda = device.type == "cuda"
     peak = bl.measure_peak(device)
     name = device_name()
     spec_peak = next((v for k, v in bl.SPEC_BF16_TFLOPS.items() if cuda and k in name), None)
@@ -398,7 +403,7 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
         run_decoder(lm, warm, 4)
         run_decoder(lm, warm, 4, temperature=0.7)
         run_generate(lm, warm, 4)
-        log(f"{'requests':>8} {'path':<10} {'tokens':>7} {'tok/s':>9} {'TTFT mean':>10} {'TTFT max':>9}")
+        log(f"{'requests':>8} {'path':<12} {'tokens':>7} {'tok/s':>9} {'TTFT mean':>10} {'TTFT max':>9}")
         last = 0.0
         for n in plan["concurrency"]:
             why = budget.refuse(last)
@@ -416,21 +421,21 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
                 r = fn(lm, convs, plan["decode_tokens"], **kw)
                 r.pop("ids")
                 row[path] = r
-                log(f"{n:>8} {path:<10} {r['tokens']:>7} {r['tokens_per_s']:>9.1f} {r['ttft_mean_s'] * 1e3:>8.1f}ms "
+                log(f"{n:>8} {path:<12} {r['tokens']:>7} {r['tokens_per_s']:>9.1f} {r['ttft_mean_s'] * 1e3:>8.1f}ms "
                     f"{r['ttft_max_s'] * 1e3:>7.1f}ms")
             row["speedup"] = row["decoder"]["tokens_per_s"] / row["generate"]["tokens_per_s"]
-            log(f"{n:>8} {'ratio':<10} {'':>7} {row['speedup']:>8.2f}x")
+            log(f"{n:>8} {'ratio greedy':<12} {'':>7} {row['speedup']:>8.2f}x")
             out["rows"].append(row)
             last = time.monotonic() - t0
         out["max_batch"] = lm.max_batch
-        if torch.cuda.is_available():  # a decode step reads every weight once: the memory-bound ceiling
+        if on_gpu():  # a decode step reads every weight once: the memory-bound ceiling
             weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
             out["copy_bandwidth_bytes_per_s"] = bw = copy_bandwidth()
             out["ceiling_steps_per_s"] = bw / weights
             log(f"[decode] memory-bound ceiling {bw / weights:.0f} steps/s ({weights / 2**30:.2f} GiB of weights at "
                 f"{bw / 1e12:.2f} TB/s); measured " + ", ".join(
                     f"{r['concurrency']}: {r['decoder']['steps_per_s']:.0f}" for r in out["rows"] if "decoder" in r))
-        if torch.cuda.is_available():
+        if on_gpu():
             out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
     finally:
         lm.close()
@@ -475,6 +480,10 @@ class Teacher:
             c.prompt_ids, c.completion_ids = in_student_ids(self.student, messages, c.content)
             c.prompt_tokens, c.completion_tokens = len(c.prompt_ids), len(c.completion_ids)
         return out
+
+
+def num(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.4f}"
 
 
 def docker_ok() -> bool:
@@ -545,7 +554,6 @@ def section_e2e(plan: dict, budget: Budget, log: Callable[[str], None], work: Pa
     import lora.train as lt
     from agent.models.local import LocalModel
     from agent.models.replay import ReplayModel
-    from lora.sft import SFTConfig
 
     why = budget.refuse(0)
     if why:
@@ -598,8 +606,7 @@ def section_e2e(plan: dict, budget: Budget, log: Callable[[str], None], work: Pa
     metrics = json.loads((r1 / "metrics.json").read_text()) if (r1 / "metrics.json").exists() else {}
     rows = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines() if x.strip()] \
         if (out / "rounds.jsonl").exists() else []
-    import torch
-    result = {"sandbox": sandbox, "device": device_name(), "sft_device": "cuda" if torch.cuda.is_available() else "cpu",
+    result = {"sandbox": sandbox, "device": device_name(), "sft_device": "cuda" if on_gpu() else "cpu",
               "examples": data.get("examples", 0), "target_tokens": data.get("target_tokens", 0),
               "sft": {k: sft.get(k) for k in ("steps", "first_loss", "final_loss", "seconds")},
               "adapter_saved": (r1 / "adapter" / "adapter_model.safetensors").is_file(),
@@ -607,8 +614,8 @@ def section_e2e(plan: dict, budget: Budget, log: Callable[[str], None], work: Pa
               "round1_evals_with_adapter": sum(1 for e in evals if e["run"].startswith("round_1/") and e["adapter"]),
               "rows": rows, "seconds": round(time.monotonic() - t0, 1)}
     log(f"[e2e] sandbox {sandbox}; {result['examples']} replayed examples ({result['target_tokens']} target tokens); "
-        f"SFT {result['sft']['steps']} steps on {result['sft_device']}, loss {result['sft']['first_loss']} -> "
-        f"{result['sft']['final_loss']}; adapter saved: {result['adapter_saved']}; "
+        f"SFT {result['sft']['steps']} steps on {result['sft_device']}, loss {num(result['sft']['first_loss'])} -> "
+        f"{num(result['sft']['final_loss'])}; adapter saved: {result['adapter_saved']}; "
         f"{result['round1_evals_with_adapter']} round-1 evals with it loaded")
     return result
 
@@ -628,9 +635,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch is imported
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' deprecation notices
     import torch
 
-    mode = "cpu" if args.cpu or not torch.cuda.is_available() else "gpu"
+    mode = "gpu" if on_gpu() else "cpu"  # --cpu hid CUDA above
     plan = PLAN[mode]
     budget = Budget(args.budget or plan["budget"])
     sections = [s for s in SECTIONS if not args.only or s in args.only.split(",")]
