@@ -30,7 +30,10 @@ what is left, a measurement that would not fit is skipped and named, and at the 
 the running one; the JSON then records "skipped" with the reason.
 
 On a GPU machine without this project's pins (transformers 5.24 renamed the cache arguments the decoder
-uses; lora/train.py needs pydantic), bring them as wheels: bench/gpu_wheels.sh says how.
+uses; lora/train.py needs pydantic), bring them as wheels: bench/gpu_wheels.sh says how. On this
+workplace's lent H200: run bench/gpu_wheels.sh here, then one device call carrying .whl with a timeout of
+about 560 s (the 450 s budget, installs and imports), the command in bench/gpu_wheels.sh; the table is
+the end of the output and the JSON comes back from $OUT.
 """
 from __future__ import annotations
 
@@ -650,6 +653,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         report["transformers"], report["peft"] = transformers.__version__, peft.__version__
     except ImportError as e:
         report["import_error"] = str(e)
+    pins = dict(line.split("==", 1) for line in (ROOT / "constraints.txt").read_text().split() if "==" in line)
+    off = {k: (report.get(k), pins[k]) for k in ("transformers", "peft") if k in pins and report.get(k) != pins[k]}
+    if off:  # the decoder needs transformers' 5.24 cache arguments; an older image fails there
+        report["unpinned"] = off
+        print("warning: not the project's pins: " + ", ".join(f"{k} {have} here, {want} pinned"
+                                                             for k, (have, want) in off.items())
+              + " (bench/gpu_wheels.sh brings them)", flush=True)
     print(f"gpu_check ({mode}) on {report['device']}, torch {torch.__version__}, "
           f"transformers {report.get('transformers')}, budget {budget.seconds:.0f} s", flush=True)
     out_path = Path(args.out)
