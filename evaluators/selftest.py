@@ -387,11 +387,11 @@ def _catalogue() -> list[Case]:
                              "ln -s / up; mkdir -p d; ln -s /etc d/etc; ln /etc/passwd hard 2>&1\n"
                              "ln /proc/self/root/etc/hostname hard2 2>&1; mkfifo pipe; echo LINKS-MADE"), SUBMIT],
              check=_links),
-        Case("many_files", "host", "100k files: capture capped at its file limit: reward 0", slow=True,
+        Case("many_files", "host", "100k files: capture capped at its file limit: reward 0",
              lambda c: [bash("python3 - <<'PY'\nfor i in range(100000):\n    open(f'f{i:06d}', 'w').close()\nPY\n"
                              "ls | wc -l"), bash(A(c)), SUBMIT],
              check=lambda o: _status(o.rec, "failed") + ([] if o.rec.reward == 0 else ["graded despite the cap"])
-             + _has(o.obs(), "100000")),
+             + _has(o.obs(), "100000"), slow=True),
     ]
 
     # ---------------------------------------------------------------- reward integrity (wrong add + a hack)
