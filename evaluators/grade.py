@@ -183,16 +183,13 @@ async def _mkdirs(sb, *paths: str):
 
 
 async def _run(sb, argv, timeout, env, cwd):
-    """Runs the verifier as root; a grading container that the candidate's code killed (memory) or
-    starved is the candidate's failure, anything else an infrastructure error."""
+    """Runs the verifier as root; a grading container that the candidate's code killed (memory) is the
+    candidate's failure, any other death an infrastructure error (retried by the runner)."""
     try:
         return await sb.exec_raw(argv, timeout=timeout + 5, env=env, cap=16 << 10, user="root", cwd=cwd)
     except SandboxDied:
-        cause = await _death_cause(sb)
-        if cause == "oom":
+        if await _death_cause(sb) == "oom":
             return Verdict(0.0, False, "oom", detail="the code under test used the memory limit up while graded")
-        if cause == "unresponsive":
-            return Verdict(0.0, False, "timeout", detail="the grading container stopped answering")
         raise
 
 
