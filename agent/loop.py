@@ -214,14 +214,12 @@ async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> 
             try:
                 obs, code, timed_out, seconds = await run_action(sb, action, cfg)
             except SandboxDied:
-                # The agent used its memory limit up (processes, or files in /tmp or /workspace), or its
-                # processes starved the command server: the attempt ends as the agent's result, graded like
-                # any other. Any other death (killed from outside, engine gone) stays an infra error.
-                cause = await asyncio.to_thread(sb.death_cause)
-                if cause is None:
+                # The agent used its memory limit up (processes, or files in /tmp or /workspace) and the
+                # sandbox died of it: the attempt ends as the agent's result, graded like any other. Any
+                # other death stays an infra error, retried by the runner (see SandboxUnresponsive there).
+                if await asyncio.to_thread(sb.death_cause) != "oom":
                     raise
-                step.observation = ("[the sandbox ran out of memory and stopped]" if cause == "oom"
-                                    else "[the sandbox stopped answering and was stopped]")
+                step.observation = "[the sandbox ran out of memory and stopped]"
                 res.exit_reason = "sandbox_died"
                 return res
             step.tool_seconds += seconds

@@ -23,7 +23,7 @@ from agent.images import harbor_task_image, harbor_verifier_image, task_image
 from agent.loop import TOOLS, LoopConfig, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
-from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, content_hash, prune
+from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, SandboxUnresponsive, content_hash, prune
 from evaluators.grade import grade
 from results.schema import Attempt, attempt_key
 from tasks.model import Task
@@ -156,13 +156,14 @@ async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], po
     """Retries infrastructure failures a bounded number of times; then records status=error. Any other
     exception (a bug, or something no check foresaw) is recorded as this attempt's failure: one attempt
     never aborts the run, and nothing an agent causes can turn its failure into an excluded error."""
-    last = ""
+    last, unresponsive = "", 0
     rec_args = (task, kw["run_id"], kw["model_name"], kw.get("sample", 0), kw.get("temperature", 0.0), image)
     for _ in range(1 + INFRA_RETRIES):
         try:
             return await run_attempt(task, make_policy(), pool, image, **kw)
         except (InfraError, OSError) as e:
             last = f"{type(e).__name__}: {e}"
+            unresponsive += isinstance(e, SandboxUnresponsive)
         except (UserError, asyncio.CancelledError):
             raise  # bad input stops the run with its one-line message; cancellation is the caller's
         except Exception as e:  # noqa: BLE001
@@ -172,6 +173,9 @@ async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], po
             rec.finished_at = now()
             return rec
     rec = _record(*rec_args)
+    if unresponsive == 1 + INFRA_RETRIES:  # every try: not a passing fault, the attempt's own doing
+        rec.status, rec.reason, rec.error, rec.finished_at = "failed", "sandbox_unresponsive", last[:2000], now()
+        return rec
     rec.status, rec.reason, rec.error, rec.finished_at = "error", "infra_error", last[:2000], now()
     return rec
 

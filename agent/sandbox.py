@@ -59,6 +59,12 @@ class SandboxDied(InfraError):
     Sandbox.death_cause() tells whether what ran inside caused it."""
 
 
+class SandboxUnresponsive(SandboxDied):
+    """Its command server stopped answering and the sandbox was killed. A lost message and an agent whose
+    processes starve the server look the same: the runner retries the attempt, and counts it as the
+    agent's failure only if every try ends this way."""
+
+
 class CaptureError(Exception):
     """The workspace could not be listed or read (the changes are then rejected, never a crash)."""
 
@@ -180,7 +186,6 @@ class Sandbox:
         self.limits = limits
         self.pool_key = pool_key
         self.dead = False
-        self.unresponsive = False  # killed by us because its server stopped answering
         self.server_log = deque(maxlen=50)  # the server's own stderr, for diagnosis
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 1
@@ -249,10 +254,9 @@ class Sandbox:
             return await asyncio.wait_for(fut, host_timeout)
         except asyncio.TimeoutError:
             # The server itself stopped answering (e.g. starved by a fork bomb): this sandbox is done.
-            self.unresponsive = True
             self._mark_dead(f"no answer within {host_timeout:.0f}s")
             await asyncio.to_thread(self.kill)
-            raise SandboxDied(f"sandbox {self.id[:12]} stopped answering") from None
+            raise SandboxUnresponsive(f"sandbox {self.id[:12]} stopped answering") from None
         except OSError as e:
             self._mark_dead(str(e))
             raise SandboxDied(f"sandbox {self.id[:12]}: {e}") from None
@@ -420,18 +424,9 @@ class Sandbox:
         return "".join(parts)
 
     def death_cause(self, wait: float = 5.0) -> Optional[str]:
-        """After the sandbox died: "oom" (its memory limit used up), "unresponsive" (its processes starved
-        the command server until it stopped answering) -- both the doing of what ran inside -- or None
-        (killed from outside, the engine failed, or not provable): an infrastructure error."""
-        if self.died_of_oom(wait):
-            return "oom"
-        if self.unresponsive:
-            try:
-                docker_client().ping()  # the engine answers: the silence came from inside the container
-                return "unresponsive"
-            except Exception:  # noqa: BLE001 -- no engine: infrastructure
-                return None
-        return None
+        """After the sandbox died: "oom" when its memory limit was used up (the doing of what ran inside),
+        else None (killed from outside, the engine failed, or not provable): an infrastructure error."""
+        return "oom" if self.died_of_oom(wait) else None
 
     def died_of_oom(self, wait: float = 5.0) -> bool:
         """After the sandbox died: did its memory cgroup run out? That is the agent's own doing (its

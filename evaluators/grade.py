@@ -88,8 +88,8 @@ async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: s
     argv, report_path = pytest_kind.command(timeout)
     env = pytest_kind.clean_env(task.evaluator.import_mode, timeout)
     async with _grading_sandbox(task, changes, pool, image) as sb:
-        await sb.put_files(files, dest=GRADER, user="root")
         await _mkdirs(sb, report_path.rsplit("/", 1)[0], f"{GRADER}/tmp", f"{GRADER}/home")
+        await sb.put_files(files, dest=GRADER, user="root")
         run = await _run(sb, argv, timeout, env, cwd=GRADER)
         if isinstance(run, Verdict):
             return run
@@ -113,8 +113,8 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
     env = {"PATH": f"{GRADER}/bin:/usr/bin:/bin", "HOME": f"{GRADER}/home", "LANG": "C.UTF-8",
            "WORKSPACE": "/workspace", "REWARD_FILE": reward_file}
     async with _grading_sandbox(task, changes, pool, image) as sb:
-        await sb.put_files(files, dest=GRADER, user="root", executable={"bin/as-candidate"})
         await _mkdirs(sb, reward_file.rsplit("/", 1)[0], f"{GRADER}/home")
+        await sb.put_files(files, dest=GRADER, user="root", executable={"bin/as-candidate"})
         run = await _run(sb, ["timeout", "-s", "KILL", str(int(timeout)), "bash", f"{GRADER}/tests/test.sh"],
                          timeout, env, cwd="/workspace")
         if isinstance(run, Verdict):
@@ -181,22 +181,22 @@ class _grading_sandbox:
 
 
 async def _mkdirs(sb, *paths: str):
-    r = await sb.exec_raw(["mkdir", "-p", *paths], timeout=10, user="root", cwd="/")
+    """Makes /grader root-only (Docker does not always apply a tmpfs mount's mode to its folder: checked)
+    and the folders the verifier needs, before anything is written there."""
+    script = f'chmod 0700 {GRADER} && [ "$(stat -c %a {GRADER})" = 700 ] && mkdir -p "$@"'
+    r = await sb.exec_raw(["sh", "-c", script, "_", *paths], timeout=10, user="root", cwd="/")
     if r["exit_code"] != 0:
         raise InfraError(f"could not prepare the grader's folders: {r['err_head'][:200]!r}")
 
 
 async def _run(sb, argv, timeout, env, cwd):
-    """Runs the verifier as root; a grading container that the candidate's code killed (memory) or
-    starved is the candidate's failure, anything else an infrastructure error."""
+    """Runs the verifier as root; a grading container that the candidate's code killed (memory) is the
+    candidate's failure, any other death an infrastructure error (retried by the runner)."""
     try:
         return await sb.exec_raw(argv, timeout=timeout + 5, env=env, cap=16 << 10, user="root", cwd=cwd)
     except SandboxDied:
-        cause = await _death_cause(sb)
-        if cause == "oom":
+        if await _death_cause(sb) == "oom":
             return Verdict(0.0, False, "oom", detail="the code under test used the memory limit up while graded")
-        if cause == "unresponsive":
-            return Verdict(0.0, False, "timeout", detail="the grading container stopped answering")
         raise
 
 

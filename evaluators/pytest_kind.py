@@ -170,8 +170,14 @@ def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set
                     for t in outcomes.values()), key=lambda t: t.id)
     real = [t for i, t in outcomes.items() if i not in canaries]
     score = sum(t.outcome == "passed" for t in real) / max(len(expected - canaries), 1)
-    if reported - expected:
-        extra = sorted(names.get(i, i) for i in reported - expected)
+    unexpected = reported - expected
+    if unexpected and all(outcomes[i].outcome == "error" for i in unexpected):
+        # pytest reports a file that failed to import as an error of its own (the candidate's module did not
+        # load, say): an ordinary failure, not a manipulation
+        return PytestVerdict(0.0, False, "error_in_tests", tests,
+                             f"tests could not be collected: {outcomes[sorted(unexpected)[0]].message[:200]}")
+    if unexpected:
+        extra = sorted(names.get(i, i) for i in unexpected)
         return PytestVerdict(0.0, False, "tamper", tests, f"unexpected tests reported: {extra[:3]}")
     if expected - reported:
         missing = sorted(names.get(i, i) for i in expected - reported)

@@ -632,7 +632,7 @@ class RemoteObject:
         return _request("special", self, name="__enter__")
 
     def __exit__(self, *exc):
-        _request("special", self, name="__exit__", args=[None, None, None])
+        _request("special", self, name="__exit__", args=[["N"], ["N"], ["N"]])
         return False  # the test's own exception is never swallowed by the candidate
 
     def __instancecheck__(self, obj):
