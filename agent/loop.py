@@ -161,8 +161,10 @@ async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig)
 async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
     use_tools = cfg.protocol == "tools" or (cfg.protocol == "auto" and model.supports_tools)
     system = prompt("system_tools" if use_tools else "system_text")
+    tools = TOOLS
     if sb.workdir != "/workspace":  # a Harbor task's working folder is its image's WORKDIR
         system = system.replace("/workspace", sb.workdir)
+        tools = json.loads(json.dumps(TOOLS).replace("/workspace", sb.workdir))
     res = LoopResult(messages=[{"role": "system", "content": system}])
     if cfg.demonstration and not use_tools:
         res.messages += json.loads((PROMPTS / "demonstration.json").read_text())
@@ -178,7 +180,7 @@ async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> 
         try:
             completion = (await asyncio.wait_for(model.complete(
                 clean(res.messages),
-                tools=TOOLS if use_tools else None, temperature=cfg.temperature,
+                tools=tools if use_tools else None, temperature=cfg.temperature,
                 max_tokens=cfg.max_reply_tokens, seed=None if cfg.seed is None else cfg.seed + index),
                 timeout=max(deadline - started, 1.0)))[0]
         except asyncio.TimeoutError:
