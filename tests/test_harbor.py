@@ -412,7 +412,7 @@ def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
 
 
 def test_our_tasks_are_graded_fresh_only(tmp_path):
-    from tests.test_tasks_loader import TOML, make_task
+    from tests.test_tasks_loader import TOML, task_folder as make_task  # task_folder: the loader tests' folder builder
     assert load_task(make_task(tmp_path / "a", TOML.replace("[verifier]\n", '[verifier]\nisolation = "fresh"\n'))).harbor is None
     with pytest.raises(UserError, match="graded in a fresh container only"):
         load_task(make_task(tmp_path / "b", TOML.replace("[verifier]\n", '[verifier]\nisolation = "snapshot"\n')))

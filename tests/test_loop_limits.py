@@ -47,8 +47,16 @@ class Scripted:
         return [Completion(content=reply, prompt_tokens=5, completion_tokens=5)]
 
 
+class NoCommands:
+    """Where no action runs a command (format errors, submit, model failures): any exec is a test failure."""
+    workdir = "/workspace"
+
+    async def exec(self, *args, **kw):
+        raise AssertionError(f"no command should run here: {args}")
+
+
 def loop(model, cfg: LoopConfig, sb=None):
-    return asyncio.run(run_loop(model, sb, "Do the task.", cfg))
+    return asyncio.run(run_loop(model, sb or NoCommands(), "Do the task.", cfg))
 
 
 # ---- wall_time ------------------------------------------------------------------------------------
@@ -136,7 +144,7 @@ def test_the_tools_protocol_reads_tool_calls_not_text():
 
 def act(model, cfg: LoopConfig, limits: AgentLimits, sb=None):
     task = make_task(agent=limits)
-    return asyncio.run(loop_policy(model, cfg, asyncio.Semaphore(1), 0)(task, sb))
+    return asyncio.run(loop_policy(model, cfg, asyncio.Semaphore(1), 0)(task, sb or NoCommands()))
 
 
 @pytest.mark.parametrize("cli_steps,task_steps,expected", [(30, 2, 2), (3, 30, 3), (4, 4, 4)])
