@@ -28,11 +28,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_compare)
 
-    p = subparsers.add_parser("export", help="trajectories as fine-tuning data (JSONL)",
-                              description="Export a run's conversations for fine-tuning. Infra errors are never "
-                                          "exported.")
+    p = subparsers.add_parser("export", help="trajectories as fine-tuning data (JSONL) or Inspect AI logs",
+                              description="Export a run's conversations for fine-tuning (see results/export.py for "
+                                          "each format's fields). Infra errors are never exported; the worked "
+                                          "example turns are never a training target.",
+                              epilog="example:\n  harness export runs/A --format hf-chat --only-solved "
+                                     "--hf-dataset data/sft\n  harness export runs/A --format kto",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", metavar="RUN", help="run folder")
-    p.add_argument("--format", required=True, choices=export.FORMATS)
+    p.add_argument("--format", required=True, choices=export.FORMATS,
+                   help="openai | hf-chat (TRL SFT) | sharegpt | prompt-completion | kto (unpaired preference)")
+    p.add_argument("--hf-dataset", metavar="DIR", type=Path,
+                   help="also write the records as a local Hugging Face datasets folder (load_from_disk(DIR))")
     p.add_argument("--only-solved", action="store_true", help="only attempts that solved their task")
     p.add_argument("--dedupe", action="store_true",
                    help="drop attempts of the same task with the same sequence of actions")
@@ -62,9 +69,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    result = export.export_run(args.run, args.format, args.out, only_solved=args.only_solved, dedupe=args.dedupe)
+    result = export.export_run(args.run, args.format, args.out, only_solved=args.only_solved, dedupe=args.dedupe,
+                               hf_dataset=args.hf_dataset)
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(result.skipped.items())) or "none"
     print(f"wrote {result.written} {args.format} records to {result.path} (skipped: {skipped})")
     if result.first_invalid:
         print(f"first invalid record: {result.first_invalid}")
+    if args.hf_dataset:
+        print(f"wrote the datasets folder {args.hf_dataset} (datasets.load_from_disk reads it)")
     return 0
