@@ -36,14 +36,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "--hf-dataset data/sft\n  harness export runs/A --format kto",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", metavar="RUN", help="run folder")
-    p.add_argument("--format", required=True, choices=export.FORMATS,
-                   help="openai | hf-chat (TRL SFT) | sharegpt | prompt-completion | kto (unpaired preference)")
+    p.add_argument("--format", required=True, choices=export.FORMATS + ("inspect",),
+                   help="openai | hf-chat (TRL SFT) | sharegpt | prompt-completion | kto (unpaired preference) | "
+                        "inspect (an Inspect AI eval log, for inspect view; needs harness[inspect])")
     p.add_argument("--hf-dataset", metavar="DIR", type=Path,
                    help="also write the records as a local Hugging Face datasets folder (load_from_disk(DIR))")
     p.add_argument("--only-solved", action="store_true", help="only attempts that solved their task")
     p.add_argument("--dedupe", action="store_true",
                    help="drop attempts of the same task with the same sequence of actions")
-    p.add_argument("--out", metavar="FILE", type=Path, help="output file (default: RUN/export-<format>.jsonl)")
+    p.add_argument("--out", metavar="FILE", type=Path, help="output file (default: RUN/export-<format>.jsonl; inspect: RUN/<run id>.eval)")
     p.set_defaults(func=cmd_export)
 
 
@@ -69,6 +70,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "inspect":
+        from results.inspect_export import export_inspect
+
+        path, n = export_inspect(args.run, args.out)
+        print(f"wrote an Inspect log of {n} samples to {path} (inspect view --log-dir {path.parent})")
+        return 0
     result = export.export_run(args.run, args.format, args.out, only_solved=args.only_solved, dedupe=args.dedupe,
                                hf_dataset=args.hf_dataset)
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(result.skipped.items())) or "none"
