@@ -22,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter", action="append", default=[], metavar="[NAME=]DIR",
                    help="a PEFT LoRA adapter folder (local models). DIR alone: merged into the served model. "
                         "NAME=DIR (repeatable): served beside the base model, chosen by the request's model=NAME")
+    p.add_argument("-M", "--model-option", action="append", default=[], metavar="KEY=VALUE", dest="model_option",
+                   help="model option, repeatable, as for eval (e.g. -M device=cpu, -M price_out=0.5)")
     p.add_argument("--api-key", default=os.environ.get("HARNESS_API_KEY"),
                    help="require this bearer token on every /v1 request (default: $HARNESS_API_KEY; none: open)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -33,5 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from agent.serve import parse_adapters, serve
 
     adapter, adapters = parse_adapters(args.adapter)
-    serve(args.model, host=args.host, port=args.port, adapter=adapter, adapters=adapters, api_key=args.api_key)
+    from agent.models import parse_model_options
+
+    options = parse_model_options(args.model, args.model_option)
+    serve(args.model, host=args.host, port=args.port, adapter=adapter, adapters=adapters, api_key=args.api_key,
+          options=options)
     return 0

@@ -753,9 +753,9 @@ def start_server(model: Model | str, host: str = "127.0.0.1", port: int = 0, *, 
 
 def serve(spec: str, host: str = "127.0.0.1", port: int = 8000, adapter: Optional[str] = None,
           adapters: Optional[dict[str, str]] = None, api_key: Optional[str] = None,
-          out: Callable[[str], Any] = print) -> None:
+          options: Optional[dict[str, Any]] = None, out: Callable[[str], Any] = print) -> None:
     """Serve until interrupted (the `harness serve` command)."""
-    options = {"adapter": adapter} if adapter else {}
+    options = dict(options or {}, **({"adapter": adapter} if adapter else {}))
     server = start_server(spec, host, port, adapters=adapters, api_key=api_key, **options)
     out(f"serving {spec} as {', '.join(repr(n) for n in server.models)} at {server.base_url} "
         f"(OpenAI-compatible{'; API key required' if api_key else ''}; Ctrl-C stops)")

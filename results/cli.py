@@ -11,7 +11,9 @@ from results.store import open_run
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="tables, plots and a trajectory viewer for one or more runs",
                               description="Print summary tables and write report.html, summary.csv, "
-                                          "summary.parquet and summary.md.")
+                                          "summary.parquet and summary.md.",
+                              epilog="example:\n  harness report runs/base runs/tuned --out reports/round1",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folder(s); the first is the baseline for comparisons")
     p.add_argument("--out", metavar="DIR", type=Path,
                    help="output folder (default: the run folder for one run, reports/<timestamp>/ for several)")
@@ -21,11 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("compare", help="paired comparison of two runs, task by task",
                               description="B against A on the tasks both scored: difference in solved rate with "
-                                          "a bootstrap CI, a paired sign-flip permutation test, and flipped tasks.")
+                                          "a bootstrap CI, a paired sign-flip permutation test, and flipped tasks.",
+                              epilog="example:\n  harness compare runs/base runs/tuned",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_a", metavar="RUN_A", help="baseline run folder")
     p.add_argument("run_b", metavar="RUN_B", help="run folder compared with the baseline")
-    p.add_argument("--bootstrap", type=int, default=2000, metavar="N")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
     p.set_defaults(func=cmd_compare)
 
     p = subparsers.add_parser("export", help="trajectories as fine-tuning data (JSONL) or Inspect AI logs",
