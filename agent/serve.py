@@ -309,6 +309,28 @@ def text_logprobs(tokenizer: Any, entries: list[tuple[int, float, list[tuple[int
             "text_offset": offsets}
 
 
+def choose_tool(model: Any, text: str, tools: ToolSpec) -> ToolSpec:
+    """tool_choice "required" with several tools: the function the model itself finds most likely to
+    call next (the log-probability of each name after `<tool_call> {"name": "`), so that the reply is
+    a call to a real function. Returns the spec with that function named."""
+    import torch
+
+    tok = model.tokenizer
+    head = text + f'{OPEN}\n{{"name": "'
+    head_ids = tok(head, add_special_tokens=False)["input_ids"]
+    best, best_lp = tools.names[0], float("-inf")
+    with torch.inference_mode():
+        for name in tools.names:
+            ids = tok(head + name + '"', add_special_tokens=False)["input_ids"]
+            start = next((i for i, (a, b) in enumerate(zip(head_ids, ids)) if a != b), len(head_ids))
+            logits = model.model(torch.tensor([ids], device=model.device)).logits[0].float()
+            logp = torch.log_softmax(logits[start - 1:-1], -1)
+            lp = float(logp.gather(1, torch.tensor(ids[start:], device=logp.device)[:, None]).sum())
+            if lp > best_lp:
+                best, best_lp = name, lp
+    return ToolSpec(tools=tools.tools, choice="function", function=best, parallel=tools.parallel, names=tools.names)
+
+
 # ---------------------------------------------------------------- the server
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -423,6 +445,8 @@ class Handler(BaseHTTPRequestHandler):
             native = native_tools(tok)
             messages, tools = render_messages(req.messages, req.tools, req.fmt, native)
             text = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+            if req.tools is not None and req.tools.choice == "required" and len(req.tools.names) > 1:
+                req.tools = choose_tool(model, text, req.tools)  # then the reply starts that call
             prefix = reply_prefix(req.tools, req.fmt)
             ids = list(tok(text + prefix, add_special_tokens=False)["input_ids"])
             events = queue.SimpleQueue() if req.stream else None

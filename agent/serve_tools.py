@@ -13,9 +13,10 @@ Tool-call syntax is the Hermes convention (Qwen2.5/3, Hermes, SmolLM3 and others
   message (FALLBACK_TOOLS_PROMPT), earlier assistant tool calls written as <tool_call> blocks, and tool
   results as user turns wrapped in <tool_response>...</tool_response>.
 
-tool_choice: "none" renders no tools; "auto" lets the model choose; "required" starts the reply with
-`<tool_call>` and a name, and a named function starts it with that function's name, so the model only
-writes the arguments. parallel_tool_calls false ends the reply at the first `</tool_call>`.
+tool_choice: "none" renders no tools; "auto" lets the model choose; a named function starts the reply
+with `<tool_call>` and that function's name, so the model only writes the arguments; "required" does the
+same with the function the model scores most likely (agent/serve.py choose_tool). parallel_tool_calls
+false ends the reply at the first `</tool_call>`.
 """
 from __future__ import annotations
 

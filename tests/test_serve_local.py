@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from pathlib import Path
 
 import openai
 import pytest
@@ -207,6 +208,41 @@ def test_tool_choice_none_required_and_history(server, api):
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
     assert "<tool_response>\nsunny, 21 C\n</tool_response>" in prompt
     assert len(after.choices[0].message.tool_calls or []) <= 1
+
+
+def test_required_with_several_tools_calls_a_real_one(server, api):
+    reply = api.chat.completions.create(model=server.name, tools=TOOLS, tool_choice="required", max_tokens=30,
+                                        temperature=0, messages=[{"role": "user", "content": "What time is it in Tokyo?"}])
+    calls = reply.choices[0].message.tool_calls
+    assert calls and calls[0].function.name in {"get_weather", "get_time"}
+    assert reply.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_template_that_renders_tools_is_used_natively(server, api):
+    """A chat template that knows tools (TRL's copy of Qwen2.5's) renders the tools and the structured
+    history itself; the reply's <tool_call> is parsed the same way."""
+    import trl
+
+    tok = server.model.tokenizer
+    saved = tok.chat_template
+    tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
+    try:
+        history = WEATHER + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+        reply = api.chat.completions.create(model=server.name, messages=history, tools=TOOLS, max_tokens=20,
+                                            temperature=0, tool_choice={"type": "function",
+                                                                        "function": {"name": "get_time"}},
+                                            extra_body={"return_token_ids": True})
+        prompt = tok.decode(reply.model_extra["prompt_token_ids"])
+        assert "# Tools" in prompt and "<tools>" in prompt  # the template's own tool preamble
+        assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt  # dict arguments, via tojson
+        assert "<tool_response>\nsunny\n</tool_response>" in prompt
+        assert "You can call functions" not in prompt  # not the fallback
+        assert reply.choices[0].message.tool_calls[0].function.name == "get_time"
+    finally:
+        tok.chat_template = saved
 
 
 def test_response_format_is_validated(server, api):
