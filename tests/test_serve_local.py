@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 
 import openai
@@ -52,8 +53,13 @@ def ids_of(reply):
 
 
 def test_stream_flows_while_decoding_and_equals_the_plain_reply(server, api):
-    plain = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=24, temperature=0)
-    stream = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=24, temperature=0,
+    plain = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=60, temperature=0)
+    for _ in range(300):  # the decoder clears its batch right after delivering the reply
+        if not server.model._current:
+            break
+        time.sleep(0.1)
+    assert not server.model._current  # nothing is decoding now
+    stream = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=60, temperature=0,
                                          stream=True, stream_options={"include_usage": True})
     chunks = []
     for ch in stream:
@@ -330,3 +336,41 @@ def test_litellm_streams_and_calls_tools(server):
         model=server.name, messages=HAIKU, max_tokens=8, temperature=0)
     assert text == plain.choices[0].message.content
     assert tool.choices[0].message.tool_calls[0].function.name == "get_time"
+
+
+def test_streamed_choices_and_logprobs_match_the_plain_reply(server, api):
+    kwargs = dict(model=server.name, messages=HAIKU, max_tokens=8, temperature=1.0, seed=11, n=2, logprobs=True,
+                  top_logprobs=1)
+    plain = api.chat.completions.create(**kwargs)
+    texts, entries = {0: "", 1: ""}, {0: [], 1: []}
+    for ch in api.chat.completions.create(stream=True, **kwargs):
+        for c in ch.choices:
+            texts[c.index] += c.delta.content or ""
+            entries[c.index] += [(e.token, e.logprob) for e in (c.logprobs.content if c.logprobs else [])]
+    for choice in plain.choices:
+        assert texts[choice.index] == choice.message.content
+        expected = [(e.token, e.logprob) for e in choice.logprobs.content]
+        assert [t for t, _ in entries[choice.index]] == [t for t, _ in expected]
+        assert [lp for _, lp in entries[choice.index]] == pytest.approx([lp for _, lp in expected], abs=2e-3)
+
+
+def test_a_client_that_leaves_stops_its_rows(server):
+    import socket
+    import time
+
+    host, port = server.base_url.split("//")[1].split("/")[0].split(":")
+    body = json.dumps({"model": server.name, "messages": HAIKU, "max_tokens": 4000, "temperature": 1.0, "seed": 3,
+                       "stream": True}).encode()
+    sock = socket.create_connection((host, int(port)), timeout=120)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+                 b"\r\n\r\n" + body)
+    seen = b""
+    while b"data: " not in seen:  # streaming has begun
+        seen += sock.recv(4096)
+    assert seen.startswith(b"HTTP/1.1 200")
+    sock.close()  # the client goes away mid-reply
+    deadline = time.monotonic() + 120  # a bound for a loaded machine, not a speed check
+    while server.model._current and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not server.model._current, "the decoder kept generating for a client that left"

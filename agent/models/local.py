@@ -352,6 +352,9 @@ class LocalModel:
                     batch = self._retire(batch)
                     if batch is not None:
                         self._advance(batch.rows, step(self.model, batch))
+                    else:
+                        with self._lock:
+                            self._current = []  # nothing is being decoded
             except BaseException as e:  # hand the error to every caller in the batch
                 for req in self._current:
                     if not req.future.done():
