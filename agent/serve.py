@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 from agent.errors import UserError
 from agent.models import ContextLengthError, Model, ModelError, get_model
 from agent.models.base import Completion
-from agent.serve_tools import (CLOSE, OPEN, RequestError, ResponseFormat, ToolSpec, check_response_format,
+from agent.serve_tools import (OPEN, RequestError, ResponseFormat, ToolSpec, check_response_format,
                                native_tools, parse_response_format, parse_tool_calls, parse_tools, render_messages,
                                reply_prefix, tool_stops)
 
