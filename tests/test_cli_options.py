@@ -105,7 +105,8 @@ def test_every_flag_has_help_and_every_command_an_example():
     import harness
 
     parser = harness.build_parser()
-    mine = {"eval", "run", "images", "sandbox", "serve", "report", "compare", "export"}
+    # tasks and selftest belong to their packages' own CLIs (issue 13 / evaluators): not checked here
+    mine = {"eval", "run", "images", "sandbox", "serve", "report", "compare", "export", "train"}
 
     def walk(p, path):
         for action in p._actions:
