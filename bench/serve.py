@@ -7,7 +7,10 @@ openai client:
              time (a pipeline is not thread-safe), streaming with TextIteratorStreamer.
 
 Reports time to first token (p50, p95) at 1 and at N concurrent streaming clients, and total generated
-tokens per second at N clients, with the ratios measured side by side in this run.
+tokens per second at N clients, with the ratios measured side by side in this run. Each server runs in
+its own process (as it would in production: the clients' work does not share its interpreter), both
+are up for the whole run, and the measurements alternate between them (ours, pipeline, ours,
+pipeline, ...) so that a change in the machine's load during the run falls on both.
 
     python bench/serve.py            # 1 and 16 clients, 32 tokens per reply (a few minutes on 2 cores)
     python bench/serve.py --smoke    # 1 and 2 clients, 3 tokens: checks that it runs
@@ -24,7 +27,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 TOPICS = ["apple", "river", "castle", "violin", "tiger", "planet", "garden", "rocket", "winter", "copper",
           "island", "pencil", "thunder", "marble", "falcon", "lantern"]
@@ -36,8 +40,10 @@ def prompt(i: int) -> list[dict]:
 
 def pipeline_server(model, tokenizer):
     """The simplest streaming server around a transformers pipeline: one generation at a time."""
+    import torch
     from transformers import TextIteratorStreamer, pipeline
 
+    torch.set_grad_enabled(False)
     pipe = pipeline("text-generation", model=model, tokenizer=tokenizer, device=model.device)
     lock = threading.Lock()
 
@@ -124,42 +130,63 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
+def start(cmd: list[str]):
+    """Start a server process; returns (process, base_url) once it prints its address."""
+    import subprocess
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in proc.stdout:
+        if " at http" in line:
+            return proc, line.split(" at ")[1].split()[0]
+    raise SystemExit(f"bench/serve: {' '.join(cmd)} exited before serving")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="seconds: 1 and 2 clients, 3 tokens (checks that it runs)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients for the second measurement")
     ap.add_argument("--max-tokens", type=int, default=32, help="tokens per reply")
-    ap.add_argument("--solo-requests", type=int, default=4, help="sequential requests at 1 client (for p50/p95)")
+    ap.add_argument("--solo-requests", type=int, default=2, help="sequential requests per 1-client turn")
+    ap.add_argument("--turns", type=int, default=2, help="alternating turns per server and client count")
+    ap.add_argument("--pipeline-server", action="store_true", help=argparse.SUPPRESS)  # the baseline's process
     args = ap.parse_args(argv)
+    if args.pipeline_server:
+        from agent.models.local import load_hf
+
+        url, _ = pipeline_server(*load_hf("smollm2-135m"))
+        print(f"pipeline server at {url}", flush=True)
+        threading.Event().wait()
     if args.smoke:
-        args.clients, args.max_tokens, args.solo_requests = 2, 3, 1
+        args.clients, args.max_tokens, args.solo_requests, args.turns = 2, 3, 1, 1
 
     from agent.models.local import load_hf
-    from agent.serve import start_server
 
-    ours = start_server("local:smollm2-135m")
-    tokenizer = ours.model.tokenizer
-    results = {}
-    try:
-        run_clients(ours.base_url, ours.name, 1, 1, 2, tokenizer)  # warm-up (first-call costs)
-        results["ours", 1] = run_clients(ours.base_url, ours.name, 1, args.solo_requests, args.max_tokens, tokenizer)
-        results["ours", args.clients] = run_clients(ours.base_url, ours.name, args.clients, 1, args.max_tokens,
-                                                    tokenizer)
-    finally:
-        ours.stop()
-    model, tok = load_hf("smollm2-135m")
-    base_url, stop = pipeline_server(model, tok)
-    try:
-        run_clients(base_url, "smollm2-135m", 1, 1, 2, tokenizer)
-        results["pipeline", 1] = run_clients(base_url, "smollm2-135m", 1, args.solo_requests, args.max_tokens,
-                                             tokenizer)
-        results["pipeline", args.clients] = run_clients(base_url, "smollm2-135m", args.clients, 1, args.max_tokens,
-                                                        tokenizer)
-    finally:
-        stop()
-
+    _, tokenizer = load_hf("smollm2-135m", device="cpu")
+    servers = {"ours": start([sys.executable, "-u", "harness.py", "serve", "--port", "0"]),
+               "pipeline": start([sys.executable, "-u", "bench/serve.py", "--pipeline-server"])}
     n = args.clients
-    print(f"\nbench/serve: SmolLM2-135M on this machine's CPU, streaming, {args.max_tokens} tokens per reply, greedy")
+    results = {(name, c): {"ttft": [], "tokens": 0, "wall": 0.0} for name in servers for c in (1, n)}
+    try:
+        for name, (_, url) in servers.items():
+            run_clients(url, "smollm2-135m", 1, 1, 2, tokenizer)  # warm-up (first-call costs)
+        for _ in range(args.turns):
+            for clients, rounds in ((1, args.solo_requests), (n, 1)):
+                for name, (_, url) in servers.items():
+                    r = run_clients(url, "smollm2-135m", clients, rounds, args.max_tokens, tokenizer)
+                    into = results[name, clients]
+                    into["ttft"] += r["ttft"]
+                    into["tokens"] += r["tokens"]
+                    into["wall"] += r["wall"]
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+    for r in results.values():
+        r["ttft"].sort()
+        r["tps"] = r["tokens"] / r["wall"]
+
+    print(f"\nbench/serve: SmolLM2-135M on this machine's CPU, streaming, {args.max_tokens} tokens per reply, greedy, "
+          f"{args.turns} alternating turn(s)")
     print(f"{'server':<10} {'TTFT p50 @1':>12} {'TTFT p95 @1':>12} {f'TTFT p50 @{n}':>13} {f'TTFT p95 @{n}':>13} "
           f"{f'tokens/s @{n}':>13}")
     for name in ("ours", "pipeline"):

@@ -287,7 +287,7 @@ class LocalModel:
                seed: Optional[int] = None, stop: tuple[str, ...] | list[str] = (), logprobs: Optional[int] = None,
                events: Optional[queue.SimpleQueue] = None, stop_after_block: bool = False) -> "_Request":
         """Queue a generation from exact prompt token ids (what `harness serve` uses). `stop` strings end
-        a row inside the decoder; `logprobs` = None (off) or how many top alternatives to keep per token;
+        a row inside the decoder; `logprobs` = None (off) or how many top alternatives to keep per token.
         With an `events` queue (streaming; several requests may share one) the decoder puts
         (request, "token", k, id, logprob entry or None) as row k decodes a token, (request, "finish", k,
         Completion, None) when row k ends, and (request, "error", 0, exception, None) if decoding fails.
@@ -397,6 +397,15 @@ class LocalModel:
             if req.events is not None:
                 req.events.put((req, "token", row.k, token, row.logprobs[-1] if req.logprobs is not None else None))
 
+    def _tokens_up_to(self, row: list[int], chars: int) -> list[int]:
+        """The shortest start of `row` whose text covers its first `chars` characters."""
+        if chars <= 0:
+            return []
+        for j in range(len(row)):
+            if len(self.tokenizer.decode(row[: j + 1], skip_special_tokens=False)) >= chars:
+                return row[: j + 1]
+        return list(row)
+
     def _stop_at(self, req: "_Request", out: list[int]) -> Optional[int]:
         """Where the first of the request's stop strings starts in the decoded reply, if one is there."""
         text = self.tokenizer.decode(out, skip_special_tokens=False)
@@ -440,11 +449,11 @@ class LocalModel:
             # Text before the stop string; the tokens counted are those that put visible text there
             # (the stop string's own tokens are neither returned nor counted).
             text = self.tokenizer.decode(row[:end], skip_special_tokens=False)[:cut]
-            ids = row[: next((j for j in range(len(row)) if len(self.tokenizer.decode(row[: j + 1])) >= cut),
-                             len(row)) + 1] if cut else []
+            ids = self._tokens_up_to(row, cut)
             return Completion(content=text, prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0,
                               finish_reason="stop", prompt_ids=list(prompt_ids), completion_ids=list(ids))
-        if self.stop_after_block if req is None else req.stop_after_block:  # cut right after the token that closed the first block
+        after_block = self.stop_after_block if req is None else req.stop_after_block
+        if after_block:  # cut right after the token that closed the first block
             closed = next((i for i in range(len(row) if end is None else end)
                            if _has_block(self.tokenizer.decode(row[: i + 1]))), None)
             if closed is not None:

@@ -229,7 +229,6 @@ def sample(rows: list[Row], logits: torch.Tensor) -> list[int]:
     return picked
 
 
-
 def token_logprobs(logits: torch.Tensor, picked: list[int], top: int) -> list[tuple[float, list[tuple[int, float]]]]:
     """Per row: the log-probability of the picked token under the model's distribution (the logits
     before temperature, as vLLM and OpenAI report them) and the `top` most likely (token, logprob)."""
