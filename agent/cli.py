@@ -33,6 +33,8 @@ def register(sub):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run the attempts on a Ray cluster: ray://HOST:PORT, HOST:PORT or auto (needs harness[cluster])")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("run", help="run the agent on a folder and print the resulting patch")
@@ -101,7 +103,7 @@ def cmd_eval(args) -> int:
     run_dir = asyncio.run(run_eval(
         args.model, tasks, samples=args.samples, temperature=args.temperature, out_dir=resume_dir or args.out,
         concurrency=args.concurrency, resume=resume_dir is not None, seed=args.seed, model_options=options,
-        loop=loop, model_concurrency=args.model_concurrency, suite=args.tasks))
+        loop=loop, model_concurrency=args.model_concurrency, suite=args.tasks, cluster=args.cluster))
     from results.report import print_summary
     print_summary(run_dir)
     print(f"run folder: {run_dir}")

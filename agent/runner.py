@@ -182,8 +182,10 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
                    out_dir: Optional[Path] = None, concurrency: int = 4, resume: bool = False, seed: int = 0,
                    model_options: Optional[dict] = None, loop: Optional[LoopConfig] = None,
                    model_concurrency: Optional[int] = None, max_sandboxes: Optional[int] = None,
-                   progress: bool = True, model_obj: Optional[Model] = None, suite: str = "") -> Path:
-    """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl)."""
+                   progress: bool = True, model_obj: Optional[Model] = None, suite: str = "",
+                   cluster: Optional[str] = None) -> Path:
+    """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
+    With `cluster` (a Ray address, agent/cluster.py) the attempts run on the cluster's nodes."""
     from results.store import Manifest, RunStore, default_run_dir
 
     if not tasks:
@@ -198,6 +200,9 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
               "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
               "tools": TOOLS}
+    if cluster:
+        from agent.cluster import check_address, import_ray
+        check_address(cluster), import_ray()
     # A bad model string, missing API key or adapter fails here: before images are built or a run folder is made.
     the_model = model_obj or get_model(model, **model_options)
     images = await build_images(tasks)
@@ -214,6 +219,24 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
         model_slots = asyncio.Semaphore(model_concurrency or concurrency)
         attempt_slots = asyncio.Semaphore(concurrency)
         bar = Progress(total=len(todo), started=time.monotonic()) if progress else None
+        if cluster:
+            from agent.cluster import run_on_cluster
+
+            def record(rec: Attempt):
+                store.append(rec)  # durable before it counts as done
+                if bar:
+                    bar.update(rec)
+            try:
+                await run_on_cluster(cluster, todo, tasks=tasks, images=images, run_id=run_id, model=model,
+                                     model_obj=the_model, model_options=model_options, loop=cfg,
+                                     temperature=temperature, concurrency=concurrency,
+                                     model_concurrency=model_concurrency, on_record=record)
+            except BaseException:
+                if bar and bar.done < bar.total:
+                    print(file=bar.stream)
+                raise
+            store.finish()
+            return out_dir
         async with SandboxPool(run_id=run_id, warm=concurrency + 1,  # an agent and a grader container each
                                max_containers=max_sandboxes or 2 * concurrency + 2) as pool:
             async def one(task: Task, sample: int):
