@@ -4,6 +4,7 @@ The cluster lives in a network namespace (tests/ray_cluster.py); the driver, `ha
 runs inside it too (nsenter), as it would on a node of a real cluster. Every node shares this
 machine's Docker engine.
 """
+import contextlib
 import json
 import subprocess
 import sys
@@ -141,3 +142,34 @@ def test_cli_says_what_to_install_without_ray(tmp_path):
     assert p.returncode == 2, p.stderr
     errors = [line for line in p.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "pip install 'harness[cluster]'" in errors[0], p.stderr
+
+
+def test_a_node_without_an_image_gets_it_by_docker_load(image):
+    """The driver ships `docker save` of what a node lacks; the node's `docker load` yields the same id."""
+    import io
+    import secrets
+    import tarfile
+
+    from agent.cluster import NodeWorker, _save_image
+    from agent.images import base_tag
+    from agent.sandbox import docker_client
+    client = docker_client()
+    dockerfile = f"FROM {base_tag()}\nLABEL harness.test={secrets.token_hex(8)}\n".encode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile))
+    buf.seek(0)
+    img, _ = client.images.build(fileobj=buf, custom_context=True, rm=True)
+    node = NodeWorker({})
+    try:
+        blob = _save_image(img.id)
+        client.images.remove(img.id)
+        assert node.missing_images([img.id, image]) == [img.id]
+        node.load_images(blob, [img.id])
+        assert node.missing_images([img.id, image]) == []
+        assert client.images.get(img.id).labels["harness.test"] == img.labels["harness.test"]
+    finally:
+        with contextlib.suppress(Exception):
+            client.images.remove(img.id)
