@@ -538,3 +538,26 @@ def _label_value(s: str) -> str:
     """A valid label value (63 characters of [A-Za-z0-9._-], alphanumeric at both ends)."""
     v = "".join(c if c.isalnum() or c in "._-" else "-" for c in s)[:63].strip("._-")
     return v or "x"
+
+
+# -- what `eval --sandbox k8s` needs -----------------------------------------------------------------
+
+def k8s_images(tasks: list, options: dict) -> dict[str, str]:
+    """task id -> the image the pods run: the base image, pushed to a registry the cluster pulls from."""
+    image = options.get("image") or os.environ.get("HARNESS_K8S_IMAGE")
+    if not image:
+        raise UserError("--sandbox k8s needs the sandbox image in a registry the cluster can pull: build it "
+                        "(`harness images build`), push it, and pass --k8s-image REGISTRY/IMAGE:TAG")
+    own = [t for t in tasks if t.dockerfile]
+    if own:
+        raise UserError(f"task {own[0].id} has its own environment/Dockerfile: --sandbox k8s runs only tasks on the "
+                        "base image for now; leave such tasks out (--glob) or run them on Docker")
+    return {t.id: image for t in tasks}
+
+
+def k8s_pool(options: dict) -> Callable[..., K8sSandboxPool]:
+    """A SandboxPool-compatible factory for the runner, with the cluster's settings bound."""
+    import functools
+    api = K8sApi.from_environment(options.get("namespace"))
+    return functools.partial(K8sSandboxPool, api=api, runtime_class=options.get("runtime_class"),
+                             connect=options.get("connect", "auto"))

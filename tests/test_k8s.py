@@ -167,3 +167,37 @@ def test_real_cluster_runs_and_grades_an_attempt(tmp_path):
                  sandbox_options={"image": os.environ["HARNESS_K8S_IMAGE"]}))
     rec = json.loads((out / "attempts.jsonl").read_text())
     assert rec["solved"], rec["detail"]
+
+
+def test_cli_eval_with_k8s_sandboxes(fake_cluster, image, tmp_path):
+    """`harness eval --sandbox k8s` end to end: KUBECONFIG names the (fake) cluster; records and summary as on Docker."""
+    import subprocess
+    import sys
+
+    from tasks.loader import load_suite
+    task = next(t for t in load_suite("builtin") if t.id == "create-file-01")
+    cmd = task.solution_files["solve.sh"].decode().strip().splitlines()[-1]
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"create-file-01": [f"```bash\n{cmd}\n```", SUBMIT], "*": ["```bash\nls\n```", SUBMIT]}))
+    env = {**os.environ, "KUBECONFIG": fake_cluster.kubeconfig(tmp_path / "kubeconfig")}
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "harness.py", "eval", "--model", f"replay:{script}", "--tasks", "builtin",
+                        "--glob", "create-file-0[12]", "--sandbox", "k8s", "--k8s-image", image, "--out", str(out)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    recs = {r["task_id"]: r for r in map(json.loads, (out / "attempts.jsonl").read_text().splitlines())}
+    assert recs["create-file-01"]["solved"] and not recs["create-file-02"]["solved"]
+    assert recs["create-file-02"]["reason"] != "infra_error" and recs["create-file-01"]["image"] == image
+    assert "solved" in p.stdout
+    assert not fake_cluster.pods() and not fake_cluster.objects  # nothing left behind
+
+
+def test_cli_k8s_without_an_image_is_a_one_line_error(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"*": [SUBMIT]}))
+    p = subprocess.run([sys.executable, "harness.py", "eval", "--model", f"replay:{script}", "--sandbox", "k8s"],
+                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HARNESS_K8S_IMAGE": ""})
+    assert p.returncode == 2
+    assert "--k8s-image" in p.stderr.strip().splitlines()[-1]
