@@ -173,3 +173,16 @@ def test_a_node_without_an_image_gets_it_by_docker_load(image):
     finally:
         with contextlib.suppress(Exception):
             client.images.remove(img.id)
+
+
+@needs_cluster
+@pytest.mark.slow
+def test_bench_cluster_smoke():
+    """bench/cluster.py --smoke: its own local cluster, the three paths, the driver's ceiling (no timing asserted)."""
+    p = subprocess.run([sys.executable, "bench/cluster.py", "--smoke"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [line.split() for line in p.stdout.splitlines() if line.startswith(("single machine", "ray --cluster"))]
+    assert [r[0] for r in rows] == ["single", "ray", "ray"]
+    assert [r[2] for r in rows] == ["1", "1", "2"]  # nodes the attempts landed on
+    assert "records/s" in p.stdout and "driver ceiling" in p.stdout
