@@ -126,23 +126,23 @@ def main():
             raise RuntimeError(f"{mode} run failed: {p.stderr[-2000:]}")
         return json.loads(line[-1][7:])
 
-    rows = []
     try:
         print(f"{args.tasks} attempts, total concurrency {args.concurrency}, {os.cpu_count()} cores shared by all nodes",
               flush=True)
         print(f"{'path':<20} {'nodes':>5} {'whole att/min':>14} {'steady att/min':>15} {'start-up s':>11} "
               f"{'vs single (steady)':>19}", flush=True)
-        single = inner("single")
-        rows.append(("single machine", single))
-        print(f"{'single machine':<20} {1:>5} {single['whole']:14.1f} {single['steady']:15.1f} "
-              f"{single['startup']:11.1f} {'1.00x':>19}", flush=True)
+        ratios = []
         for nodes in (1, 2):
             if nodes == 2:
                 cluster.add_worker()
+            # Each Ray row is paired with a single-machine run just before it: the machine's load drifts.
+            single = inner("single")
+            print(f"{'single machine':<20} {1:>5} {single['whole']:14.1f} {single['steady']:15.1f} "
+                  f"{single['startup']:11.1f} {'1.00x':>19}", flush=True)
             r = inner("ray")
-            rows.append((f"ray, {nodes} node(s)", r))
+            ratios.append(r["steady"] / single["steady"])
             print(f"{'ray --cluster':<20} {r['nodes']:>5} {r['whole']:14.1f} {r['steady']:15.1f} {r['startup']:11.1f} "
-                  f"{r['steady'] / single['steady']:18.2f}x", flush=True)
+                  f"{ratios[-1]:18.2f}x", flush=True)
     finally:
         cluster.stop()
     rec_bytes = int(single["record_bytes"])

@@ -183,6 +183,6 @@ def test_bench_cluster_smoke():
                        timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [line.split() for line in p.stdout.splitlines() if line.startswith(("single machine", "ray --cluster"))]
-    assert [r[0] for r in rows] == ["single", "ray", "ray"]
-    assert [r[2] for r in rows] == ["1", "1", "2"]  # nodes the attempts landed on
+    assert [r[0] for r in rows] == ["single", "ray", "single", "ray"]
+    assert [r[2] for r in rows] == ["1", "1", "1", "2"]  # nodes the attempts landed on
     assert "records/s" in p.stdout and "driver ceiling" in p.stdout
