@@ -179,9 +179,10 @@ async def run_on_cluster(address: str, todo: list[tuple[Any, int]], *, tasks: li
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    # A node started with --num-cpus=0 (the usual way to keep work off a head node) gets no actor.
+    nodes = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
     if not nodes:
-        raise UserError(f"--cluster {address}: the cluster has no live node")
+        raise UserError(f"--cluster {address}: the cluster has no live node with CPUs")
     server = None
     actor_model = model
     if model.startswith("local:"):  # in-process weights: served once, here
@@ -288,9 +289,10 @@ async def _drive(workers: list[tuple[Any, int]], labels: list[str], todo: list[t
 
 
 async def _close(ray, actors: list[Any]) -> None:
-    for a in actors:
+    async def one(a):
         try:
-            await asyncio.wait_for(a.close.remote(), timeout=60)
-        except Exception:
-            pass  # a lost node's containers are removed by `harness sandbox prune --orphans` there
+            await asyncio.wait_for(a.close.remote(), timeout=60)  # its pool removes its containers
+        except Exception:  # noqa: BLE001 -- a lost node's are removed by `harness sandbox prune --orphans` there
+            pass
         ray.kill(a)
+    await asyncio.gather(*(one(a) for a in actors))

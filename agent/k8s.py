@@ -202,6 +202,9 @@ class K8sApi:
         """Server, CA and credentials (token, or client certificate and key) of the current context."""
         try:
             import yaml
+        except ModuleNotFoundError:
+            raise UserError("--sandbox k8s reads the kubeconfig with PyYAML: pip install 'harness[k8s]'") from None
+        try:
             cfg = yaml.safe_load(Path(path).read_text())
         except FileNotFoundError:
             raise UserError(f"--sandbox k8s: no kubeconfig at {path}: set KUBECONFIG") from None

@@ -186,3 +186,21 @@ def test_bench_cluster_smoke():
     assert [r[0] for r in rows] == ["single", "ray", "single", "ray"]
     assert [r[2] for r in rows] == ["1", "1", "1", "2"]  # nodes the attempts landed on
     assert "records/s" in p.stdout and "driver ceiling" in p.stdout
+
+
+@needs_cluster
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_local_model_is_served_once_by_the_driver_and_called_from_the_nodes(ray_cluster, tmp_path):
+    out = tmp_path / "run"
+    argv = ray_cluster.wrap([sys.executable, str(ROOT / "harness.py"), "eval", "--model", "local:smollm2-135m",
+                             "--tasks", "builtin", "--glob", "create-file-0[12]", "--max-steps", "1",
+                             "--max-reply-tokens", "16", "--concurrency", "2", "--cluster", ray_cluster.address,
+                             "--out", str(out)])
+    p = subprocess.run(argv, cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = records(out)
+    assert sorted(r["task_id"] for r in recs) == ["create-file-01", "create-file-02"]
+    for r in recs:
+        assert r["model"] == "local:smollm2-135m" and r["status"] != "error", r["error"]
+        assert r["n_steps"] == 1 and r["completion_tokens"] > 0  # replies came over HTTP from the served model
