@@ -62,6 +62,9 @@ def register(sub):
     ssub = p.add_subparsers(dest="sandbox_command", required=True)
     pr = ssub.add_parser("prune", help="remove every container with harness labels")
     pr.add_argument("--orphans", action="store_true", help="only those whose harness process is gone")
+    pr.add_argument("--k8s", action="store_true",
+                    help="instead: delete every harness SandboxClaim, SandboxWarmPool and SandboxTemplate (KUBECONFIG)")
+    pr.add_argument("--k8s-namespace", help="with --k8s (default: the kubeconfig context's)")
     pr.set_defaults(func=cmd_prune)
 
     try:
@@ -144,6 +147,12 @@ def cmd_images_build(args) -> int:
 
 
 def cmd_prune(args) -> int:
+    if args.k8s:
+        from agent.k8s import K8sApi, prune_k8s
+        api = K8sApi.from_environment(args.k8s_namespace)
+        prune_k8s(api)
+        print(f"deleted the harness sandbox objects in namespace {api.namespace}")
+        return 0
     from agent.sandbox import prune
     n = prune(orphans_only=args.orphans)
     print(f"removed {n} containers")

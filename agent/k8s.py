@@ -543,6 +543,13 @@ def _label_value(s: str) -> str:
     return v or "x"
 
 
+def prune_k8s(api: K8sApi) -> None:
+    """Deletes every harness claim, warm pool and template in the namespace: what a harness that died left
+    (claims expire by themselves at shutdownTime; warm pools would keep their pods running)."""
+    for plural in ("sandboxclaims", "sandboxwarmpools", "sandboxtemplates"):
+        api.delete_all(EXTENSIONS_API, plural, LABEL_POOL)  # a bare key selects objects that have the label
+
+
 # -- what `eval --sandbox k8s` needs -----------------------------------------------------------------
 
 def k8s_images(tasks: list, options: dict) -> dict[str, str]:

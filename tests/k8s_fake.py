@@ -79,8 +79,8 @@ class FakeCluster:
                         self._reply(200 if found else 404)
                     else:
                         sel = dict(p.split("=", 1) for p in (m["query"] or "").split("&") if "=" in p)
-                        key, _, value = sel.get("labelSelector", "").replace("%3D", "=").partition("=")
-                        outer.delete_matching(m["plural"], key, value)
+                        key, eq, value = sel.get("labelSelector", "").replace("%3D", "=").partition("=")
+                        outer.delete_matching(m["plural"], key, value if eq else None)
                         self._reply(200)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -129,7 +129,8 @@ class FakeCluster:
     def delete_matching(self, plural: str, key: str, value: str) -> None:
         with self.lock:
             names = [n for (p, n), o in self.objects.items()
-                     if p == plural and o["metadata"].get("labels", {}).get(key) == value]
+                     if p == plural and key in o["metadata"].get("labels", {})
+                     and (value is None or o["metadata"]["labels"][key] == value)]
         for n in names:
             self.delete(plural, n)
 

@@ -155,6 +155,22 @@ def test_the_exec_stream_fallback_runs_the_same_server(fake_cluster, image, tmp_
     run(go())
 
 
+def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
+    """A harness killed mid-run leaves its warm pool (pods kept running) and template: `sandbox prune --k8s`."""
+    import subprocess
+    import sys
+    env = {**os.environ, "KUBECONFIG": fake_cluster.kubeconfig(tmp_path / "kubeconfig")}
+    labels = {"harness.run": "r-dead", "harness.pool": "deadbeef"}
+    fake_cluster.create("sandboxtemplates", render_template("harness-dead", "evals", image, Limits(), "T", labels))
+    fake_cluster.create("sandboxwarmpools", render_warm_pool("harness-dead", "evals", "harness-dead", 2, labels))
+    other = render_warm_pool("someone-else", "evals", "harness-dead", 1, {"app": "other"})
+    fake_cluster.create("sandboxwarmpools", other)
+    p = subprocess.run([sys.executable, "harness.py", "sandbox", "prune", "--k8s"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert set(fake_cluster.objects) == {("sandboxwarmpools", "someone-else")}  # only what is not ours stays
+
+
 @pytest.mark.k8s
 @pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a cluster with agent-sandbox: set KUBECONFIG "
                     "and HARNESS_K8S_IMAGE (the base image in a registry the cluster pulls from)")
