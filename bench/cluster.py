@@ -68,7 +68,7 @@ def measure(mode: str, address: str, n: int, concurrency: int) -> dict:
     recs = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
     assert len(recs) == n and all(r["solved"] for r in recs), "bench tasks must all be solved"
     steady = (len(stamps) - 1) / (stamps[-1] - stamps[0]) * 60 if len(stamps) > 1 and stamps[-1] > stamps[0] else 0.0
-    res = {"whole": n / wall * 60, "steady": steady, "startup": stamps[0] - t0 if stamps else wall,
+    res = {"records": str(out / "attempts.jsonl"), "whole": n / wall * 60, "steady": steady, "startup": stamps[0] - t0 if stamps else wall,
            "nodes": len({r["node"] for r in recs}), "record_bytes": statistics.mean(
                len(line) + 1 for line in (out / "attempts.jsonl").read_text().splitlines()),
            "attempt_s": statistics.mean(r["durations"]["total"] for r in recs),
@@ -77,21 +77,35 @@ def measure(mode: str, address: str, n: int, concurrency: int) -> dict:
     return res
 
 
-def store_rate(record_bytes: int, n: int = 300) -> float:
-    """RunStore.append records per second (each one write + fsync), records of the given size."""
+def _sample_records(path: Path, n: int) -> list[dict]:
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    return [lines[i % len(lines)] for i in range(n)]
+
+
+def store_rate(sample: Path, n: int = 300) -> float:
+    """RunStore.append records per second (each one write + fsync), with this run's real records."""
     from results.schema import Attempt
     from results.store import Manifest, RunStore
     out = Path(tempfile.mkdtemp(prefix="bench-store-")) / "run"
     store = RunStore.create(out, Manifest.build("bench", {"bench": True}, []))
-    pad = "x" * max(0, record_bytes - 600)
-    recs = [Attempt(key=f"{store.run_id}/t{i}/0", run_id=store.run_id, task_id=f"t{i}", model="bench", detail=pad)
-            for i in range(n)]
+    recs = [Attempt.model_validate({**r, "run_id": store.run_id, "key": f"{store.run_id}/{r['task_id']}/{i}",
+                                    "sample": i}) for i, r in enumerate(_sample_records(sample, n))]
     t = time.perf_counter()
     for r in recs:
         store.append(r)
     rate = n / (time.perf_counter() - t)
     store.close()
     return rate
+
+
+def validate_rate(sample: Path, n: int = 300) -> float:
+    """The driver's other work per record: rebuilding the Attempt a node sent (pydantic validation)."""
+    from results.schema import Attempt
+    raws = _sample_records(sample, n)
+    t = time.perf_counter()
+    for raw in raws:
+        Attempt.model_validate(raw)
+    return n / (time.perf_counter() - t)
 
 
 def main():
@@ -146,10 +160,12 @@ def main():
     finally:
         cluster.stop()
     rec_bytes = int(single["record_bytes"])
-    rate = store_rate(rec_bytes, 100 if args.smoke else 1000)
+    sample = Path(single["records"])
+    rate = store_rate(sample, 100 if args.smoke else 1000)
     print(f"per attempt (single machine): {single['attempt_s']:.2f} s in total, of which grading "
           f"{single['grading_s']:.2f} s; a record is {rec_bytes} bytes")
-    print(f"driver ceiling: RunStore.append {rate:.0f} records/s (write + fsync each) = {rate * 60:.0f} attempts/min")
+    print(f"driver ceiling: RunStore.append {rate:.0f} records/s (write + fsync each) = {rate * 60:.0f} attempts/min; "
+          f"validating a node's record {validate_rate(sample):.0f}/s")
 
 
 if __name__ == "__main__":
