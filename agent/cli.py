@@ -124,18 +124,21 @@ def cmd_eval(args) -> int:
 
 def cmd_run(args) -> int:
     from agent.loop import LoopConfig
-    from agent.workflow import apply_changes, run_workflow
+    from agent.workflow import apply_changes, escape_terminal, run_workflow
 
     result = asyncio.run(run_workflow(args.model, args.workspace, args.instruction, verify=args.verify,
                                       cfg=LoopConfig(max_steps=args.max_steps)))
-    sys.stdout.write(result.diff)
+    sys.stdout.write(escape_terminal(result.diff))  # the agent's bytes never reach the terminal raw
     for cmd, r in result.verification:
         print(f"verify: {cmd!r} -> exit {r.exit_code}", file=sys.stderr)
     print(f"agent ended: {result.loop.exit_reason} after {len(result.loop.steps)} steps; "
           f"{len(result.changes.paths)} files changed", file=sys.stderr)
     if args.apply:
-        apply_changes(args.workspace, result.changes)
-        print(f"applied to {args.workspace}", file=sys.stderr)
+        refused = apply_changes(args.workspace, result.changes)
+        for path, why in refused:
+            print(f"not applied: {escape_terminal(path)} ({why})", file=sys.stderr)
+        print(f"applied to {args.workspace}" + (f" except {len(refused)} refused" if refused else ""),
+              file=sys.stderr)
     return 0 if result.verified else 1
 
 

@@ -64,6 +64,7 @@ class LoopResult:
     messages: list[dict[str, Any]] = field(default_factory=list)
     exit_reason: str = "max_steps"
     model_error: Optional[str] = None
+    model_error_status: Optional[int] = None  # the provider's HTTP status, when it answered with an error
 
     @property
     def model_seconds(self) -> float:
@@ -184,7 +185,7 @@ async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> 
             res.exit_reason = "context_exceeded"
             return res
         except ModelError as e:
-            res.exit_reason, res.model_error = "model_error", str(e)
+            res.exit_reason, res.model_error, res.model_error_status = "model_error", str(e), e.status
             return res
         step = Step(index=index, raw_output=completion.content, model_seconds=time.monotonic() - started,
                     tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
@@ -210,12 +211,14 @@ async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> 
             try:
                 obs, code, timed_out, seconds = await run_action(sb, action, cfg)
             except SandboxDied:
-                # The agent used its memory limit up (processes, or files in /tmp or /workspace) and the
-                # sandbox died of it: the attempt ends as the agent's result, graded like any other. Any
-                # other death (killed from outside, engine gone) stays an infra error: retried.
-                if not await asyncio.to_thread(sb.died_of_oom):
+                # The agent used its memory limit up (processes, or files in /tmp or /workspace), or its
+                # processes starved the command server: the attempt ends as the agent's result, graded like
+                # any other. Any other death (killed from outside, engine gone) stays an infra error.
+                cause = await asyncio.to_thread(sb.death_cause)
+                if cause is None:
                     raise
-                step.observation = "[the sandbox ran out of memory and stopped]"
+                step.observation = ("[the sandbox ran out of memory and stopped]" if cause == "oom"
+                                    else "[the sandbox stopped answering and was stopped]")
                 res.exit_reason = "sandbox_died"
                 return res
             step.tool_seconds += seconds

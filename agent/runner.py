@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,13 +86,16 @@ class _Limited:
             return await self._model.complete(*args, **kwargs)
 
 
+REJECTED_STATUSES = (400, 413, 422)  # the provider refused the conversation's content: the attempt's own failure
+
+
 async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str, *, run_id: str,
                       model_name: str, sample: int = 0, temperature: float = 0.0) -> Attempt:
-    """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries)."""
+    """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries);
+    nothing the agent does in its sandbox raises: it is graded."""
     started, t0 = now(), time.monotonic()
-    rec = Attempt(key=attempt_key(run_id, task.id, sample), run_id=run_id, task_id=task.id,
-                  task_version=task.version, domain=task.domain, difficulty=task.difficulty, split=task.split,
-                  sample=sample, model=model_name, temperature=temperature, image=image, started_at=started)
+    rec = _record(task, run_id, model_name, sample, temperature, image)
+    rec.started_at = started
     result: Optional[LoopResult] = None
     async with pool.sandbox(image, Limits.for_task(task.environment), task=task.id) as sb:
         await sb.put_files(task.workspace_files, executable=task.executable_files)
@@ -100,7 +104,10 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
             result = await policy(task, sb)
         except OracleFailed as e:
             rec.error = str(e)
-        changes = await sb.changes() if not sb.dead else Changes()
+        if sb.dead:
+            changes = Changes(rejected=["the sandbox died before its changes could be captured"])
+        else:
+            changes = await sb.changes()
     if result is not None:
         rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
         rec.n_steps = len(result.steps)
@@ -108,33 +115,53 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
         rec.completion_tokens = sum(s.completion_tokens for s in result.steps)
         rec.cost = sum(s.cost for s in result.steps)
         rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
-        if result.exit_reason == "model_error":  # the provider failed, not the model: infra
-            raise InfraError(result.model_error or "model error")
+        if result.exit_reason == "model_error":
+            if result.model_error_status not in REJECTED_STATUSES:  # the provider failed, not the model: infra
+                raise InfraError(result.model_error or "model error")
+            rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
     rec.patch_files = len(changes.paths)
+    if changes.rejected:
+        rec.detail = "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
     verdict = await grade(task, changes, pool, image)
     rec.reward, rec.solved, rec.reason, rec.tests = verdict.reward, verdict.solved, verdict.reason, verdict.tests
     rec.status = "solved" if verdict.solved else "failed"
-    rec.detail = verdict.detail[:1000]
+    rec.detail = (rec.detail + verdict.detail)[:1000]
     rec.durations.evaluation = verdict.seconds
     rec.durations.total = time.monotonic() - t0
     rec.finished_at = now()
     return rec
 
 
+def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: float, image: str) -> Attempt:
+    """The record of one attempt, before anything happened (the one place an Attempt is started)."""
+    return Attempt(key=attempt_key(run_id, task.id, sample), run_id=run_id, task_id=task.id,
+                   task_version=task.version, domain=task.domain, difficulty=task.difficulty, split=task.split,
+                   sample=sample, model=model_name, temperature=temperature, image=image)
+
+
 async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], pool: SandboxPool, image: str,
                                **kw) -> Attempt:
-    """Retries infrastructure failures a bounded number of times; then records status=error."""
+    """Retries infrastructure failures a bounded number of times; then records status=error. Any other
+    exception (a bug, or something no check foresaw) is recorded as this attempt's failure: one attempt
+    never aborts the run, and nothing an agent causes can turn its failure into an excluded error."""
     last = ""
+    rec_args = (task, kw["run_id"], kw["model_name"], kw.get("sample", 0), kw.get("temperature", 0.0), image)
     for _ in range(1 + INFRA_RETRIES):
         try:
             return await run_attempt(task, make_policy(), pool, image, **kw)
         except (InfraError, OSError) as e:
             last = f"{type(e).__name__}: {e}"
-    run_id, sample = kw["run_id"], kw.get("sample", 0)
-    return Attempt(key=attempt_key(run_id, task.id, sample), run_id=run_id, task_id=task.id,
-                   task_version=task.version, domain=task.domain, difficulty=task.difficulty, split=task.split,
-                   sample=sample, model=kw["model_name"], temperature=kw.get("temperature", 0.0), image=image,
-                   status="error", reason="infra_error", error=last[:2000], finished_at=now())
+        except (UserError, asyncio.CancelledError):
+            raise  # bad input stops the run with its one-line message; cancellation is the caller's
+        except Exception as e:  # noqa: BLE001
+            rec = _record(*rec_args)
+            rec.status, rec.reason = "failed", "harness_error"
+            rec.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"[:2000]
+            rec.finished_at = now()
+            return rec
+    rec = _record(*rec_args)
+    rec.status, rec.reason, rec.error, rec.finished_at = "error", "infra_error", last[:2000], now()
+    return rec
 
 
 async def build_images(tasks: list[Task], log=print) -> dict[str, str]:

@@ -22,6 +22,7 @@ import os
 import secrets
 import signal
 import socket
+import sys
 import tarfile
 import threading
 import time
@@ -42,6 +43,7 @@ from agent.errors import InfraError, UserError
 AGENT_UID = 10001  # a uid no host account uses: per-uid limits are shared across the host
 WORKSPACE = "/workspace"
 SERVER_SOURCE = (Path(__file__).parent / "sandbox_server.py").read_text()
+CAPTURE_SOURCE = (Path(__file__).parent / "sandbox_capture.py").read_text()
 LABEL_RUN = "harness.run"
 LABEL_PID = "harness.pid"
 LABEL_TASK = "harness.task"
@@ -50,7 +52,12 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class SandboxDied(InfraError):
-    """The container or its command server is gone (killed, out of memory, engine restarted)."""
+    """The container or its command server is gone (killed, out of memory, engine restarted).
+    Sandbox.death_cause() tells whether what ran inside caused it."""
+
+
+class CaptureError(Exception):
+    """The workspace could not be listed or read (the changes are then rejected, never a crash)."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,7 @@ class Sandbox:
         self.limits = limits
         self.pool_key = pool_key
         self.dead = False
+        self.unresponsive = False  # killed by us because its server stopped answering
         self.server_log = deque(maxlen=50)  # the server's own stderr, for diagnosis
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 1
@@ -235,6 +243,7 @@ class Sandbox:
             return await asyncio.wait_for(fut, host_timeout)
         except asyncio.TimeoutError:
             # The server itself stopped answering (e.g. starved by a fork bomb): this sandbox is done.
+            self.unresponsive = True
             self._mark_dead(f"no answer within {host_timeout:.0f}s")
             await asyncio.to_thread(self.kill)
             raise SandboxDied(f"sandbox {self.id[:12]} stopped answering") from None
@@ -319,40 +328,51 @@ class Sandbox:
                     out[member.name] = tar.extractfile(member).read()
         return out
 
+    async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
+        """Runs agent/sandbox_capture.py inside as root; its JSON answer, or CaptureError."""
+        r = await self.exec_raw(["python3", "-I", "-c", CAPTURE_SOURCE, *args], timeout=120, cap=cap,
+                                user="root", cwd="/", stdin=stdin)
+        if r["out_dropped"]:
+            raise CaptureError(f"the capture's answer is over {cap} bytes")
+        try:
+            out = json.loads(r["out_head"] + r["out_tail"])
+        except ValueError:
+            raise CaptureError(f"capture failed (exit {r['exit_code']}): "
+                               f"{r['err_tail'].decode('utf-8', 'replace')[-300:]}") from None
+        if not isinstance(out, dict):
+            raise CaptureError("capture answered something other than an object")
+        return out
+
     async def snapshot(self, max_files: int = 5000) -> dict:
         """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
-        (kind: f file, l link, o other)."""
-        script = (
-            "import os,sys,json,hashlib\nroot=sys.argv[1];lim=int(sys.argv[2]);out={}\n"
-            "for d,ds,fs in os.walk(root):\n"
-            " for n in ds+fs:\n"
-            "  p=os.path.join(d,n);r=os.path.relpath(p,root)\n"
-            "  if os.path.islink(p): out[r]=['l',0,os.readlink(p)]\n"
-            "  elif os.path.isfile(p):\n"
-            "   h=hashlib.sha256()\n"
-            "   with open(p,'rb') as f:\n"
-            "    for b in iter(lambda:f.read(1<<20),b''): h.update(b)\n"
-            "   out[r]=['f',os.path.getsize(p),h.hexdigest(),os.stat(p).st_mode&0o111!=0]\n"
-            "  elif not os.path.isdir(p): out[r]=['o',0,'']\n"
-            "  if len(out)>lim: print(json.dumps({'too_many':len(out)}));sys.exit(0)\n"
-            "print(json.dumps(out))\n")
-        r = await self.exec_raw(["python3", "-I", "-c", script, WORKSPACE, str(max_files)], timeout=120,
-                                cap=64 << 20, user="root", cwd="/")
-        return json.loads(r["out_head"] + r["out_tail"])
+        (kind: f file, l link, o other); "too_many" when over max_files, "!rejected": what could not be listed."""
+        out = await self._capture(["list", WORKSPACE, str(max_files)])
+        entries = {p: m for p, m in out.get("entries", {}).items() if m[0] != "d"}
+        if "too_many" in out:
+            entries["too_many"] = out["too_many"]
+        if out.get("rejected"):
+            entries["!rejected"] = list(out["rejected"])
+        return entries
 
     async def mark_baseline(self):
         """Remembers the workspace as it is now; changes() compares against it."""
         self._baseline = await self.snapshot()
 
     async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
-        """The agent's changes since mark_baseline(), bounded in bytes and file count.
-        Symlinks and special files are not copied out, only reported as rejected."""
-        now = await self.snapshot(max_files=max_files)
+        """The agent's changes since mark_baseline(), bounded in bytes and file count. Never raises for
+        anything the agent can make in its workspace: symlinks, special files, unreadable or too deep
+        entries are not copied out, only listed in `rejected` (the attempt is graded without them)."""
         ch = Changes()
+        try:
+            now = await self.snapshot(max_files=max_files)
+        except CaptureError as e:
+            ch.rejected.append(str(e))
+            return ch
         if "too_many" in now:
             ch.rejected.append(f"more than {max_files} files in the workspace")
             return ch
-        base = self._baseline or {}
+        ch.rejected += now.pop("!rejected", [])
+        base = {p: m for p, m in (self._baseline or {}).items() if p != "!rejected"}
         changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
         wanted, total = [], 0
@@ -361,7 +381,7 @@ class Sandbox:
             if kind == "l":
                 ch.rejected.append(f"symlink {p}")
             elif kind == "o":
-                ch.rejected.append(f"special file {p}")
+                ch.rejected.append(f"special or unreadable file {p}")
             elif kind == "f":
                 total += size
                 wanted.append(p)
@@ -370,7 +390,15 @@ class Sandbox:
         if total > max_bytes:
             ch.rejected.append(f"changes total {total} bytes, over the cap of {max_bytes}")
             return ch
-        ch.files = await self.get_files(wanted, max_bytes=max_bytes + (1 << 20))
+        if wanted:
+            try:
+                out = await self._capture(["read", WORKSPACE, str(max_bytes)], stdin=json.dumps(wanted).encode())
+                ch.files = {p: base64.b64decode(d) for p, d in out.get("files", {}).items()}
+                ch.rejected += out.get("rejected", [])
+            except (CaptureError, ValueError, TypeError) as e:
+                ch.rejected.append(f"reading the changed files failed: {e}")
+                ch.files = {}
+        ch.executable &= set(ch.files)
         return ch
 
     async def diff(self) -> str:
@@ -384,6 +412,20 @@ class Sandbox:
             b = ch.files.get(p, b"").decode("utf-8", "replace").splitlines(keepends=True)
             parts.extend(difflib.unified_diff(a, b, f"a/{p}", f"b/{p}"))
         return "".join(parts)
+
+    def death_cause(self, wait: float = 5.0) -> Optional[str]:
+        """After the sandbox died: "oom" (its memory limit used up), "unresponsive" (its processes starved
+        the command server until it stopped answering) -- both the doing of what ran inside -- or None
+        (killed from outside, the engine failed, or not provable): an infrastructure error."""
+        if self.died_of_oom(wait):
+            return "oom"
+        if self.unresponsive:
+            try:
+                docker_client().ping()  # the engine answers: the silence came from inside the container
+                return "unresponsive"
+            except Exception:  # noqa: BLE001 -- no engine: infrastructure
+                return None
+        return None
 
     def died_of_oom(self, wait: float = 5.0) -> bool:
         """After the sandbox died: did its memory cgroup run out? That is the agent's own doing (its
@@ -439,22 +481,26 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool", pool_id: str = "") -> Sandbox:
-    """Creates, attaches and starts one hardened container (blocking: call from a thread)."""
+def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool", pool_id: str = "",
+                   network: Optional[str] = None) -> Sandbox:
+    """Creates, attaches and starts one hardened container (blocking: call from a thread). A networked
+    sandbox joins `network` (its pool's own, see SandboxPool.network_for); others have only lo."""
     client = docker_client()
     tmpfs = {WORKSPACE: f"size={limits.workspace_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
              "/tmp": f"size={limits.tmp_mb}m,mode=1777,exec",
              # root-owned and not writable by the sandbox user: hidden tests go here when grading
-             "/grader": "size=64m,uid=0,gid=0,mode=0755"}
+             "/grader": "size=64m,uid=0,gid=0,mode=0700,exec"}
     kwargs = dict(
         command=["python3", "-u", "-I", "-c", "import os; exec(os.environ.pop('HARNESS_SERVER'))"], detach=True, stdin_open=True, tty=False,
         init=True, user="0:0", working_dir=WORKSPACE,
         name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
         labels={LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_TASK: task, LABEL_POOL: pool_id},
-        network_mode="bridge" if limits.network else "none",
+        network_mode=(network or "bridge") if limits.network else "none",
         mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
         nano_cpus=int(limits.cpus * 1e9), pids_limit=limits.pids,
-        cap_drop=["ALL"], cap_add=["SETUID", "SETGID", "KILL"],  # for the server only; commands get none
+        # For the server and the harness's own root commands (capture, the grader's test runner) only: a
+        # command of the sandbox user gets none (a uid change drops them; no-new-privileges keeps them off).
+        cap_drop=["ALL"], cap_add=["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"],
         security_opt=["no-new-privileges"], read_only=limits.read_only, tmpfs=tmpfs,
         ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
                  Ulimit(name="fsize", soft=limits.fsize_mb << 20, hard=limits.fsize_mb << 20),
@@ -496,7 +542,16 @@ class SandboxPool:
         self._cond: Optional[asyncio.Condition] = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._network: Optional[asyncio.Future] = None
         _register_cleanup(self)
+
+    async def network_for(self, limits: Limits) -> Optional[str]:
+        """The pool's own network, made on first use by a networked sandbox; None for the others."""
+        if not limits.network:
+            return None
+        if self._network is None:
+            self._network = asyncio.ensure_future(asyncio.to_thread(create_network, self.run_id, self.pool_id))
+        return await asyncio.shield(self._network)
 
     def _condition(self) -> asyncio.Condition:
         if self._cond is None:
@@ -527,7 +582,8 @@ class SandboxPool:
                     continue
                 await cond.wait()
         try:
-            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, task, self.pool_id)
+            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, task, self.pool_id,
+                                         await self.network_for(limits))
         except BaseException:
             async with cond:
                 self._live -= 1
@@ -584,7 +640,8 @@ class SandboxPool:
         image, limits = key
         sb = None
         try:
-            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, "pool", self.pool_id)
+            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, "pool", self.pool_id,
+                                         await self.network_for(limits))
         except Exception:
             pass  # a warm container is an optimisation: acquire() creates one cold if needed
         async with self._condition():
@@ -611,7 +668,7 @@ class SandboxPool:
         self._ready.clear()
         self._in_use.clear()
         await asyncio.gather(*(asyncio.to_thread(sb.kill) for sb in victims))
-        await asyncio.to_thread(prune, pool=self.pool_id)
+        await asyncio.to_thread(prune, pool=self.pool_id)  # containers, then this pool's network
 
     async def __aenter__(self):
         return self
@@ -662,9 +719,64 @@ def prune(run_id: Optional[str] = None, orphans_only: bool = False, pool: Option
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             client.api.remove_container(c["Id"], force=True, v=True)
             removed += 1
+    for net in client.api.networks(filters={"label": labels}):
+        if orphans_only:
+            pid = (net.get("Labels") or {}).get(LABEL_PID, "")
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+        remove_network(net)
     with contextlib.suppress(docker.errors.APIError):
         client.volumes.prune(filters={"label": LABEL_RUN})
     return removed
+
+
+# -- networks: a networked task's sandboxes reach the internet, not each other and not the host ------
+
+def create_network(run_id: str, pool_id: str) -> str:
+    """A bridge network of one pool: containers on it cannot talk to each other (icc off), networks of
+    other pools and runs are separate (Docker isolates bridges), and, where this process may change the
+    firewall (root with iptables), packets from it to any address of the host are dropped, so services
+    listening on the host's bridge or other addresses are out of reach. Egress to other hosts goes out as
+    usual (that is what allow_internet asks for); Docker's DNS resolver answers inside each container."""
+    client = docker_client()
+    name = f"harness-{pool_id}"
+    bridge = f"hx{pool_id[:12]}"  # interface names have at most 15 characters
+    client.api.create_network(name, driver="bridge", labels={LABEL_RUN: run_id, LABEL_POOL: pool_id,
+                                                               LABEL_PID: str(os.getpid())},
+                              options={"com.docker.network.bridge.enable_icc": "false",
+                                       "com.docker.network.bridge.name": bridge})
+    if not _firewall("-I", bridge):
+        global _warned_firewall
+        if not _warned_firewall:
+            _warned_firewall = True
+            print("harness: warning: cannot add a firewall rule (needs root and iptables): networked sandboxes "
+                  "can reach services listening on this host's addresses", file=sys.stderr)
+    return name
+
+
+_warned_firewall = False
+
+
+def _firewall(action: str, bridge: str) -> bool:
+    """Adds (-I) or deletes (-D) the rule dropping packets from the bridge to the host itself."""
+    import shutil
+    import subprocess
+    if os.geteuid() != 0 or not shutil.which("iptables"):
+        return False
+    try:
+        return subprocess.run(["iptables", "-w", "5", action, "INPUT", "-i", bridge, "-j", "DROP"],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def remove_network(net: dict):
+    bridge = (net.get("Options") or {}).get("com.docker.network.bridge.name", "")
+    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+        docker_client().api.remove_network(net["Id"])
+    if bridge.startswith("hx"):
+        while _firewall("-D", bridge):  # every copy, should one have been added twice
+            pass
 
 
 def content_hash(*parts: bytes | str) -> str:

@@ -15,7 +15,9 @@ Request:  {"id": 1, "argv": [...] | "cmd": "shell text", "timeout": 30, "cap": 6
            "user": "agent"|"root", "cwd": "/workspace", "env": {...}, "stdin": "<base64>"}
 Reply:    {"id": 1, "exit_code": 0, "out_head": b64, "out_tail": b64, "out_dropped": 0,
            "err_head": ..., "err_tail": ..., "err_dropped": 0, "duration": 0.01,
-           "timed_out": false, "oom": false}  or  {"id": 1, "error": "..."}
+           "timed_out": false, "oom": false}; a command that cannot start (its folder unreadable, no such
+           program, no process left) is answered the same way with exit code 126/127 and the reason on
+           stderr, plus "spawn_error": true
 """
 import base64
 import json
@@ -229,8 +231,19 @@ def main():
 def start(req, sel, running):
     try:
         running.add(Command(req, sel))
-    except Exception as e:  # e.g. EAGAIN under a fork bomb: report it, the host decides
-        send({"id": req.get("id"), "error": "spawn failed: %s: %s" % (type(e).__name__, e)})
+    except Exception as e:
+        # The command could not start: its folder unreadable (chmod 000 /workspace), no such program, no
+        # process left (EAGAIN under a fork bomb). All of these the agent can cause, so they are the
+        # command's result, like a shell's 126/127, never a dead sandbox.
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        msg = ("cannot start the command: %s: %s\n" % (type(e).__name__, e)).encode()
+        reply = {"id": req.get("id"), "exit_code": code, "duration": 0.0, "timed_out": False, "oom": False,
+                 "spawn_error": True}
+        for prefix, data in (("out", b""), ("err", msg)):
+            sink = Capped(int(req.get("cap", 65536)))
+            sink.add(data)
+            reply.update(sink.fields(prefix))
+        send(reply)
 
 
 main()

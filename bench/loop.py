@@ -4,7 +4,9 @@
 
 1. Harness overhead per step: the loop's wall time per step minus the sandbox's own exec time
    (measured by the command server), on one warm sandbox.
-2. Attempts per minute for N tasks x 1 sample at each concurrency: harness (`run_eval`: fresh
+2. Grading through the candidate proxy against importing the candidate into the test process (as before
+   issue 11): attempts per minute of tasks whose hidden tests call the candidate, both ways, interleaved.
+3. Attempts per minute for N tasks x 1 sample at each concurrency: harness (`run_eval`: fresh
    sandbox, the loop, capture, grading in a fresh container, a durable record) and, on the same image
    with the same scripted commands, mini-swe-agent (its DockerEnvironment + DeterministicModel; no
    grading). mini-swe-agent is installed into .venv-bench on first use (benchmark only).
@@ -29,7 +31,7 @@ from agent.loop import LoopConfig, run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
 from agent.runner import run_eval  # noqa: E402
 from agent.sandbox import Limits, SandboxPool  # noqa: E402
-from tasks.model import Task  # noqa: E402
+from tasks.model import EvaluatorConfig, Task  # noqa: E402
 
 COMMANDS = ["ls -la", "echo hello > out.txt", "cat out.txt", "wc -c out.txt"]
 HIDDEN = b"import os\n\ndef test_out():\n    assert open('/workspace/out.txt').read() == 'hello\\n'\n\n" \
@@ -76,6 +78,42 @@ async def harness_rate(tasks: list[Task], concurrency: int) -> float:
     return len(tasks) / wall * 60
 
 
+def grading_tasks(n: int, calls: int, import_mode: str) -> list[Task]:
+    """Tasks whose hidden tests import the candidate and call it `calls` times (issue 11's process boundary)."""
+    hidden = (f"from solution import add\n\ndef test_many():\n    for i in range({calls}):\n"
+              f"        assert add(i, 1) == i + 1\n\ndef test_canary_add():\n    assert add(2, 2) == 5\n").encode()
+    return [Task(id=f"grade-{import_mode}-{i:03d}", path=None, instruction="Implement add.",
+                 workspace_files={"solution.py": b"def add(a, b):\n    return a + b\n"},
+                 test_files={"test_add.py": hidden}, evaluator=EvaluatorConfig(kind="pytest", import_mode=import_mode),
+                 solution_files={"solve.sh": b"true\n"}) for i in range(n)]
+
+
+async def grading_rate(tasks: list[Task], concurrency: int) -> float:
+    script = Path(tempfile.mkdtemp()) / "s.json"
+    script.write_text(json.dumps({"*": [reply("submit")]}))
+    out = Path(tempfile.mkdtemp()) / "run"
+    t = time.perf_counter()
+    await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
+    wall = time.perf_counter() - t
+    solved = sum(json.loads(line)["solved"] for line in (out / "attempts.jsonl").read_text().splitlines())
+    assert solved == len(tasks), f"grading bench tasks must all be solved, got {solved}/{len(tasks)}"
+    return len(tasks) / wall * 60
+
+
+def grading_comparison(n: int, calls: int, concurrency: int = 2):
+    """Attempts per minute when hidden tests call the candidate through the proxy (the default since
+    issue 11) and imported into the test process (import_mode = "direct", as before), interleaved."""
+    rates = {"direct": [], "proxy": []}
+    for mode in ("direct", "proxy", "direct", "proxy"):
+        rates[mode].append(asyncio.run(grading_rate(grading_tasks(n, calls, mode), concurrency)))
+    direct, proxy = (sum(rates[m]) / len(rates[m]) for m in ("direct", "proxy"))
+    per_attempt_ms = (60_000 / proxy - 60_000 / direct) * concurrency
+    print(f"grading, {n} attempts x {calls} calls to the candidate, concurrency {concurrency}: "
+          f"direct (in-process, before) {direct:.1f} att/min, proxy (after) {proxy:.1f} att/min, "
+          f"ratio {proxy / direct:.2f}x; the boundary costs ~{per_attempt_ms:.0f} ms per attempt, "
+          f"~{per_attempt_ms / calls * 1000:.0f} us per call")
+
+
 MINI = r"""
 import sys, time, json
 from concurrent.futures import ThreadPoolExecutor
@@ -117,11 +155,16 @@ def main():
     ap.add_argument("--tasks", type=int, default=50)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--no-mini", action="store_true")
+    ap.add_argument("--grading-tasks", type=int, default=12, help="attempts per mode for the proxy/direct grading"
+                    " comparison (0: skip)")
+    ap.add_argument("--grading-calls", type=int, default=1000, help="calls to the candidate per graded attempt")
     args = ap.parse_args()
     image = ensure_base_image(log=lambda m: None)
     tasks = make_tasks(args.tasks)
     wall, execs = asyncio.run(overhead_per_step(image))
     print(f"per step: loop {wall:.2f} ms, sandbox exec {execs:.2f} ms, harness overhead {wall - execs:.2f} ms")
+    if args.grading_tasks:
+        grading_comparison(args.grading_tasks, args.grading_calls)
     print(f"{'concurrency':>11} {'harness att/min':>16} {'mini-swe-agent att/min':>23} {'ratio':>6}")
     for c in args.concurrency:
         ours = asyncio.run(harness_rate(tasks, c))

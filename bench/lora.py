@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """LoRA SFT throughput: our trainer (lora/sft.py) beside the plain transformers+peft loop a user would
-write, on synthetic token data, for Llama models built from configs (nothing is downloaded).
+write, on synthetic token data, for models built from configs (nothing is downloaded): SmolLM2-shaped
+(Llama), Qwen2.5-0.5B- and 1.5B-shaped (Qwen2).
 
     python bench/lora.py                 # CUDA: 135M/0.5B/1.5B x 1k/4k; CPU: 135M x 256/512, a few steps
     python bench/lora.py --sizes 135m --seqs 1024 --steps 20 --json out.json
@@ -42,7 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-# Llama configs approximating the real models' shapes (tied input/output embeddings, as they have).
+# Configs with the real models' shapes (tied input/output embeddings, as they have): SmolLM2 is a Llama,
+# Qwen2.5 a Qwen2 (biases on q/k/v). "tiny" is for smoke runs (bench/gpu_check.py --cpu).
+QWEN2 = {"0.5b", "1.5b", "tiny"}
 SIZES = {
     "135m": dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
                  intermediate_size=1536, vocab_size=49152),  # SmolLM2-135M
@@ -50,6 +53,8 @@ SIZES = {
                  intermediate_size=4864, vocab_size=151936),  # Qwen2.5-0.5B
     "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                  intermediate_size=8960, vocab_size=151936),  # Qwen2.5-1.5B
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, vocab_size=512),
 }
 SPEC_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "4090": 165.0}
 LORA = dict(rank=16, alpha=32, dropout=0.05)
@@ -57,9 +62,10 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 
 def build_model(size: str, seq: int, device: torch.device):
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-    cfg = LlamaConfig(**SIZES[size], max_position_embeddings=max(seq, 2048), tie_word_embeddings=True)
+    config = Qwen2Config if size in QWEN2 else LlamaConfig
+    cfg = config(**SIZES[size], max_position_embeddings=max(seq, 2048), tie_word_embeddings=True)
     torch.manual_seed(0)
     with device:  # initialise on the device: a 1.5B init on the CPU alone takes a while
         return AutoModelForCausalLM.from_config(cfg)  # fp32, default attention
@@ -113,22 +119,34 @@ def measure_peak(device: torch.device) -> float:
 
 # ---------------------------------------------------------------- one measurement (in its own process)
 
+def reset_peak() -> None:
+    """Peak memory counts from here: the model as the trainer holds it (not the fp32 copy it was built as)."""
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
 def run_ours(model, warm, measured, batch: int, seq: int):
     from lora.sft import SFTConfig, prepare_model, train
 
     cfg = SFTConfig(**LORA, lr=2e-4, epochs=1, batch_tokens=batch * seq, grad_accum=1, log_every=0)
     peft_model = prepare_model(model, cfg)  # GPU: bf16 base + autocast, checkpointing, fused AdamW, SDPA
+    reset_peak()
     if warm:
         train(peft_model, warm, cfg, log=lambda _: None)
     r = train(peft_model, measured, cfg, log=lambda _: None)
     return sum(r.step_seconds), sum(r.step_tokens), sum(r.step_padded_tokens), r.losses
 
 
-def run_baseline(model, warm, measured, batch: int, seq: int):
-    """The loop a user writes first: fp32, no checkpointing, default attention, random padded batches."""
+def run_baseline(model, warm, measured, batch: int, seq: int, bf16: bool = False):
+    """The loop a user writes first: fp32, no checkpointing, default attention, random padded batches.
+    With bf16, the same loop on a model loaded in bf16 (LoRA weights and AdamW then in bf16 too), as a
+    user who passes dtype=torch.bfloat16 to from_pretrained gets: the harder baseline on a GPU."""
     from peft import LoraConfig, get_peft_model
 
     device = next(model.parameters()).device
+    if bf16:
+        model.to(torch.bfloat16)
+    reset_peak()
     model = get_peft_model(model, LoraConfig(r=LORA["rank"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
                                              target_modules=TARGETS, task_type="CAUSAL_LM"))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
@@ -173,8 +191,11 @@ def one(spec: dict) -> dict:
     need = flops(model, measured, LORA["rank"])  # before LoRA wraps the layers
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    runner = run_ours if spec["trainer"] == "ours" else run_baseline
-    seconds, tokens, padded, losses = runner(model, warm, measured, batch, seq)
+    if spec["trainer"] == "ours":
+        seconds, tokens, padded, losses = run_ours(model, warm, measured, batch, seq)
+    else:  # "baseline" (fp32) or "baseline-bf16"
+        seconds, tokens, padded, losses = run_baseline(model, warm, measured, batch, seq,
+                                                       bf16=spec["trainer"] == "baseline-bf16")
     peak_mem = (torch.cuda.max_memory_allocated() if device.type == "cuda"
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     return {**spec, "device": device.type, "tokens_per_s": tokens / seconds, "flops_per_s": need / seconds,

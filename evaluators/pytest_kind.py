@@ -1,50 +1,118 @@
-"""Hidden pytest tests: how they are run in the grading container and how the verdict is read.
+"""Hidden pytest tests: how they are prepared, run in the grading container, and how the verdict is read.
 
-The verdict comes only from a JUnit XML file at a path the harness chose, parsed here on the host,
-checked against the exact set of test ids the hidden files define, plus canary tests
-(`test_canary*`) that call the candidate with an impossible expectation and must FAIL.
+The verdict comes only from a JUnit XML file at a path the harness chose, in a folder only the test
+runner (root) can reach, parsed here on the host and checked against the exact set of test ids the hidden
+files define, plus canary tests (`test_canary*` in the task's files) that call the candidate with an
+impossible expectation and must FAIL. Before the tests are copied into the grader every test function gets
+a fresh random name and the top-level ones a random order, so that a canary cannot be told from a real test
+by its name or position (the names in the record are the task's own).
 """
 from __future__ import annotations
 
 import ast
+import random
+import re
 import secrets
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from results.schema import TestOutcome
 
 GRADER = "/grader"
-# Puts the workspace at the END of sys.path: its modules import, but cannot shadow anything.
-GRADER_CONFTEST = b"import sys\nsys.path.append('/workspace')\n"
+_HERE = Path(__file__).parent / "grader"
+GRADER_CONFTEST = (_HERE / "grader_conftest.py").read_bytes()
+CANDIDATE_PROXY = (_HERE / "candidate.py").read_bytes()
 GRADER_INI = b"[pytest]\naddopts = -p no:cacheprovider\n"
 MAX_REPORT_BYTES = 4 << 20
+IMPORT_MODES = ("proxy", "direct")
+
+
+def _test_nodes(tree: ast.Module):
+    """(class name or None, function node) for every test function pytest collects by default."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            yield None, node
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
+                    yield node.name, item
+
+
+def _is_test_file(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.startswith("test_") and name.endswith(".py")
 
 
 def expected_ids(test_files: dict[str, bytes]) -> set[str]:
     """Dotted ids (tests.test_x.TestC.test_f) of every test the hidden files define."""
     ids = set()
     for path, data in test_files.items():
-        name = path.rsplit("/", 1)[-1]
-        if not (name.startswith("test_") and name.endswith(".py")):
+        if not _is_test_file(path):
             continue
         module = "tests." + path[:-3].replace("/", ".")
-        for node in ast.parse(data).body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-                ids.add(f"{module}.{node.name}")
-            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-                for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
-                        ids.add(f"{module}.{node.name}.{item.name}")
+        for cls, node in _test_nodes(ast.parse(data)):
+            ids.add(f"{module}.{cls}.{node.name}" if cls else f"{module}.{node.name}")
     return ids
 
 
 def is_canary(test_id: str) -> bool:
-    return test_id.rsplit(".", 1)[-1].startswith("test_canary")
+    """By the task's own name: only for ids as the task wrote them (see Prepared.canaries for the grader's)."""
+    return test_id.split("[", 1)[0].rsplit(".", 1)[-1].startswith("test_canary")
+
+
+@dataclass
+class Prepared:
+    """The hidden tests as copied into one grading container."""
+    files: dict[str, bytes]
+    expected: set[str]  # ids as the grader will report them
+    canaries: set[str]  # which of those are canaries
+    names: dict[str, str] = field(default_factory=dict)  # grader id -> the task's own id
+
+
+def prepare(test_files: dict[str, bytes], rng: random.Random | None = None) -> Prepared:
+    """Renames every test function to a random name and shuffles the top-level ones.
+    A file that does not parse is copied as it is (it fails in the grader, as it would anyway)."""
+    rng = rng or random.Random(secrets.randbits(64))
+    files: dict[str, bytes] = {}
+    names: dict[str, str] = {}
+    for path, data in test_files.items():
+        if not _is_test_file(path):
+            files[path] = data
+            continue
+        try:
+            text = data.decode("utf-8")
+            tree = ast.parse(text)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            files[path] = data
+            continue
+        module = "tests." + path[:-3].replace("/", ".")
+        lines = text.splitlines(keepends=True)
+        blocks = []  # line spans of top-level test functions, with their decorators
+        for cls, node in _test_nodes(tree):
+            new = f"test_{rng.getrandbits(48):012x}"
+            i = node.lineno - 1
+            renamed, n = re.subn(rf"\bdef\s+{re.escape(node.name)}\b", f"def {new}", lines[i], count=1)
+            if n != 1:
+                new = node.name  # an unusual layout: keep the name rather than break the file
+            lines[i] = renamed
+            old_id = f"{module}.{cls}.{node.name}" if cls else f"{module}.{node.name}"
+            names[f"{module}.{cls}.{new}" if cls else f"{module}.{new}"] = old_id
+            if cls is None:
+                start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+                blocks.append((start, node.end_lineno))
+        bodies = [lines[a:b] for a, b in blocks]
+        rng.shuffle(bodies)
+        for (a, b), body in sorted(zip(blocks, bodies), key=lambda x: -x[0][0]):  # from the end: spans stay valid
+            lines[a:b] = body
+        files[path] = "".join(lines).encode("utf-8")
+    expected = set(names)
+    return Prepared(files, expected, {i for i in expected if is_canary(names[i])}, names)
 
 
 def command(timeout: float) -> tuple[list[str], str]:
-    """The pytest command line and the report path (a fresh, unguessable name per run)."""
-    report = f"/tmp/{secrets.token_hex(8)}/report.xml"
+    """The pytest command line and the report path (a fresh, unguessable name per run, in /grader)."""
+    report = f"{GRADER}/out-{secrets.token_hex(8)}/report.xml"
     argv = ["timeout", "-s", "KILL", str(int(timeout)), "/usr/bin/python3", "-I", "-m", "pytest",
             "-p", "no:cacheprovider", "-c", f"{GRADER}/pytest.ini", f"--rootdir={GRADER}",
             f"--confcutdir={GRADER}", "-o", "junit_family=xunit2", f"--junitxml={report}", "-q",
@@ -52,9 +120,11 @@ def command(timeout: float) -> tuple[list[str], str]:
     return argv, report
 
 
-# A clean environment: nothing the candidate could have set survives into the test run.
-CLEAN_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "WORKSPACE": "/workspace",
-             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+def clean_env(import_mode: str, call_timeout: float) -> dict[str, str]:
+    """The test runner's environment: nothing the candidate could have set survives into it."""
+    return {"PATH": "/usr/bin:/bin", "HOME": f"{GRADER}/home", "TMPDIR": f"{GRADER}/tmp", "LANG": "C.UTF-8",
+            "WORKSPACE": "/workspace", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1",
+            "HARNESS_IMPORT_MODE": import_mode, "HARNESS_CALL_TIMEOUT": str(max(1, int(call_timeout)))}
 
 
 @dataclass
@@ -66,8 +136,12 @@ class PytestVerdict:
     detail: str = ""
 
 
-def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set[str]) -> PytestVerdict:
-    """Decides from the report alone, failing closed on anything unexpected."""
+def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set[str],
+            canaries: set[str] | None = None, names: dict[str, str] | None = None) -> PytestVerdict:
+    """Decides from the report alone, failing closed on anything unexpected. `canaries` defaults to the
+    ids named test_canary*; `names` maps reported ids back to the task's own for the record."""
+    canaries = {i for i in expected if is_canary(i)} if canaries is None else canaries
+    names = names or {}
     if timed_out or exit_code in (124, 137, -9):
         return PytestVerdict(0.0, False, "timeout", [], "the hidden tests ran out of time")
     if not report:
@@ -76,8 +150,8 @@ def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set
         return PytestVerdict(0.0, False, "tamper", [], "report too large or with a DTD")
     try:
         root = ET.fromstring(report)
-    except ET.ParseError as e:
-        return PytestVerdict(0.0, False, "no_report", [], f"unreadable report: {e}")
+    except (ET.ParseError, RecursionError) as e:
+        return PytestVerdict(0.0, False, "no_report", [], f"unreadable report: {type(e).__name__}")
     outcomes: dict[str, TestOutcome] = {}
     for case in root.iter("testcase"):
         base = f"{case.get('classname', '')}.{case.get('name', '')}".split("[", 1)[0]
@@ -91,16 +165,24 @@ def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set
         prev = outcomes.get(base)
         if prev is None or prev.outcome == "passed":
             outcomes[base] = TestOutcome(id=base, outcome=outcome, message=message)
-    tests = sorted(outcomes.values(), key=lambda t: t.id)
-    real = [t for t in tests if not is_canary(t.id)]
-    score = sum(t.outcome == "passed" for t in real) / max(len(expected - {i for i in expected if is_canary(i)}), 1)
     reported = set(outcomes)
-    if reported - expected:
-        return PytestVerdict(0.0, False, "tamper", tests, f"unexpected tests reported: {sorted(reported - expected)[:3]}")
+    tests = sorted((TestOutcome(id=names.get(t.id, t.id), outcome=t.outcome, message=t.message)
+                    for t in outcomes.values()), key=lambda t: t.id)
+    real = [t for i, t in outcomes.items() if i not in canaries]
+    score = sum(t.outcome == "passed" for t in real) / max(len(expected - canaries), 1)
+    unexpected = reported - expected
+    if unexpected and all(outcomes[i].outcome == "error" for i in unexpected):
+        # pytest reports a file that failed to import as an error of its own (the candidate's module did not
+        # load, say): an ordinary failure, not a manipulation
+        return PytestVerdict(0.0, False, "error_in_tests", tests,
+                             f"tests could not be collected: {outcomes[sorted(unexpected)[0]].message[:200]}")
+    if unexpected:
+        extra = sorted(names.get(i, i) for i in unexpected)
+        return PytestVerdict(0.0, False, "tamper", tests, f"unexpected tests reported: {extra[:3]}")
     if expected - reported:
-        return PytestVerdict(0.0, False, "missing_tests", tests, f"tests not run: {sorted(expected - reported)[:3]}")
-    canaries = [t for t in tests if is_canary(t.id)]
-    if any(t.outcome != "failed" for t in canaries):
+        missing = sorted(names.get(i, i) for i in expected - reported)
+        return PytestVerdict(0.0, False, "missing_tests", tests, f"tests not run: {missing[:3]}")
+    if any(outcomes[i].outcome != "failed" for i in canaries):
         return PytestVerdict(0.0, False, "tamper", tests, "a canary test did not fail: the test run was manipulated")
     if canaries and exit_code != 1:
         return PytestVerdict(0.0, False, "tamper", tests, f"pytest exit {exit_code} contradicts the report")

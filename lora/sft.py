@@ -179,6 +179,9 @@ class Batch:
     n_targets: int  # positions that get loss (after the shift)
     n_tokens: int  # real tokens
     n_padded: int  # tokens including padding
+    # Flat indices into [rows * (T - 1)] of the positions with a target, built on the host: selecting with
+    # them needs no device->host sync (a boolean mask would wait for the forward pass to finish).
+    target_index: Optional[torch.Tensor] = None
 
 
 def collate(examples: list[Example], device: torch.device, pad_id: int = 0) -> Batch:
@@ -193,8 +196,13 @@ def collate(examples: list[Example], device: torch.device, pad_id: int = 0) -> B
         mask[row, :n] = 1
     n_tokens = int(mask.sum())
     padded = n_tokens != mask.numel()
-    return Batch(ids.to(device), mask.to(device) if padded else None, labels.to(device),
-                 int((labels[:, 1:] != IGNORE).sum()), n_tokens, mask.numel())
+    target_index = (labels[:, 1:] != IGNORE).flatten().nonzero().squeeze(1)
+
+    def put(t: torch.Tensor) -> torch.Tensor:  # pinned + non_blocking: the copy overlaps queued GPU work
+        return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+
+    return Batch(put(ids), put(mask) if padded else None, put(labels), len(target_index), n_tokens, mask.numel(),
+                 put(target_index))
 
 
 # ---------------------------------------------------------------- loss and step
@@ -202,17 +210,24 @@ def collate(examples: list[Example], device: torch.device, pad_id: int = 0) -> B
 def loss_sum(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Sum of next-token cross-entropy over the target positions of `batch`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    targets = batch.labels[:, 1:]
-    keep = targets != IGNORE
+    index = batch.target_index
+    if index is None:
+        index = (batch.labels[:, 1:] != IGNORE).flatten().nonzero().squeeze(1)
+    row, col = index // (batch.labels.shape[1] - 1), index % (batch.labels.shape[1] - 1)
+    targets = batch.labels[row, col + 1]
+
+    def at_targets(t: torch.Tensor) -> torch.Tensor:  # [rows, T, ...] -> [targets, ...], no copy of the rest
+        return t[row, col]
+
     cfg = base.config
     if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
         # The head does more than a matmul on these architectures: use the model's own logits.
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-        return F.cross_entropy(logits[:, :-1][keep].float(), targets[keep], reduction="sum")
+        return F.cross_entropy(at_targets(logits).float(), targets, reduction="sum")
     hidden = base.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                 use_cache=False).last_hidden_state
-    logits = base.get_output_embeddings()(hidden[:, :-1][keep])  # only where there is a target
-    return F.cross_entropy(logits.float(), targets[keep], reduction="sum")
+    logits = base.get_output_embeddings()(at_targets(hidden))  # only where there is a target
+    return F.cross_entropy(logits.float(), targets, reduction="sum")
 
 
 def accumulate_gradients(model: nn.Module, micro_batches: list[Batch], autocast: bool) -> float:

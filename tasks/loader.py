@@ -51,7 +51,7 @@ OUR_KEYS = {
     "agent": {"timeout_sec", "max_steps", "command_timeout_sec"},
     "verifier": {"timeout_sec"},
     "environment": {"cpus", "memory_mb", "storage_mb", "allow_internet", "pids", "memory", "storage"},
-    "evaluator": {"kind", "answer_file", "mode", "expected", "tolerance", "protected"},
+    "evaluator": {"kind", "answer_file", "mode", "expected", "tolerance", "protected", "import_mode"},
 }
 HARBOR_IGNORED = {
     "metadata": {"author_name", "author_email", "category", "difficulty_explanation", "solution_explanation",
@@ -62,11 +62,12 @@ HARBOR_IGNORED = {
     "evaluator": set(),
 }
 EVALUATOR_KEYS_BY_KIND = {
-    "pytest": {"kind", "protected"},
+    "pytest": {"kind", "protected", "import_mode"},
     "answer": {"kind", "answer_file", "mode", "expected", "tolerance"},
     "script": {"kind"},
 }
 
+IMPORT_MODES = ("proxy", "direct")  # how hidden pytest tests reach the candidate's modules (evaluators/grader)
 Where = Callable[[str], str]  # file name inside the task -> how errors name it
 
 
@@ -410,7 +411,11 @@ def _evaluator(table: Optional[dict], tests: dict[str, bytes], loc: str, where: 
         if not isinstance(protected, list) or not all(isinstance(p, str) and _is_relative(p) for p in protected):
             raise UserError(f"{loc}: [evaluator] protected must be a list of relative globs, e.g. [\"tests/**\"] "
                             f"(got {_show(protected)})")
-        return EvaluatorConfig(kind=kind, protected=tuple(protected))
+        import_mode = table.get("import_mode", "proxy")
+        if import_mode not in IMPORT_MODES:
+            raise UserError(f"{loc}: [evaluator] import_mode must be \"proxy\" (the candidate runs in its own process) "
+                            f"or \"direct\" (imported into the test process) (got {_show(import_mode)})")
+        return EvaluatorConfig(kind=kind, protected=tuple(protected), import_mode=import_mode)
 
     if kind == "script":
         if "test.sh" not in tests:

@@ -41,6 +41,9 @@ class EvaluatorConfig:
     tolerance: float = 1e-6
     # pytest: extra paths (globs, relative to /workspace) the agent must not change; changes score 0 as tamper
     protected: tuple[str, ...] = ()
+    # pytest: "proxy" (the candidate's modules run in their own process, as the sandbox user; plain values
+    # cross) or "direct" (imported into the test process: the opt-out; canaries are then the only defence)
+    import_mode: str = "proxy"
 
 
 @dataclass

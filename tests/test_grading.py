@@ -144,20 +144,34 @@ def test_partially_right_gets_partial_reward(image):
     assert not v.solved and v.reward == pytest.approx(2 / 3)
 
 
+# Why each hack scores 0 on top of a wrong add(), and what the same hack scores on top of the correct one
+# (the documented policy): changing the test machinery is tamper whatever the code does; code that ends its
+# own process while it is imported cannot be collected (error_in_tests); anything else changes nothing.
+EXPECTED = {
+    "conftest_forces_pass": ("tamper", "tamper"), "pytest_ini_addopts": ("tamper", "tamper"),
+    "pyproject_addopts": ("tamper", "tamper"), "sitecustomize": ("tamper", "tamper"),
+    "pytest_shadow": ("tamper", "tamper"), "edit_visible_tests": ("tamper", "tamper"),
+    "exit_at_import": ("error_in_tests", "error_in_tests"), "skiptest_at_import": ("error_in_tests", "error_in_tests"),
+    "module_level_skip": ("error_in_tests", "error_in_tests"),
+    "sys_exit_at_import": ("error_in_tests", "error_in_tests"),
+    "fake_pass_lines": ("fail", "pass"), "patched_reports": ("fail", "pass"), "atexit_rewrites_report": ("fail", "pass"),
+    "background_report_writer": ("fail", "pass"), "always_equal": ("fail", None),
+}
+
+
 @pytest.mark.parametrize("name", sorted(HACKS))
 def test_hack_scores_zero(name, image):
     files = {"solution.py": WRONG, **HACKS[name]}
     v = grade_files(files, make_task(), image)
-    assert (v.solved, v.reward) == (False, 0.0), (name, v)
+    assert (v.solved, v.reward, v.reason) == (False, 0.0, EXPECTED[name][0]), (name, v)
 
 
-@pytest.mark.parametrize("name", ["fake_pass_lines"])
-def test_harmless_extras_with_correct_code_still_score_one(name, image):
-    """Noise that only tries to fool a naive grader does not hurt an honest solution."""
-    files = {**HACKS[name]}
+@pytest.mark.parametrize("name", sorted(n for n in HACKS if EXPECTED[n][1]))
+def test_hack_on_an_honest_solution_scores_by_policy(name, image):
+    files = {"solution.py": WRONG, **HACKS[name]}
     files["solution.py"] = files["solution.py"].replace(WRONG, CORRECT)
     v = grade_files(files, make_task(), image)
-    assert v.solved, (name, v)
+    assert v.reason == EXPECTED[name][1] and v.solved == (EXPECTED[name][1] == "pass"), (name, v)
 
 
 def test_timeout_in_hidden_tests_scores_zero(image):
@@ -196,3 +210,49 @@ def test_verdict_fails_closed_without_report():
     assert verdict(None, 0, False, {"tests.t.test_a"}).reason == "no_report"
     assert verdict(b"<testsuites/>", 0, False, {"tests.t.test_a"}).reason == "missing_tests"
     assert verdict(b"x", 137, True, {"tests.t.test_a"}).reason == "timeout"
+
+
+FORGE = b"""echo nope
+for f in "$REWARD_FILE" /grader/reward-*/reward.txt /tmp/*/reward.txt; do
+  echo 1 > "$f" 2>/dev/null && chmod 444 "$f" 2>/dev/null
+done
+(setsid bash -c 'while true; do for f in /grader/reward-*/reward.txt; do echo 1 > $f; done 2>/dev/null; sleep 0.01; done' \\
+  >/dev/null 2>&1 &)
+"""
+SCRIPT_VERIFIER = b"""out=$(timeout 10 as-candidate bash run.sh 2>/dev/null)
+if [ "$out" = "ok" ]; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE"; fi
+"""
+
+
+def script_task() -> Task:
+    return Task(id="s", path=None, instruction="x", test_files={"test.sh": SCRIPT_VERIFIER},
+                workspace_files={"run.sh": b"echo todo\n"}, evaluator=EvaluatorConfig(kind="script"))
+
+
+def test_script_candidate_cannot_forge_the_reward(image):
+    """The verifier runs the candidate's run.sh through as-candidate: it cannot reach $REWARD_FILE (not even
+    its name) nor the root-only folder it is in; a writer it leaves behind is killed before the read."""
+    v = grade_files({"run.sh": FORGE}, script_task(), image)
+    assert (v.solved, v.reward, v.reason) == (False, 0.0, "fail"), v
+    v = grade_files({"run.sh": FORGE.replace(b"echo nope", b"echo ok")}, script_task(), image)
+    assert (v.solved, v.reward, v.reason) == (True, 1.0, "pass"), v
+
+
+def test_answer_parsers_are_bounded(monkeypatch):
+    from evaluators import grade as grade_mod
+    assert not answer_matches("[" * 200_000 + "]" * 200_000, [[]], "json")
+    assert answer_matches("[[1]]", [[1]], "json") and grade_mod.json_depth('{"a": "[[[["}') == 1
+    assert not answer_matches("x" * (grade_mod.MAX_ANSWER_CHARS + 1), "x", "normalized")
+    monkeypatch.setattr(grade_mod, "REGEX_TIMEOUT_SEC", 1.0)
+    assert not answer_matches("a" * 40 + "b", r"(a+)+", "regex")  # catastrophic backtracking: cut off, not hung
+    assert answer_matches("id-42", r"id-\d+", "regex")
+
+
+def test_an_exception_while_grading_is_that_attempts_failure(image, monkeypatch):
+    from evaluators import grade as grade_mod
+
+    async def broken(*args):
+        raise RecursionError("maximum recursion depth exceeded")
+    monkeypatch.setitem(grade_mod.GRADERS, "pytest", broken)
+    v = grade_files({"solution.py": CORRECT}, make_task(), image)
+    assert (v.solved, v.reward, v.reason) == (False, 0.0, "grader_error") and "RecursionError" in v.detail

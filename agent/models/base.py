@@ -6,7 +6,9 @@ from typing import Any, Optional, Protocol
 
 
 class ModelError(Exception):
-    """A model call failed for good (after retries, or not retryable). The message names model and cause."""
+    """A model call failed for good (after retries, or not retryable). The message names model and cause;
+    `status` is the provider's HTTP status when there was one."""
+    status: Optional[int] = None
 
 
 @dataclass

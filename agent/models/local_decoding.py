@@ -215,13 +215,14 @@ def step(model: Any, batch: Batch) -> torch.Tensor:
 def sample(rows: list[Row], logits: torch.Tensor) -> list[int]:
     """Each row's next token: argmax at temperature 0, else plain temperature sampling (no top-k/top-p:
     the policy the samples really come from) with the row's own generator."""
-    greedy = logits.argmax(-1).tolist()
-    picked = []
-    for i, row in enumerate(rows):
-        if row.temperature <= 0:
-            picked.append(greedy[i])
-            continue
-        probs = torch.softmax(logits[i].float() / row.temperature, dim=-1)
-        picked.append(int(torch.multinomial(probs.cpu(), 1, generator=row.generator)))
+    picked = logits.argmax(-1).tolist()
+    hot = [i for i, row in enumerate(rows) if row.temperature > 0]
+    if hot:
+        # One device->host copy for all sampling rows, not a copy (and a sync) per row: on a GPU each
+        # row is a whole vocabulary of floats. The rows' generators live on the host.
+        temps = torch.tensor([rows[i].temperature for i in hot], dtype=torch.float32, device=logits.device)
+        probs = torch.softmax(logits[hot].float() / temps[:, None], dim=-1).cpu()
+        for j, i in enumerate(hot):
+            picked[i] = int(torch.multinomial(probs[j], 1, generator=rows[i].generator))
     return picked
 

@@ -179,5 +179,7 @@ async def call_with_retries(
             cause += f" ({auth_hint})"
         tries = f" (gave up after {attempts} attempts)" if attempts > 1 else ""
         cls = ContextLengthError if is_context_length_error(exc) else ModelError
-        raise cls(f"{what}: {cause}{tries}") from exc
+        err = cls(f"{what}: {cause}{tries}")
+        err.status = status_of(exc)  # the runner tells a rejected conversation (4xx) from an outage
+        raise err from exc
     raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover

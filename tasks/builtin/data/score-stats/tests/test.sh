@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs in /workspace. Reward = the fraction of the six statistics in stats.json that are right (within 1e-6).
-python3 - "$REWARD_FILE" <<'PY'
+python3 -I - "$REWARD_FILE" <<'PY'
 import json
 import sys
 

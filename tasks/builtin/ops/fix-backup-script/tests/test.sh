@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs in /workspace. Reward: 0.5 first run correct, 0.25 second run correct, 0.25 a new file name with spaces.
+# Runs in /workspace as root; the candidate's script runs as the sandbox user (as-candidate). Reward: 0.5 first run correct, 0.25 second run correct, 0.25 a new file name with spaces.
 reward=0
 check() {  # $1 = expected count; checks the output line and the backup folder contents
     [ "$out" = "backed up $1 files" ] || return 1
@@ -9,12 +9,12 @@ check() {  # $1 = expected count; checks the output line and the backup folder c
     done
 }
 rm -rf backup
-if out=$(timeout 20 bash backup.sh 2>/dev/null) && check 3; then
+if out=$(timeout 20 as-candidate bash backup.sh 2>/dev/null) && check 3; then
     reward=0.5
-    if out=$(timeout 20 bash backup.sh 2>/dev/null) && check 3; then
+    if out=$(timeout 20 as-candidate bash backup.sh 2>/dev/null) && check 3; then
         reward=0.75
         printf 'new  file\n' > "my documents/meeting  minutes.txt"
-        if out=$(timeout 20 bash backup.sh 2>/dev/null) && check 4; then
+        if out=$(timeout 20 as-candidate bash backup.sh 2>/dev/null) && check 4; then
             reward=1
         fi
         rm -f "my documents/meeting  minutes.txt"

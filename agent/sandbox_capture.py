@@ -1,0 +1,163 @@
+"""Change capture, run inside a sandbox as root: `python3 -I -c <this file> MODE ROOT ...` (standard library only).
+
+  list ROOT MAX_FILES  -> JSON {"entries": {path: [kind, size, sha256|link target, executable]}, "rejected": [...]}
+                          kind: f file, l link, o other (fifo, socket, device), d folder
+  read ROOT MAX_BYTES  -> paths as a JSON list on stdin; JSON {"files": {path: base64}, "rejected": [...]}
+
+Why a script of its own: the workspace is the agent's, so anything a user can make there must come back as
+a listing, never as a crash that aborts the run. Every step is relative to an open folder (dir_fd) and
+never follows a link, so very deep trees (no recursion, no path-length limit), unreadable files and
+folders, odd names (bytes that are not UTF-8 cross as surrogate escapes) and special files are listed or
+rejected with a reason. Only regular files are ever opened, and never a fifo (O_NONBLOCK, then fstat).
+"""
+import base64
+import hashlib
+import json
+import os
+import stat
+import sys
+
+MAX_DEPTH = 256  # folders deeper than this are rejected (their paths would pass PATH_MAX anyway)
+OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _join(parent, name):
+    return name if not parent else parent + "/" + name
+
+
+def listing(root, max_files):
+    entries, rejected = {}, []
+    top = os.open(root, OPEN_DIR)
+    stack = [(top, "", 0, None)]  # (folder fd, its path, depth, scandir iterator)
+    while stack:
+        fd, path, depth, it = stack[-1]
+        if it is None:
+            try:
+                it = iter(list(os.scandir(fd)))
+            except OSError as e:
+                rejected.append("unreadable folder %s (%s)" % (path or ".", e.strerror))
+                it = iter(())
+            stack[-1] = (fd, path, depth, it)
+        entry = next(it, None)
+        if entry is None:
+            os.close(fd)
+            stack.pop()
+            continue
+        name = entry.name
+        rel = _join(path, name)
+        if len(entries) >= max_files:
+            for f, *_ in stack:
+                os.close(f)
+            return {"too_many": len(entries), "entries": {}, "rejected": rejected}
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError as e:
+            rejected.append("unreadable entry %s (%s)" % (rel, e.strerror))
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(name, dir_fd=fd)
+            except OSError:
+                target = ""
+            entries[rel] = ["l", 0, target[:4096], False]
+        elif stat.S_ISDIR(st.st_mode):
+            entries[rel] = ["d", 0, "", False]
+            if depth + 1 >= MAX_DEPTH:
+                rejected.append("folder %s is more than %d levels deep" % (rel, MAX_DEPTH))
+                continue
+            try:
+                sub = os.open(name, OPEN_DIR, dir_fd=fd)
+            except OSError as e:
+                rejected.append("unreadable folder %s (%s)" % (rel, e.strerror))
+                continue
+            stack.append((sub, rel, depth + 1, None))
+        elif stat.S_ISREG(st.st_mode):
+            digest = _hash(fd, name)
+            if digest is None:
+                rejected.append("unreadable file %s" % rel)
+                entries[rel] = ["o", st.st_size, "", False]
+            else:
+                entries[rel] = ["f", st.st_size, digest, bool(st.st_mode & 0o111)]
+        else:
+            entries[rel] = ["o", 0, "", False]
+    return {"entries": entries, "rejected": rejected}
+
+
+def _open_regular(fd, name):
+    f = os.open(name, OPEN_FILE, dir_fd=fd)
+    if not stat.S_ISREG(os.fstat(f).st_mode):
+        os.close(f)
+        raise OSError(0, "not a regular file")
+    return f
+
+
+def _hash(fd, name):
+    try:
+        f = _open_regular(fd, name)
+    except OSError:
+        return None
+    h = hashlib.sha256()
+    try:
+        while True:
+            chunk = os.read(f, 1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(f)
+    return h.hexdigest()
+
+
+def read(root, max_bytes, paths):
+    files, rejected, total = {}, [], 0
+    top = os.open(root, OPEN_DIR)
+    for rel in paths:
+        parts = rel.split("/")
+        if not rel or any(p in ("", ".", "..") for p in parts):
+            rejected.append("bad path %s" % rel)
+            continue
+        fds = [top]
+        try:
+            for part in parts[:-1]:  # walk down without following links
+                fds.append(os.open(part, OPEN_DIR, dir_fd=fds[-1]))
+            f = _open_regular(fds[-1], parts[-1])
+            try:
+                chunks = []
+                while True:
+                    chunk = os.read(f, 1 << 20)
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > max_bytes:
+                        raise OverflowError
+                    chunks.append(chunk)
+            finally:
+                os.close(f)
+            files[rel] = base64.b64encode(b"".join(chunks)).decode()
+        except OverflowError:
+            rejected.append("changes over the cap of %d bytes" % max_bytes)
+            files = {}
+            break
+        except OSError as e:
+            rejected.append("unreadable file %s (%s)" % (rel, e.strerror or e))
+        finally:
+            for f in fds[1:]:
+                os.close(f)
+    os.close(top)
+    return {"files": files, "rejected": rejected}
+
+
+def main():
+    mode, root = sys.argv[1], sys.argv[2]
+    if mode == "list":
+        out = listing(root, int(sys.argv[3]))
+    else:
+        out = read(root, int(sys.argv[3]), json.load(sys.stdin))
+    sys.stdout.write(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
