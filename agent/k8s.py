@@ -49,9 +49,9 @@ LAUNCHER = r'''
 import hmac, os, socket
 port = int(os.environ.pop("HARNESS_PORT")); token = os.environ.pop("HARNESS_TOKEN").encode()
 source = os.environ.pop("HARNESS_SERVER")
-for path, mode in (("/grader", 0o755), ("/tmp", 0o1777), ("/workspace", 0o777)):
+for path, mode in (("/grader", 0o700), ("/tmp", 0o1777), ("/workspace", 0o777)):
     try:
-        os.chmod(path, mode)  # emptyDir volumes start 0777 and root-owned: /grader must not be writable
+        os.chmod(path, mode)  # emptyDir volumes start 0777 and root-owned: /grader is root's alone
     except OSError:
         pass
 ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -86,7 +86,7 @@ EXEC_SERVER = ("import os\nfor k in ('HARNESS_PORT', 'HARNESS_TOKEN', 'HARNESS_L
 
 def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str] = None) -> dict[str, Any]:
     """The hardened pod: what create_sandbox does on Docker, in Kubernetes terms. Commands run as uid
-    AGENT_UID (the server drops to it); the server keeps only SETUID/SETGID/KILL; no privilege
+    AGENT_UID (the server drops to it); the server keeps only SETUID/SETGID/KILL/DAC_OVERRIDE; no privilege
     escalation, read-only root, size-limited memory-backed /workspace, /tmp and /grader, CPU and
     memory limits, no service-account token, no service links."""
     cpu = f"{int(limits.cpus * 1000)}m"
@@ -118,7 +118,9 @@ def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str
             "securityContext": {
                 "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,  # the server; commands: AGENT_UID
                 "allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": limits.read_only,
-                "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL"]},
+                # as on Docker (agent/sandbox.py create_sandbox): for the server and the harness's own root
+                # commands (capture, the grader's runner); a command of the sandbox user gets none
+                "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]},
             },
             "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}, {"name": "tmp", "mountPath": "/tmp"},
                              {"name": "grader", "mountPath": "/grader"}],
@@ -299,6 +301,7 @@ class K8sSandbox(Sandbox):
         self.id = name
         self.image, self.limits, self.pool_key = image, limits, pool_key
         self.dead = False
+        self.unresponsive = False
         self.server_log = deque(maxlen=50)
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 1
@@ -337,6 +340,18 @@ class K8sSandbox(Sandbox):
             if time.monotonic() >= end:
                 return False
             time.sleep(0.2)
+
+    def death_cause(self, wait: float = 5.0) -> Optional[str]:
+        """As Sandbox.death_cause, with the pod's status instead of Docker's."""
+        if self.died_of_oom(wait):
+            return "oom"
+        if self.unresponsive:
+            try:
+                self._pod_status()  # the API answers: the silence came from inside the pod
+                return "unresponsive"
+            except Exception:  # noqa: BLE001 -- no API: infrastructure
+                return None
+        return None
 
     def kill(self):
         """Close the stream and delete the claim (the controller deletes the pod); safe to call twice."""

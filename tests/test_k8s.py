@@ -53,7 +53,7 @@ def test_the_hardening_is_in_the_pod_spec():
     sc = c["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
     assert sc["readOnlyRootFilesystem"] is True
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL"]}
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]}  # as on Docker
     assert c["resources"]["limits"]["memory"] == "512Mi" and c["resources"]["limits"]["cpu"] == "500m"
     assert spec["automountServiceAccountToken"] is False and "runtimeClassName" not in spec
     assert tpl["spec"]["networkPolicy"]["egress"] == []  # deny all egress
@@ -94,6 +94,7 @@ def test_a_claimed_sandbox_runs_commands_hardened_and_is_deleted_after(fake_clus
                 assert (await sb.exec("env | grep -cE '^HARNESS_(TOKEN|SERVER|LAUNCHER|PORT)=' || true"
                                       )).stdout.split() == ["0"]  # the launcher's environment is gone
                 assert (await sb.exec("touch /grader/x")).exit_code != 0  # root-owned, not writable
+                assert (await sb.exec("ls /grader")).exit_code != 0  # nor readable
                 assert (await sb.exec("touch /etc/x")).exit_code != 0  # read-only root
                 await sb.put_files({"a.txt": b"hello"})
                 await sb.mark_baseline()
