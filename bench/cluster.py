@@ -1,6 +1,6 @@
 """Graded attempts per minute on a local Ray cluster of 1 and 2 nodes, beside the single-machine path.
 
-    .venv/bin/python bench/cluster.py [--tasks 40] [--concurrency 4] [--smoke]
+    .venv/bin/python bench/cluster.py [--tasks 40] [--concurrency 4] [--repeats 1] [--smoke]
 
 All nodes run on this machine (a loopback-only network namespace, tests/ray_cluster.py) and share its
 cores and its Docker engine, so more nodes cannot be faster here: the table shows the cost of going
@@ -112,6 +112,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=40)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=1, help="paired runs per node count (the median ratio is printed)")
     ap.add_argument("--smoke", action="store_true", help="a few attempts: checks that the benchmark runs")
     ap.add_argument("--inner", choices=["single", "ray"], help=argparse.SUPPRESS)
     ap.add_argument("--address", default="", help=argparse.SUPPRESS)
@@ -145,18 +146,24 @@ def main():
               flush=True)
         print(f"{'path':<20} {'nodes':>5} {'whole att/min':>14} {'steady att/min':>15} {'start-up s':>11} "
               f"{'vs single (steady)':>19}", flush=True)
-        ratios = []
+        ratios: dict[int, list[float]] = {1: [], 2: []}
         for nodes in (1, 2):
             if nodes == 2:
                 cluster.add_worker()
-            # Each Ray row is paired with a single-machine run just before it: the machine's load drifts.
-            single = inner("single")
-            print(f"{'single machine':<20} {1:>5} {single['whole']:14.1f} {single['steady']:15.1f} "
-                  f"{single['startup']:11.1f} {'1.00x':>19}", flush=True)
-            r = inner("ray")
-            ratios.append(r["steady"] / single["steady"])
-            print(f"{'ray --cluster':<20} {r['nodes']:>5} {r['whole']:14.1f} {r['steady']:15.1f} {r['startup']:11.1f} "
-                  f"{ratios[-1]:18.2f}x", flush=True)
+            for rep in range(args.repeats):
+                # Each Ray run is paired with a single-machine run next to it (order alternating): the
+                # machine's load drifts, and on a shared machine it drifts a lot.
+                order = ("single", "ray") if rep % 2 == 0 else ("ray", "single")
+                got = {mode: inner(mode) for mode in order}
+                single, r = got["single"], got["ray"]
+                ratios[nodes].append(r["steady"] / single["steady"])
+                print(f"{'single machine':<20} {1:>5} {single['whole']:14.1f} {single['steady']:15.1f} "
+                      f"{single['startup']:11.1f} {'1.00x':>19}", flush=True)
+                print(f"{'ray --cluster':<20} {r['nodes']:>5} {r['whole']:14.1f} {r['steady']:15.1f} "
+                      f"{r['startup']:11.1f} {ratios[nodes][-1]:18.2f}x", flush=True)
+        for nodes in (1, 2):
+            print(f"ray, {nodes} node(s) / single machine, steady: median {statistics.median(ratios[nodes]):.2f}x "
+                  f"of {len(ratios[nodes])} paired runs", flush=True)
     finally:
         cluster.stop()
     rec_bytes = int(single["record_bytes"])
