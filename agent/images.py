@@ -139,6 +139,10 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
     img = find_image(tag)
     if img is not None:
         return img.id
+    missing = _missing_bases(dockerfile)
+    if missing:  # never pulled: tasks build only from images on this machine (no registry is assumed)
+        raise UserError(f"FROM {missing[0]} is not on this machine: load or pull it first "
+                        f"(`docker load -i image.tar`), or build FROM {BASE_REPO}:latest")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in {**context_files, "Dockerfile": dockerfile.encode()}.items():
@@ -153,6 +157,134 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
         last = [str(x.get("stream", x.get("error", ""))).strip() for x in e.build_log][-3:]
         raise UserError(f"task Dockerfile does not build: {e.msg}; last output: {' | '.join(last)[:300]}") from None
     return img.id
+
+
+def _missing_bases(dockerfile: str) -> list[str]:
+    """FROM images of a Dockerfile that are not on this machine (not stages, scratch or ${ARG} forms)."""
+    stages, missing = set(), []
+    for line in dockerfile.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].upper() == "FROM":
+            args = [w for w in words[1:] if not w.startswith("--")]
+            if len(args) >= 3 and args[1].upper() == "AS":
+                stages.add(args[2].lower())
+            base = args[0] if args else ""
+            if base and "$" not in base and base.lower() not in stages | {"scratch"} and find_image(base) is None:
+                missing.append(base)
+    return missing
+
+
+def prebuilt_image(name: str) -> str:
+    """A task's docker_image, used as given: it must already be on this machine (no registry is used)."""
+    img = find_image(name)
+    if img is None:
+        raise UserError(f"docker_image {name!r} is not on this machine and no registry is used here "
+                        "(build it, or `docker load -i` it, first)")
+    return img.id
+
+
+def harbor_task_image(task, log=print) -> str:
+    """A Harbor task's image: its prebuilt docker_image, else its Dockerfile with environment/ as the build
+    context, else (no Dockerfile: our convention) the base image."""
+    if task.harbor.docker_image:
+        return prebuilt_image(task.harbor.docker_image)
+    return task_image(task.dockerfile, task.build_context, log)
+
+
+def harbor_verifier_image(task, log=print) -> Optional[str]:
+    """The image of a separate verifier environment ([verifier.environment] docker_image, or tests/Dockerfile
+    with tests/ as its context); None -> the task's own image."""
+    spec = task.harbor
+    if spec.verifier_docker_image:
+        return prebuilt_image(spec.verifier_docker_image)
+    if spec.verifier_dockerfile:
+        context = {p: d for p, d in task.test_files.items() if p != "Dockerfile"}
+        return task_image(spec.verifier_dockerfile, context, log)
+    return None
+
+
+MINBASE_REPO = "harness/minbase"
+MINBASE_RECIPE = "debootstrap --variant=minbase bookworm; no python; WORKDIR /app; v1"
+
+
+def ensure_minbase_image(log=print) -> str:
+    """A Debian minbase image without any Python (for tests and benchmarks of the static helper), built with
+    debootstrap like the base image and cached by recipe hash. Returns its tag."""
+    tag = f"{MINBASE_REPO}:{content_hash(MINBASE_RECIPE)}"
+    img = find_image(tag)
+    if img is not None:
+        if f"{MINBASE_REPO}:latest" not in img.tags:  # fixture tasks name it as docker_image = "harness/minbase:latest"
+            img.tag(MINBASE_REPO, "latest")
+        return tag
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        raise UserError("the Python-less test image needs debootstrap as root: run `make setup` as root")
+    log("building a Python-less Debian minbase image with debootstrap ...")
+    with tempfile.TemporaryDirectory(prefix="harness-minbase-") as tmp:
+        root = Path(tmp) / "rootfs"
+        proc = subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(root), _debian_mirror()],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UserError(f"debootstrap failed (exit {proc.returncode}): "
+                            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        if list(root.glob("usr/bin/python*")):
+            raise UserError("the minbase image unexpectedly contains python")
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        (root / "app").mkdir(exist_ok=True)
+        tar_path = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+        repo, _, version = tag.partition(":")
+        docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=[
+            "WORKDIR /app", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 'CMD ["/bin/bash"]'])
+    if find_image(tag) is None:
+        raise UserError("docker import of the minbase image failed")
+    return ensure_minbase_image(log)
+
+
+BUSYBOX_REPO = "harness/busybox"
+BUSYBOX_RECIPE = "debian busybox-static only: no libc, no python, no bash; WORKDIR /app; v1"
+
+
+def ensure_busybox_image(log=print) -> str:
+    """An image holding nothing but a static busybox (no libc, no Python, no bash), for tests of the static
+    helper: made from Debian's busybox-static package, cached by recipe hash; also tagged :latest."""
+    tag = f"{BUSYBOX_REPO}:{content_hash(BUSYBOX_RECIPE)}"
+    img = find_image(tag)
+    if img is not None:
+        if f"{BUSYBOX_REPO}:latest" not in img.tags:
+            img.tag(BUSYBOX_REPO, "latest")
+        return tag
+    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
+        raise UserError("the busybox test image needs apt-get and dpkg-deb (a Debian machine)")
+    log("building a busybox-only image from Debian's busybox-static ...")
+    with tempfile.TemporaryDirectory(prefix="harness-busybox-") as tmp:
+        os.chmod(tmp, 0o755)  # apt's download user must be able to write here
+        proc = subprocess.run(["apt-get", "download", "busybox-static"], cwd=tmp, capture_output=True, text=True)
+        debs = list(Path(tmp).glob("busybox-static_*.deb"))
+        if proc.returncode != 0 or not debs:
+            raise UserError(f"apt-get download busybox-static failed: {proc.stderr.strip()[-200:]}")
+        extracted, root = Path(tmp) / "x", Path(tmp) / "rootfs"
+        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(extracted)], check=True)
+        (root / "bin").mkdir(parents=True)
+        shutil.copy2(extracted / "bin" / "busybox", root / "bin" / "busybox")
+        applets = subprocess.run([str(root / "bin" / "busybox"), "--list"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        for name in applets:
+            if name != "busybox":
+                (root / "bin" / name).symlink_to("busybox")
+        for d in ("app", "tmp", "etc", "root"):
+            (root / d).mkdir(exist_ok=True)
+        os.chmod(root / "tmp", 0o1777)
+        (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+        (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+        tar_path = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+        repo, _, version = tag.partition(":")
+        docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=[
+            "WORKDIR /app", "ENV PATH=/bin", 'CMD ["/bin/sh"]'])
+    if find_image(tag) is None:
+        raise UserError("docker import of the busybox image failed")
+    return ensure_busybox_image(log)
 
 
 def main_build(args) -> int:

@@ -122,7 +122,7 @@ async def run_action(sb: Sandbox, action: Action, cfg: LoopConfig) -> tuple[str,
     if action.kind == "format_error":
         return prompt("format_error", problem=action.content), None, False, 0.0
     if action.kind == "write":
-        path = action.path if action.path.startswith("/") else f"/workspace/{action.path}"
+        path = action.path if action.path.startswith("/") else f"{sb.workdir}/{action.path}"
         r = await sb.exec(["bash", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "_", path],
                           cfg.command_timeout, stdin=action.content.encode())
         text = f"wrote {len(action.content)} characters to {action.path}" if r.exit_code == 0 else r.output
@@ -160,7 +160,12 @@ async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig)
 
 async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
     use_tools = cfg.protocol == "tools" or (cfg.protocol == "auto" and model.supports_tools)
-    res = LoopResult(messages=[{"role": "system", "content": prompt("system_tools" if use_tools else "system_text")}])
+    system = prompt("system_tools" if use_tools else "system_text")
+    tools = TOOLS
+    if sb.workdir != "/workspace":  # a Harbor task's working folder is its image's WORKDIR
+        system = system.replace("/workspace", sb.workdir)
+        tools = json.loads(json.dumps(TOOLS).replace("/workspace", sb.workdir))
+    res = LoopResult(messages=[{"role": "system", "content": system}])
     if cfg.demonstration and not use_tools:
         res.messages += json.loads((PROMPTS / "demonstration.json").read_text())
     res.messages.append({"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True})
@@ -175,7 +180,7 @@ async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> 
         try:
             completion = (await asyncio.wait_for(model.complete(
                 clean(res.messages),
-                tools=TOOLS if use_tools else None, temperature=cfg.temperature,
+                tools=tools if use_tools else None, temperature=cfg.temperature,
                 max_tokens=cfg.max_reply_tokens, seed=None if cfg.seed is None else cfg.seed + index),
                 timeout=max(deadline - started, 1.0)))[0]
         except asyncio.TimeoutError:
@@ -211,14 +216,12 @@ async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> 
             try:
                 obs, code, timed_out, seconds = await run_action(sb, action, cfg)
             except SandboxDied:
-                # The agent used its memory limit up (processes, or files in /tmp or /workspace), or its
-                # processes starved the command server: the attempt ends as the agent's result, graded like
-                # any other. Any other death (killed from outside, engine gone) stays an infra error.
-                cause = await asyncio.to_thread(sb.death_cause)
-                if cause is None:
+                # The agent used its memory limit up (processes, or files in /tmp or /workspace) and the
+                # sandbox died of it: the attempt ends as the agent's result, graded like any other. Any
+                # other death stays an infra error, retried by the runner (see SandboxUnresponsive there).
+                if await asyncio.to_thread(sb.death_cause) != "oom":
                     raise
-                step.observation = ("[the sandbox ran out of memory and stopped]" if cause == "oom"
-                                    else "[the sandbox stopped answering and was stopped]")
+                step.observation = "[the sandbox ran out of memory and stopped]"
                 res.exit_reason = "sandbox_died"
                 return res
             step.tool_seconds += seconds

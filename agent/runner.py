@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
 from agent.errors import InfraError, UserError
-from agent.images import task_image
+from agent.images import harbor_task_image, harbor_verifier_image, task_image
 from agent.loop import TOOLS, LoopConfig, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
-from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, prune
+from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, SandboxUnresponsive, content_hash, prune
 from evaluators.grade import grade
 from results.schema import Attempt, attempt_key
 from tasks.model import Task
@@ -39,6 +39,9 @@ def now() -> str:
 
 async def oracle_policy(task: Task, sb: Sandbox) -> None:
     """Runs the task's solution/solve.sh in /workspace, as the agent would."""
+    if task.harbor is not None:  # Harbor's oracle: /solution, the image's WORKDIR, [solution.env]
+        from evaluators import harbor_kind
+        return await harbor_kind.oracle(task, sb)
     await sb.put_files(task.solution_files, dest="/tmp/oracle")
     r = await sb.exec("bash /tmp/oracle/solve.sh", timeout=task.agent.timeout_sec)
     await sb.exec("rm -rf /tmp/oracle", timeout=30)
@@ -97,8 +100,15 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
     rec = _record(task, run_id, model_name, sample, temperature, image)
     rec.started_at = started
     result: Optional[LoopResult] = None
-    async with pool.sandbox(image, Limits.for_task(task.environment), task=task.id) as sb:
+    verdict = None
+    harbor = None
+    if task.harbor is not None:  # Harbor's runtime contract and verifier modes (evaluators/harbor_kind.py)
+        from evaluators import harbor_kind as harbor
+    limits = harbor.limits(task) if harbor else Limits.for_task(task.environment)
+    async with pool.sandbox(image, limits, task=task.id) as sb:
         await sb.put_files(task.workspace_files, executable=task.executable_files)
+        if harbor:
+            await harbor.prepare(task, sb)
         await sb.mark_baseline()
         try:
             result = await policy(task, sb)
@@ -108,6 +118,8 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
             changes = Changes(rejected=["the sandbox died before its changes could be captured"])
         else:
             changes = await sb.changes()
+        if harbor and task.harbor.verifier_mode != "fresh":  # needs the agent's container: verified before release
+            verdict = await harbor.verify_in_place(task, sb, pool)
     if result is not None:
         rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
         rec.n_steps = len(result.steps)
@@ -120,9 +132,9 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
                 raise InfraError(result.model_error or "model error")
             rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
     rec.patch_files = len(changes.paths)
-    if changes.rejected:
+    if changes.rejected and not verdict:
         rec.detail = "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
-    verdict = await grade(task, changes, pool, image)
+    verdict = verdict or await grade(task, changes, pool, image)
     rec.reward, rec.solved, rec.reason, rec.tests = verdict.reward, verdict.solved, verdict.reason, verdict.tests
     rec.status = "solved" if verdict.solved else "failed"
     rec.detail = (rec.detail + verdict.detail)[:1000]
@@ -144,13 +156,14 @@ async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], po
     """Retries infrastructure failures a bounded number of times; then records status=error. Any other
     exception (a bug, or something no check foresaw) is recorded as this attempt's failure: one attempt
     never aborts the run, and nothing an agent causes can turn its failure into an excluded error."""
-    last = ""
+    last, unresponsive = "", 0
     rec_args = (task, kw["run_id"], kw["model_name"], kw.get("sample", 0), kw.get("temperature", 0.0), image)
     for _ in range(1 + INFRA_RETRIES):
         try:
             return await run_attempt(task, make_policy(), pool, image, **kw)
         except (InfraError, OSError) as e:
             last = f"{type(e).__name__}: {e}"
+            unresponsive += isinstance(e, SandboxUnresponsive)
         except (UserError, asyncio.CancelledError):
             raise  # bad input stops the run with its one-line message; cancellation is the caller's
         except Exception as e:  # noqa: BLE001
@@ -160,6 +173,9 @@ async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], po
             rec.finished_at = now()
             return rec
     rec = _record(*rec_args)
+    if unresponsive == 1 + INFRA_RETRIES:  # every try: not a passing fault, the attempt's own doing
+        rec.status, rec.reason, rec.error, rec.finished_at = "failed", "sandbox_unresponsive", last[:2000], now()
+        return rec
     rec.status, rec.reason, rec.error, rec.finished_at = "error", "infra_error", last[:2000], now()
     return rec
 
@@ -169,11 +185,18 @@ async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
     cache: dict[str, str] = {}
     out = {}
     for t in tasks:
-        key = t.dockerfile or ""
+        # The whole build context is part of the key: two tasks with one Dockerfile but different files differ.
+        key = content_hash(t.dockerfile or "", *[p + "\0" for p in sorted(t.build_context)],
+                           *[t.build_context[p] for p in sorted(t.build_context)],
+                           repr(t.harbor and (t.harbor.docker_image, t.harbor.verifier_docker_image,
+                                              t.harbor.verifier_dockerfile)))
         if key not in cache:
-            context = {p: d for p, d in t.workspace_files.items()}
             try:
-                cache[key] = await asyncio.to_thread(task_image, t.dockerfile, context, log)
+                if t.harbor is not None:
+                    cache[key] = await asyncio.to_thread(harbor_task_image, t, log)
+                    await asyncio.to_thread(harbor_verifier_image, t, log)  # built now, found by grading later
+                else:
+                    cache[key] = await asyncio.to_thread(task_image, t.dockerfile, t.build_context, log)
             except UserError as e:
                 where = f"{t.path}/environment/Dockerfile" if t.path else f"task {t.id}"
                 raise UserError(f"{where}: {e}") from None

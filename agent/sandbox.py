@@ -30,7 +30,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import docker
 import docker.errors
@@ -39,6 +39,9 @@ from docker.types import Ulimit
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from agent.errors import InfraError, UserError
+
+if TYPE_CHECKING:
+    from agent.sandbox_native import NativeSpec
 
 AGENT_UID = 10001  # a uid no host account uses: per-uid limits are shared across the host
 WORKSPACE = "/workspace"
@@ -54,6 +57,12 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 class SandboxDied(InfraError):
     """The container or its command server is gone (killed, out of memory, engine restarted).
     Sandbox.death_cause() tells whether what ran inside caused it."""
+
+
+class SandboxUnresponsive(SandboxDied):
+    """Its command server stopped answering and the sandbox was killed. A lost message and an agent whose
+    processes starve the server look the same: the runner retries the attempt, and counts it as the
+    agent's failure only if every try ends this way."""
 
 
 class CaptureError(Exception):
@@ -73,6 +82,7 @@ class Limits:
     fsize_mb: int = 512  # largest single file
     read_only: bool = True  # read-only root filesystem
     runtime: Optional[str] = None  # e.g. "runsc" (gVisor) where installed
+    native: Optional["NativeSpec"] = None  # agent/sandbox_native.py: static helper, any image, Harbor's contract
 
     @classmethod
     def for_task(cls, env) -> "Limits":
@@ -167,6 +177,8 @@ def _frames(sock: socket.socket):
 class Sandbox:
     """One started container with its command server attached. Use through SandboxPool."""
 
+    workdir = WORKSPACE  # the agent's working folder (a NativeSandbox may have another)
+
     def __init__(self, container, image: str, limits: Limits, pool_key: tuple):
         self.container = container
         self.id = container.id
@@ -174,7 +186,6 @@ class Sandbox:
         self.limits = limits
         self.pool_key = pool_key
         self.dead = False
-        self.unresponsive = False  # killed by us because its server stopped answering
         self.server_log = deque(maxlen=50)  # the server's own stderr, for diagnosis
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 1
@@ -243,10 +254,9 @@ class Sandbox:
             return await asyncio.wait_for(fut, host_timeout)
         except asyncio.TimeoutError:
             # The server itself stopped answering (e.g. starved by a fork bomb): this sandbox is done.
-            self.unresponsive = True
             self._mark_dead(f"no answer within {host_timeout:.0f}s")
             await asyncio.to_thread(self.kill)
-            raise SandboxDied(f"sandbox {self.id[:12]} stopped answering") from None
+            raise SandboxUnresponsive(f"sandbox {self.id[:12]} stopped answering") from None
         except OSError as e:
             self._mark_dead(str(e))
             raise SandboxDied(f"sandbox {self.id[:12]}: {e}") from None
@@ -414,18 +424,9 @@ class Sandbox:
         return "".join(parts)
 
     def death_cause(self, wait: float = 5.0) -> Optional[str]:
-        """After the sandbox died: "oom" (its memory limit used up), "unresponsive" (its processes starved
-        the command server until it stopped answering) -- both the doing of what ran inside -- or None
-        (killed from outside, the engine failed, or not provable): an infrastructure error."""
-        if self.died_of_oom(wait):
-            return "oom"
-        if self.unresponsive:
-            try:
-                docker_client().ping()  # the engine answers: the silence came from inside the container
-                return "unresponsive"
-            except Exception:  # noqa: BLE001 -- no engine: infrastructure
-                return None
-        return None
+        """After the sandbox died: "oom" when its memory limit was used up (the doing of what ran inside),
+        else None (killed from outside, the engine failed, or not provable): an infrastructure error."""
+        return "oom" if self.died_of_oom(wait) else None
 
     def died_of_oom(self, wait: float = 5.0) -> bool:
         """After the sandbox died: did its memory cgroup run out? That is the agent's own doing (its
@@ -485,6 +486,9 @@ def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool", 
                    network: Optional[str] = None) -> Sandbox:
     """Creates, attaches and starts one hardened container (blocking: call from a thread). A networked
     sandbox joins `network` (its pool's own, see SandboxPool.network_for); others have only lo."""
+    if limits.native is not None:  # the static helper: any image, Harbor's runtime contract
+        from agent.sandbox_native import create_native
+        return create_native(image, limits, run_id, task, pool_id, network)
     client = docker_client()
     tmpfs = {WORKSPACE: f"size={limits.workspace_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
              "/tmp": f"size={limits.tmp_mb}m,mode=1777,exec",
@@ -725,6 +729,13 @@ def prune(run_id: Optional[str] = None, orphans_only: bool = False, pool: Option
             if not pid.isdigit() or _pid_alive(int(pid)):
                 continue
         remove_network(net)
+    for img in client.api.images(filters={"label": labels}):  # snapshot-mode commits (agent/sandbox_native.py)
+        if orphans_only:
+            pid = ((img.get("Labels") or {}).get(LABEL_PID, ""))
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            client.api.remove_image(img["Id"], force=True)
     with contextlib.suppress(docker.errors.APIError):
         client.volumes.prune(filters={"label": LABEL_RUN})
     return removed

@@ -1,9 +1,12 @@
 """Sandbox latency, side by side with plain `docker` CLI calls measured in the same run.
 
-    .venv/bin/python bench/sandbox.py [--n 40]
+    .venv/bin/python bench/sandbox.py [--n 40] [--smoke]
 
 Prints p50/p95 of: warm-pool acquire, cold start, exec round trip of `true`, and containers
 created+destroyed per second; each beside the CLI equivalent, as a ratio (CLI / harness).
+Then the exec round trip in a Python-less image (Debian minbase, served by the static helper of
+agent/sandbox_native.py) beside today's Python server in the base image, measured interleaved in one run:
+the target is a ratio within 2x. --smoke: a few iterations only (seconds), for tests/test_harbor.py.
 """
 from __future__ import annotations
 
@@ -94,11 +97,39 @@ def cli_side(image: str, n: int) -> dict:
     return res
 
 
+async def python_less_side(image: str, minbase: str, n: int) -> dict:
+    """exec `true` round trips: the Python server (base image) and the static helper (no Python), interleaved."""
+    from agent.sandbox_native import NativeSpec
+
+    native = Limits(native=NativeSpec(user="nobody"))
+    res: dict = {"python": [], "native": []}
+    async with SandboxPool(run_id="bench", warm=0, max_containers=4) as pool:
+        async with pool.sandbox(image, Limits()) as py, pool.sandbox(minbase, native) as nat:
+            probe = await nat.exec("command -v python3 || echo none", 10)
+            assert probe.stdout.strip() == "none", "the minbase image has a python3"
+            for _ in range(n * 5):
+                for key, sb in (("python", py), ("native", nat)):
+                    t = time.perf_counter()
+                    await sb.exec(["true"], 10)
+                    res[key].append(time.perf_counter() - t)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=40)
-    n = ap.parse_args().n
+    ap.add_argument("--smoke", action="store_true", help="a few iterations only")
+    args = ap.parse_args()
+    n = 4 if args.smoke else args.n
     image = ensure_base_image(log=lambda m: None)
+    from agent.images import ensure_minbase_image
+
+    minbase = ensure_minbase_image(log=lambda m: print(m, file=sys.stderr))
+    nat = asyncio.run(python_less_side(image, minbase, n))
+    ratio = pct(nat["native"], .5) / pct(nat["python"], .5)
+    print(f"exec `true` in a Python-less image (static helper): p50 {pct(nat['native'], .5):.2f}ms, "
+          f"p95 {pct(nat['native'], .95):.2f}ms; Python server in the base image: p50 {pct(nat['python'], .5):.2f}ms, "
+          f"p95 {pct(nat['python'], .95):.2f}ms; ratio {ratio:.2f}x (target <= 2x: {'yes' if ratio <= 2 else 'NO'})")
     ours = asyncio.run(harness_side(image, n))
     cli = cli_side(image, n)
     rows = [

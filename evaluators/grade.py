@@ -128,7 +128,14 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
     return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail")
 
 
-GRADERS = {"answer": grade_answer, "pytest": grade_pytest, "script": grade_script}
+async def grade_harbor(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
+    """A Harbor verifier in `fresh` mode (snapshot and shared run in agent/runner.py, before the agent's
+    container is released): evaluators/harbor_kind.py."""
+    from evaluators import harbor_kind
+    return await harbor_kind.grade_fresh(task, changes, pool, image)
+
+
+GRADERS = {"answer": grade_answer, "pytest": grade_pytest, "script": grade_script, "harbor": grade_harbor}
 
 
 def parse_reward(raw: bytes | None) -> float | str:
@@ -183,16 +190,13 @@ async def _mkdirs(sb, *paths: str):
 
 
 async def _run(sb, argv, timeout, env, cwd):
-    """Runs the verifier as root; a grading container that the candidate's code killed (memory) or
-    starved is the candidate's failure, anything else an infrastructure error."""
+    """Runs the verifier as root; a grading container that the candidate's code killed (memory) is the
+    candidate's failure, any other death an infrastructure error (retried by the runner)."""
     try:
         return await sb.exec_raw(argv, timeout=timeout + 5, env=env, cap=16 << 10, user="root", cwd=cwd)
     except SandboxDied:
-        cause = await _death_cause(sb)
-        if cause == "oom":
+        if await _death_cause(sb) == "oom":
             return Verdict(0.0, False, "oom", detail="the code under test used the memory limit up while graded")
-        if cause == "unresponsive":
-            return Verdict(0.0, False, "timeout", detail="the grading container stopped answering")
         raise
 
 

@@ -43,13 +43,15 @@ def leaked_lines(task: Task) -> list[str]:
 
 async def hidden_tests_unreachable(task: Task, sb: Sandbox) -> str:
     """From inside an agent sandbox: /grader is empty and no hidden test file can be found."""
-    r = await sb.exec("ls -A /grader", timeout=30)
-    if r.stdout.strip():
-        return f"/grader is not empty in the agent sandbox: {r.stdout.strip()[:80]}"
+    for folder in ("/grader", "/tests", "/logs/verifier"):  # /tests and /logs/verifier: Harbor's verifier folders
+        r = await sb.exec(["sh", "-c", f"ls -A {folder} 2>/dev/null"], timeout=30)
+        if r.stdout.strip():
+            return f"{folder} is not empty in the agent sandbox: {r.stdout.strip()[:80]}"
     probes = [line.strip() for data in task.test_files.values()
               for line in data.decode("utf-8", "replace").splitlines() if len(line.strip()) >= 25][:1]
     for probe in probes:
-        r = await sb.exec(["grep", "-rlF", "--", probe, "/workspace", "/tmp", "/home", "/opt", "/srv"], timeout=60)
+        roots = [sb.workdir] if sb.workdir != "/" else []  # never grep / (its /proc holds the probe itself)
+        r = await sb.exec(["grep", "-rlF", "--", probe, *roots, "/tmp", "/home", "/opt", "/srv"], timeout=60)
         if r.stdout.strip() and not any(probe.encode() in d for d in task.workspace_files.values()):
             return f"hidden test content found at {r.stdout.split()[0]}"
     return ""

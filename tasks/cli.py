@@ -22,6 +22,13 @@ def register(subparsers) -> None:
                      help="folder to write (default: tasks/humaneval, which `humaneval` as a suite refers to)")
     imp.set_defaults(func=cmd_import)
 
+    exp = sub.add_parser("export", help="write a suite in another harness's task format")
+    exp.add_argument("--format", choices=["harbor"], required=True, help="harbor: Harbor / Terminal-Bench 2 tasks")
+    exp.add_argument("out", type=Path, help="folder to write (one task folder per task)")
+    exp.add_argument("suite", nargs="?", default="builtin",
+                     help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval" (default: builtin)')
+    exp.set_defaults(func=cmd_export)
+
     val = sub.add_parser("validate", help="run every task's oracle and a null agent in the sandbox")
     val.add_argument("suite", nargs="?", default="builtin",
                      help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"')
@@ -63,6 +70,15 @@ def cmd_import(args) -> int:
     out = import_humaneval(args.out)
     count = sum(1 for p in out.iterdir() if p.is_dir())
     print(f"wrote {count} tasks to {out}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from tasks.export import export_suite
+
+    written = export_suite(load_suite(args.suite), args.out)
+    print(f"wrote {len(written)} Harbor tasks to {args.out} (images build FROM harness/base:latest: "
+          "`harness images build` makes it)")
     return 0
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
 from agent.errors import UserError
+from tasks import harbor
 from tasks.model import AgentLimits, Environment, EvaluatorConfig, Task
 
 PACKAGE_DIR = Path(__file__).parent
@@ -49,7 +50,7 @@ CANARY_PREFIX = "test_canary"
 OUR_KEYS = {
     "metadata": {"id", "domain", "difficulty", "tags"},
     "agent": {"timeout_sec", "max_steps", "command_timeout_sec"},
-    "verifier": {"timeout_sec"},
+    "verifier": {"timeout_sec", "isolation"},
     "environment": {"cpus", "memory_mb", "storage_mb", "allow_internet", "pids", "memory", "storage"},
     "evaluator": {"kind", "answer_file", "mode", "expected", "tolerance", "protected", "import_mode"},
 }
@@ -307,6 +308,8 @@ def _build_task(files: dict[str, bytes], *, where: Where, default_id: str, path:
     toml_name = "task.toml"
     data = _parse_toml(where(toml_name), files.get(toml_name))
     loc = where(toml_name)
+    if harbor.is_harbor(data, files):
+        return _build_harbor_task(data, files, loc=loc, where=where, default_id=default_id, path=path)
     for table in OUR_KEYS:
         if table in data and not isinstance(data[table], dict):
             raise UserError(f"{loc}: [{table}] must be a table")
@@ -333,6 +336,10 @@ def _build_task(files: dict[str, bytes], *, where: Where, default_id: str, path:
         command_timeout_sec=_number(agent_t, "command_timeout_sec", d_agent.command_timeout_sec, loc, "[agent]"),
     )
     verifier_timeout = _number(verifier_t, "timeout_sec", Task.verifier_timeout_sec, loc, "[verifier]")
+    if verifier_t.get("isolation", "fresh") != "fresh":
+        raise UserError(f"{loc}: [verifier] isolation = {_show(verifier_t['isolation'])}: tasks with an [evaluator] are "
+                        "graded in a fresh container only (\"fresh\"); snapshot and shared are for Harbor-format tasks "
+                        "(tests/test.sh writing /logs/verifier/reward.txt, no [evaluator])")
     allow_internet = env_t.get("allow_internet", d_env.allow_internet)
     if not isinstance(allow_internet, bool):
         raise UserError(f"{loc}: [environment] allow_internet must be true or false (got {_show(allow_internet)})")
@@ -344,6 +351,16 @@ def _build_task(files: dict[str, bytes], *, where: Where, default_id: str, path:
         pids=_integer(env_t, "pids", d_env.pids, loc, "[environment]"),
     )
 
+    instruction = _instruction(files, where)
+    dockerfile, workspace, context, tests, solution = _split_files(files, where)
+    evaluator = _evaluator(data.get("evaluator"), tests, loc, where)
+    return Task(id=task_id, path=path, instruction=instruction, version=version, domain=domain,
+                difficulty=difficulty, tags=tuple(tags), agent=agent, verifier_timeout_sec=verifier_timeout,
+                environment=environment, evaluator=evaluator, dockerfile=dockerfile, workspace_files=workspace,
+                test_files=tests, solution_files=solution, build_context=context)
+
+
+def _instruction(files: dict[str, bytes], where: Where) -> str:
     instruction_raw = files.get("instruction.md")
     if instruction_raw is None:
         raise UserError(f"{where('instruction.md')}: missing (write the text the agent sees there)")
@@ -353,31 +370,70 @@ def _build_task(files: dict[str, bytes], *, where: Where, default_id: str, path:
         raise UserError(f"{where('instruction.md')}: not UTF-8 text (save it as UTF-8)")
     if not instruction.strip():
         raise UserError(f"{where('instruction.md')}: empty (write the text the agent sees there)")
+    return instruction
 
+
+def _split_files(files: dict[str, bytes], where: Where):
+    """(dockerfile, workspace files, build context, tests, solution). With a Dockerfile, the other environment/
+    files are its build context only (as in Harbor: they reach the image through its own COPY); without one,
+    they start in the agent's working folder."""
     dockerfile = None
-    workspace: dict[str, bytes] = {}
+    environment: dict[str, bytes] = {}
     tests: dict[str, bytes] = {}
     solution: dict[str, bytes] = {}
     for name, content in files.items():
         if name == "environment/Dockerfile":
             dockerfile = content.decode("utf-8", errors="replace")
         elif name in ("environment/docker-compose.yaml", "environment/docker-compose.yml"):
-            raise UserError(f"{where(name)}: docker-compose tasks are not supported (use environment/Dockerfile)")
+            raise UserError(f"{where(name)}: docker-compose tasks are not supported (multi-container tasks "
+                            "cannot run here; use environment/Dockerfile)")
         elif name.startswith("environment/"):
-            workspace[name[len("environment/"):]] = content
+            environment[name[len("environment/"):]] = content
         elif name.startswith("tests/"):
             tests[name[len("tests/"):]] = content
         elif name.startswith("solution/"):
             solution[name[len("solution/"):]] = content
     if "solve.sh" not in solution:
-        raise UserError(f"{where('solution/solve.sh')}: missing (write the oracle: a bash script run in /workspace "
-                        "that solves the task)")
+        raise UserError(f"{where('solution/solve.sh')}: missing (write the oracle: a bash script run in the "
+                        "agent's working folder that solves the task)")
+    if dockerfile is not None:
+        return dockerfile, {}, environment, tests, solution
+    return dockerfile, environment, {}, tests, solution
 
-    evaluator = _evaluator(data.get("evaluator"), tests, loc, where)
-    return Task(id=task_id, path=path, instruction=instruction, version=version, domain=domain,
-                difficulty=difficulty, tags=tuple(tags), agent=agent, verifier_timeout_sec=verifier_timeout,
-                environment=environment, evaluator=evaluator, dockerfile=dockerfile, workspace_files=workspace,
-                test_files=tests, solution_files=solution)
+
+def _build_harbor_task(data: dict, files: dict[str, bytes], *, loc: str, where: Where, default_id: str,
+                       path: Optional[Path]) -> Task:
+    """A Harbor-format task: tests/test.sh is the verifier (tasks/harbor.py reads the config)."""
+    spec, values = harbor.parse(data, files, loc, where)
+    instruction = _instruction(files, where)
+    dockerfile, workspace, context, tests, solution = _split_files(files, where)
+    if "test.sh" not in tests:
+        raise UserError(f"{where('tests/test.sh')}: missing (a Harbor verifier writes /logs/verifier/reward.txt)")
+    if spec.docker_image is not None:
+        dockerfile, workspace, context = None, {}, context or workspace  # the prebuilt image, used as given
+    d_agent, d_env = AgentLimits(), Environment()
+    a, e = values["agent"], values["environment"]
+    agent = AgentLimits(timeout_sec=_number(a, "timeout_sec", d_agent.timeout_sec, loc, "[agent]"),
+                        max_steps=_integer(a, "max_steps", d_agent.max_steps, loc, "[agent]"),
+                        command_timeout_sec=_number(a, "command_timeout_sec", d_agent.command_timeout_sec, loc,
+                                                    "[agent]"))
+    environment = Environment(cpus=_number(e, "cpus", d_env.cpus, loc, "[environment]"),
+                              memory_mb=_size_mb(e, "memory_mb", "memory", d_env.memory_mb, loc),
+                              allow_internet=e["allow_internet"],
+                              pids=_integer(e, "pids", d_env.pids, loc, "[environment]"))
+    meta = data.get("metadata", {})
+    # [metadata] is free-form in Harbor: its id is ours only when it is a valid id, else the folder name
+    task_id = meta["id"] if isinstance(meta.get("id"), str) and ID_RE.match(meta["id"]) else _id(
+        default_id, f"{loc}: the task folder name")
+    domain = meta.get("domain") if meta.get("domain") in DOMAINS else "coding"
+    task = Task(id=task_id, path=path, instruction=instruction, version=spec.schema_version, domain=domain,
+                difficulty=values["difficulty"] or 1, tags=values["tags"], agent=agent,
+                verifier_timeout_sec=values["verifier_timeout"], environment=environment,
+                evaluator=EvaluatorConfig(kind="harbor"), dockerfile=dockerfile, workspace_files=workspace,
+                test_files=tests, solution_files=solution, build_context=context, harbor=spec)
+    if isinstance(meta.get("family"), str) and meta.get("split") in SPLITS:  # written by `tasks export`
+        task.family, task.split = meta["family"], meta["split"]
+    return task
 
 
 def _evaluator(table: Optional[dict], tests: dict[str, bytes], loc: str, where: Where) -> EvaluatorConfig:

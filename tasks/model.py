@@ -3,7 +3,8 @@
 On disk (Harbor / Terminal-Bench 2 layout):
   task.toml        metadata, limits, environment, [evaluator]
   instruction.md   what the agent sees
-  environment/     optional Dockerfile (FROM the base image); every other file is a starting file of /workspace
+  environment/     optional Dockerfile (FROM the base image). With a Dockerfile, the other files are its build context
+                   only (they reach the image through its own COPY); without one, they are starting files of /workspace
   tests/           hidden tests (pytest files, or test.sh for the script evaluator); never in the agent's sandbox
   solution/solve.sh  the oracle, run in /workspace
 """
@@ -66,13 +67,15 @@ class Task:
     executable_files: tuple[str, ...] = ()  # workspace files that start with the executable bit
     test_files: dict[str, bytes] = field(default_factory=dict)  # hidden
     solution_files: dict[str, bytes] = field(default_factory=dict)  # solve.sh (+ helpers)
+    build_context: dict[str, bytes] = field(default_factory=dict)  # environment/ files beside a Dockerfile
+    harbor: Optional[Any] = None  # tasks.harbor.HarborSpec for a Harbor-format task (tests/test.sh verifier)
 
     def content_hash(self) -> str:
         """Hash of everything that defines the task: changes when the task changes."""
         h = hashlib.sha256()
         h.update(repr((self.id, self.version, self.instruction, self.dockerfile, self.evaluator,
-                       self.environment, self.agent)).encode())
-        for group in (self.workspace_files, self.test_files, self.solution_files):
+                       self.environment, self.agent) + ((self.harbor,) if self.harbor else ())).encode())
+        for group in (self.workspace_files, self.test_files, self.solution_files, self.build_context):
             for name in sorted(group):
                 h.update(name.encode() + b"\0" + group[name] + b"\0")
         return h.hexdigest()[:16]

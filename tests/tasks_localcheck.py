@@ -165,7 +165,13 @@ def _grade_script(task: Task, ws: Path, tmp: Path) -> Grade:
     grader = tmp / "grader"
     write_files(task.test_files, grader / "tests")
     reward_file = tmp / "reward.txt"
+    # On the host there is no separate candidate user: `as-candidate CMD` (evaluators/grade.py) just runs CMD.
+    shim = grader / "bin" / "as-candidate"
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shim.write_text('#!/bin/sh\nexec "$@"\n')
+    shim.chmod(0o755)
     env = _env(ws, tmp) | {"REWARD_FILE": str(reward_file)}
+    env["PATH"] = f"{shim.parent}:{env['PATH']}"
     try:
         p = subprocess.run(["bash", str(grader / "tests" / "test.sh")], cwd=ws, env=env, capture_output=True,
                            text=True, timeout=task.verifier_timeout_sec)

@@ -77,7 +77,9 @@ def test_load_task_reads_every_part(tmp_path):
     assert (task.environment.memory_mb, task.environment.storage_mb, task.environment.allow_internet) == (1024, 256, False)
     assert task.evaluator.kind == "pytest" and task.evaluator.protected == ("tests/**",)
     assert task.dockerfile == "FROM harness-base\n"
-    assert task.workspace_files == {"data.csv": b"a,b\n1,2\n", "tests/test_public.py": b"def test_public():\n    pass\n"}
+    # With a Dockerfile, environment/ is its build context only: nothing of it appears in the workspace by itself
+    assert task.workspace_files == {}
+    assert task.build_context == {"data.csv": b"a,b\n1,2\n", "tests/test_public.py": b"def test_public():\n    pass\n"}
     assert set(task.test_files) == {"test_hidden.py"}
     assert set(task.solution_files) == {"solve.sh"}
     assert task.instruction.startswith("Write the answer")
@@ -177,7 +179,8 @@ def test_script_task_needs_test_sh(tmp_path):
 def test_harbor_task_without_evaluator_table_uses_test_sh(tmp_path):
     toml = TOML.split("[evaluator]")[0]
     make_task(tmp_path / "x", toml, **{"tests__test.sh": "echo 1 > /logs/verifier/reward.txt\n"})
-    assert load_task(tmp_path / "x").evaluator.kind == "script"
+    task = load_task(tmp_path / "x")
+    assert task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "snapshot"
 
 
 ANSWER = TOML.replace('kind = "pytest"\nprotected = ["tests/**"]',
@@ -266,7 +269,7 @@ def test_family_expands_params_in_text_and_file_names(tmp_path):
     assert (a.id, a.family, a.split, a.path) == ("count-01", "count", "train", None)
     assert (b.id, b.split) == ("count-02", "heldout")
     assert a.instruction == "Count the lines of a.txt.\n" and b.instruction == "Count the lines of b.txt.\n"
-    assert set(a.workspace_files) == {"a.txt", "tests/test_public.py", "data.csv"}
+    assert set(a.build_context) == {"a.txt", "tests/test_public.py", "data.csv"}
     assert a.test_files["test_hidden.py"].startswith(b"N = 3\n") and b.test_files["test_hidden.py"].startswith(b"N = 5\n")
     assert a.difficulty == 1 and a.content_hash() != b.content_hash()
 

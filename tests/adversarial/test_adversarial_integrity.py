@@ -205,3 +205,26 @@ def test_readme_describes_the_grading_design():
     text = (ROOT / "README.md").read_text()
     for needle in ("as-candidate", "import_mode", "10001", "proxy", "random name"):
         assert needle in text, needle
+
+
+def test_a_sandbox_that_never_answers_on_every_try_is_the_attempts_failure(image, tmp_path, monkeypatch):
+    """A lost message is retried (test_adversarial_faults); when every try of an attempt ends with its
+    command server silent, that is the attempt's own doing, not an error left out of the rates."""
+    from agent.sandbox import Sandbox
+    original = Sandbox._request
+    lost = []
+
+    async def request(self, req, host_timeout):
+        if "LOSE-ME" in str(req.get("cmd", "")):
+            lost.append(self.id)
+            self._send = lambda data: None
+            host_timeout = 2.0
+        return await original(self, req, host_timeout)
+    monkeypatch.setattr(Sandbox, "_request", request)
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"*": [bash("echo LOSE-ME"), SUBMIT]}))
+    out = tmp_path / "run"
+    run(run_eval(f"replay:{script}", [add_task("t")], out_dir=out, progress=False))
+    rec = json.loads((out / "attempts.jsonl").read_text())
+    assert len(set(lost)) == 3
+    assert (rec["status"], rec["reason"], rec["reward"]) == ("failed", "sandbox_unresponsive", 0.0)

@@ -1,0 +1,619 @@
+/* The sandbox command server for images without (a usable) Python: the same JSON-lines protocol as
+ * agent/sandbox_server.py, as one static binary that needs nothing from the image.
+ *
+ * Built by agent/sandbox_native.py (`gcc -static -O2`), bind-mounted read-only into the container and run
+ * under tini as its main process. One thread around one poll(): under a fork bomb it needs no new thread or
+ * process to time out, kill and answer.
+ *
+ * Request:  {"id": 1, "argv": [...] | "cmd": "shell text", "timeout": 30, "cap": 65536,
+ *            "user": "agent"|"root"|"NAME"|"UID[:GID]", "cwd": "/app", "env": {...}, "stdin": "<base64>"}
+ *           {"id": 2, "op": "snapshot", "root": "/app", "max_files": 5000}
+ *           {"id": 3, "op": "killall"}   kills every process but init and this server
+ * Reply:    as agent/sandbox_server.py; a snapshot reply is {"id": 2, "snapshot": {path: [kind, size, hash, exec]}}
+ *           or {"id": 2, "snapshot": {"too_many": N}}; hashes are 64-bit FNV-1a (hex), not sha256: only
+ *           equality between two snapshots of the same sandbox matters.
+ * "agent" is the user named by $HARNESS_UID (a uid, uid:gid or a name from the image's /etc/passwd).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXCMD 64
+
+/* ------------------------------------------------------------------ growable buffer */
+typedef struct { char *p; size_t n, cap; } buf_t;
+static void bput(buf_t *b, const void *d, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 4096;
+        while (c < b->n + n + 1) c *= 2;
+        b->p = realloc(b->p, c);
+        if (!b->p) _exit(99);
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void bstr(buf_t *b, const char *s) { bput(b, s, strlen(s)); }
+static void bfmt(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void bfmt(buf_t *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    bput(b, tmp, n < (int)sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+static void bjson_str(buf_t *b, const char *s, size_t n) {  /* a JSON string literal; bytes >= 0x80 as \u00XX */
+    bstr(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') { char e[2] = {'\\', (char)c}; bput(b, e, 2); }
+        else if (c < 0x20 || c >= 0x7f) bfmt(b, "\\u%04x", c);
+        else bput(b, &c, 1);
+    }
+    bstr(b, "\"");
+}
+
+/* ------------------------------------------------------------------ base64 */
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static void b64enc(buf_t *b, const unsigned char *d, size_t n) {
+    char q[4];
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = d[i] << 16 | (i + 1 < n ? d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
+        q[0] = B64[v >> 18 & 63]; q[1] = B64[v >> 12 & 63];
+        q[2] = i + 1 < n ? B64[v >> 6 & 63] : '=';
+        q[3] = i + 2 < n ? B64[v & 63] : '=';
+        bput(b, q, 4);
+    }
+}
+static int b64val(int c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+static void b64dec(buf_t *out, const char *s, size_t n) {
+    unsigned v = 0; int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        int x = b64val((unsigned char)s[i]);
+        if (x < 0) continue;
+        v = v << 6 | x; bits += 6;
+        if (bits >= 8) { bits -= 8; unsigned char c = v >> bits & 0xff; bput(out, &c, 1); }
+    }
+}
+
+/* ------------------------------------------------------------------ a small JSON reader (requests only) */
+enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+typedef struct jv { int t; double num; char *str; size_t len; struct jv *kids; char **keys; int n; } jv;
+static const char *jp;
+static void jws(void) { while (*jp == ' ' || *jp == '\t' || *jp == '\r' || *jp == '\n') jp++; }
+static int jparse(jv *v);
+static void utf8(buf_t *b, unsigned cp) {
+    unsigned char o[4]; int n;
+    if (cp < 0x80) { o[0] = cp; n = 1; }
+    else if (cp < 0x800) { o[0] = 0xc0 | cp >> 6; o[1] = 0x80 | (cp & 63); n = 2; }
+    else if (cp < 0x10000) { o[0] = 0xe0 | cp >> 12; o[1] = 0x80 | (cp >> 6 & 63); o[2] = 0x80 | (cp & 63); n = 3; }
+    else { o[0] = 0xf0 | cp >> 18; o[1] = 0x80 | (cp >> 12 & 63); o[2] = 0x80 | (cp >> 6 & 63); o[3] = 0x80 | (cp & 63); n = 4; }
+    bput(b, o, n);
+}
+static int jstring(char **out, size_t *len) {
+    if (*jp != '"') return -1;
+    jp++;
+    buf_t b = {0};
+    bput(&b, "", 0);
+    while (*jp && *jp != '"') {
+        if (*jp == '\\') {
+            jp++;
+            char c = *jp++;
+            switch (c) {
+            case 'n': bput(&b, "\n", 1); break;
+            case 't': bput(&b, "\t", 1); break;
+            case 'r': bput(&b, "\r", 1); break;
+            case 'b': bput(&b, "\b", 1); break;
+            case 'f': bput(&b, "\f", 1); break;
+            case 'u': {
+                unsigned cp = (unsigned)strtoul((char[5]){jp[0], jp[1], jp[2], jp[3], 0}, NULL, 16);
+                jp += 4;
+                if (cp >= 0xd800 && cp < 0xdc00 && jp[0] == '\\' && jp[1] == 'u') {
+                    unsigned lo = (unsigned)strtoul((char[5]){jp[2], jp[3], jp[4], jp[5], 0}, NULL, 16);
+                    jp += 6;
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                }
+                utf8(&b, cp);
+                break;
+            }
+            default: bput(&b, &c, 1);
+            }
+        } else bput(&b, jp++, 1);
+    }
+    if (*jp != '"') { free(b.p); return -1; }
+    jp++;
+    *out = b.p; *len = b.n;
+    return 0;
+}
+static int jparse(jv *v) {
+    memset(v, 0, sizeof *v);
+    jws();
+    if (*jp == '{' || *jp == '[') {
+        int obj = *jp == '{';
+        char close = obj ? '}' : ']';
+        v->t = obj ? J_OBJ : J_ARR;
+        jp++; jws();
+        int cap = 0;
+        while (*jp && *jp != close) {
+            if (v->n == cap) {
+                cap = cap ? cap * 2 : 8;
+                v->kids = realloc(v->kids, cap * sizeof(jv));
+                v->keys = realloc(v->keys, cap * sizeof(char *));
+            }
+            v->keys[v->n] = NULL;
+            if (obj) {
+                size_t kl;
+                jws();
+                if (jstring(&v->keys[v->n], &kl)) return -1;
+                jws();
+                if (*jp++ != ':') return -1;
+            }
+            if (jparse(&v->kids[v->n])) return -1;
+            v->n++;
+            jws();
+            if (*jp == ',') { jp++; jws(); }
+        }
+        if (*jp != close) return -1;
+        jp++;
+        return 0;
+    }
+    if (*jp == '"') { v->t = J_STR; return jstring(&v->str, &v->len); }
+    if (!strncmp(jp, "true", 4)) { v->t = J_BOOL; v->num = 1; jp += 4; return 0; }
+    if (!strncmp(jp, "false", 5)) { v->t = J_BOOL; jp += 5; return 0; }
+    if (!strncmp(jp, "null", 4)) { v->t = J_NULL; jp += 4; return 0; }
+    char *end;
+    v->num = strtod(jp, &end);
+    if (end == jp) return -1;
+    v->t = J_NUM; jp = end;
+    return 0;
+}
+static jv *jget(jv *o, const char *key) {
+    if (!o || o->t != J_OBJ) return NULL;
+    for (int i = 0; i < o->n; i++) if (!strcmp(o->keys[i], key)) return &o->kids[i];
+    return NULL;
+}
+static void jfree(jv *v) {
+    for (int i = 0; i < v->n; i++) { jfree(&v->kids[i]); if (v->keys) free(v->keys[i]); }
+    free(v->kids); free(v->keys); free(v->str);
+}
+
+/* ------------------------------------------------------------------ output */
+static void send_buf(buf_t *b) {
+    bstr(b, "\n");
+    size_t off = 0;
+    while (off < b->n) {
+        ssize_t w = write(1, b->p + off, b->n - off);
+        if (w < 0) { if (errno == EINTR || errno == EAGAIN) { struct pollfd p = {1, POLLOUT, 0}; poll(&p, 1, 100); continue; } _exit(0); }
+        off += (size_t)w;
+    }
+}
+static void send_error(long id, const char *msg) {
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": %ld, \"error\": ", id);
+    bjson_str(&b, msg, strlen(msg));
+    bstr(&b, "}");
+    send_buf(&b);
+    free(b.p);
+}
+
+/* ------------------------------------------------------------------ users */
+static int lookup_user(const char *spec, uid_t *uid, gid_t *gid) {
+    char *end;
+    unsigned long u = strtoul(spec, &end, 10);
+    if (*spec && end != spec && (*end == 0 || *end == ':')) {
+        *uid = (uid_t)u; *gid = (gid_t)u;
+        if (*end == ':') *gid = (gid_t)strtoul(end + 1, NULL, 10);
+        else {  /* a bare uid: its passwd group when it has one */
+            FILE *f = fopen("/etc/passwd", "r");
+            char line[1024];
+            while (f && fgets(line, sizeof line, f)) {
+                char *fld[7] = {0}; int k = 0;
+                for (char *s = line, *t; k < 7 && (t = strsep(&s, ":")); ) fld[k++] = t;
+                if (k >= 4 && strtoul(fld[2], NULL, 10) == u) { *gid = (gid_t)strtoul(fld[3], NULL, 10); break; }
+            }
+            if (f) fclose(f);
+        }
+        return 0;
+    }
+    FILE *f = fopen("/etc/passwd", "r");
+    char line[1024];
+    int found = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        char *fld[7] = {0}; int k = 0;
+        for (char *s = line, *t; k < 7 && (t = strsep(&s, ":")); ) fld[k++] = t;
+        if (k >= 4 && !strcmp(fld[0], spec)) {
+            *uid = (uid_t)strtoul(fld[2], NULL, 10); *gid = (gid_t)strtoul(fld[3], NULL, 10);
+            found = 0; break;
+        }
+    }
+    if (f) fclose(f);
+    return found;
+}
+
+/* ------------------------------------------------------------------ commands */
+typedef struct { unsigned char *head, *tail; size_t half, hn, tn, total; } capped_t;
+static void cap_init(capped_t *c, size_t cap) {
+    c->half = cap / 2 ? cap / 2 : 1;
+    c->head = malloc(c->half); c->tail = malloc(c->half);
+    c->hn = c->tn = c->total = 0;
+}
+static void cap_add(capped_t *c, const unsigned char *d, size_t n) {
+    c->total += n;
+    size_t room = c->half - c->hn;
+    if (room > 0) { size_t k = n < room ? n : room; memcpy(c->head + c->hn, d, k); c->hn += k; d += k; n -= k; }
+    if (!n) return;
+    if (n >= c->half) { memcpy(c->tail, d + n - c->half, c->half); c->tn = c->half; return; }
+    if (c->tn + n > c->half) { size_t drop = c->tn + n - c->half; memmove(c->tail, c->tail + drop, c->tn - drop); c->tn -= drop; }
+    memcpy(c->tail + c->tn, d, n); c->tn += n;
+}
+static void cap_fields(buf_t *b, capped_t *c, const char *pfx) {
+    bfmt(b, ", \"%s_head\": \"", pfx); b64enc(b, c->head, c->hn);
+    bfmt(b, "\", \"%s_tail\": \"", pfx); b64enc(b, c->tail, c->tn);
+    bfmt(b, "\", \"%s_dropped\": %zu", pfx, c->total - c->hn - c->tn);
+}
+
+typedef struct {
+    int used; long id; pid_t pid; int pidfd, out, err, in;
+    unsigned char *stdin_data; size_t stdin_len, stdin_off;
+    capped_t o, e;
+    double started, deadline; int timed_out; long oom_before;
+} cmd_t;
+static cmd_t cmds[MAXCMD];
+static int nrunning;
+
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static long oom_kills(void) {
+    const char *paths[] = {"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "r");
+        if (!f) continue;
+        char key[64]; long v;
+        while (fscanf(f, "%63s %ld", key, &v) == 2) if (!strcmp(key, "oom_kill")) { fclose(f); return v; }
+        fclose(f);
+    }
+    return -1;
+}
+static void reap_strays(void) {
+    for (int i = 0; i < 100; i++) {
+        if (kill(-1, SIGKILL) < 0) break;  /* ESRCH: nothing left to signal */
+        usleep(5000);
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
+/* The command could not start (no such folder, user or program; no process left under a fork bomb): all of
+ * these the agent can cause, so they are the command's result, like a shell's 126/127, never a dead sandbox
+ * (as agent/sandbox_server.py answers them). */
+static void send_spawn_failure(long id, int code, const char *why) {
+    capped_t o, e; cap_init(&o, 64); cap_init(&e, 4096);
+    char msg[800]; int mn = snprintf(msg, sizeof msg, "cannot start the command: %s\n", why);
+    cap_add(&e, (unsigned char *)msg, (size_t)(mn < (int)sizeof msg ? mn : (int)sizeof msg - 1));
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": %ld, \"exit_code\": %d, \"duration\": 0.0, \"timed_out\": false, \"oom\": false, "
+         "\"spawn_error\": true", id, code);
+    cap_fields(&b, &o, "out"); cap_fields(&b, &e, "err"); bstr(&b, "}");
+    send_buf(&b); free(b.p); free(o.head); free(o.tail); free(e.head); free(e.tail);
+}
+
+static char *agent_spec = "10001";
+static char **base_env;
+
+static void start_cmd(jv *req, long id) {
+    int slot = -1;
+    for (int i = 0; i < MAXCMD; i++) if (!cmds[i].used) { slot = i; break; }
+    if (slot < 0) { send_spawn_failure(id, 126, "too many commands at once"); return; }
+    jv *argv_v = jget(req, "argv"), *cmd_v = jget(req, "cmd"), *env_v = jget(req, "env");
+    jv *user_v = jget(req, "user"), *cwd_v = jget(req, "cwd"), *stdin_v = jget(req, "stdin");
+    jv *to_v = jget(req, "timeout"), *cap_v = jget(req, "cap");
+    char **argv;
+    if (argv_v && argv_v->t == J_ARR && argv_v->n > 0) {
+        argv = calloc(argv_v->n + 1, sizeof(char *));
+        for (int i = 0; i < argv_v->n; i++) argv[i] = argv_v->kids[i].str ? argv_v->kids[i].str : "";
+    } else if (cmd_v && cmd_v->t == J_STR) {
+        argv = calloc(4, sizeof(char *));
+        argv[0] = "/bin/bash"; argv[1] = "-c"; argv[2] = cmd_v->str;
+        if (access("/bin/bash", X_OK) != 0) argv[0] = "/bin/sh";
+    } else { send_spawn_failure(id, 126, "no argv or cmd"); return; }
+    char **envp = base_env;
+    if (env_v && env_v->t == J_OBJ && env_v->n > 0) {
+        envp = calloc(env_v->n + 1, sizeof(char *));
+        for (int i = 0; i < env_v->n; i++) {
+            const char *val = env_v->kids[i].str ? env_v->kids[i].str : "";
+            envp[i] = malloc(strlen(env_v->keys[i]) + strlen(val) + 2);
+            sprintf(envp[i], "%s=%s", env_v->keys[i], val);
+        }
+    }
+    const char *user = user_v && user_v->t == J_STR ? user_v->str : "agent";
+    uid_t uid = 0; gid_t gid = 0;
+    const char *who = strcmp(user, "agent") ? user : agent_spec;
+    if (strcmp(who, "root") != 0 && lookup_user(who, &uid, &gid) != 0) {
+        char msg[300]; snprintf(msg, sizeof msg, "no user %s in /etc/passwd", who);
+        send_spawn_failure(id, 126, msg); free(argv); return;
+    }
+    const char *cwd = cwd_v && cwd_v->t == J_STR ? cwd_v->str : "/";
+    buf_t in = {0};
+    int has_stdin = stdin_v && stdin_v->t == J_STR && stdin_v->len > 0;
+    if (has_stdin) b64dec(&in, stdin_v->str, stdin_v->len);
+
+    int po[2], pe[2], pi[2] = {-1, -1}, perr[2];
+    if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || (has_stdin && pipe2(pi, O_CLOEXEC)) || pipe2(perr, O_CLOEXEC)) {
+        send_spawn_failure(id, 126, "pipe: too many open files"); free(argv); free(in.p); return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        sigset_t none; sigemptyset(&none); sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        int devnull = open("/dev/null", O_RDONLY);
+        dup2(has_stdin ? pi[0] : devnull, 0);
+        dup2(po[1], 1); dup2(pe[1], 2);
+        const char *step = "chdir";
+        if (chdir(cwd) == 0) {
+            step = "setgroups";
+            if (uid == 0 || setgroups(0, NULL) == 0) {
+                step = "setgid";
+                if (uid == 0 || setgid(gid) == 0) {
+                    step = "setuid";
+                    if (uid == 0 || setuid(uid) == 0) {
+                        step = "exec";
+                        /* PATH lookup with the command's own PATH, as Python's Popen does */
+                        for (char **e = envp; *e; e++) if (!strncmp(*e, "PATH=", 5)) { setenv("PATH", *e + 5, 1); break; }
+                        execvpe(argv[0], argv, envp);
+                    }
+                }
+            }
+        }
+        char msg[600];
+        int n = snprintf(msg, sizeof msg, "%s %s: %s", step, !strcmp(step, "chdir") ? cwd : argv[0], strerror(errno));
+        if (write(perr[1], msg, n) < 0) {}
+        _exit(127);
+    }
+    close(po[1]); close(pe[1]); close(perr[1]);
+    if (has_stdin) close(pi[0]);
+    if (envp != base_env) { for (char **e = envp; *e; e++) free(*e); free(envp); }
+    free(argv);
+    if (pid < 0) {
+        char msg[200]; snprintf(msg, sizeof msg, "fork: %s", strerror(errno));
+        close(po[0]); close(pe[0]); close(perr[0]); if (has_stdin) close(pi[1]);
+        send_spawn_failure(id, 126, msg); free(in.p); return;
+    }
+    char emsg[600]; ssize_t en = read(perr[0], emsg, sizeof emsg - 1);
+    close(perr[0]);
+    if (en > 0) {  /* the child could not start the command: as Popen raising */
+        emsg[en] = 0;
+        waitpid(pid, NULL, 0);
+        close(po[0]); close(pe[0]); if (has_stdin) close(pi[1]);
+        send_spawn_failure(id, strstr(emsg, "No such file") && !strncmp(emsg, "exec", 4) ? 127 : 126, emsg);
+        free(in.p); return;
+    }
+    cmd_t *c = &cmds[slot];
+    memset(c, 0, sizeof *c);
+    c->used = 1; c->id = id; c->pid = pid;
+    c->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    c->out = po[0]; c->err = pe[0]; c->in = has_stdin ? pi[1] : -1;
+    fcntl(c->out, F_SETFL, O_NONBLOCK); fcntl(c->err, F_SETFL, O_NONBLOCK);
+    if (c->in >= 0) fcntl(c->in, F_SETFL, O_NONBLOCK);
+    c->stdin_data = (unsigned char *)in.p; c->stdin_len = in.n;
+    size_t cap = cap_v && cap_v->t == J_NUM ? (size_t)cap_v->num : 65536;
+    cap_init(&c->o, cap); cap_init(&c->e, cap);
+    c->started = now();
+    c->deadline = c->started + (to_v && to_v->t == J_NUM ? to_v->num : 60.0);
+    c->oom_before = oom_kills();
+    nrunning++;
+}
+
+static void drain(int fd, capped_t *c) {
+    unsigned char tmp[65536];
+    for (;;) {
+        ssize_t r = read(fd, tmp, sizeof tmp);
+        if (r > 0) cap_add(c, tmp, (size_t)r);
+        else break;
+    }
+}
+
+static void finish_cmd(cmd_t *c) {
+    int status = 0;
+    kill(-c->pid, SIGKILL);  /* its whole group, also what it left in the background */
+    waitpid(c->pid, &status, 0);
+    nrunning--;
+    if (!nrunning) reap_strays();  /* processes that escaped the group (setsid, daemons) */
+    drain(c->out, &c->o); drain(c->err, &c->e);
+    close(c->out); close(c->err);
+    if (c->in >= 0) close(c->in);
+    if (c->pidfd >= 0) close(c->pidfd);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
+    long oom = oom_kills();
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": %ld, \"exit_code\": %d, \"duration\": %.6f, \"timed_out\": %s, \"oom\": %s", c->id, code,
+         now() - c->started, c->timed_out ? "true" : "false", c->oom_before >= 0 && oom > c->oom_before ? "true" : "false");
+    cap_fields(&b, &c->o, "out");
+    cap_fields(&b, &c->e, "err");
+    bstr(&b, "}");
+    send_buf(&b);
+    free(b.p);
+    free(c->o.head); free(c->o.tail); free(c->e.head); free(c->e.tail); free(c->stdin_data);
+    c->used = 0;
+}
+
+/* ------------------------------------------------------------------ snapshot (change capture) */
+typedef struct { buf_t *b; size_t rootlen; long count, max; int first; dev_t dev; } walk_t;
+static uint64_t fnv_file(const char *path) {
+    uint64_t h = 1469598103934665603ULL;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    unsigned char tmp[1 << 16];
+    ssize_t r;
+    while ((r = read(fd, tmp, sizeof tmp)) > 0)
+        for (ssize_t i = 0; i < r; i++) { h ^= tmp[i]; h *= 1099511628211ULL; }
+    close(fd);
+    return h;
+}
+static int walk(walk_t *w, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (lstat(path, &st)) continue;
+        const char *rel = path + w->rootlen + 1;
+        if (st.st_dev != w->dev && S_ISDIR(st.st_mode)) continue;  /* other filesystems: /proc, /sys, tmpfs */
+        if (!strcmp(path, "/.harness-helper")) continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (walk(w, path)) { closedir(d); return 1; }
+            continue;
+        }
+        if (!w->first) bstr(w->b, ", ");
+        w->first = 0;
+        bjson_str(w->b, rel, strlen(rel));
+        if (S_ISLNK(st.st_mode)) {
+            char target[4096]; ssize_t n = readlink(path, target, sizeof target - 1);
+            bstr(w->b, ": [\"l\", 0, ");
+            bjson_str(w->b, target, n > 0 ? (size_t)n : 0);
+            bstr(w->b, "]");
+        } else if (S_ISREG(st.st_mode)) {
+            bfmt(w->b, ": [\"f\", %lld, \"%016llx\", %s]", (long long)st.st_size,
+                 (unsigned long long)fnv_file(path), st.st_mode & 0111 ? "true" : "false");
+        } else bstr(w->b, ": [\"o\", 0, \"\"]");
+        if (++w->count > w->max) { closedir(d); return 1; }
+    }
+    closedir(d);
+    return 0;
+}
+static void snapshot(jv *req, long id) {
+    jv *root_v = jget(req, "root"), *max_v = jget(req, "max_files");
+    const char *root = root_v && root_v->t == J_STR ? root_v->str : "/";
+    buf_t b = {0}, items = {0};
+    bput(&items, "", 0);
+    walk_t w = {&items, strcmp(root, "/") ? strlen(root) : 0, 0, max_v && max_v->t == J_NUM ? (long)max_v->num : 5000, 1};
+    char rootbuf[4096];
+    snprintf(rootbuf, sizeof rootbuf, "%s", strcmp(root, "/") ? root : "");
+    struct stat rst;
+    if (stat(rootbuf[0] ? rootbuf : "/", &rst) == 0) w.dev = rst.st_dev;
+    int over = walk(&w, rootbuf[0] ? rootbuf : "/");
+    if (over) bfmt(&b, "{\"id\": %ld, \"snapshot\": {\"too_many\": %ld}}", id, w.count);
+    else { bfmt(&b, "{\"id\": %ld, \"snapshot\": {", id); bput(&b, items.p, items.n); bstr(&b, "}}"); }
+    send_buf(&b);
+    free(b.p); free(items.p);
+}
+
+/* ------------------------------------------------------------------ main loop */
+static void handle_line(char *line) {
+    jv req;
+    jp = line;
+    if (jparse(&req) || req.t != J_OBJ) { send_error(-1, "bad request"); jfree(&req); return; }
+    jv *id_v = jget(&req, "id"), *op_v = jget(&req, "op");
+    long id = id_v && id_v->t == J_NUM ? (long)id_v->num : -1;
+    if (op_v && op_v->t == J_STR && !strcmp(op_v->str, "snapshot")) snapshot(&req, id);
+    else if (op_v && op_v->t == J_STR && !strcmp(op_v->str, "killall")) {
+        for (int i = 0; i < MAXCMD; i++) if (cmds[i].used) { cmds[i].timed_out = 1; kill(-cmds[i].pid, SIGKILL); }
+        if (!nrunning) reap_strays();
+        buf_t b = {0}; bfmt(&b, "{\"id\": %ld, \"killed\": true}", id); send_buf(&b); free(b.p);
+    } else start_cmd(&req, id);
+    jfree(&req);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    const char *spec = getenv("HARNESS_UID");
+    if (spec && *spec) agent_spec = strdup(spec);
+    /* commands inherit the container's environment without our own variables */
+    int n = 0;
+    extern char **environ;
+    for (char **e = environ; *e; e++) n++;
+    base_env = calloc(n + 1, sizeof(char *));
+    n = 0;
+    for (char **e = environ; *e; e++) if (strncmp(*e, "HARNESS_", 8)) base_env[n++] = *e;
+    fcntl(0, F_SETFL, O_NONBLOCK);
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": 0, \"ready\": true, \"pid\": %d, \"server\": \"native\"}", getpid());
+    send_buf(&b); free(b.p);
+    buf_t pending = {0};
+    struct pollfd fds[1 + 3 * MAXCMD];
+    struct { cmd_t *c; int what; } map[1 + 3 * MAXCMD];  /* what: 0 out, 1 err, 2 exit, 3 stdin */
+    for (;;) {
+        double t = now(), wait = 3600;
+        for (int i = 0; i < MAXCMD; i++) {
+            cmd_t *c = &cmds[i];
+            if (!c->used || c->timed_out) continue;
+            if (c->deadline <= t) { c->timed_out = 1; kill(-c->pid, SIGKILL); }
+            else if (c->deadline - t < wait) wait = c->deadline - t;
+        }
+        int nf = 0;
+        fds[nf].fd = 0; fds[nf].events = POLLIN; map[nf].c = NULL; nf++;
+        for (int i = 0; i < MAXCMD; i++) {
+            cmd_t *c = &cmds[i];
+            if (!c->used) continue;
+            if (c->out >= 0) { fds[nf].fd = c->out; fds[nf].events = POLLIN; map[nf].c = c; map[nf].what = 0; nf++; }
+            if (c->err >= 0) { fds[nf].fd = c->err; fds[nf].events = POLLIN; map[nf].c = c; map[nf].what = 1; nf++; }
+            fds[nf].fd = c->pidfd; fds[nf].events = POLLIN; map[nf].c = c; map[nf].what = 2; nf++;
+            if (c->in >= 0) { fds[nf].fd = c->in; fds[nf].events = POLLOUT; map[nf].c = c; map[nf].what = 3; nf++; }
+        }
+        int r = poll(fds, nf, (int)(wait * 1000) + 1);
+        if (r < 0) { if (errno == EINTR) continue; return 1; }
+        for (int k = 0; k < nf; k++) {
+            if (!fds[k].revents) continue;
+            cmd_t *c = map[k].c;
+            if (!c) {
+                char tmp[1 << 16];
+                ssize_t got = read(0, tmp, sizeof tmp);
+                if (got == 0) return 0;  /* the host went away */
+                if (got < 0) continue;
+                bput(&pending, tmp, (size_t)got);
+                char *nl;
+                while ((nl = memchr(pending.p, '\n', pending.n))) {
+                    *nl = 0;
+                    size_t used = (size_t)(nl - pending.p) + 1;
+                    char *line = strdup(pending.p);
+                    memmove(pending.p, nl + 1, pending.n - used);
+                    pending.n -= used;
+                    if (strspn(line, " \t\r") != strlen(line)) handle_line(line);
+                    free(line);
+                }
+                continue;
+            }
+            if (!c->used) continue;  /* finished earlier in this same batch */
+            if (map[k].what == 2) { finish_cmd(c); continue; }
+            if (map[k].what == 3) {
+                if (c->in < 0) continue;
+                ssize_t w = write(c->in, c->stdin_data + c->stdin_off, c->stdin_len - c->stdin_off > 65536 ? 65536 : c->stdin_len - c->stdin_off);
+                if (w > 0) c->stdin_off += (size_t)w;
+                if ((w < 0 && errno != EAGAIN) || c->stdin_off >= c->stdin_len) { close(c->in); c->in = -1; }
+                continue;
+            }
+            int *fd = map[k].what == 0 ? &c->out : &c->err;
+            if (*fd < 0) continue;
+            unsigned char tmp[65536];
+            ssize_t got = read(*fd, tmp, sizeof tmp);
+            if (got > 0) cap_add(map[k].what == 0 ? &c->o : &c->e, tmp, (size_t)got);
+            else if (got == 0 || errno != EAGAIN) { close(*fd); *fd = -1; }
+        }
+    }
+}

@@ -1,0 +1,348 @@
+"""Harbor / Terminal-Bench 2 tasks, read field by field from Harbor's task config (schema 1.4).
+
+A task folder is a Harbor task when its task.toml has no [evaluator] table and tests/test.sh exists (or it
+says schema_version). Then tests/test.sh is the verifier: it sees the hidden tests at /tests and writes
+/logs/verifier/reward.txt (one number) or reward.json (named numbers). See README "Harbor tasks" for the
+runtime contract and the table of fields (honoured / warned / refused).
+
+Unknown keys give one warning per task (printed to stderr, kept in HarborSpec.warnings), not an error.
+Fields we cannot honour (GPUs, TPUs, MCP servers, multi-container compose, multi-step tasks, network
+allowlists, Windows) raise UserError naming the field: never a silent wrong run.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from agent.errors import UserError
+
+SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+VERIFIER_MODES = ("fresh", "snapshot", "shared")  # ours; Harbor's shared -> shared, separate -> fresh
+NETWORK_MODES = ("no-network", "public", "allowlist")
+
+TOP_KEYS = {"schema_version", "version", "task", "metadata", "verifier", "agent", "environment", "solution",
+            "source", "multi_step_reward_strategy", "steps", "artifacts"}
+TASK_KEYS = {"name", "version", "description", "authors", "keywords"}
+AGENT_KEYS = {"timeout_sec", "user", "network_mode", "allowed_hosts",
+              "max_steps", "command_timeout_sec"}  # the last two: ours (the agent loop's limits)
+VERIFIER_KEYS = {"timeout_sec", "env", "user", "environment_mode", "environment", "collect", "network_mode",
+                 "allowed_hosts", "isolation"}  # isolation: ours, fresh | snapshot | shared
+ENV_KEYS = {"build_timeout_sec", "docker_image", "os", "cpus", "memory_mb", "storage_mb", "gpus", "gpu_types", "tpu",
+            "mcp_servers", "env", "skills_dir", "healthcheck", "workdir", "allow_internet", "network_mode",
+            "allowed_hosts", "memory", "storage", "pids"}  # memory/storage: Harbor's older spelling; pids: ours
+HEALTHCHECK_KEYS = {"command", "interval_sec", "timeout_sec", "start_period_sec", "start_interval_sec", "retries"}
+
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    command: str
+    interval_sec: float = 5.0
+    timeout_sec: float = 30.0
+    start_period_sec: float = 0.0
+    start_interval_sec: float = 5.0
+    retries: int = 3
+
+
+@dataclass(frozen=True)
+class HarborSpec:
+    """What a Harbor task asks of the runtime, beyond what Task already holds (limits, files, timeouts)."""
+    schema_version: str = "1.4"
+    name: str = ""  # [task] name, "org/name"
+    description: str = ""
+    authors: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    metadata: tuple[tuple[str, str], ...] = ()  # [metadata], any keys, values as TOML text (kept, not interpreted)
+    source: str = ""
+    docker_image: Optional[str] = None  # a prebuilt image, used as given (must exist locally)
+    workdir: Optional[str] = None  # None -> the image's WORKDIR
+    env: tuple[tuple[str, str], ...] = ()  # [environment.env]
+    agent_user: Optional[str] = None  # None -> the image's USER (root for most images)
+    verifier_user: Optional[str] = None
+    verifier_env: tuple[tuple[str, str], ...] = ()
+    verifier_mode: str = "snapshot"
+    verifier_network: Optional[bool] = None  # None -> as the environment
+    verifier_docker_image: Optional[str] = None  # [verifier.environment] docker_image
+    verifier_dockerfile: Optional[str] = None  # tests/Dockerfile, for a separate verifier environment
+    solution_env: tuple[tuple[str, str], ...] = ()
+    healthcheck: Optional[Healthcheck] = None
+    build_timeout_sec: float = 600.0
+    warnings: tuple[str, ...] = ()
+
+
+def is_harbor(data: dict, files: dict[str, bytes]) -> bool:
+    """A Harbor task: no [evaluator] table (ours) and a tests/test.sh verifier, or an explicit schema_version."""
+    return "evaluator" not in data and ("tests/test.sh" in files or "schema_version" in data)
+
+
+def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], str]) -> tuple[HarborSpec, dict]:
+    """Reads a Harbor task.toml. Returns the spec and the plain values the loader puts on Task:
+    {difficulty, domain, tags, agent: {...}, verifier_timeout, environment: {...}}."""
+    warnings: list[str] = []
+    unknown = [k for k in data if k not in TOP_KEYS]
+
+    def table(parent: dict, key: str, label: str) -> dict:
+        value = parent.get(key, {})
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise UserError(f"{loc}: {label} must be a table")
+        return value
+
+    def check(t: dict, allowed: set[str], label: str):
+        unknown.extend(f"{label}.{k}" for k in t if k not in allowed)
+
+    # -- schema version
+    version = data.get("schema_version", data.get("version", "1.4"))
+    if not isinstance(version, str):
+        raise UserError(f"{loc}: schema_version must be a string such as \"1.4\" (got {_show(version)})")
+    if "schema_version" in data and version not in SCHEMA_VERSIONS:
+        warnings.append(f"schema_version {version!r} is newer than 1.4, the newest this harness knows")
+
+    # -- [task]
+    task_t = table(data, "task", "[task]")
+    check(task_t, TASK_KEYS, "task")
+    name = _str(task_t, "name", "", loc, "[task]")
+    description = _str(task_t, "description", "", loc, "[task]")
+    authors = []
+    for a in _list(task_t, "authors", loc, "[task]"):
+        if isinstance(a, dict) and isinstance(a.get("name"), str):
+            authors.append(a["name"] + (f" <{a['email']}>" if isinstance(a.get("email"), str) else ""))
+        elif isinstance(a, str):
+            authors.append(a)
+        else:
+            raise UserError(f"{loc}: [task] authors must be a list of {{ name = \"...\", email = \"...\" }} "
+                            f"(got {_show(a)})")
+    keywords = _strings(task_t, "keywords", loc, "[task]")
+
+    # -- [metadata]: free-form; a few conventional keys are read when they make sense
+    meta = table(data, "metadata", "[metadata]")
+    difficulty = {"easy": 1, "medium": 3, "hard": 5}.get(str(meta.get("difficulty", "")).lower())
+    if difficulty is None and isinstance(meta.get("difficulty"), int) and 1 <= meta["difficulty"] <= 5:
+        difficulty = meta["difficulty"]
+    tags = tuple(t for t in (meta.get("tags") if isinstance(meta.get("tags"), list) else []) if isinstance(t, str))
+
+    # -- [agent]
+    agent_t = table(data, "agent", "[agent]")
+    check(agent_t, AGENT_KEYS, "agent")
+    agent_user = _user(agent_t, loc, "[agent]")
+    agent_net = _network(agent_t, loc, "[agent]")
+
+    # -- [environment]
+    env_t = table(data, "environment", "[environment]")
+    check(env_t, ENV_KEYS, "environment")
+    _refuse_unsupported(env_t, loc, "[environment]")
+    docker_image = _str(env_t, "docker_image", None, loc, "[environment]")
+    workdir = _str(env_t, "workdir", None, loc, "[environment]")
+    if workdir is not None and not workdir.startswith("/"):
+        raise UserError(f"{loc}: [environment] workdir must be an absolute path such as \"/app\" (got {_show(workdir)})")
+    env = _env(env_t, "env", loc, "[environment]")
+    network = baseline_network = _network(env_t, loc, "[environment]")
+    if agent_net is not None:
+        network = agent_net  # the agent phase's own policy wins for the agent's container
+    healthcheck = _healthcheck(env_t, loc, unknown)
+    build_timeout = _num(env_t, "build_timeout_sec", 600.0, loc, "[environment]")
+    for key in ("skills_dir",):
+        if env_t.get(key):
+            warnings.append(f"[environment] {key} is not used by this harness (ignored)")
+    if "storage_mb" in env_t or "storage" in env_t:
+        warnings.append("[environment] storage_mb is not enforced on the writable root filesystem "
+                        "(no overlay quota here); /tmp is still size-limited")
+    if env_t.get("build_timeout_sec", 600.0) != 600.0:
+        warnings.append("[environment] build_timeout_sec is not enforced (images build without a time limit)")
+
+    # -- [verifier]
+    ver_t = table(data, "verifier", "[verifier]")
+    check(ver_t, VERIFIER_KEYS, "verifier")
+    verifier_timeout = _num(ver_t, "timeout_sec", 600.0, loc, "[verifier]")
+    verifier_env = _env(ver_t, "env", loc, "[verifier]")
+    verifier_user = _user(ver_t, loc, "[verifier]")
+    verifier_net = _network(ver_t, loc, "[verifier]")
+    venv_t = table(ver_t, "environment", "[verifier.environment]")
+    check(venv_t, ENV_KEYS, "verifier.environment")
+    _refuse_unsupported(venv_t, loc, "[verifier.environment]")
+    mode_h = ver_t.get("environment_mode")
+    if mode_h is not None and mode_h not in ("shared", "separate"):
+        raise UserError(f"{loc}: [verifier] environment_mode must be \"shared\" or \"separate\" (got {_show(mode_h)})")
+    if mode_h == "shared" and "environment" in ver_t:
+        raise UserError(f"{loc}: [verifier] environment_mode = \"shared\" conflicts with [verifier.environment] "
+                        "(remove one)")
+    if mode_h is None and "environment" in ver_t:
+        mode_h = "separate"
+    mode = {"shared": "shared", "separate": "fresh", None: "snapshot"}[mode_h]
+    if "isolation" in ver_t:
+        mode = ver_t["isolation"]
+        if mode not in VERIFIER_MODES:
+            raise UserError(f"{loc}: [verifier] isolation must be one of {', '.join(VERIFIER_MODES)} (got {_show(mode)})")
+    if ver_t.get("collect"):
+        warnings.append("[verifier] collect is not run (it collects from compose sidecars, which are not supported)")
+    verifier_dockerfile = None
+    if mode == "fresh" and "Dockerfile" in {n[len("tests/"):] for n in files if n.startswith("tests/")}:
+        verifier_dockerfile = files["tests/Dockerfile"].decode("utf-8", "replace")
+    if mode == "shared" and bool(verifier_net if verifier_net is not None else baseline_network) != bool(network):
+        warnings.append("[verifier] network_mode differs from the agent's, but a shared verifier runs in the "
+                        "agent's container and keeps its network")
+
+    # -- [solution], steps, artifacts
+    sol_t = table(data, "solution", "[solution]")
+    check(sol_t, {"env"}, "solution")
+    solution_env = _env(sol_t, "env", loc, "[solution]")
+    if data.get("steps"):
+        raise UserError(f"{loc}: steps: multi-step Harbor tasks are not supported by this harness "
+                        "(split them into single-step tasks)")
+    if data.get("artifacts"):
+        warnings.append("artifacts are not collected by this harness (ignored)")
+    source = data.get("source") if isinstance(data.get("source"), str) else ""
+
+    if unknown:
+        warnings.insert(0, f"unknown keys ignored: {', '.join(unknown)}")
+    for w in warnings:
+        msg = f"warning: {loc}: {w}"
+        if msg not in _warned:
+            _warned.add(msg)
+            print(msg, file=sys.stderr)
+
+    spec = HarborSpec(
+        schema_version=version, name=name, description=description, authors=tuple(authors),
+        keywords=tuple(keywords), metadata=tuple(sorted((str(k), _toml_text(v)) for k, v in meta.items())),
+        source=source, docker_image=docker_image, workdir=workdir, env=env, agent_user=agent_user,
+        verifier_user=verifier_user, verifier_env=verifier_env, verifier_mode=mode,
+        verifier_network=verifier_net if verifier_net is not None else bool(baseline_network),
+        verifier_docker_image=_str(venv_t, "docker_image", None, loc,
+                                                                  "[verifier.environment]"),
+        verifier_dockerfile=verifier_dockerfile, solution_env=solution_env, healthcheck=healthcheck,
+        build_timeout_sec=build_timeout, warnings=tuple(warnings))
+    values = {
+        "difficulty": difficulty, "tags": tuple(dict.fromkeys(tags + tuple(keywords))),
+        "agent": {k: agent_t[k] for k in ("timeout_sec", "max_steps", "command_timeout_sec") if k in agent_t},
+        "verifier_timeout": verifier_timeout,
+        "environment": {**{k: env_t[k] for k in ("cpus", "memory_mb", "memory", "pids") if k in env_t},
+                        "allow_internet": bool(network)},
+    }
+    return spec, values
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+def _refuse_unsupported(t: dict, loc: str, label: str) -> None:
+    if t.get("gpus"):
+        raise UserError(f"{loc}: {label} gpus = {_show(t['gpus'])}: this harness cannot give a task GPUs "
+                        "(run it under Harbor on a GPU machine, or set gpus = 0)")
+    if t.get("gpu_types"):
+        raise UserError(f"{loc}: {label} gpu_types: this harness cannot give a task GPUs (remove it)")
+    if t.get("tpu"):
+        raise UserError(f"{loc}: {label} tpu: this harness cannot give a task TPUs (remove it)")
+    if t.get("mcp_servers"):
+        raise UserError(f"{loc}: {label} mcp_servers: MCP servers are not supported by this harness's agent "
+                        "(remove them, or run the task under Harbor)")
+    os_name = t.get("os", "linux")
+    if not isinstance(os_name, str) or os_name.lower() != "linux":
+        raise UserError(f"{loc}: {label} os = {_show(os_name)}: only linux tasks run here")
+
+
+def _network(t: dict, loc: str, label: str) -> Optional[bool]:
+    """True / False for public / no network; None when the table says nothing."""
+    mode = t.get("network_mode")
+    if mode is not None and mode not in NETWORK_MODES:
+        raise UserError(f"{loc}: {label} network_mode must be one of {', '.join(NETWORK_MODES)} (got {_show(mode)})")
+    if mode == "allowlist" or t.get("allowed_hosts"):
+        raise UserError(f"{loc}: {label} network_mode = \"allowlist\" / allowed_hosts: this harness cannot limit "
+                        "a container to some hosts (use \"no-network\" or \"public\")")
+    allow = t.get("allow_internet")
+    if allow is not None and not isinstance(allow, bool):
+        raise UserError(f"{loc}: {label} allow_internet must be true or false (got {_show(allow)})")
+    if mode is not None:
+        return mode == "public"
+    return allow
+
+
+def _healthcheck(env_t: dict, loc: str, unknown: list[str]) -> Optional[Healthcheck]:
+    hc = env_t.get("healthcheck")
+    if hc is None:
+        return None
+    if not isinstance(hc, dict) or not isinstance(hc.get("command"), str) or not hc["command"].strip():
+        raise UserError(f"{loc}: [environment.healthcheck] needs command = \"...\" (a shell command, exit 0 = healthy)")
+    unknown.extend(f"environment.healthcheck.{k}" for k in hc if k not in HEALTHCHECK_KEYS)
+    d = Healthcheck(command="")
+    label = "[environment.healthcheck]"
+    return Healthcheck(command=hc["command"],
+                       interval_sec=_num(hc, "interval_sec", d.interval_sec, loc, label, zero=True),
+                       timeout_sec=_num(hc, "timeout_sec", d.timeout_sec, loc, label),
+                       start_period_sec=_num(hc, "start_period_sec", d.start_period_sec, loc, label, zero=True),
+                       start_interval_sec=_num(hc, "start_interval_sec", d.start_interval_sec, loc, label, zero=True),
+                       retries=int(_num(hc, "retries", d.retries, loc, label)))
+
+
+# ---------------------------------------------------------------------------------------------- small helpers
+
+def _str(t: dict, key: str, default, loc: str, label: str):
+    value = t.get(key, default)
+    if value is not default and not isinstance(value, str):
+        raise UserError(f"{loc}: {label} {key} must be a string (got {_show(value)})")
+    return value
+
+
+def _list(t: dict, key: str, loc: str, label: str) -> list:
+    value = t.get(key, [])
+    if not isinstance(value, list):
+        raise UserError(f"{loc}: {label} {key} must be a list (got {_show(value)})")
+    return value
+
+
+def _strings(t: dict, key: str, loc: str, label: str) -> list[str]:
+    value = _list(t, key, loc, label)
+    if not all(isinstance(v, str) for v in value):
+        raise UserError(f"{loc}: {label} {key} must be a list of strings (got {_show(value)})")
+    return value
+
+
+def _num(t: dict, key: str, default: float, loc: str, label: str, zero: bool = False) -> float:
+    value = t.get(key, default)
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (value > 0 or (zero and value == 0)))
+    if not ok:
+        raise UserError(f"{loc}: {label} {key} must be a {'number >= 0' if zero else 'positive number'} "
+                        f"(got {_show(value)})")
+    return float(value)
+
+
+def _env(t: dict, key: str, loc: str, label: str) -> tuple[tuple[str, str], ...]:
+    value = t.get(key, {})
+    if not isinstance(value, dict):
+        raise UserError(f"{loc}: {label} {key} must be a table of NAME = \"value\" (got {_show(value)})")
+    out = []
+    for k, v in value.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise UserError(f"{loc}: {label} {key}.{k}: not a valid environment variable name")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise UserError(f"{loc}: {label} {key}.{k} must be a string (got {_show(v)})")
+        out.append((k, str(v)))
+    return tuple(out)
+
+
+def _user(t: dict, loc: str, label: str) -> Optional[str]:
+    value = t.get("user")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or (isinstance(value, int) and value < 0):
+        raise UserError(f"{loc}: {label} user must be a user name or a uid (got {_show(value)})")
+    text = str(value)
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?", text):
+        raise UserError(f"{loc}: {label} user must be a user name or a uid (got {_show(value)})")
+    return text
+
+
+def _toml_text(v: Any) -> str:
+    return v if isinstance(v, str) else _show(v)
+
+
+def _show(value: Any) -> str:
+    import json
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
