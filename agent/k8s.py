@@ -301,7 +301,6 @@ class K8sSandbox(Sandbox):
         self.id = name
         self.image, self.limits, self.pool_key = image, limits, pool_key
         self.dead = False
-        self.unresponsive = False
         self.server_log = deque(maxlen=50)
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 1
@@ -340,18 +339,6 @@ class K8sSandbox(Sandbox):
             if time.monotonic() >= end:
                 return False
             time.sleep(0.2)
-
-    def death_cause(self, wait: float = 5.0) -> Optional[str]:
-        """As Sandbox.death_cause, with the pod's status instead of Docker's."""
-        if self.died_of_oom(wait):
-            return "oom"
-        if self.unresponsive:
-            try:
-                self._pod_status()  # the API answers: the silence came from inside the pod
-                return "unresponsive"
-            except Exception:  # noqa: BLE001 -- no API: infrastructure
-                return None
-        return None
 
     def kill(self):
         """Close the stream and delete the claim (the controller deletes the pod); safe to call twice."""
@@ -573,10 +560,10 @@ def k8s_images(tasks: list, options: dict) -> dict[str, str]:
     if not image:
         raise UserError("--sandbox k8s needs the sandbox image in a registry the cluster can pull: build it "
                         "(`harness images build`), push it, and pass --k8s-image REGISTRY/IMAGE:TAG")
-    own = [t for t in tasks if t.dockerfile]
+    own = [t for t in tasks if t.dockerfile or getattr(t, "harbor", None) is not None]
     if own:
-        raise UserError(f"task {own[0].id} has its own environment/Dockerfile: --sandbox k8s runs only tasks on the "
-                        "base image for now; leave such tasks out (--glob) or run them on Docker")
+        raise UserError(f"task {own[0].id} has its own image (environment/Dockerfile or a Harbor image): --sandbox k8s "
+                        "runs only tasks on the base image for now; leave such tasks out (--glob) or run them on Docker")
     return {t.id: image for t in tasks}
 
 
