@@ -160,9 +160,10 @@ def _is_node_loss(exc: BaseException) -> bool:
 
 
 def _save_image(image_id: str) -> bytes:
-    """`docker save` of one image; loading it elsewhere yields the same id (the digest of its config)."""
+    """`docker save` of one image, with its tag (harness/base:..., harness/task:... are looked up by tag);
+    loading it elsewhere yields the same id (the digest of its config)."""
     from agent.sandbox import docker_client
-    return b"".join(docker_client().api.get_image(image_id))
+    return b"".join(docker_client().images.get(image_id).save(named=True))
 
 
 def _split(total: int, parts: int) -> list[int]:

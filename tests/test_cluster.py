@@ -162,18 +162,20 @@ def test_a_node_without_an_image_gets_it_by_docker_load(image):
         info.size = len(dockerfile)
         tar.addfile(info, io.BytesIO(dockerfile))
     buf.seek(0)
-    img, _ = client.images.build(fileobj=buf, custom_context=True, rm=True)
+    tag = f"harness/test-load:{secrets.token_hex(4)}"
+    img, _ = client.images.build(fileobj=buf, custom_context=True, rm=True, tag=tag)
     node = NodeWorker({})
     try:
         blob = _save_image(img.id)
-        client.images.remove(img.id)
+        client.images.remove(img.id, force=True)
         assert node.missing_images([img.id, image]) == [img.id]
         node.load_images(blob, [img.id])
         assert node.missing_images([img.id, image]) == []
         assert client.images.get(img.id).labels["harness.test"] == img.labels["harness.test"]
+        assert client.images.get(tag).id == img.id  # the tag came along: lookups by tag work on the node
     finally:
         with contextlib.suppress(Exception):
-            client.images.remove(img.id)
+            client.images.remove(img.id, force=True)
 
 
 @needs_cluster
