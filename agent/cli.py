@@ -61,6 +61,15 @@ def register(sub):
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run the attempts on a Ray cluster: ray://HOST:PORT, HOST:PORT or auto (needs harness[cluster])")
+    p.add_argument("--sandbox", choices=["docker", "k8s"], default="docker",
+                   help="where sandboxes run: this machine's Docker (default) or Kubernetes via agent-sandbox (KUBECONFIG)")
+    p.add_argument("--k8s-image", help="with --sandbox k8s: the base image in a registry the cluster pulls from")
+    p.add_argument("--k8s-namespace", help="with --sandbox k8s (default: the kubeconfig context's)")
+    p.add_argument("--k8s-runtime-class", help="with --sandbox k8s: e.g. gvisor or kata-qemu")
+    p.add_argument("--k8s-connect", choices=["auto", "pod-ip", "exec"], default="auto",
+                   help="with --sandbox k8s: reach sandboxes by pod IP, or by one kubectl exec stream each")
     p.set_defaults(func=cmd_eval)
 
     p = _raw(sub.add_parser("run", help="run the agent on a folder and print the resulting patch",
@@ -94,6 +103,9 @@ def register(sub):
                          epilog="example:\n  harness sandbox prune --orphans",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     pr.add_argument("--orphans", action="store_true", help="only those whose harness process is gone")
+    pr.add_argument("--k8s", action="store_true",
+                    help="instead: delete every harness SandboxClaim, SandboxWarmPool and SandboxTemplate (KUBECONFIG)")
+    pr.add_argument("--k8s-namespace", help="with --k8s (default: the kubeconfig context's)")
     pr.set_defaults(func=cmd_prune)
 
     try:
@@ -148,7 +160,9 @@ def cmd_eval(args) -> int:
     run_dir = asyncio.run(run_eval(
         args.model, tasks, samples=args.samples, temperature=args.temperature, out_dir=resume_dir or args.out,
         concurrency=args.concurrency, resume=resume_dir is not None, seed=args.seed, model_options=options,
-        loop=loop, model_concurrency=args.model_concurrency, suite=args.tasks))
+        loop=loop, model_concurrency=args.model_concurrency, suite=args.tasks, cluster=args.cluster,
+        sandbox=args.sandbox, sandbox_options={"image": args.k8s_image, "namespace": args.k8s_namespace,
+                                               "runtime_class": args.k8s_runtime_class, "connect": args.k8s_connect}))
     from results.report import print_summary
     print_summary(run_dir)
     print(f"run folder: {run_dir}")
@@ -198,6 +212,12 @@ def cmd_images_build(args) -> int:
 
 
 def cmd_prune(args) -> int:
+    if args.k8s:
+        from agent.k8s import K8sApi, prune_k8s
+        api = K8sApi.from_environment(args.k8s_namespace)
+        prune_k8s(api)
+        print(f"deleted the harness sandbox objects in namespace {api.namespace}")
+        return 0
     from agent.sandbox import prune
     n = prune(orphans_only=args.orphans)
     print(f"removed {n} containers")
