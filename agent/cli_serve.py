@@ -2,22 +2,42 @@
 from __future__ import annotations
 
 import argparse
+import os
+
+EXAMPLE = """example:
+  harness serve --model local:smollm2-135m --adapter tuned=runs/train/round_1/adapter --api-key secret --port 8000
+  # then: openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")
+  #         .chat.completions.create(model="tuned", messages=[...], tools=[...], stream=True)"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
-                              description="Serve a model at http://HOST:PORT/v1 (POST /v1/chat/completions, "
-                                          "GET /v1/models) for the openai client, litellm or other harnesses.")
+    p = subparsers.add_parser(
+        "serve", help="serve a model over an OpenAI-compatible HTTP API",
+        description="Serve a model at http://HOST:PORT/v1 (POST /v1/chat/completions and /v1/completions, "
+                    "GET /v1/models) for the openai client, litellm or other harnesses. Local models stream "
+                    "token by token from the continuous-batching decoder; see agent/serve.py for the fields.",
+        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="local:smollm2-135m",
                    help="model spec, as for eval (default: local:smollm2-135m)")
-    p.add_argument("--adapter", metavar="DIR", help="a PEFT LoRA adapter folder to apply (local models)")
+    p.add_argument("--adapter", action="append", default=[], metavar="[NAME=]DIR",
+                   help="a PEFT LoRA adapter folder (local models). DIR alone: merged into the served model. "
+                        "NAME=DIR (repeatable): served beside the base model, chosen by the request's model=NAME")
+    p.add_argument("-M", "--model-option", action="append", default=[], metavar="KEY=VALUE", dest="model_option",
+                   help="model option, repeatable, as for eval (e.g. -M device=cpu, -M price_out=0.5)")
+    p.add_argument("--api-key", default=os.environ.get("HARNESS_API_KEY"),
+                   help="require this bearer token on every /v1 request (default: $HARNESS_API_KEY; none: open)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.serve import serve
+    from agent.serve import parse_adapters, serve
 
-    serve(args.model, host=args.host, port=args.port, adapter=args.adapter)
+    adapter, adapters = parse_adapters(args.adapter)
+    from agent.models import parse_model_options
+
+    options = parse_model_options(args.model, args.model_option)
+    serve(args.model, host=args.host, port=args.port, adapter=adapter, adapters=adapters, api_key=args.api_key,
+          options=options)
     return 0

@@ -232,8 +232,12 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
                    out_dir: Optional[Path] = None, concurrency: int = 4, resume: bool = False, seed: int = 0,
                    model_options: Optional[dict] = None, loop: Optional[LoopConfig] = None,
                    model_concurrency: Optional[int] = None, max_sandboxes: Optional[int] = None,
-                   progress: bool = True, model_obj: Optional[Model] = None, suite: str = "") -> Path:
-    """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl)."""
+                   progress: bool = True, model_obj: Optional[Model] = None, suite: str = "",
+                   cluster: Optional[str] = None, sandbox: str = "docker",
+                   sandbox_options: Optional[dict] = None) -> Path:
+    """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
+    With `cluster` (a Ray address, agent/cluster.py) the attempts run on the cluster's nodes; with
+    sandbox="k8s" (agent/k8s.py) the sandboxes are pods of a Kubernetes cluster."""
     from results.store import Manifest, RunStore, default_run_dir
 
     if not tasks:
@@ -248,10 +252,21 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
               "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
               "tools": TOOLS}
+    if cluster:
+        from agent.cluster import check_address, import_ray
+        check_address(cluster), import_ray()
     # A bad model string, missing API key or adapter fails here: before images are built or a run folder is made.
     the_model = model_obj or get_model(model, **model_options)
-    images = await build_images(tasks)
-    await asyncio.to_thread(prune, None, True)  # containers left by harness processes that died (kill -9)
+    if sandbox == "k8s":
+        from agent.k8s import k8s_images, k8s_pool
+        if cluster:
+            raise UserError("--cluster and --sandbox k8s do not combine yet: pick one")
+        images = k8s_images(tasks, sandbox_options or {})
+        Pool = k8s_pool(sandbox_options or {})  # a bad kubeconfig fails here, before the run folder is made
+    else:
+        Pool = SandboxPool
+        images = await build_images(tasks)
+        await asyncio.to_thread(prune, None, True)  # containers left by harness processes that died (kill -9)
     manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
     out_dir = Path(out_dir) if out_dir else default_run_dir(model)
     store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
@@ -264,8 +279,26 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
         model_slots = asyncio.Semaphore(model_concurrency or concurrency)
         attempt_slots = asyncio.Semaphore(concurrency)
         bar = Progress(total=len(todo), started=time.monotonic()) if progress else None
-        async with SandboxPool(run_id=run_id, warm=concurrency + 1,  # an agent and a grader container each
-                               max_containers=max_sandboxes or 2 * concurrency + 2) as pool:
+        if cluster:
+            from agent.cluster import run_on_cluster
+
+            def record(rec: Attempt):
+                store.append(rec)  # durable before it counts as done
+                if bar:
+                    bar.update(rec)
+            try:
+                await run_on_cluster(cluster, todo, tasks=tasks, images=images, run_id=run_id, model=model,
+                                     model_obj=the_model, model_options=model_options, loop=cfg,
+                                     temperature=temperature, concurrency=concurrency,
+                                     model_concurrency=model_concurrency, on_record=record)
+            except BaseException:
+                if bar and bar.done < bar.total:
+                    print(file=bar.stream)
+                raise
+            store.finish()
+            return out_dir
+        async with Pool(run_id=run_id, warm=concurrency + 1,  # an agent and a grader container each
+                        max_containers=max_sandboxes or 2 * concurrency + 2) as pool:
             async def one(task: Task, sample: int):
                 async with attempt_slots:
                     rec = await attempt_with_retries(

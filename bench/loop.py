@@ -69,9 +69,10 @@ async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
     return wall / steps * 1000, execs / steps * 1000
 
 
-async def harness_rate(tasks: list[Task], concurrency: int) -> float:
+async def harness_rate(tasks: list[Task], concurrency: int, commands: list[str] = COMMANDS) -> float:
+    """Attempts per minute of run_eval with the scripted commands; every attempt must be solved."""
     script = Path(tempfile.mkdtemp()) / "s.json"
-    script.write_text(json.dumps({"*": [reply(c) for c in COMMANDS] + [reply("submit")]}))
+    script.write_text(json.dumps({"*": [reply(c) for c in commands] + [reply("submit")]}))
     out = Path(tempfile.mkdtemp()) / "run"
     t = time.perf_counter()
     await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
@@ -91,24 +92,12 @@ def grading_tasks(n: int, calls: int, import_mode: str) -> list[Task]:
                  solution_files={"solve.sh": b"true\n"}) for i in range(n)]
 
 
-async def grading_rate(tasks: list[Task], concurrency: int) -> float:
-    script = Path(tempfile.mkdtemp()) / "s.json"
-    script.write_text(json.dumps({"*": [reply("submit")]}))
-    out = Path(tempfile.mkdtemp()) / "run"
-    t = time.perf_counter()
-    await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
-    wall = time.perf_counter() - t
-    solved = sum(json.loads(line)["solved"] for line in (out / "attempts.jsonl").read_text().splitlines())
-    assert solved == len(tasks), f"grading bench tasks must all be solved, got {solved}/{len(tasks)}"
-    return len(tasks) / wall * 60
-
-
 def grading_comparison(n: int, calls: int, concurrency: int = 2):
     """Attempts per minute when hidden tests call the candidate through the proxy (the default since
     issue 11) and imported into the test process (import_mode = "direct", as before), interleaved."""
     rates = {"direct": [], "proxy": []}
     for mode in ("direct", "proxy", "direct", "proxy"):
-        rates[mode].append(asyncio.run(grading_rate(grading_tasks(n, calls, mode), concurrency)))
+        rates[mode].append(asyncio.run(harness_rate(grading_tasks(n, calls, mode), concurrency, [])))
     direct, proxy = (sum(rates[m]) / len(rates[m]) for m in ("direct", "proxy"))
     per_attempt_ms = (60_000 / proxy - 60_000 / direct) * concurrency
     print(f"grading, {n} attempts x {calls} calls to the candidate, concurrency {concurrency}: "

@@ -85,15 +85,16 @@ async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: s
     files = {f"tests/{p}": d for p, d in prepared.files.items()}
     files.update({"conftest.py": pytest_kind.GRADER_CONFTEST, "pytest.ini": pytest_kind.GRADER_INI,
                   "_harness/_harness_candidate.py": pytest_kind.CANDIDATE_PROXY})
-    argv, report_path = pytest_kind.command(timeout)
-    env = pytest_kind.clean_env(task.evaluator.import_mode, timeout)
+    argv, report = pytest_kind.command(timeout)
+    folder = _private_folder()
+    env = pytest_kind.clean_env(task.evaluator.import_mode, timeout, folder)
     async with _grading_sandbox(task, changes, pool, image) as sb:
-        await _mkdirs(sb, report_path.rsplit("/", 1)[0], f"{GRADER}/tmp", f"{GRADER}/home")
-        await sb.put_files(files, dest=GRADER, user="root")
-        run = await _run(sb, argv, timeout, env, cwd=GRADER)
+        await _mkdirs(sb, f"{folder}/tmp", f"{folder}/home")
+        await sb.put_files(files, dest=folder, user="root")
+        run = await _run(sb, argv, timeout, env, cwd=folder)
         if isinstance(run, Verdict):
             return run
-        report = await _read(sb, report_path)
+        report = await _read(sb, f"{folder}/{report}")
     pv = pytest_kind.verdict(report, run["exit_code"], run["timed_out"], prepared.expected,
                              prepared.canaries, prepared.names)
     tail = run["out_tail"].decode("utf-8", "replace")[-400:]
@@ -107,15 +108,18 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
     if why:
         return Verdict(0.0, False, "tamper", detail=why)
     timeout = task.verifier_timeout_sec
-    reward_file = f"{GRADER}/reward-{secrets.token_hex(8)}/reward.txt"
+    folder = _private_folder()
+    reward_file = f"{folder}/reward.txt"
     files = {f"tests/{p}": d for p, d in task.test_files.items()}
     files["bin/as-candidate"] = AS_CANDIDATE
-    env = {"PATH": f"{GRADER}/bin:/usr/bin:/bin", "HOME": f"{GRADER}/home", "LANG": "C.UTF-8",
-           "WORKSPACE": "/workspace", "REWARD_FILE": reward_file}
+    env = {"PATH": f"{folder}/bin:/usr/bin:/bin", "HOME": f"{folder}/home", "LANG": "C.UTF-8",
+           "WORKSPACE": "/workspace", "REWARD_FILE": reward_file, "HARNESS_TEST_SH": f"{folder}/tests/test.sh"}
     async with _grading_sandbox(task, changes, pool, image) as sb:
-        await _mkdirs(sb, reward_file.rsplit("/", 1)[0], f"{GRADER}/home")
-        await sb.put_files(files, dest=GRADER, user="root", executable={"bin/as-candidate"})
-        run = await _run(sb, ["timeout", "-s", "KILL", str(int(timeout)), "bash", f"{GRADER}/tests/test.sh"],
+        await _mkdirs(sb, f"{folder}/home")
+        await sb.put_files(files, dest=folder, user="root", executable={"bin/as-candidate"})
+        # Sourced by name from the environment, which only root can read: the command line (readable by
+        # anyone) does not say where the hidden files are. ${BASH_SOURCE[0]} is the script's path.
+        run = await _run(sb, ["timeout", "-s", "KILL", str(int(timeout)), "bash", "-c", '. "$HARNESS_TEST_SH"'],
                          timeout, env, cwd="/workspace")
         if isinstance(run, Verdict):
             return run
@@ -150,6 +154,12 @@ def parse_reward(raw: bytes | None) -> float | str:
     if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
         return f"reward {reward} outside 0..1"
     return reward
+
+
+def _private_folder() -> str:
+    """Where one grading keeps its hidden files: an unguessable name inside root-only /grader, so that no
+    link the candidate's code makes can point at them."""
+    return f"{GRADER}/{secrets.token_hex(12)}"
 
 
 def _tamper(task: Task, changes: Changes) -> str:

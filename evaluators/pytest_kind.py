@@ -1,7 +1,7 @@
 """Hidden pytest tests: how they are prepared, run in the grading container, and how the verdict is read.
 
 The verdict comes only from a JUnit XML file at a path the harness chose, in a folder only the test
-runner (root) can reach, parsed here on the host and checked against the exact set of test ids the hidden
+runner (root) can reach (a folder of random name inside root-only /grader), parsed here on the host and checked against the exact set of test ids the hidden
 files define, plus canary tests (`test_canary*` in the task's files) that call the candidate with an
 impossible expectation and must FAIL. Before the tests are copied into the grader every test function gets
 a fresh random name and the top-level ones a random order, so that a canary cannot be told from a real test
@@ -111,18 +111,19 @@ def prepare(test_files: dict[str, bytes], rng: random.Random | None = None) -> P
 
 
 def command(timeout: float) -> tuple[list[str], str]:
-    """The pytest command line and the report path (a fresh, unguessable name per run, in /grader)."""
-    report = f"{GRADER}/out-{secrets.token_hex(8)}/report.xml"
+    """The pytest command line, run in the grader's private folder (see grade.py), and the report's path
+    relative to it. Every path in it is relative: /proc/<pid>/cmdline is readable by any user, and the
+    candidate must not learn where the hidden files are (it could point a link in the workspace at them)."""
+    report = f"out-{secrets.token_hex(8)}/report.xml"
     argv = ["timeout", "-s", "KILL", str(int(timeout)), "/usr/bin/python3", "-I", "-m", "pytest",
-            "-p", "no:cacheprovider", "-c", f"{GRADER}/pytest.ini", f"--rootdir={GRADER}",
-            f"--confcutdir={GRADER}", "-o", "junit_family=xunit2", f"--junitxml={report}", "-q",
-            f"{GRADER}/tests"]
+            "-p", "no:cacheprovider", "-c", "pytest.ini", "--rootdir=.", "--confcutdir=.",
+            "-o", "junit_family=xunit2", f"--junitxml={report}", "-q", "tests"]
     return argv, report
 
 
-def clean_env(import_mode: str, call_timeout: float) -> dict[str, str]:
+def clean_env(import_mode: str, call_timeout: float, folder: str = GRADER) -> dict[str, str]:
     """The test runner's environment: nothing the candidate could have set survives into it."""
-    return {"PATH": "/usr/bin:/bin", "HOME": f"{GRADER}/home", "TMPDIR": f"{GRADER}/tmp", "LANG": "C.UTF-8",
+    return {"PATH": "/usr/bin:/bin", "HOME": f"{folder}/home", "TMPDIR": f"{folder}/tmp", "LANG": "C.UTF-8",
             "WORKSPACE": "/workspace", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1",
             "HARNESS_IMPORT_MODE": import_mode, "HARNESS_CALL_TIMEOUT": str(max(1, int(call_timeout)))}
 

@@ -9,7 +9,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="improve a local model on its own solved attempts (rejection sampling + LoRA)",
         description="Each round: sample the train tasks K times, keep solved attempts, fine-tune a LoRA adapter, "
-                    "evaluate it on heldout and train tasks. Re-running with the same --out resumes.")
+                    "evaluate it on heldout and train tasks. Re-running with the same --out resumes.",
+        epilog="example:\n  harness train --model local:smollm2-135m --tasks builtin:easy --rounds 2 --samples 8",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="local model, e.g. local:smollm2-135m")
     p.add_argument("--tasks", help="suite whose train split is sampled, e.g. builtin:easy")
     p.add_argument("--heldout", help="suite whose heldout split is evaluated (default: --tasks)")
@@ -26,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-steps", type=int, help="agent steps per attempt (tightens the tasks' limit)")
     p.add_argument("--max-reply-tokens", type=int, help="tokens per model reply")
     p.add_argument("--concurrency", type=int, help="attempts in flight while sampling (default 4)")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="seed for sampling and training (default 0)")
     p.add_argument("--rank", type=int, help="LoRA rank (default 16)")
     p.add_argument("--lr", type=float, help="learning rate (default 2e-4)")
     p.add_argument("--epochs", type=int, help="epochs per round (default 2)")

@@ -90,6 +90,7 @@ class Attempt(BaseModel):
     patch_files: int = 0  # files the agent changed
     started_at: str = ""
     finished_at: str = ""
+    node: str = ""  # the machine that ran it on a cluster run (host/ray node id); "" on one machine
 
 
 def attempt_key(run_id: str, task_id: str, sample: int) -> str:

@@ -231,3 +231,47 @@ def test_an_exception_while_grading_is_that_attempts_failure(image, monkeypatch)
     monkeypatch.setitem(grade_mod.GRADERS, "pytest", broken)
     v = grade_files({"solution.py": CORRECT}, make_task(), image)
     assert (v.solved, v.reward, v.reason) == (False, 0.0, "grader_error") and "RecursionError" in v.detail
+
+
+EXPECTED_FILE_TEST = b'''import os
+import solution
+
+HERE = os.path.dirname(__file__)
+
+
+def test_output():
+    solution.run()
+    with open("/workspace/out.txt") as got, open(os.path.join(HERE, "expected.txt")) as want:
+        assert got.read() == want.read()
+
+
+def test_canary_output():
+    solution.run()
+    assert open("/workspace/out.txt").read() == "never"
+'''
+LINK_TO_EXPECTED = b'''import glob, os
+
+
+def run():
+    # Point the output at the hidden expected file: the root test runner would read it through the link.
+    guesses = ["/grader/tests/expected.txt"] + glob.glob("/grader/*/tests/expected.txt") + \\
+        glob.glob("/proc/*/cwd/tests/expected.txt") + glob.glob("/proc/*/root/grader/*/tests/expected.txt")
+    for g in guesses:
+        if os.path.lexists("/workspace/out.txt"):
+            os.remove("/workspace/out.txt")
+        os.symlink(g, "/workspace/out.txt")
+        if os.path.exists("/workspace/out.txt"):
+            break
+'''
+
+
+def test_a_link_to_the_hidden_expected_file_leads_nowhere(image):
+    """The candidate's code, run by the tests, links its output to where the hidden files might be: they
+    are in a folder of random name inside root-only /grader, named nowhere the candidate can read."""
+    task = Task(id="out", path=None, instruction="x", workspace_files={"solution.py": b"def run():\n    pass\n"},
+                test_files={"test_out.py": EXPECTED_FILE_TEST, "expected.txt": b"the answer\n"})
+    v = grade_files({"solution.py": LINK_TO_EXPECTED}, task, image)
+    assert (v.solved, v.reward, v.reason) == (False, 0.0, "fail"), v
+    honest = b"def run():\n    open('/workspace/out.txt', 'w').write('the answer\\n')\n"
+    v = grade_files({"solution.py": honest}, task, image)
+    assert (v.solved, v.reason) == (True, "pass"), v

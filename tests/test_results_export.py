@@ -32,7 +32,12 @@ def mixed_run(tmp_path) -> Path:
 def test_every_exported_record_passes_its_format_check(mixed_run, tmp_path, fmt):
     result = export.export_run(mixed_run, fmt, tmp_path / f"{fmt}.jsonl")
     records = read(result.path)
-    assert result.written == len(records) == 7  # 3 tasks x (solved, failed) + the text-protocol one
+    conversations = read(export.export_run(mixed_run, "openai", tmp_path / "o.jsonl").path)
+    if fmt in ("prompt-completion", "kto"):  # one record per assistant turn that is a training target
+        assert result.written == len(records) == sum(m["role"] == "assistant" and m.get("weight", 1) == 1
+                                                     for c in conversations for m in c["messages"])
+    else:
+        assert result.written == len(records) == 7  # 3 tasks x (solved, failed) + the text-protocol one
     assert result.skipped == {"infra error": 3}
     for record in records:
         assert export.VALIDATORS[fmt](record) == []
@@ -67,17 +72,19 @@ def test_tools_recorded_in_the_manifest_are_used(tmp_path):
     assert (tmp_path / "run" / "export-openai.jsonl").exists()  # default output path
 
 
-def test_hf_chat_and_sharegpt_write_tool_calls_into_the_text(mixed_run, tmp_path):
+def test_hf_chat_keeps_tool_calls_structured_and_sharegpt_writes_them_into_the_text(mixed_run, tmp_path):
     (chat, *_) = read(export.export_run(mixed_run, "hf-chat", tmp_path / "h.jsonl").path)
-    assert all(set(m) == {"role", "content"} for m in chat["messages"])
     first_reply = chat["messages"][2]
-    assert first_reply["role"] == "assistant"
-    call = json.loads(first_reply["content"].split("<tool_call>\n")[1].split("\n</tool_call>")[0])
-    assert call == {"name": "bash", "arguments": {"command": "ls -la"}}
+    assert first_reply["role"] == "assistant" and first_reply["content"] == "Step 1: I will bash next."
+    assert first_reply["tool_calls"] == [{"type": "function", "function": {"name": "bash",
+                                                                           "arguments": {"command": "ls -la"}}}]
     assert chat["messages"][3]["role"] == "tool"
+    assert {t["function"]["name"] for t in chat["tools"]} == {"bash", "write", "submit"}
+    assert (chat["task_id"], chat["reward"], chat["split"]) == ("fix-add", 1.0, "")
     (share, *_) = read(export.export_run(mixed_run, "sharegpt", tmp_path / "s.jsonl").path)
     assert [t["from"] for t in share["conversations"][:4]] == ["system", "human", "gpt", "tool"]
-    assert share["conversations"][2]["value"] == first_reply["content"]
+    call = json.loads(share["conversations"][2]["value"].split("<tool_call>\n")[1].split("\n</tool_call>")[0])
+    assert call == {"name": "bash", "arguments": {"command": "ls -la"}}
 
 
 def test_only_solved_and_dedupe(tmp_path):
@@ -112,11 +119,21 @@ def test_validators_reject_malformed_records():
     assert any("not JSON" in p for p in export.validate_openai(bad_args))
     assert export.validate_openai({"messages": [{"role": "user", "content": "hi"}]}) == [
         "no assistant message to train on"]
+    cols = {"tools": None, "task_id": "t", "reward": 0.0, "split": ""}
     assert export.validate_hf_chat({"messages": [{"role": "user", "content": "q"},
-                                                 {"role": "assistant", "content": "a"}]}) == []
+                                                 {"role": "assistant", "content": "a"}], **cols}) == []
     assert export.validate_hf_chat({"messages": [{"role": "user", "content": "q"},
-                                                 {"role": "assistant", "content": "a", "tool_calls": []}]})
-    assert export.validate_hf_chat({"messages": [{"role": "robot", "content": "a"}]})
+                                                 {"role": "assistant", "content": "a", "tool_calls": []}], **cols})
+    assert export.validate_hf_chat({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "",
+                                    "tool_calls": [{"type": "function", "function": {"name": "f",
+                                                                                    "arguments": "{}"}}]}], **cols})
+    assert export.validate_hf_chat({"messages": [{"role": "robot", "content": "a"}], **cols})
+    assert export.validate_hf_chat({"messages": [{"role": "user", "content": "q"},
+                                                 {"role": "assistant", "content": "a"}]})  # columns missing
+    pc = {"prompt": [{"role": "user", "content": "q"}], "completion": [{"role": "assistant", "content": "a"}], **cols}
+    assert export.validate_prompt_completion(pc) == [] and export.validate_kto(dict(pc, label=False)) == []
+    assert export.validate_kto(pc) and export.validate_kto(dict(pc, label="no"))
+    assert export.validate_prompt_completion(dict(pc, completion=[{"role": "user", "content": "a"}]))
     assert export.validate_sharegpt({"conversations": [{"from": "human", "value": "q"},
                                                        {"from": "gpt", "value": "a"}]}) == []
     assert export.validate_sharegpt({"conversations": [{"from": "user", "value": "q"}]})

@@ -55,12 +55,12 @@ def test_response_has_the_openai_schema(serve_script):
     server = serve_script(["first reply"])
     status, body = post(server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS}).encode())
     assert status == 200
-    assert set(body) == {"id", "object", "created", "model", "choices", "usage"}
+    assert set(body) == {"id", "object", "created", "model", "choices", "usage", "system_fingerprint"}
     assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
     assert isinstance(body["created"], int) and body["model"] == server.name
     [choice] = body["choices"]
     assert choice["index"] == 0 and choice["finish_reason"] == "stop"
-    assert choice["message"] == {"role": "assistant", "content": "first reply"}
+    assert choice["message"] == {"role": "assistant", "content": "first reply", "refusal": None}
     assert set(body["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
 
 
@@ -85,11 +85,50 @@ def test_tool_calls_come_back_in_openai_format(serve_script):
     assert json.loads(call.function.arguments) == {"command": "ls -la"}
 
 
+def test_adapter_flags_split_named_and_unnamed(tmp_path):
+    from agent.errors import UserError
+    from agent.serve import parse_adapters
+
+    assert parse_adapters(["runs/a", "tuned=runs/b", "v2=/x/y"]) == ("runs/a", {"tuned": "runs/b", "v2": "/x/y"})
+    odd = tmp_path / "a=b"  # a folder whose name has "=" is a folder, not a name
+    odd.mkdir()
+    assert parse_adapters([str(odd)]) == (str(odd), {})
+    with pytest.raises(UserError, match="only one adapter"):
+        parse_adapters(["runs/a", "runs/b"])
+    with pytest.raises(UserError, match="twice"):
+        parse_adapters(["t=runs/a", "t=runs/b"])
+
+
+def test_unknown_model_is_404_and_api_key_is_required(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"*": ["a", "b", "c"]}))
+    server = start_server(f"replay:{script}", api_key="sekret")
+    try:
+        with pytest.raises(openai.AuthenticationError) as e:
+            openai.OpenAI(base_url=server.base_url, api_key="wrong", max_retries=0).models.list()
+        assert e.value.body["code"] == "invalid_api_key" and set(e.value.body) == {"message", "type", "param", "code"}
+        status, _ = post(server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS}).encode())
+        assert status == 401  # no Authorization header at all
+        good = openai.OpenAI(base_url=server.base_url, api_key="sekret", max_retries=0)
+        with pytest.raises(openai.NotFoundError) as e:
+            good.chat.completions.create(model="gpt-4o", messages=MSGS)
+        assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
+        reply = good.chat.completions.create(model=server.name, messages=MSGS,
+                                             extra_body={"top_k": 5, "some_new_field": {"x": 1}})  # ignored
+        assert reply.choices[0].message.content == "a"
+    finally:
+        server.stop()
+
+
 def test_streaming_sends_the_whole_reply(serve_script):
     server = serve_script(["streamed text"])
-    chunks = list(client(server).chat.completions.create(model=server.name, messages=MSGS, stream=True))
-    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "streamed text"
-    assert chunks[-1].choices[0].finish_reason == "stop"
+    chunks = list(client(server).chat.completions.create(model=server.name, messages=MSGS, stream=True,
+                                                         stream_options={"include_usage": True}))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "streamed text"
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == chunks[-1].usage.prompt_tokens + \
+        chunks[-1].usage.completion_tokens
+    assert all(ch.usage is None for ch in chunks[:-1])
 
 
 def test_bad_requests_get_openai_style_errors(serve_script):
@@ -98,9 +137,14 @@ def test_bad_requests_get_openai_style_errors(serve_script):
         client(server).chat.completions.create(model=server.name, messages=[])
     status, body = post(server, "/v1/chat/completions", b"{not json")
     assert status == 400 and "JSON" in body["error"]["message"]
-    status, body = post(server, "/v1/chat/completions", json.dumps({"messages": MSGS, "n": 0}).encode())
-    assert status == 400 and "'n'" in body["error"]["message"]
-    status, body = post(server, "/v1/completions", b"{}")
+    status, body = post(server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS,
+                                                                     "n": 0}).encode())
+    assert status == 400 and "'n'" in body["error"]["message"] and body["error"]["param"] == "n"
+    status, body = post(server, "/v1/chat/completions", json.dumps({"messages": MSGS}).encode())
+    assert status == 400 and body["error"]["param"] == "model"
+    status, body = post(server, "/v1/completions", json.dumps({"model": server.name, "prompt": "x"}).encode())
+    assert status == 400 and "chat only" in body["error"]["message"]  # a replay script has no tokenizer
+    status, body = post(server, "/v1/embeddings", b"{}")
     assert status == 404
 
 
@@ -160,7 +204,7 @@ def test_cli_registers_serve_with_defaults():
 
     cli_serve.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve"])
-    assert (args.model, args.host, args.port, args.adapter) == ("local:smollm2-135m", "127.0.0.1", 8000, None)
+    assert (args.model, args.host, args.port, args.adapter) == ("local:smollm2-135m", "127.0.0.1", 8000, [])
     assert callable(args.func)
 
 

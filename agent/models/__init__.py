@@ -15,13 +15,15 @@ Spec strings:
     anything else                       LiteLLM: openai/gpt-4o-mini, anthropic/..., gemini/..., openrouter/...,
                                         ollama/...; API keys from the usual env vars (OPENAI_API_KEY, ...)
 
-Options (unknown ones are a UserError; values may be strings, e.g. from the command line):
+Options (unknown ones are a UserError; values may be strings, e.g. from the command line's -M key=value):
     all:            price_in, price_out     USD per 1M prompt/completion tokens; override the cost
     local:          adapter=DIR (PEFT LoRA adapter), seed=INT, device=cpu|cuda
     openai-compat:  base_url, api_key (else OPENAI_COMPAT_API_KEY, else "none"), supports_tools (default
                     false), context_window (default 8192), timeout (s per request), max_attempts, retry
     litellm:        api_base (alias base_url), api_key, supports_tools, context_window, timeout,
                     max_attempts, retry (a RetryPolicy)
+    openai-compat and litellm: extra_params={...} sent with every request (the CLI's -M puts any key it does
+                    not know here for these two backends: -M top_p=0.9 -M reasoning_effort=low)
 
 Per attempt the agent loop calls `model_for_attempt(model, task_id, sample)` and uses what it returns:
 the model itself for every backend except replay, which gives a fresh per-task script.
@@ -43,7 +45,7 @@ __all__ = [
 DEFAULT_MODEL = "local:smollm2-135m"
 
 _COMMON = {"price_in", "price_out"}
-_HTTP = {"api_key", "supports_tools", "context_window", "timeout", "max_attempts", "retry"}
+_HTTP = {"api_key", "supports_tools", "context_window", "timeout", "max_attempts", "retry", "extra_params"}
 _ALLOWED = {
     "local": _COMMON | {"adapter", "seed", "device"},
     "openai-compat": _COMMON | _HTTP | {"base_url"},
@@ -127,12 +129,42 @@ def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
         return OpenAICompatModel(model_name, base_url, name=spec, api_key=options.get("api_key"),
                                  supports_tools=bool(_bool(options, "supports_tools")),
                                  context_window=_int(options, "context_window") or 8192,
-                                 retry=_retry(options), price_in=price_in, price_out=price_out)
+                                 retry=_retry(options), price_in=price_in, price_out=price_out,
+                                 extra_params=options.get("extra_params"))
     from agent.models.litellm_model import LiteLLMModel
 
     return LiteLLMModel(spec, api_key=options.get("api_key"), api_base=options.get("api_base") or options.get("base_url"),
                         supports_tools=_bool(options, "supports_tools"), context_window=_int(options, "context_window"),
-                        retry=_retry(options), price_in=price_in, price_out=price_out)
+                        retry=_retry(options), price_in=price_in, price_out=price_out,
+                        extra_params=options.get("extra_params"))
+
+
+def parse_model_options(spec: str, pairs: list[str]) -> dict[str, Any]:
+    """-M key=value pairs for get_model: known options by name; for the HTTP backends any other key is an
+    extra request parameter (the value read as JSON when it parses: 0.9, true, {"a": 1}; else a string)."""
+    import json
+
+    backend = backend_of(spec or DEFAULT_MODEL)
+    options: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"-M {pair}: write -M key=value (e.g. -M supports_tools=true -M context_window=32768)")
+        if key in _ALLOWED[backend] and key not in ("retry", "extra_params"):
+            options[key] = value
+        elif backend in ("openai-compat", "litellm"):
+            try:
+                extra[key] = json.loads(value)
+            except ValueError:
+                extra[key] = value
+        else:
+            known = ", ".join(sorted(_ALLOWED[backend] - {"retry", "extra_params"}))
+            raise UserError(f"-M {pair}: the {backend} backend has no option {key!r}; valid: {known}")
+    if extra:
+        options["extra_params"] = extra
+    return options
 
 
 def model_for_attempt(model: Model, task_id: str, sample: int = 0) -> Model:

@@ -30,6 +30,8 @@ class Completion:
     # (reply ids include the end-of-turn token when the model produced it).
     prompt_ids: Optional[list[int]] = None
     completion_ids: Optional[list[int]] = None
+    # Local backend, when asked: (token id, logprob, [(alternative id, logprob), ...]) per reply token
+    token_logprobs: Optional[list[tuple[int, float, list[tuple[int, float]]]]] = None
 
 
 class Model(Protocol):

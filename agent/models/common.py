@@ -93,6 +93,23 @@ def message_text(message: dict[str, Any]) -> str:
     return str(content)
 
 
+def litellm_tokens(model: str, messages: list[dict[str, Any]]) -> int:
+    """Prompt tokens as the provider's tokenizer counts them, via litellm's token_counter (tiktoken for
+    OpenAI and unknown models, the bundled Anthropic/DeepSeek tokenizers, ...); approx_tokens when litellm
+    cannot count. Offline (HF_HUB_OFFLINE=1) litellm is told not to download Hugging Face tokenizers."""
+    import os
+
+    from agent.models.litellm_model import import_litellm
+
+    litellm = import_litellm()
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        litellm.disable_hf_tokenizer_download = True
+    try:
+        return int(litellm.token_counter(model=model, messages=messages))
+    except Exception:  # noqa: BLE001 -- a message shape or model it cannot count: the estimate
+        return approx_tokens(messages)
+
+
 def approx_tokens(messages: list[dict[str, Any]]) -> int:
     """About 4 characters a token, plus a few per message for the role markup (remote models: no tokenizer here)."""
     chars = 0

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from agent.errors import UserError
 from agent.models.base import Completion
-from agent.models.common import apply_prices, approx_tokens, completions_of, set_cost
+from agent.models.common import apply_prices, completions_of, litellm_tokens, set_cost
 from agent.models.retry import RetryPolicy, call_with_retries
 
 # Listed by litellm.validate_environment but not needed: these have working defaults.
@@ -36,11 +36,13 @@ class LiteLLMModel:
         retry: RetryPolicy = RetryPolicy(),
         price_in: Optional[float] = None,
         price_out: Optional[float] = None,
+        extra_params: Optional[dict[str, Any]] = None,
     ) -> None:
         litellm = import_litellm()
         self.name = model
         self.retry = retry
         self.price_in, self.price_out = price_in, price_out
+        self.extra_params = dict(extra_params or {})  # sent with every request (top_p, reasoning_effort, ...)
         try:
             _, self.provider, _, _ = litellm.get_llm_provider(model, api_base=api_base)
         except Exception:  # noqa: BLE001 -- litellm raises BadRequestError for a name it cannot route
@@ -98,6 +100,7 @@ class LiteLLMModel:
         kwargs: dict[str, Any] = dict(model=self.name, messages=messages, temperature=temperature,
                                       max_tokens=max_tokens, num_retries=0, timeout=self.retry.timeout,
                                       drop_params=True)  # e.g. no temperature/seed for some models
+        kwargs.update(self.extra_params)
         if seed is not None:
             kwargs["seed"] = seed
         if tools and self.supports_tools:
@@ -130,4 +133,4 @@ class LiteLLMModel:
         return [c for batch in batches for c in batch[:1]]
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
-        return approx_tokens(messages)
+        return litellm_tokens(self.name, messages)

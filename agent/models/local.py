@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import queue
 import re
 import os
 import shutil
@@ -28,7 +29,7 @@ from typing import Any, Optional
 from agent.errors import UserError
 from agent.models.base import Completion
 from agent.models.common import apply_prices, message_text
-from agent.models.local_decoding import Batch, PrefixCache, Row, prefill, sample, step, supports
+from agent.models.local_decoding import Batch, PrefixCache, Row, prefill, sample, step, supports, token_logprobs
 from agent.models.retry import ContextLengthError
 
 log = logging.getLogger(__name__)
@@ -279,12 +280,26 @@ class LocalModel:
         return self._request(messages, n, temperature, max_tokens, seed).future.result()
 
     def _request(self, messages, n, temperature, max_tokens, seed) -> "_Request":
-        prompt_ids = self.encode(messages)
+        return self.submit(self.encode(messages), n=n, temperature=temperature, max_tokens=max_tokens, seed=seed,
+                           stop_after_block=self.stop_after_block)
+
+    def submit(self, prompt_ids: list[int], *, n: int = 1, temperature: float = 0.0, max_tokens: Optional[int] = None,
+               seed: Optional[int] = None, stop: tuple[str, ...] | list[str] = (), logprobs: Optional[int] = None,
+               events: Optional[queue.SimpleQueue] = None, stop_after_block: bool = False) -> "_Request":
+        """Queue a generation from exact prompt token ids (what `harness serve` uses). `stop` strings end
+        a row inside the decoder; `logprobs` = None (off) or how many top alternatives to keep per token.
+        With an `events` queue (streaming; several requests may share one) the decoder puts
+        (request, "token", k, id, logprob entry or None) as row k decodes a token, (request, "finish", k,
+        Completion, None) when row k ends, and (request, "error", 0, exception, None) if decoding fails.
+        max_tokens None: up to the context window."""
         room = self.context_window - len(prompt_ids)
         if room <= 0:
             raise ContextLengthError(f"model {self.name!r}: the prompt is {len(prompt_ids)} tokens, "
                                      f"the context window {self.context_window}")
-        req = _Request(prompt_ids, n, float(temperature), max(1, min(max_tokens, room)), seed)
+        limit = room if max_tokens is None else max(1, min(max_tokens, room))
+        req = _Request(list(prompt_ids), n, float(temperature), limit, seed, stop_strings=[s for s in stop if s],
+                       logprobs=logprobs, stop_after_block=stop_after_block,
+                       events=events)
         with self._lock:
             self._queue.append(req)
             if self._worker is None or not self._worker.is_alive():
@@ -337,10 +352,15 @@ class LocalModel:
                     batch = self._retire(batch)
                     if batch is not None:
                         self._advance(batch.rows, step(self.model, batch))
+                    else:
+                        with self._lock:
+                            self._current = []  # nothing is being decoded
             except BaseException as e:  # hand the error to every caller in the batch
                 for req in self._current:
                     if not req.future.done():
                         req.future.set_exception(e)
+                    if req.events is not None:
+                        req.events.put((req, "error", 0, e, None))
                 batch = None
 
     def _join(self, requests: list["_Request"]) -> Batch:
@@ -361,11 +381,36 @@ class LocalModel:
         return batch
 
     def _advance(self, rows: list[Row], logits: Any) -> None:
-        for row, token in zip(rows, sample(rows, logits)):
+        tokens = sample(rows, logits)
+        want = [i for i, row in enumerate(rows) if row.owner.logprobs is not None]
+        if want:  # only the rows that asked: a softmax over the vocabulary per row
+            top = max(rows[i].owner.logprobs for i in want)
+            for i, entry in zip(want, token_logprobs(logits[want], [tokens[i] for i in want], top)):
+                rows[i].logprobs.append((entry[0], entry[1][: rows[i].owner.logprobs]))
+        for row, token in zip(rows, tokens):
             row.out.append(token)
-            row.done = (token in self.end_ids or len(row.out) >= row.owner.max_tokens or row.owner.stop.is_set()
-                        or (self.stop_after_block and "`" in self.tokenizer.decode([token])
-                            and _has_block(self.tokenizer.decode(row.out))))
+            req = row.owner
+            row.done = (token in self.end_ids or len(row.out) >= req.max_tokens or req.stop.is_set()
+                        or (req.stop_after_block and "`" in self.tokenizer.decode([token])
+                            and _has_block(self.tokenizer.decode(row.out)))
+                        or (bool(req.stop_strings) and self._stop_at(req, row.out) is not None))
+            if req.events is not None:
+                req.events.put((req, "token", row.k, token, row.logprobs[-1] if req.logprobs is not None else None))
+
+    def _tokens_up_to(self, row: list[int], chars: int) -> list[int]:
+        """The shortest start of `row` whose text covers its first `chars` characters."""
+        if chars <= 0:
+            return []
+        for j in range(len(row)):
+            if len(self.tokenizer.decode(row[: j + 1], skip_special_tokens=False)) >= chars:
+                return row[: j + 1]
+        return list(row)
+
+    def _stop_at(self, req: "_Request", out: list[int]) -> Optional[int]:
+        """Where the first of the request's stop strings starts in the decoded reply, if one is there."""
+        text = self.tokenizer.decode(out, skip_special_tokens=False)
+        found = [i for i in (text.find(s) for s in req.stop_strings) if i >= 0]
+        return min(found) if found else None
 
     def _retire(self, batch: Batch) -> Optional[Batch]:
         """Deliver the requests whose rows are all done, keep their keys/values for reuse, and return the
@@ -380,15 +425,35 @@ class LocalModel:
                 continue  # cancelled: its caller is gone
             seen = row.prompt_ids + row.out[:-1]  # the last token was sampled, never fed
             self.prefix.add(seen, batch.row_kv(i))
-            req.results[row.k] = self._completion(row.prompt_ids, row.out)
+            req.results[row.k] = self._completion(row.prompt_ids, row.out, req, row.logprobs)
+            if req.events is not None:
+                req.events.put((req, "finish", row.k, req.results[row.k], None))
             if len(req.results) == req.width and not req.future.done():
                 out = [req.results[k] for k in range(req.width)]
                 req.future.set_result(out * req.n if req.width == 1 else out)
         return batch.select(keep) if len(keep) < len(batch.rows) else batch
 
-    def _completion(self, prompt_ids: list[int], row: list[int]) -> Completion:
+    def _completion(self, prompt_ids: list[int], row: list[int], req: Optional["_Request"] = None,
+                    logprobs: Optional[list] = None) -> Completion:
+        c = self._finish(prompt_ids, row, req)
+        if req is not None and req.logprobs is not None and logprobs is not None:
+            text_ids = c.completion_ids[:-1] if c.completion_ids and c.completion_ids[-1] in self.end_ids \
+                else c.completion_ids
+            c.token_logprobs = [(t, lp, top) for t, (lp, top) in zip(text_ids or [], logprobs)]
+        return c
+
+    def _finish(self, prompt_ids: list[int], row: list[int], req: Optional["_Request"]) -> Completion:
         end = next((i for i, t in enumerate(row) if t in self.end_ids), None)
-        if self.stop_after_block:  # cut right after the token that closed the first block
+        cut = self._stop_at(req, row[:end]) if req is not None and req.stop_strings else None
+        if cut is not None:
+            # Text before the stop string; the tokens counted are those that put visible text there
+            # (the stop string's own tokens are neither returned nor counted).
+            text = self.tokenizer.decode(row[:end], skip_special_tokens=False)[:cut]
+            ids = self._tokens_up_to(row, cut)
+            return Completion(content=text, prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0,
+                              finish_reason="stop", prompt_ids=list(prompt_ids), completion_ids=list(ids))
+        after_block = self.stop_after_block if req is None else req.stop_after_block
+        if after_block:  # cut right after the token that closed the first block
             closed = next((i for i in range(len(row) if end is None else end)
                            if _has_block(self.tokenizer.decode(row[: i + 1]))), None)
             if closed is not None:
@@ -426,6 +491,10 @@ class _Request:
     temperature: float
     max_tokens: int
     seed: Optional[int]
+    stop_strings: list[str] = field(default_factory=list)
+    logprobs: Optional[int] = None  # None: off; else top alternatives kept per token
+    stop_after_block: bool = True
+    events: Optional[queue.SimpleQueue] = None  # streaming: see LocalModel.submit
     stop: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     results: dict[int, Completion] = field(default_factory=dict)  # completion k, as rows finish

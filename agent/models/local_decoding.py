@@ -107,6 +107,8 @@ class Row:
     generator: Optional[torch.Generator]
     out: list[int] = field(default_factory=list)
     done: bool = False
+    # (logprob of each sampled token, its top alternatives) when the request asks for logprobs
+    logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
 
 
 @dataclass
@@ -226,3 +228,13 @@ def sample(rows: list[Row], logits: torch.Tensor) -> list[int]:
             picked[i] = int(torch.multinomial(probs[j], 1, generator=rows[i].generator))
     return picked
 
+
+def token_logprobs(logits: torch.Tensor, picked: list[int], top: int) -> list[tuple[float, list[tuple[int, float]]]]:
+    """Per row: the log-probability of the picked token under the model's distribution (the logits
+    before temperature, as vLLM and OpenAI report them) and the `top` most likely (token, logprob)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logp.gather(1, torch.tensor(picked, device=logp.device)[:, None])[:, 0].tolist()
+    if top <= 0:
+        return [(lp, []) for lp in chosen]
+    values, ids = logp.topk(top, dim=-1)
+    return [(lp, list(zip(i, v))) for lp, i, v in zip(chosen, ids.tolist(), values.tolist())]

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from agent.errors import UserError
 from agent.models.base import Completion, ModelError
-from agent.models.common import apply_prices, approx_tokens, completions_of
+from agent.models.common import apply_prices, completions_of, litellm_tokens
 from agent.models.retry import RetryPolicy, call_with_retries
 
 
@@ -48,6 +48,7 @@ class OpenAICompatModel:
         retry: RetryPolicy = RetryPolicy(),
         price_in: Optional[float] = None,
         price_out: Optional[float] = None,
+        extra_params: Optional[dict[str, Any]] = None,
     ) -> None:
         if not model:
             raise UserError(f"openai-compat: no model name given for {base_url}; write openai-compat:{base_url}/MODEL")
@@ -60,6 +61,7 @@ class OpenAICompatModel:
         self.context_window = context_window
         self.retry = retry
         self.price_in, self.price_out = price_in, price_out
+        self.extra_params = dict(extra_params or {})  # sent with every request (top_p, top_k, ...)
         self._client: Any = None
         self._client_loop: Any = None
 
@@ -78,6 +80,8 @@ class OpenAICompatModel:
                        temperature: float, max_tokens: int, seed: Optional[int]) -> list[Completion]:
         client = self._get_client()
         kwargs: dict[str, Any] = dict(model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens)
+        if self.extra_params:  # the client sends extra_body's keys as top-level request fields
+            kwargs["extra_body"] = dict(self.extra_params)
         if n != 1:
             kwargs["n"] = n
         if seed is not None:
@@ -112,4 +116,4 @@ class OpenAICompatModel:
         return out
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
-        return approx_tokens(messages)
+        return litellm_tokens(self.model, messages)

@@ -147,30 +147,26 @@ def test_networked_sandboxes_reach_neither_each_other_nor_the_host(image):
 
 # ------------------------------------------------------------------------------------------ the run goes on
 
-def test_an_unexpected_exception_is_the_attempts_failure_not_a_run_abort(image):
+def attempt_raising(image, exc: Exception, calls: list):
     async def policy(task, sb):
-        raise RecursionError("deep")
+        calls.append(1)
+        raise exc
 
     async def main():
         async with SandboxPool(warm=0) as pool:
             return await attempt_with_retries(add_task("t"), lambda: policy, pool, image, run_id="r",
                                               model_name="m")
-    rec = run(main())
+    return run(main())
+
+
+def test_an_unexpected_exception_is_the_attempts_failure_not_a_run_abort(image):
+    rec = attempt_raising(image, RecursionError("deep"), [])
     assert (rec.status, rec.reason, rec.reward) == ("failed", "harness_error", 0.0) and "RecursionError" in rec.error
 
 
 def test_infrastructure_errors_are_retried_then_recorded_as_errors(image):
     calls = []
-
-    async def policy(task, sb):
-        calls.append(1)
-        raise InfraError("engine hiccup")
-
-    async def main():
-        async with SandboxPool(warm=0) as pool:
-            return await attempt_with_retries(add_task("t"), lambda: policy, pool, image, run_id="r",
-                                              model_name="m")
-    rec = run(main())
+    rec = attempt_raising(image, InfraError("engine hiccup"), calls)
     assert (rec.status, rec.reason) == ("error", "infra_error") and len(calls) == 3
 
 

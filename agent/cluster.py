@@ -1,0 +1,299 @@
+"""Attempts spread over a Ray cluster: one long-lived actor per node, the driver the only writer.
+
+The pattern of SkyRL and verl: each node runs one `NodeWorker` actor, pinned there with Ray's
+node-affinity scheduling. The actor makes its own Docker client and warm SandboxPool on its node (a
+Docker client cannot be pickled) and runs the same `attempt_with_retries` coroutine as the
+single-machine path. Only task specs (once per node), (task id, sample) pairs and finished records
+cross the wire; the driver appends the records to the run folder, so resume, dedup and the lock
+work unchanged.
+
+Images: the driver builds them (as on one machine); a node that lacks one gets it by `docker load`
+of the driver's `docker save`, checked by image id (content-addressed), so every node runs the
+very image the manifest names.
+
+Node loss: an attempt whose node dies is put back in the queue and runs on another node. Its record
+never reached the driver, and the driver writes each key once, so nothing is lost or duplicated.
+
+Models: API models are called from the actors. An in-process model (local:...) is served once by
+the driver (agent/serve.py) and the actors call it over HTTP as openai-compat:.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from agent.errors import InfraError, UserError
+from results.schema import Attempt
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTALL_HINT = "pip install 'harness[cluster]' (ray==2.60.0) on the driver and on every node"
+_ADDRESS = re.compile(r"^(auto|ray://[^\s:/]+:\d+|[^\s:/]+:\d+)$")
+
+
+def import_ray():
+    try:
+        import ray
+    except ModuleNotFoundError:
+        raise UserError(f"--cluster needs Ray: {INSTALL_HINT}") from None
+    return ray
+
+
+def check_address(address: str) -> str:
+    if not _ADDRESS.match(address or ""):
+        raise UserError(f"--cluster {address!r}: give ray://HOST:PORT (Ray client), HOST:PORT (the head's GCS "
+                        "port, from a node of the cluster) or auto (the cluster this machine belongs to)")
+    return address
+
+
+def connect(address: str):
+    """ray.init for the driver; returns the ray module."""
+    check_address(address)
+    ray = import_ray()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return ray
+    # Workers import harness from this checkout when it is on their disk (a local cluster); elsewhere
+    # harness must be installed on every node (same version: checked in NodeWorker.hello).
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    try:
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False, logging_level="ERROR")
+    except ModuleNotFoundError as e:  # ray:// needs the client extras (grpcio)
+        raise UserError(f"--cluster {address}: the Ray client needs {e.name}: pip install 'ray[client]==2.60.0'") from None
+    except ConnectionError as e:
+        raise UserError(f"--cluster {address}: no Ray cluster answers ({str(e).splitlines()[0][:200]}); "
+                        "start one with `ray start --head` or check the address") from None
+    return ray
+
+
+def node_label() -> str:
+    """Which machine ran an attempt: host name and the Ray node id's head (nodes may share a host)."""
+    try:
+        import ray
+        node = ray.get_runtime_context().get_node_id()[:8]
+    except Exception:
+        node = "local"
+    return f"{socket.gethostname()}/{node}"
+
+
+class NodeWorker:
+    """Runs attempts on one node. Made a Ray actor by `_actor_class()` (ray stays an optional import)."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+        self.tasks: dict[str, Any] = {}
+        self.pool = None
+        self.model = None
+        self.model_slots: Optional[asyncio.Semaphore] = None
+        self.node = node_label()
+
+    def hello(self) -> dict[str, str]:
+        from results.store import current_harness_version
+        return {"node": self.node, "version": current_harness_version()}
+
+    def missing_images(self, image_ids: list[str]) -> list[str]:
+        import docker
+        from agent.sandbox import docker_client
+        client, missing = docker_client(), []
+        for i in image_ids:
+            try:
+                client.images.get(i)
+            except docker.errors.ImageNotFound:
+                missing.append(i)
+        return missing
+
+    def load_images(self, tarball: bytes, expected: list[str]) -> None:
+        from agent.sandbox import docker_client
+        docker_client().images.load(tarball)
+        still = self.missing_images(expected)
+        if still:
+            raise InfraError(f"node {self.node}: docker load did not yield {', '.join(still)}")
+
+    async def start(self, tasks: list[Any]) -> None:
+        """Takes the task specs and warms the pool and the model, inside the actor's event loop."""
+        from agent.models import get_model
+        from agent.sandbox import SandboxPool
+        self.tasks.update({t.id: t for t in tasks})
+        if self.pool is None:
+            s = self.spec
+            self.model = get_model(s["actor_model"], **s["model_options"])
+            self.model_slots = asyncio.Semaphore(s["model_slots"])
+            self.pool = SandboxPool(run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2)
+
+    async def attempt(self, task_id: str, sample: int, image: str) -> dict[str, Any]:
+        from agent.runner import attempt_with_retries, loop_policy
+        s, task = self.spec, self.tasks[task_id]
+        rec = await attempt_with_retries(
+            task, lambda: loop_policy(self.model, s["loop"], self.model_slots, sample), self.pool, image,
+            run_id=s["run_id"], model_name=s["model"], sample=sample, temperature=s["temperature"])
+        rec.node = self.node
+        return rec.model_dump(mode="json")
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+        if self.model is not None and hasattr(self.model, "close"):
+            self.model.close()
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _actor_class():
+    ray = import_ray()
+    # num_cpus=0: the actor waits on Docker and models; the attempts' containers use the node's cores.
+    # max_concurrency: one actor runs many attempts as coroutines on its event loop.
+    return ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1000)(NodeWorker)
+
+
+def _is_node_loss(exc: BaseException) -> bool:
+    import ray.exceptions as rex
+    return isinstance(exc, (rex.RayActorError, rex.NodeDiedError, rex.LocalRayletDiedError,
+                            rex.WorkerCrashedError, rex.ObjectLostError))
+
+
+def _save_image(image_id: str) -> bytes:
+    """`docker save` of one image, with its tag (harness/base:..., harness/task:... are looked up by tag);
+    loading it elsewhere yields the same id (the digest of its config)."""
+    from agent.sandbox import docker_client
+    return b"".join(docker_client().images.get(image_id).save(named=True))
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """`total` slots over `parts` nodes as evenly as possible, at least one each."""
+    return [max(1, total // parts + (i < total % parts)) for i in range(parts)]
+
+
+async def run_on_cluster(address: str, todo: list[tuple[Any, int]], *, tasks: list[Any], images: dict[str, str],
+                         run_id: str, model: str, model_obj: Any, model_options: dict, loop: Any,
+                         temperature: float, concurrency: int, model_concurrency: Optional[int],
+                         on_record: Callable[[Attempt], None], log: Optional[Callable[[str], None]] = None) -> None:
+    """Runs every (task, sample) of `todo` on the cluster's nodes; on_record(rec) once per finished attempt."""
+    log = log or _log
+    ray = connect(address)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # A node started with --num-cpus=0 (the usual way to keep work off a head node) gets no actor.
+    nodes = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
+    if not nodes:
+        raise UserError(f"--cluster {address}: the cluster has no live node with CPUs")
+    server = None
+    actor_model = model
+    if model.startswith("local:"):  # in-process weights: served once, here
+        from agent.serve import start_server
+        server = await asyncio.to_thread(start_server, model_obj, ray.util.get_node_ip_address())
+        actor_model, model_options = f"openai-compat:{server.base_url}/{server.name}", {}
+    Actor = _actor_class()
+    slots = _split(concurrency, len(nodes))
+    model_slots = _split(model_concurrency or concurrency, len(nodes))
+    workers = []
+    for n, k, mk in zip(nodes, slots, model_slots):
+        spec = {"run_id": run_id, "model": model, "actor_model": actor_model, "model_options": model_options,
+                "loop": loop, "temperature": temperature, "slots": k, "model_slots": mk}
+        a = Actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(spec)
+        workers.append((a, k))
+    try:
+        from results.store import current_harness_version
+        hellos = await asyncio.gather(*(a.hello.remote() for a, _ in workers))
+        for h in hellos:
+            if h["version"] != current_harness_version():
+                raise UserError(f"node {h['node']} runs harness {h['version']}, the driver {current_harness_version()}: "
+                                "install the same version on every node")
+        await _ship_images(ray, [a for a, _ in workers], sorted(set(images.values())), log)
+        task_ref = ray.put(tasks)
+        await asyncio.gather(*(a.start.remote(task_ref) for a, _ in workers))
+        log(f"cluster: {len(workers)} nodes, {sum(slots)} attempts in flight")
+        await _drive(workers, [h["node"] for h in hellos], todo, images, on_record, log)
+    finally:
+        await _close(ray, [a for a, _ in workers])
+        if server is not None:
+            server.stop()
+
+
+async def _ship_images(ray, actors: list[Any], image_ids: list[str], log) -> None:
+    missing = await asyncio.gather(*(a.missing_images.remote(image_ids) for a in actors))
+    need = sorted({i for m in missing for i in m})
+    if not need:
+        return
+    log(f"cluster: sending {len(need)} images to {sum(1 for m in missing if m)} nodes")
+    for image_id in need:  # one at a time: an image can be hundreds of MB
+        blob = ray.put(await asyncio.to_thread(_save_image, image_id))
+        await asyncio.gather(*(a.load_images.remote(blob, [image_id]) for a, m in zip(actors, missing)
+                               if image_id in m))
+
+
+async def _drive(workers: list[tuple[Any, int]], labels: list[str], todo: list[tuple[Any, int]], images: dict[str, str],
+                 on_record: Callable[[Attempt], None], log: Callable[[str], None]) -> None:
+    """Lanes (k per node) pull attempts from one queue; a lane whose node died puts its attempt back."""
+    queue: asyncio.Queue = asyncio.Queue()
+    for item in todo:
+        queue.put_nowait(item)
+    remaining = len(todo)
+    lanes_alive = sum(k for _, k in workers)
+    finished = asyncio.Event()
+    dead: set[int] = set()
+
+    async def lane(i: int, actor):
+        nonlocal remaining, lanes_alive
+        try:
+            while remaining:
+                getter = asyncio.ensure_future(queue.get())
+                waiter = asyncio.ensure_future(finished.wait())
+                await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if not getter.done():
+                    getter.cancel()
+                    return
+                task, sample = getter.result()
+                if i in dead:
+                    queue.put_nowait((task, sample))
+                    return
+                try:
+                    raw = await actor.attempt.remote(task.id, sample, images[task.id])
+                except Exception as e:
+                    if not _is_node_loss(e):
+                        raise
+                    if i not in dead:
+                        dead.add(i)
+                        # its own line, also in the middle of the progress bar
+                        log(f"\ncluster: lost node {labels[i]} ({type(e).__name__}); its attempts in flight run "
+                            "again on the other nodes")
+                    queue.put_nowait((task, sample))  # runs again on a live node; no record was written
+                    return
+                on_record(Attempt.model_validate(raw))
+                remaining -= 1
+                if not remaining:
+                    finished.set()
+        finally:
+            lanes_alive -= 1
+            if lanes_alive == 0 and remaining:
+                finished.set()
+
+    jobs = [asyncio.ensure_future(lane(i, a)) for i, (a, k) in enumerate(workers) for _ in range(k)]
+    try:
+        await asyncio.gather(*jobs)
+    except BaseException:
+        for j in jobs:
+            j.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        raise
+    if remaining:
+        raise InfraError(f"every node of the cluster was lost with {remaining} attempts to go; "
+                         "resume the run when the cluster is back")
+
+
+async def _close(ray, actors: list[Any]) -> None:
+    async def one(a):
+        try:
+            await asyncio.wait_for(a.close.remote(), timeout=60)  # its pool removes its containers
+        except Exception:  # noqa: BLE001 -- a lost node's are removed by `harness sandbox prune --orphans` there
+            pass
+        ray.kill(a)
+    await asyncio.gather(*(one(a) for a in actors))

@@ -1,0 +1,209 @@
+"""`harness eval --cluster`: attempts spread over a real local Ray cluster (head + workers, loopback only).
+
+The cluster lives in a network namespace (tests/ray_cluster.py); the driver, `harness eval --cluster`,
+runs inside it too (nsenter), as it would on a node of a real cluster. Every node shares this
+machine's Docker engine.
+"""
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from agent.errors import UserError
+from agent.runner import run_eval
+from tasks.loader import load_suite
+from tests.conftest import ROOT, run
+from tests.ray_cluster import LocalCluster, available
+from tests.test_loop import SUBMIT
+
+why_not = available()
+needs_cluster = pytest.mark.skipif(bool(why_not), reason=why_not or "")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(image):
+    """A head and one worker node, started once per test run (Ray takes seconds to start)."""
+    if why_not:
+        pytest.skip(why_not)
+    c = LocalCluster(cpus_per_node=1).start(workers=1)
+    yield c
+    c.stop()
+
+
+def script_for(tasks, tmp_path, pause: float = 0.0):
+    """A replay script: the oracle's command for odd-numbered tasks (solved), a wrong file for the others
+    (failed), so equal results mean equal outcomes of both kinds."""
+    wait = f"sleep {pause}; " if pause else ""
+    s = {}
+    for i, t in enumerate(tasks):
+        cmd = t.solution_files["solve.sh"].decode().strip().splitlines()[-1] if i % 2 == 0 else "echo no > wrong.txt"
+        s[t.id] = [f"```bash\n{wait}{cmd}\n```", SUBMIT]
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(s))
+    return path
+
+
+def cluster_eval(cluster, script, out, *extra, background=False):
+    argv = cluster.wrap([sys.executable, str(ROOT / "harness.py"), "eval", "--model", f"replay:{script}",
+                         "--tasks", "builtin", "--glob", "create-file-*", "--cluster", cluster.address,
+                         "--out", str(out), *extra])
+    if background:
+        return subprocess.Popen(argv, cwd=ROOT, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(argv, cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=600)
+
+
+def records(out):
+    return [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
+
+
+def outcome(r):
+    """What must not depend on where an attempt ran (times, keys and nodes may)."""
+    return {k: r[k] for k in ("task_id", "sample", "status", "reward", "solved", "reason", "exit_reason", "n_steps",
+                              "patch_files", "image", "prompt_tokens", "completion_tokens", "messages")} | \
+        {"tests": [(t["id"], t["outcome"]) for t in r["tests"]],
+         "steps": [(s["raw_output"], s["observation"], s["exit_code"]) for s in r["steps"]]}
+
+
+def create_file_tasks():
+    return [t for t in load_suite("builtin") if t.id.startswith("create-file-")]
+
+
+@needs_cluster
+def test_eval_spreads_attempts_over_both_nodes_and_equals_one_machine(ray_cluster, tmp_path):
+    tasks = create_file_tasks()
+    script = script_for(tasks, tmp_path)
+    p = cluster_eval(ray_cluster, script, tmp_path / "cluster", "--samples", "2", "--concurrency", "4")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"run folder: {tmp_path / 'cluster'}" in p.stdout
+    assert "solved" in p.stdout and f"{2 * len(tasks)}/{2 * len(tasks)}" in p.stderr  # summary and progress bar
+    on_cluster = records(tmp_path / "cluster")
+    assert len({r["node"] for r in on_cluster}) == 2, Counter(r["node"] for r in on_cluster)
+    assert all(r["node"] for r in on_cluster)
+
+    run(run_eval(f"replay:{script}", tasks, samples=2, concurrency=4, out_dir=tmp_path / "single", progress=False,
+                 suite="builtin"))
+    single = records(tmp_path / "single")
+    assert all(r["node"] == "" for r in single)
+    key = lambda r: (r["task_id"], r["sample"])  # noqa: E731
+    assert [outcome(r) for r in sorted(on_cluster, key=key)] == [outcome(r) for r in sorted(single, key=key)]
+    solved = Counter(r["solved"] for r in on_cluster)
+    assert solved[True] == 2 * len(tasks[::2]) and solved[False] == 2 * len(tasks[1::2])  # as scripted
+
+
+@needs_cluster
+def test_a_node_lost_mid_run_loses_and_duplicates_nothing(ray_cluster, tmp_path):
+    tasks = create_file_tasks()
+    extra = ray_cluster.add_worker()  # three nodes; this one dies mid-run
+    script = script_for(tasks, tmp_path, pause=1.0)
+    out = tmp_path / "run"
+    samples = 3  # 30 attempts over 6 lanes: the killed node still has work in flight when it dies
+    total = samples * len(tasks)
+    p = cluster_eval(ray_cluster, script, out, "--samples", str(samples), "--concurrency", "6", background=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and p.poll() is None:
+            done = records(out) if (out / "attempts.jsonl").exists() else []
+            if len({r["node"] for r in done}) == 3:  # every node has finished one: all are busy
+                break
+            time.sleep(0.2)
+        assert p.poll() is None, p.communicate()[1][-3000:]
+        ray_cluster.kill_node(extra)
+        stdout, stderr = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, stderr[-3000:]
+    assert "cluster: lost node" in stderr  # the killed node had attempts in flight; they ran again elsewhere
+    recs = records(out)
+    keys = [(r["task_id"], r["sample"]) for r in recs]
+    assert len(keys) == len(set(keys)) == total  # nothing lost, nothing twice
+    assert not [r for r in recs if r["status"] == "error"]
+    assert Counter(r["solved"] for r in recs)[True] == samples * len(tasks[::2])  # the scripted outcome
+    assert len({r["node"] for r in recs}) == 3
+
+
+def test_cluster_address_and_missing_ray_are_one_line_errors(monkeypatch):
+    from agent import cluster
+    with pytest.raises(UserError, match="ray://HOST:PORT"):
+        cluster.check_address("http://head:6379")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with pytest.raises(UserError, match=r"pip install 'harness\[cluster\]'"):
+        cluster.import_ray()
+
+
+def test_cli_says_what_to_install_without_ray(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['harness', 'eval', '--model', 'replay:x.json', "
+            "'--cluster', 'auto']; import harness; sys.exit(harness.main())")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "pip install 'harness[cluster]'" in errors[0], p.stderr
+
+
+def test_a_node_without_an_image_gets_it_by_docker_load(image):
+    """The driver ships `docker save` of what a node lacks; the node's `docker load` yields the same id."""
+    import io
+    import secrets
+    import tarfile
+
+    from agent.cluster import NodeWorker, _save_image
+    from agent.images import base_tag
+    from agent.sandbox import docker_client
+    client = docker_client()
+    dockerfile = f"FROM {base_tag()}\nLABEL harness.test={secrets.token_hex(8)}\n".encode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile))
+    buf.seek(0)
+    tag = f"harness/test-load:{secrets.token_hex(4)}"
+    img, _ = client.images.build(fileobj=buf, custom_context=True, rm=True, tag=tag)
+    node = NodeWorker({})
+    try:
+        blob = _save_image(img.id)
+        client.images.remove(img.id, force=True)
+        assert node.missing_images([img.id, image]) == [img.id]
+        node.load_images(blob, [img.id])
+        assert node.missing_images([img.id, image]) == []
+        assert client.images.get(img.id).labels["harness.test"] == img.labels["harness.test"]
+        assert client.images.get(tag).id == img.id  # the tag came along: lookups by tag work on the node
+    finally:
+        with contextlib.suppress(Exception):
+            client.images.remove(img.id, force=True)
+
+
+@needs_cluster
+@pytest.mark.slow
+def test_bench_cluster_smoke():
+    """bench/cluster.py --smoke: its own local cluster, the three paths, the driver's ceiling (no timing asserted)."""
+    p = subprocess.run([sys.executable, "bench/cluster.py", "--smoke"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [line.split() for line in p.stdout.splitlines() if line.startswith(("single machine", "ray --cluster"))]
+    assert [r[0] for r in rows] == ["single", "ray", "single", "ray"]
+    assert [r[2] for r in rows] == ["1", "1", "1", "2"]  # nodes the attempts landed on
+    assert "records/s" in p.stdout and "driver ceiling" in p.stdout
+
+
+@needs_cluster
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_local_model_is_served_once_by_the_driver_and_called_from_the_nodes(ray_cluster, tmp_path):
+    out = tmp_path / "run"
+    argv = ray_cluster.wrap([sys.executable, str(ROOT / "harness.py"), "eval", "--model", "local:smollm2-135m",
+                             "--tasks", "builtin", "--glob", "create-file-0[12]", "--max-steps", "1",
+                             "--max-reply-tokens", "16", "--concurrency", "2", "--cluster", ray_cluster.address,
+                             "--out", str(out)])
+    p = subprocess.run(argv, cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = records(out)
+    assert sorted(r["task_id"] for r in recs) == ["create-file-01", "create-file-02"]
+    for r in recs:
+        assert r["model"] == "local:smollm2-135m" and r["status"] != "error", r["error"]
+        assert r["n_steps"] == 1 and r["completion_tokens"] > 0  # replies came over HTTP from the served model
