@@ -18,7 +18,7 @@ from agent.runner import run_eval
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run
 from tests.ray_cluster import LocalCluster, available
-from tests.test_loop import SUBMIT
+from tests.helpers import SUBMIT
 
 why_not = available()
 needs_cluster = pytest.mark.skipif(bool(why_not), reason=why_not or "")

@@ -16,8 +16,8 @@ from agent.runner import loop_policy, run_attempt
 from agent.sandbox import SERVER_SOURCE, Limits
 from tests.conftest import ROOT, run
 from tests.k8s_fake import FakeCluster
-from tests.test_grading import make_task
-from tests.test_loop import SUBMIT, WRITE_CORRECT
+from tests.helpers import make_task
+from tests.helpers import SUBMIT, WRITE_CORRECT
 
 LABELS = {"harness.run": "r1", "harness.pool": "p1"}
 
