@@ -162,7 +162,9 @@ def cmd_eval(args) -> int:
         concurrency=args.concurrency, resume=resume_dir is not None, seed=args.seed, model_options=options,
         loop=loop, model_concurrency=args.model_concurrency, suite=args.tasks, cluster=args.cluster,
         sandbox=args.sandbox, sandbox_options={"image": args.k8s_image, "namespace": args.k8s_namespace,
-                                               "runtime_class": args.k8s_runtime_class, "connect": args.k8s_connect}))
+                                               "runtime_class": args.k8s_runtime_class, "connect": args.k8s_connect},
+        filters={"domain": args.domain, "difficulty": args.difficulty, "split": args.split, "tags": args.tags,
+                 "glob": args.glob}))
     from results.report import print_summary
     print_summary(run_dir)
     print(f"run folder: {run_dir}")

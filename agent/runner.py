@@ -234,7 +234,7 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
                    model_concurrency: Optional[int] = None, max_sandboxes: Optional[int] = None,
                    progress: bool = True, model_obj: Optional[Model] = None, suite: str = "",
                    cluster: Optional[str] = None, sandbox: str = "docker",
-                   sandbox_options: Optional[dict] = None) -> Path:
+                   sandbox_options: Optional[dict] = None, filters: Optional[dict] = None) -> Path:
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
     With `cluster` (a Ray address, agent/cluster.py) the attempts run on the cluster's nodes; with
     sandbox="k8s" (agent/k8s.py) the sandboxes are pods of a Kubernetes cluster."""
@@ -251,7 +251,8 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     cfg = LoopConfig(**{**cfg.__dict__, "temperature": temperature, "seed": seed})
     config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
               "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
-              "tools": TOOLS}
+              "tools": TOOLS, "concurrency": concurrency, "model_concurrency": model_concurrency or concurrency,
+              "filters": dict(filters or {})}  # recorded, not compared on resume (results/store.RESUME_KEYS)
     if cluster:
         from agent.cluster import check_address, import_ray
         check_address(cluster), import_ray()

@@ -79,8 +79,6 @@ def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
     assert len(records(run)) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="agent/runner.py does not record concurrency, model concurrency or the task "
-                                       "filters in the manifest yet (lead: issue 11 owns runner.py)")
 def test_concurrency_and_filters_are_recorded_in_the_manifest(image, tmp_path):
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps({"*": [SUBMIT]}))
