@@ -74,6 +74,7 @@ def create_file_tasks():
 
 
 @needs_cluster
+@pytest.mark.slow  # starts a real two-node Ray cluster (tens of seconds here)
 def test_eval_spreads_attempts_over_both_nodes_and_equals_one_machine(ray_cluster, tmp_path):
     tasks = create_file_tasks()
     script = script_for(tasks, tmp_path)
@@ -96,6 +97,7 @@ def test_eval_spreads_attempts_over_both_nodes_and_equals_one_machine(ray_cluste
 
 
 @needs_cluster
+@pytest.mark.slow  # starts a real two-node Ray cluster (tens of seconds here)
 def test_a_node_lost_mid_run_loses_and_duplicates_nothing(ray_cluster, tmp_path):
     tasks = create_file_tasks()
     extra = ray_cluster.add_worker()  # three nodes; this one dies mid-run
