@@ -29,6 +29,7 @@ SHAPES = d('''
 
 
     def area(w, h):
+        """Width times height."""
         if w < 0:
             raise ValueError("negative width")
         return w * h
@@ -162,6 +163,11 @@ HIDDEN = d('''
         assert shapes.day(2024, 2, 29) == datetime.date(2024, 2, 29)
         assert shapes.raw() == b"\\x00\\xff"
         assert shapes.nothing() is None
+
+
+    def test_names_and_docs():
+        assert area.__name__ == "area" and area.__doc__ == "Width times height."
+        assert Stack.__name__ == "Stack" and Stack.__doc__ is None and shapes.__name__ == "shapes"
 
 
     def test_namedtuple():

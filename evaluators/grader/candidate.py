@@ -549,8 +549,13 @@ def _compare(name):
     return method
 
 
+# Plain attributes of functions, classes and modules that tests read (`f.__name__`): fetched from the child.
+REMOTE_DUNDERS = {"__name__", "__qualname__", "__module__", "__annotations__", "__defaults__", "__kwdefaults__",
+                  "__wrapped__", "__version__", "__all__", "__file__"}
+
+
 class RemoteObject:
-    """An object that lives in the candidate's process."""
+    # An object that lives in the candidate's process (no docstring: __doc__ is the remote object's)
     __slots__ = ("_hid", "_generation", "_type", "_methods")
 
     def __init__(self, hid, generation, type_name):
@@ -560,9 +565,14 @@ class RemoteObject:
         object.__setattr__(self, "_methods", {})
 
     def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__"):
+        if name.startswith("__") and name.endswith("__") and name not in REMOTE_DUNDERS:
             raise AttributeError(name)  # protocols are looked up on the type; never guessed remotely
         return _request("getattr", self, name=name)
+
+    @property
+    def __doc__(self):
+        doc = _request("getattr", self, name="__doc__")
+        return doc if isinstance(doc, str) else None
 
     def __setattr__(self, name, value):
         _request("setattr", self, name=name, args=[_encode(value)])
