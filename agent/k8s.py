@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from agent.errors import InfraError, UserError
-from agent.sandbox import AGENT_UID, PATH, SERVER_SOURCE, WORKSPACE, Limits, Sandbox, SandboxDied, content_hash
+from agent.sandbox import (AGENT_UID, PATH, SERVER_SOURCE, WORKSPACE, Limits, Sandbox, SandboxDied, SandboxPool,
+                           content_hash)
 
 SANDBOX_API = ("agents.x-k8s.io", "v1beta1")
 EXTENSIONS_API = ("extensions.agents.x-k8s.io", "v1beta1")
@@ -486,13 +487,7 @@ class K8sSandboxPool:
         self._slots.release()
         self._spawn(asyncio.to_thread(sb.kill))
 
-    @contextlib.asynccontextmanager
-    async def sandbox(self, image: str, limits: Limits = Limits(), task: str = "pool"):
-        sb = await self.acquire(image, limits, task)
-        try:
-            yield sb
-        finally:
-            await self.release(sb)
+    sandbox = SandboxPool.sandbox  # the same acquire/release context as the Docker pool
 
     def _refill(self, key):
         """Keeps up to `warm` claimed, connected sandboxes ready: a claim takes ~1-3 s on a real cluster."""

@@ -55,3 +55,17 @@ def image() -> str:
 def run(coro):
     """Runs a coroutine to completion (tests are plain functions; no asyncio plugin)."""
     return asyncio.run(coro)
+
+
+@pytest.fixture
+def flaky():
+    """Makes misbehaving HTTP servers (tests.helpers.FlakyServer) and closes them after the test."""
+    from tests.helpers import FlakyServer
+    servers = []
+
+    def make(script):
+        servers.append(FlakyServer(script))
+        return servers[-1]
+    yield make
+    for s in servers:
+        s.close()

@@ -16,7 +16,7 @@ from agent.runner import loop_policy
 from agent.sandbox import SandboxPool
 from tasks.model import AgentLimits
 from tests.conftest import run
-from tests.helpers import FlakyServer, make_task
+from tests.helpers import make_task
 
 NO_BLOCK = "I am thinking about it."  # the text protocol's format error: a step that runs nothing
 TWO_BLOCKS = "```bash\nls\n```\n```bash\npwd\n```"  # another format error (so the loop does not see 'stuck')
@@ -89,30 +89,20 @@ def test_window_filling_up_ends_the_attempt_when_nothing_is_left_to_elide():
     assert (res.exit_reason, len(res.steps)) == ("context_exceeded", 3)
 
 
-@pytest.fixture
-def server():
-    servers = []
-
-    def make(script):
-        servers.append(FlakyServer(script))
-        return servers[-1]
-    yield make
-    for s in servers:
-        s.close()
 
 
-def test_the_providers_context_length_error_ends_the_attempt(server):
+def test_the_providers_context_length_error_ends_the_attempt(flaky):
     body = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages "
                                  "resulted in 9000 tokens.", "type": "invalid_request_error",
                       "code": "context_length_exceeded"}}
-    srv = server([(400, {}, body)])
+    srv = flaky([(400, {}, body)])
     model = OpenAICompatModel("small", srv.base_url, retry=RetryPolicy(timeout=30.0))
     res = loop(model, LoopConfig(protocol="text"))
     assert (res.exit_reason, len(res.steps), srv.calls) == ("context_exceeded", 0, 1)
 
 
-def test_other_provider_errors_are_model_errors_not_context(server):
-    srv = server([403])
+def test_other_provider_errors_are_model_errors_not_context(flaky):
+    srv = flaky([403])
     res = loop(OpenAICompatModel("small", srv.base_url, retry=RetryPolicy(timeout=30.0)), LoopConfig(protocol="text"))
     assert res.exit_reason == "model_error" and "403" in res.model_error
 

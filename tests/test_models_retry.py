@@ -12,17 +12,6 @@ from agent.models.retry import call_with_retries, is_retryable, retry_after
 from tests.helpers import FlakyServer
 
 
-@pytest.fixture
-def flaky():
-    servers = []
-
-    def make(script):
-        servers.append(FlakyServer(script))
-        return servers[-1]
-
-    yield make
-    for s in servers:
-        s.close()
 
 
 class Sleeps:
