@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agent.errors import UserError
+from results.errors import UserError
 
 # Each module has register(subparsers); a command sets args.func(args) -> exit code.
-COMMAND_MODULES = ["agent.cli", "tasks.cli", "evaluators.cli", "results.cli", "lora.cli"]
+COMMAND_MODULES = ["evaluators.cli", "agent.cli", "tasks.cli", "results.cli", "lora.cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        if args.command is None and "agent.cli" in sys.modules:
+        if args.command is None and "evaluators.cli" in sys.modules:
             args = parser.parse_args(["eval"])  # no arguments: the embedded default evaluation
         else:
             parser.print_help()

@@ -44,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models import ContextLengthError, Model, ModelError, get_model
 from agent.models.base import Completion
 from agent.serve_tools import (OPEN, RequestError, ResponseFormat, ToolSpec, check_response_format,

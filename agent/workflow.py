@@ -1,7 +1,6 @@
 """The Python API for using the agent outside an evaluation.
 
-    from agent.workflow import run_task, run_workflow
-    attempt = asyncio.run(run_task("local:smollm2-135m", task))
+    from agent.workflow import run_workflow
     result = asyncio.run(run_workflow("openai/gpt-4o-mini", Path("repo"), "fix the failing test",
                                       verify=["python3 -m pytest -q"]))
     print(result.diff)
@@ -17,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from agent.errors import UserError
-from agent.images import ensure_base_image
+from results.errors import UserError
+from agent.sandbox.images import ensure_base_image
 from agent.loop import LoopConfig, LoopResult, run_loop
 from agent.models import get_model
 from agent.sandbox import Changes, ExecResult, Limits, SandboxPool
@@ -186,15 +185,3 @@ def escape_terminal(text: str) -> str:
     return "".join(out)
 
 
-async def run_task(model: str, task: Task, *, sample: int = 0, temperature: float = 0.0,
-                   cfg: Optional[LoopConfig] = None, model_options: Optional[dict] = None) -> Attempt:
-    """One graded attempt of one task, without a run folder."""
-    from agent.runner import build_images, loop_policy, run_attempt
-
-    images = await build_images([task])
-    the_model = get_model(model, **(model_options or {}))
-    cfg = cfg or LoopConfig(temperature=temperature)
-    async with SandboxPool(warm=0, max_containers=3) as pool:
-        return await run_attempt(task, loop_policy(the_model, cfg, asyncio.Semaphore(1), sample), pool,
-                                 images[task.id], run_id=pool.run_id, model_name=model, sample=sample,
-                                 temperature=temperature)

@@ -39,7 +39,7 @@ def _bench_loop():
 
 def measure(mode: str, address: str, n: int, concurrency: int) -> dict:
     """One run_eval (in this process); prints and returns its rates."""
-    from agent.runner import run_eval
+    from evaluators.runner import run_eval
     bl = _bench_loop()
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     script = tmp / "s.json"
@@ -123,7 +123,7 @@ def main():
         measure(args.inner, args.address, args.tasks, args.concurrency)
         return
 
-    from agent.images import ensure_base_image
+    from agent.sandbox.images import ensure_base_image
     from tests.ray_cluster import LocalCluster, available
     why = available()
     if why:

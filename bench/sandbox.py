@@ -5,7 +5,7 @@
 Prints p50/p95 of: warm-pool acquire, cold start, exec round trip of `true`, and containers
 created+destroyed per second; each beside the CLI equivalent, as a ratio (CLI / harness).
 Then the exec round trip in a Python-less image (Debian minbase, served by the static helper of
-agent/sandbox_native.py) beside today's Python server in the base image, measured interleaved in one run:
+agent/sandbox/native.py) beside today's Python server in the base image, measured interleaved in one run:
 the target is a ratio within 2x. --smoke: a few iterations only (seconds), for tests/test_harbor.py.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.images import ensure_base_image  # noqa: E402
+from agent.sandbox.images import ensure_base_image  # noqa: E402
 from agent.sandbox import Limits, SandboxPool, create_sandbox  # noqa: E402
 
 
@@ -99,7 +99,7 @@ def cli_side(image: str, n: int) -> dict:
 
 async def python_less_side(image: str, minbase: str, n: int) -> dict:
     """exec `true` round trips: the Python server (base image) and the static helper (no Python), interleaved."""
-    from agent.sandbox_native import NativeSpec
+    from agent.sandbox.native import NativeSpec
 
     native = Limits(native=NativeSpec(user="nobody"))
     res: dict = {"python": [], "native": []}
@@ -122,7 +122,7 @@ def main():
     args = ap.parse_args()
     n = 4 if args.smoke else args.n
     image = ensure_base_image(log=lambda m: None)
-    from agent.images import ensure_minbase_image
+    from agent.sandbox.images import ensure_minbase_image
 
     minbase = ensure_minbase_image(log=lambda m: print(m, file=sys.stderr))
     nat = asyncio.run(python_less_side(image, minbase, n))

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from agent.errors import InfraError
+from results.errors import InfraError
 from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
 from evaluators import pytest_kind
 from evaluators.tamper import tamper_reason
@@ -133,7 +133,7 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
 
 
 async def grade_harbor(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
-    """A Harbor verifier in `fresh` mode (snapshot and shared run in agent/runner.py, before the agent's
+    """A Harbor verifier in `fresh` mode (snapshot and shared run in evaluators/runner.py, before the agent's
     container is released): evaluators/harbor_kind.py."""
     from evaluators import harbor_kind
     return await harbor_kind.grade_fresh(task, changes, pool, image)

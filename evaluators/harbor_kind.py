@@ -1,6 +1,6 @@
 """Harbor tasks: their runtime contract and their verifier (tests/test.sh writing /logs/verifier/reward.*).
 
-The agent works in the image's WORKDIR as the task's user, on a writable root filesystem (agent/sandbox_native.py).
+The agent works in the image's WORKDIR as the task's user, on a writable root filesystem (agent/sandbox/native.py).
 When it is done, tests/test.sh runs with the hidden tests at /tests, as the verifier's user, with [verifier] env,
 in one of three isolation modes ([verifier] isolation, or Harbor's environment_mode):
 
@@ -26,9 +26,9 @@ from typing import Optional
 
 import docker.errors
 
-from agent.errors import InfraError
+from results.errors import InfraError
 from agent.sandbox import Changes, Limits, SandboxPool
-from agent.sandbox_native import NativeSandbox, NativeSpec, commit, create_native, remove_image
+from agent.sandbox.native import NativeSandbox, NativeSpec, commit, create_native, remove_image
 
 REWARD_DIR = "/logs/verifier"
 MAX_REWARD_BYTES = 1 << 20
@@ -73,7 +73,7 @@ async def prepare(task, sb: NativeSandbox):
 
 async def oracle(task, sb: NativeSandbox):
     """Harbor's oracle: the solution folder at /solution, solve.sh run in the working folder as the agent's user."""
-    from agent.runner import OracleFailed
+    from evaluators.runner import OracleFailed
 
     await _root(sb, "rm -rf /solution && mkdir -p /solution")
     await sb.put_files(task.solution_files, dest="/solution", user="root", executable=_scripts(task.solution_files))
@@ -119,7 +119,7 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
 
 async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str):
     """fresh mode: a new container of the verifier's image with the working folder's captured changes."""
-    from agent.images import harbor_verifier_image
+    from agent.sandbox.images import harbor_verifier_image
 
     vimage = await asyncio.to_thread(harbor_verifier_image, task) or image
     async with pool.sandbox(vimage, verifier_limits(task), task=task.id) as sb:

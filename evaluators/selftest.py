@@ -1,7 +1,7 @@
 """Adversarial self-test: a scripted agent attacks the installed harness, and we check the outcome.
 
 Each case is a replay script (agent/models/replay.py) whose shell commands perform one attack inside a
-real sandbox, through the real loop (agent.runner.run_eval: sandbox -> loop -> capture -> kill ->
+real sandbox, through the real loop (evaluators.runner.run_eval: sandbox -> loop -> capture -> kill ->
 fresh grading container -> verdict -> record). After each case the host is checked too.
 
 Conditions every case must meet (besides its own expectation):
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from results.schema import Attempt
 from tasks.model import AgentLimits, Environment, EvaluatorConfig, Task
 
@@ -840,7 +840,7 @@ class Runner:
 
     def _eval(self, name: str, tasks: list[Task], scripts: dict[str, list], concurrency: int = 1):
         """One run_eval in a fresh run folder; returns (records by task id, run id, error text)."""
-        from agent.runner import run_eval
+        from evaluators.runner import run_eval
         from results.store import RunReader
 
         folder = self.workdir / f"st-{self.nonce}-{name}"
@@ -1014,7 +1014,7 @@ def format_table(rows: list[Row]) -> str:
 def run_selftest(only: Optional[str] = None, log: Callable[[str], None] = lambda m: None) -> list[Row]:
     """Runs the chosen cases (all by default) against the installed harness; returns one row per case,
     plus a row per honest control used."""
-    from agent.images import ensure_base_image
+    from agent.sandbox.images import ensure_base_image
 
     cases = select(only)
     image = ensure_base_image(log=log)

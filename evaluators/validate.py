@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from agent.runner import build_images, null_policy, oracle_policy, run_attempt
+from evaluators.runner import build_images, null_policy, oracle_policy, run_attempt
 from agent.sandbox import Sandbox, SandboxPool
 from tasks.model import Task
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from results.schema import Attempt, Step
 
 IGNORE = -100  # label of a position that gets no loss (torch cross_entropy's ignore_index)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from lora.data import build_dataset, filter_attempts, is_solved, read_attempts, read_dataset, write_dataset
 from lora.sft import SFTConfig
 from results.metrics import bootstrap_ci, pass_at_k
@@ -127,7 +127,7 @@ def _load_tasks(spec: str, split: str) -> list:
 
 def _run_eval(model: str, tasks: list, *, samples: int, temperature: float, out_dir: Path,
               adapter: Optional[Path], seed: int, concurrency: int, limits: dict) -> Path:
-    from agent.runner import run_eval
+    from evaluators.runner import run_eval
     from lora.sft import free_memory
     options = {"adapter": str(adapter)} if adapter else None
     extra = {}

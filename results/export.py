@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from results.schema import Attempt
 from results.store import open_run
 

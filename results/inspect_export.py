@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from results.schema import Attempt
 from results.store import open_run
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from agent.errors import UserError
+from results.errors import UserError
 from results import metrics
 from results.schema import Attempt
 from results.store import MANIFEST, RunReader, iter_jsonl, open_run

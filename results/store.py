@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent.errors import UserError
+from results.errors import UserError
 from results.schema import SCHEMA_VERSION, Attempt
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
-from agent.errors import UserError
+from results.errors import UserError
 from evaluators import pytest_kind
 from evaluators.grade import AS_CANDIDATE
 from tasks.model import Task

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 
 SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 VERIFIER_MODES = ("fresh", "snapshot", "shared")  # ours; Harbor's shared -> shared, separate -> fresh

@@ -25,7 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from tasks.loader import HUMANEVAL_DIR
 
 MARKER = ".harness-import"  # marks a folder this importer wrote, so a re-import may replace it

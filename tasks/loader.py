@@ -26,7 +26,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
-from agent.errors import UserError
+from results.errors import UserError
 from tasks import harbor
 from tasks.model import AgentLimits, Environment, EvaluatorConfig, Task
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from tasks.loader import load_suite, load_task
 from tests.helpers import GOOD_TOML, assert_one_clear_line, harness, write_task
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models import get_model, parse_model_options
 from agent.models.common import approx_tokens
 

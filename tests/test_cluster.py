@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from agent.errors import UserError
-from agent.runner import run_eval
+from results.errors import UserError
+from evaluators.runner import run_eval
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run
 from tests.ray_cluster import LocalCluster, available
@@ -130,7 +130,7 @@ def test_a_node_lost_mid_run_loses_and_duplicates_nothing(ray_cluster, tmp_path)
 
 
 def test_cluster_address_and_missing_ray_are_one_line_errors(monkeypatch):
-    from agent import cluster
+    from evaluators import cluster
     with pytest.raises(UserError, match="ray://HOST:PORT"):
         cluster.check_address("http://head:6379")
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
@@ -153,8 +153,8 @@ def test_a_node_without_an_image_gets_it_by_docker_load(image):
     import secrets
     import tarfile
 
-    from agent.cluster import NodeWorker, _save_image
-    from agent.images import base_tag
+    from evaluators.cluster import NodeWorker, _save_image
+    from agent.sandbox.images import base_tag
     from agent.sandbox import docker_client
     client = docker_client()
     dockerfile = f"FROM {base_tag()}\nLABEL harness.test={secrets.token_hex(8)}\n".encode()

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from agent.loop import LoopConfig
-from agent.runner import run_eval
+from evaluators.runner import run_eval
 from agent.serve import start_server
 from agent.workflow import apply_changes, run_workflow
 from tasks.loader import load_suite

@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from agent.runner import null_policy, run_attempt
+from evaluators.runner import null_policy, run_attempt
 from agent.sandbox import Changes, SandboxPool
 from evaluators.grade import answer_matches, grade
 from evaluators.pytest_kind import expected_ids, verdict

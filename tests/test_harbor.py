@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import UserError
-from agent.runner import build_images, null_policy, oracle_policy, run_attempt
+from results.errors import UserError
+from evaluators.runner import build_images, null_policy, oracle_policy, run_attempt
 from agent.sandbox import SandboxPool
 from evaluators import harbor_kind
 from evaluators.validate import validate
@@ -194,10 +194,10 @@ def test_reward_files(txt, js, reward, reason, detail):
 
 @pytest.fixture(scope="module")
 def minbase(image):
-    from agent.images import ensure_minbase_image
+    from agent.sandbox.images import ensure_minbase_image
     if shutil.which("debootstrap") is None:
         pytest.skip("debootstrap is not installed (make setup installs it)")
-    from agent.images import ensure_busybox_image
+    from agent.sandbox.images import ensure_busybox_image
     ensure_busybox_image(log=lambda m: None)  # the corpus's libc-less image
     return ensure_minbase_image(log=lambda m: None)
 
@@ -344,7 +344,7 @@ def test_bench_sandbox_smoke_prints_the_python_less_figure(minbase):
 
 def test_change_capture_in_a_python_less_image(minbase):
     """The static helper walks the working folder itself: added, modified, deleted, executable, symlinks."""
-    from agent.sandbox_native import NativeSpec
+    from agent.sandbox.native import NativeSpec
     from agent.sandbox import Limits
 
     async def go():
@@ -398,7 +398,7 @@ def test_harbor_sandbox_keeps_the_hardening(image, tmp_path):
 def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
     """`harness eval` on a Harbor task: the loop works in the WORKDIR (/app) and its prompt says so."""
     import json
-    from agent.runner import run_eval
+    from evaluators.runner import run_eval
     reply = ("```bash\necho 'Hello, world!' > hello.txt && echo \"$APP_MODE\" > mode.txt\n```")
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"hello-world": [reply, "Done.\n```bash\nsubmit\n```"]}))
@@ -426,7 +426,7 @@ def test_exported_humaneval_tasks_validate(image, tmp_path):
 
 
 def test_a_failing_healthcheck_is_an_infrastructure_error(image, tmp_path):
-    from agent.errors import InfraError
+    from results.errors import InfraError
     root = harbor_task(tmp_path, 'schema_version = "1.4"\n[environment.healthcheck]\ncommand = "test -e /ready"\n'
                                  'interval_sec = 0.1\nretries = 2\n')
     with pytest.raises(InfraError, match="healthcheck"):
@@ -437,7 +437,7 @@ def test_snapshot_images_are_pruned_with_their_run(image):
     """A commit left behind by a crash between commit and removal goes with the run's containers."""
     import docker.errors
     from agent.sandbox import Limits, create_sandbox, docker_client, prune
-    from agent.sandbox_native import NativeSpec, commit
+    from agent.sandbox.native import NativeSpec, commit
     sb = create_sandbox(image, Limits(native=NativeSpec()), "harbor-prune-test")
     try:
         snap = commit(sb, "harbor-prune-test")

@@ -9,10 +9,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from agent.errors import UserError
-from agent.k8s import (EXEC_SERVER, LAUNCHER, SERVER_PORT, K8sApi, K8sSandboxPool, render_claim, render_template,
+from results.errors import UserError
+from agent.sandbox.k8s import (EXEC_SERVER, LAUNCHER, SERVER_PORT, K8sApi, K8sSandboxPool, render_claim, render_template,
                        render_warm_pool)
-from agent.runner import loop_policy, run_attempt
+from evaluators.runner import loop_policy, run_attempt
 from agent.sandbox import SERVER_SOURCE, Limits
 from tests.conftest import ROOT, run
 from tests.k8s_fake import FakeCluster
@@ -176,7 +176,7 @@ def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
 @pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a cluster with agent-sandbox: set KUBECONFIG "
                     "and HARNESS_K8S_IMAGE (the base image in a registry the cluster pulls from)")
 def test_real_cluster_runs_and_grades_an_attempt(tmp_path):
-    from agent.runner import run_eval
+    from evaluators.runner import run_eval
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [WRITE_CORRECT, SUBMIT]}))
     out = tmp_path / "run"

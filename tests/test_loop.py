@@ -4,7 +4,7 @@ import json
 
 from agent.loop import LoopConfig, parse_text_reply
 from agent.models import get_model
-from agent.runner import loop_policy, run_attempt, run_eval
+from evaluators.runner import loop_policy, run_attempt, run_eval
 from agent.sandbox import SandboxPool
 from tests.conftest import run
 from tests.helpers import SUBMIT, WRITE_CORRECT, WRITE_WRONG, make_task

@@ -12,7 +12,7 @@ from agent.loop import TOOLS, LoopConfig, run_loop
 from agent.models import RetryPolicy
 from agent.models.base import Completion
 from agent.models.openai_compat import OpenAICompatModel
-from agent.runner import loop_policy
+from evaluators.runner import loop_policy
 from agent.sandbox import SandboxPool
 from tasks.model import AgentLimits
 from tests.conftest import run

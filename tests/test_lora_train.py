@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import lora.train as lt
-from agent.errors import UserError
+from results.errors import UserError
 from lora_fakes import CharTokenizer, attempt, rollout
 
 

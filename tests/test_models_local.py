@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models import get_model
 from agent.models import local
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models import ModelError, get_model, model_for_attempt
 from results.schema import Attempt, Step
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models import RetryPolicy, get_model
 from agent.models.common import apply_prices, completions_of
 from agent.models.litellm_model import LiteLLMModel

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from results import export
 from results.store import Manifest, RunStore
 from results.synthetic import make_attempt, make_run

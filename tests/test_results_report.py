@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from results import cli, report
 from results.store import RunStore, open_run
 from results.synthetic import make_attempt, make_run

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from results.store import (ATTEMPTS, MANIFEST, Manifest, RunStore, TaskEntry, default_run_dir, open_run)
 from results.synthetic import make_attempt
 
@@ -175,7 +175,7 @@ def _python(code: str, *args: str, **kw) -> subprocess.Popen:
 def test_second_writer_process_is_refused_with_holder_pid(tmp_path):
     code = textwrap.dedent("""
         import sys
-        from agent.errors import UserError
+        from results.errors import UserError
         from results.store import RunStore
         try:
             RunStore.open(sys.argv[1])

@@ -86,7 +86,7 @@ def test_tool_calls_come_back_in_openai_format(serve_script):
 
 
 def test_adapter_flags_split_named_and_unnamed(tmp_path):
-    from agent.errors import UserError
+    from results.errors import UserError
     from agent.serve import parse_adapters
 
     assert parse_adapters(["runs/a", "tuned=runs/b", "v2=/x/y"]) == ("runs/a", {"tuned": "runs/b", "v2": "/x/y"})

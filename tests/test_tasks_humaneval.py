@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.sandbox import Changes, SandboxPool
 from evaluators.grade import grade
 from tasks.humaneval import MARKER, import_humaneval, read_problems

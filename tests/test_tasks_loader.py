@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import UserError
+from results.errors import UserError
 from tasks import loader
 from tasks.loader import hidden_test_names, is_canary, load_family, load_suite, load_task
 

@@ -33,16 +33,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models.base import Completion, Model, ModelError, ToolCall
 from agent.models.retry import ContextLengthError, RetryPolicy
 
 __all__ = [
     "Completion", "ContextLengthError", "Model", "ModelError", "RetryPolicy", "ToolCall",
-    "DEFAULT_MODEL", "get_model", "model_for_attempt",
+    "DEFAULT_MODEL", "MODEL_OPTION_HELP", "get_model", "model_for_attempt",
 ]
 
 DEFAULT_MODEL = "local:smollm2-135m"
+MODEL_OPTION_HELP = ("model option, repeatable: supports_tools=true, context_window=N, price_in=USD/1M, price_out=USD/1M, "
+                     "base_url=URL, api_key=KEY, timeout=S, adapter=DIR, device=cpu|cuda; for openai-compat and "
+                     "litellm models any other key is sent with each request (-M top_p=0.9)")
 
 _COMMON = {"price_in", "price_out"}
 _HTTP = {"api_key", "supports_tools", "context_window", "timeout", "max_attempts", "retry", "extra_params"}

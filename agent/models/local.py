@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models.base import Completion
 from agent.models.common import apply_prices, message_text
 from agent.models.local_decoding import Batch, PrefixCache, Row, prefill, sample, step, supports, token_logprobs

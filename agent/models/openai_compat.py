@@ -5,7 +5,7 @@ import asyncio
 import os
 from typing import Any, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models.base import Completion, ModelError
 from agent.models.common import apply_prices, completions_of, litellm_tokens
 from agent.models.retry import RetryPolicy, call_with_retries

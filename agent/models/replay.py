@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.models.base import Completion, ModelError, ToolCall
 from agent.models.common import apply_prices, approx_tokens, parse_arguments
 

@@ -8,7 +8,7 @@ import docker
 import docker.errors
 
 
-from agent.runner import run_eval
+from evaluators.runner import run_eval
 from agent.sandbox import LABEL_RUN
 from evaluators.selftest import SUBMIT, answer_task, bash
 from results.store import RunReader

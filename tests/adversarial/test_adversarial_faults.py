@@ -14,7 +14,7 @@ import requests
 from docker.models.containers import ContainerCollection
 
 import agent.sandbox as sandbox_module
-from agent.runner import INFRA_RETRIES
+from evaluators.runner import INFRA_RETRIES
 from agent.sandbox import LABEL_RUN, Sandbox, SandboxPool, prune
 from tests.conftest import run
 from tests.adversarial.adv_util import containers_of, evaluate, script, task, unique

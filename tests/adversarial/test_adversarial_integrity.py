@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import InfraError
+from results.errors import InfraError
 from agent.models.base import Completion, ModelError
-from agent.runner import attempt_with_retries, run_eval
+from evaluators.runner import attempt_with_retries, run_eval
 from agent.sandbox import Changes, Limits, SandboxPool
 from agent.workflow import apply_changes, escape_terminal, refuse_reason
 from evaluators.selftest import CORRECT, SUBMIT, add_task, bash, write

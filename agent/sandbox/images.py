@@ -21,7 +21,7 @@ from typing import Optional
 
 import docker.errors
 
-from agent.errors import UserError
+from results.errors import UserError
 from agent.sandbox import AGENT_UID, content_hash, docker_client
 
 BASE_REPO = "harness/base"

@@ -1,6 +1,6 @@
 """The one sandbox API: a hardened, single-use Docker container, and a warm pool of them.
 
-Each container's main process is agent/sandbox_server.py (a ~1 ms command runner on the
+Each container's main process is agent/sandbox/server.py (a ~1 ms command runner on the
 attached stdin/stdout), so commands need neither `docker exec` nor a network. Every container is
 used for one attempt only, then destroyed: nothing written in one attempt is seen by the next.
 
@@ -38,15 +38,15 @@ import requests
 from docker.types import Ulimit
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from agent.errors import InfraError, UserError
+from results.errors import InfraError, UserError
 
 if TYPE_CHECKING:
-    from agent.sandbox_native import NativeSpec
+    from agent.sandbox.native import NativeSpec
 
 AGENT_UID = 10001  # a uid no host account uses: per-uid limits are shared across the host
 WORKSPACE = "/workspace"
-SERVER_SOURCE = (Path(__file__).parent / "sandbox_server.py").read_text()
-CAPTURE_SOURCE = (Path(__file__).parent / "sandbox_capture.py").read_text()
+SERVER_SOURCE = (Path(__file__).parent / "server.py").read_text()
+CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
 LABEL_RUN = "harness.run"
 LABEL_PID = "harness.pid"
 LABEL_TASK = "harness.task"
@@ -82,7 +82,7 @@ class Limits:
     fsize_mb: int = 512  # largest single file
     read_only: bool = True  # read-only root filesystem
     runtime: Optional[str] = None  # e.g. "runsc" (gVisor) where installed
-    native: Optional["NativeSpec"] = None  # agent/sandbox_native.py: static helper, any image, Harbor's contract
+    native: Optional["NativeSpec"] = None  # agent/sandbox/native.py: static helper, any image, Harbor's contract
 
     @classmethod
     def for_task(cls, env) -> "Limits":
@@ -339,7 +339,7 @@ class Sandbox:
         return out
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
-        """Runs agent/sandbox_capture.py inside as root; its JSON answer, or CaptureError."""
+        """Runs agent/sandbox/capture.py inside as root; its JSON answer, or CaptureError."""
         r = await self.exec_raw(["python3", "-I", "-c", CAPTURE_SOURCE, *args], timeout=120, cap=cap,
                                 user="root", cwd="/", stdin=stdin)
         if r["out_dropped"]:
@@ -487,7 +487,7 @@ def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool", 
     """Creates, attaches and starts one hardened container (blocking: call from a thread). A networked
     sandbox joins `network` (its pool's own, see SandboxPool.network_for); others have only lo."""
     if limits.native is not None:  # the static helper: any image, Harbor's runtime contract
-        from agent.sandbox_native import create_native
+        from agent.sandbox.native import create_native
         return create_native(image, limits, run_id, task, pool_id, network)
     client = docker_client()
     tmpfs = {WORKSPACE: f"size={limits.workspace_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
@@ -729,7 +729,7 @@ def prune(run_id: Optional[str] = None, orphans_only: bool = False, pool: Option
             if not pid.isdigit() or _pid_alive(int(pid)):
                 continue
         remove_network(net)
-    for img in client.api.images(filters={"label": labels}):  # snapshot-mode commits (agent/sandbox_native.py)
+    for img in client.api.images(filters={"label": labels}):  # snapshot-mode commits (agent/sandbox/native.py)
         if orphans_only:
             pid = ((img.get("Labels") or {}).get(LABEL_PID, ""))
             if not pid.isdigit() or _pid_alive(int(pid)):

@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
-from agent.errors import InfraError, UserError
-from agent.images import harbor_task_image, harbor_verifier_image, task_image
+from results.errors import InfraError, UserError
+from agent.sandbox.images import harbor_task_image, harbor_verifier_image, task_image
 from agent.loop import TOOLS, LoopConfig, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
@@ -236,8 +236,8 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
                    cluster: Optional[str] = None, sandbox: str = "docker",
                    sandbox_options: Optional[dict] = None, filters: Optional[dict] = None) -> Path:
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
-    With `cluster` (a Ray address, agent/cluster.py) the attempts run on the cluster's nodes; with
-    sandbox="k8s" (agent/k8s.py) the sandboxes are pods of a Kubernetes cluster."""
+    With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
+    sandbox="k8s" (agent/sandbox/k8s.py) the sandboxes are pods of a Kubernetes cluster."""
     from results.store import Manifest, RunStore, default_run_dir
 
     if not tasks:
@@ -254,12 +254,12 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
               "tools": TOOLS, "concurrency": concurrency, "model_concurrency": model_concurrency or concurrency,
               "filters": dict(filters or {})}  # recorded, not compared on resume (results/store.RESUME_KEYS)
     if cluster:
-        from agent.cluster import check_address, import_ray
+        from evaluators.cluster import check_address, import_ray
         check_address(cluster), import_ray()
     # A bad model string, missing API key or adapter fails here: before images are built or a run folder is made.
     the_model = model_obj or get_model(model, **model_options)
     if sandbox == "k8s":
-        from agent.k8s import k8s_images, k8s_pool
+        from agent.sandbox.k8s import k8s_images, k8s_pool
         if cluster:
             raise UserError("--cluster and --sandbox k8s do not combine yet: pick one")
         images = k8s_images(tasks, sandbox_options or {})
@@ -281,7 +281,7 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
         attempt_slots = asyncio.Semaphore(concurrency)
         bar = Progress(total=len(todo), started=time.monotonic()) if progress else None
         if cluster:
-            from agent.cluster import run_on_cluster
+            from evaluators.cluster import run_on_cluster
 
             def record(rec: Attempt):
                 store.append(rec)  # durable before it counts as done
@@ -325,3 +325,15 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
         if model_obj is None and hasattr(the_model, "close"):
             the_model.close()  # an in-process model: give its memory back now, not at exit
     return out_dir
+
+
+async def run_task(model: str, task: Task, *, sample: int = 0, temperature: float = 0.0,
+                   cfg: Optional[LoopConfig] = None, model_options: Optional[dict] = None) -> Attempt:
+    """One graded attempt of one task, without a run folder."""
+    images = await build_images([task])
+    the_model = get_model(model, **(model_options or {}))
+    cfg = cfg or LoopConfig(temperature=temperature)
+    async with SandboxPool(warm=0, max_containers=3) as pool:
+        return await run_attempt(task, loop_policy(the_model, cfg, asyncio.Semaphore(1), sample), pool,
+                                 images[task.id], run_id=pool.run_id, model_name=model, sample=sample,
+                                 temperature=temperature)

@@ -1,7 +1,7 @@
 """Sandboxes for any image: the static command server, and the Harbor runtime contract.
 
-Our own tasks run agent/sandbox_server.py on the image's python3 (agent/sandbox.py). A sandbox whose Limits
-carry a NativeSpec runs agent/native/sandbox_helper.c instead: the same JSON-lines protocol, compiled
+Our own tasks run agent/sandbox/server.py on the image's python3 (agent/sandbox/__init__.py). A sandbox whose Limits
+carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines protocol, compiled
 `gcc -static` once per host (cached by source hash) and bind-mounted read-only at /.harness-helper, so the image
 needs no interpreter (a Debian minbase, a busybox-only image, ...). It also walks the working folder for change
 capture ("op": "snapshot") and kills every process but itself ("op": "killall").
@@ -33,11 +33,11 @@ from typing import Optional
 import docker.errors
 from docker.types import Ulimit
 
-from agent.errors import InfraError, UserError
+from results.errors import InfraError, UserError
 from agent.sandbox import (LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK, WORKSPACE, CaptureError, Limits, Sandbox,
                            docker_client, docker_retry)
 
-HELPER_SOURCE = Path(__file__).parent / "native" / "sandbox_helper.c"
+HELPER_SOURCE = Path(__file__).parent / "helper.c"
 HELPER_IN_CONTAINER = "/.harness-helper"
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harness"))
 
@@ -95,7 +95,7 @@ class NativeSandbox(Sandbox):
         return await super().get_files(paths, root=self.workdir if root == WORKSPACE else root, max_bytes=max_bytes)
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
-        """Change capture without the image's python3 (agent/sandbox_capture.py's two modes): `list` walks
+        """Change capture without the image's python3 (agent/sandbox/capture.py's two modes): `list` walks
         the working folder in the helper itself (same filesystem only), `read` streams the files out by tar."""
         mode, root = args[0], (self.workdir if args[1] == WORKSPACE else args[1])
         if mode == "list":

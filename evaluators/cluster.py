@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from agent.errors import InfraError, UserError
+from results.errors import InfraError, UserError
 from results.schema import Attempt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ class NodeWorker:
             self.pool = SandboxPool(run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2)
 
     async def attempt(self, task_id: str, sample: int, image: str) -> dict[str, Any]:
-        from agent.runner import attempt_with_retries, loop_policy
+        from evaluators.runner import attempt_with_retries, loop_policy
         s, task = self.spec, self.tasks[task_id]
         rec = await attempt_with_retries(
             task, lambda: loop_policy(self.model, s["loop"], self.model_slots, sample), self.pool, image,

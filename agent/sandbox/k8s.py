@@ -6,7 +6,7 @@ warm pool, with lifecycle.shutdownTime as a hard TTL (shutdownPolicy Delete), so
 harness that died. A sandbox is used once: releasing it deletes its claim (and so its pod).
 
 The pod's main process is a small launcher: it listens on SERVER_PORT, takes exactly one connection
-that presents the run's token, then becomes agent/sandbox_server.py with that connection as its
+that presents the run's token, then becomes agent/sandbox/server.py with that connection as its
 stdin/stdout. So the harness reaches the same command server as on Docker, by pod IP (the fast
 path). Where pod IPs are not reachable (a driver outside the cluster) each sandbox gets one
 persistent exec stream instead (`kubectl exec -i`), running the same server over the stream.
@@ -34,7 +34,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from agent.errors import InfraError, UserError
+from results.errors import InfraError, UserError
 from agent.sandbox import (AGENT_UID, PATH, SERVER_SOURCE, WORKSPACE, Limits, Sandbox, SandboxDied, SandboxPool,
                            content_hash)
 
@@ -119,7 +119,7 @@ def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str
             "securityContext": {
                 "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,  # the server; commands: AGENT_UID
                 "allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": limits.read_only,
-                # as on Docker (agent/sandbox.py create_sandbox): for the server and the harness's own root
+                # as on Docker (agent/sandbox/__init__.py create_sandbox): for the server and the harness's own root
                 # commands (capture, the grader's runner); a command of the sandbox user gets none
                 "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]},
             },
