@@ -26,7 +26,7 @@ from typing import Optional
 
 import docker.errors
 
-from results.errors import InfraError
+from results.errors import InfraError, OracleFailed
 from agent.sandbox import Changes, Limits, SandboxPool
 from agent.sandbox.native import NativeSandbox, NativeSpec, commit, create_native, remove_image
 
@@ -73,7 +73,6 @@ async def prepare(task, sb: NativeSandbox):
 
 async def oracle(task, sb: NativeSandbox):
     """Harbor's oracle: the solution folder at /solution, solve.sh run in the working folder as the agent's user."""
-    from evaluators.runner import OracleFailed
 
     await _root(sb, "rm -rf /solution && mkdir -p /solution")
     await sb.put_files(task.solution_files, dest="/solution", user="root", executable=_scripts(task.solution_files))

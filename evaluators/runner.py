@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
-from results.errors import InfraError, UserError
+from results.errors import InfraError, OracleFailed, UserError
 from agent.sandbox.images import harbor_task_image, harbor_verifier_image, task_image
 from agent.loop import TOOLS, LoopConfig, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
@@ -51,10 +51,6 @@ async def oracle_policy(task: Task, sb: Sandbox) -> None:
 
 async def null_policy(task: Task, sb: Sandbox) -> None:
     """Does nothing: the untouched workspace must not be solved."""
-
-
-class OracleFailed(Exception):
-    pass
 
 
 def attempt_seed(seed: int, task_id: str, sample: int) -> int:

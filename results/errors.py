@@ -1,4 +1,7 @@
-"""Errors a user can cause. The CLI prints their message on one line and exits 2 (no traceback)."""
+"""The error types every layer shares (the bottom of the import graph: imports nothing of ours).
+
+UserError: the CLI prints its message on one line and exits 2 (no traceback).
+"""
 
 
 class UserError(Exception):
@@ -7,3 +10,7 @@ class UserError(Exception):
 
 class InfraError(Exception):
     """The harness's own machinery failed (Docker, sandbox died). Attempts hit by it get status 'error'."""
+
+
+class OracleFailed(Exception):
+    """A task's reference solution did not run cleanly: the task is broken, not the agent."""

@@ -1,0 +1,115 @@
+"""The import graph goes one way: each module imports only modules of lower layers (or of its own layer and
+package). The layers are the README's Architecture section; a module no layer claims fails here too, so a
+new module gets a place on purpose."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("agent", "evaluators", "tasks", "lora", "results")
+
+# Lowest first. A name claims the module and everything under it; the longest claim wins.
+# Within a layer a module imports only its own package: the agent (loop, models) and the graders share
+# the fourth layer, so neither imports the other; both use the sandbox below them.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("vocabulary", ["agent", "evaluators", "tasks", "lora", "results", "results.schema", "results.errors"]),
+    ("records", ["results.store", "results.metrics", "results.export", "results.inspect_export",
+                 "results.report", "results.synthetic", "results.rounds", "tasks.model"]),
+    ("sandbox", ["agent.sandbox"]),
+    ("agent and graders", ["agent.loop", "agent.models", "agent.serve", "agent.serve_tools",
+                           "evaluators.grade", "evaluators.pytest_kind", "evaluators.harbor_kind",
+                           "evaluators.tamper", "evaluators.grader", "evaluators.test_ids"]),
+    ("orchestrator and task loading", ["evaluators.runner", "evaluators.cluster", "tasks.loader", "tasks.harbor",
+                                       "tasks.humaneval", "tasks.export", "tasks.suites"]),
+    ("commands", ["evaluators.validate", "evaluators.selftest", "agent.workflow", "lora.data", "lora.sft",
+                  "lora.train"]),
+    ("entry", ["harness", "agent.cli", "agent.cli_serve", "evaluators.cli", "tasks.cli", "results.cli",
+               "lora.cli"]),
+]
+
+
+def layer_of(module: str) -> int | None:
+    best, found = -1, None
+    for level, (_, names) in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > best:
+                best, found = len(name), level
+    return found
+
+
+def our_modules() -> dict[str, Path]:
+    found = {"harness": ROOT / "harness.py"}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            rel = path.relative_to(ROOT)
+            if rel.parts[:2] == ("tasks", "builtin"):  # task data, not our code
+                continue
+            parts = list(rel.with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """Our modules that `module` imports anywhere in its file (inside functions too)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from pkg import mod` imports the module pkg.mod when there is one
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        out |= {t for t in targets if t.split(".")[0] in PACKAGES + ("harness",)}
+    return out
+
+
+def violations(known: dict[str, Path] | None = None) -> list[str]:
+    known = known or our_modules()
+    bad = []
+    for module, path in sorted(known.items()):
+        mine = layer_of(module)
+        if mine is None:
+            bad.append(f"{module}: no layer claims it (add it to LAYERS and to the README's graph)")
+            continue
+        for target in sorted(imports_of(module, path, known)):
+            theirs = layer_of(target)
+            same_package = target.split(".")[0] == module.split(".")[0]
+            if mine == 0:
+                bad.append(f"{module} -> {target}: the vocabulary imports nothing of ours")
+            elif theirs is None:
+                bad.append(f"{module} -> {target}: unknown module")
+            elif theirs > mine or (theirs == mine and not same_package):
+                bad.append(f"{module} ({LAYERS[mine][0]}) -> {target} ({LAYERS[theirs][0]}): goes up or across")
+    return bad
+
+
+def test_imports_go_one_way():
+    assert violations() == []
+
+
+@pytest.mark.parametrize("victim, source, expected", [
+    ("results.errors", "from results.store import open_run", "the vocabulary imports nothing of ours"),
+    ("results.store", "from evaluators.runner import run_eval", "goes up or across"),
+    ("agent.loop", "from evaluators.grade import grade", "goes up or across"),      # across: agent -> grader
+    ("evaluators.grade", "import agent.loop", "goes up or across"),                 # across: grader -> agent
+    ("agent.sandbox", "def f():\n    from agent.models import get_model", "goes up or across"),  # lazy import
+])
+def test_the_check_catches_a_wrong_import(tmp_path, victim, source, expected):
+    """The checker itself: one import against the graph, planted in a copy of a real module, is reported."""
+    known = our_modules()
+    planted = tmp_path / "planted.py"
+    planted.write_text(known[victim].read_text() + "\n" + source + "\n")
+    known[victim] = planted
+    found = [v for v in violations(known) if v.startswith(victim + " ")]
+    assert len(found) == 1 and expected in found[0]
