@@ -91,6 +91,16 @@ def test_untrusted_text_is_escaped_and_page_is_self_contained(built):
     assert len(images) >= 6 and all(src.startswith("data:image/png;base64,") for src in images)
 
 
+def test_page_inlines_the_packaged_style_and_script(built):
+    paths, _ = built
+    page = paths["html"].read_text(encoding="utf-8")
+    static = Path(report.__file__).parent / "static"  # shipped as package data (pyproject.toml)
+    css, js = (static / "report.css").read_text(encoding="utf-8"), (static / "report.js").read_text(encoding="utf-8")
+    assert "details.attempt" in css and "getElementById('f-status')" in js  # the real files, not stubs
+    assert f"<style>\n{css}</style>" in page
+    assert re.search(r"<script nonce='[^']+'>\n" + re.escape(js) + "</script>", page)
+
+
 def html_escaped(text: str) -> str:
     # The standard library's escaping, not the report's own helper: the judge must be independent.
     return html.escape(text, quote=True)

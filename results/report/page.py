@@ -1,0 +1,179 @@
+"""report.html: one self-contained page of tables, plots and the trajectory viewer.
+
+Plots are base64 PNGs, nothing comes from a CDN, and a strict Content-Security-Policy lets only the
+page's own nonce'd script run and nothing be fetched. The style and the viewer's filter script are
+static/report.css and static/report.js, inlined. Everything from a run (model output, observations,
+test messages, task ids) is untrusted and goes through html.escape. Trajectories are streamed from
+disk into the page one attempt at a time.
+"""
+from __future__ import annotations
+
+import html
+import secrets
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import pandas as pd
+
+from results import metrics
+from results.report.plots import (plot_by_level, plot_cost_vs_score, plot_heatmap, plot_pass_at_k, plot_rounds,
+                                  plot_steps)
+from results.report.runs import RunData
+from results.report.tables import (comparison_table, errors_table, id_list, level_table, overview_table,
+                                   reasons_table, rounds_table)
+from results.schema import Attempt
+
+TEXT_LIMIT = 20_000  # characters of one text block shown in the viewer (head and tail are kept)
+
+e = html.escape  # quote=True by default: safe in text and in attribute values
+
+
+def _static(name: str) -> str:
+    return resources.files("results.report").joinpath("static", name).read_text(encoding="utf-8")
+
+
+CSS = _static("report.css")
+SCRIPT = _static("report.js")
+
+
+def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
+    """Long text keeps its head and tail; the page stays usable with huge observations."""
+    text = "" if text is None else str(text)
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters not shown ...]\n{text[-tail:]}"
+
+
+def html_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "<p class='meta'>(none)</p>"
+    return df.to_html(index=False, escape=True, border=0, na_rep="-", float_format=lambda x: f"{x:.3f}")
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # OpenAI content parts
+        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def _action_text(action: Any) -> str:
+    if action.kind == "bash":
+        return f"$ {action.command or ''}"
+    if action.kind == "write":
+        return f"write {action.path or ''}\n{action.content or ''}"
+    return action.kind
+
+
+def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
+    tokens = a.prompt_tokens + a.completion_tokens
+    head = (f"<span class='badge {e(a.status)}'>{e(a.status)}</span> <b>{e(a.task_id)}</b> · sample {a.sample}"
+            f" · {e(run_label)} · reward {a.reward:.2f} · {a.n_steps} steps · reason {e(a.reason or '-')}"
+            f" · exit {e(a.exit_reason or '-')} · {tokens} tok · ${a.cost:.4f} · {a.durations.total:.1f} s")
+    parts = [f"<details class='attempt' data-run='{e(run_label)}' data-task='{e(a.task_id)}' "
+             f"data-status='{e(a.status)}'{' open' if open_ else ''}><summary>{head}</summary><div class='body'>",
+             f"<div class='meta'>key {e(a.key)} · model {e(a.model)} · image {e(a.image[:19])} · "
+             f"{a.patch_files} files changed · {e(a.started_at)} → {e(a.finished_at)}</div>"]
+    if a.error:
+        parts.append(f"<div class='label'>infra error</div><pre class='err'>{e(clip(a.error))}</pre>")
+    start = [m for m in a.messages[:2] if m.get("role") in ("system", "user")]
+    if start:
+        parts.append("<details><summary>conversation start</summary>" + "".join(
+            f"<div class='label'>{e(str(m.get('role')))}</div><pre>{e(clip(_content_text(m.get('content'))))}</pre>"
+            for m in start) + "</details>")
+    if a.tests:
+        rows = "".join(f"<tr><td>{e(t.id)}</td><td class='{'passed' if t.outcome == 'passed' else 'failed-t'}'>"
+                       f"{e(t.outcome)}</td><td>{e(clip(t.message, 2000))}</td></tr>" for t in a.tests)
+        parts.append(f"<div class='label'>tests</div><table><tr><th>test</th><th>outcome</th><th>message</th></tr>"
+                     f"{rows}</table>")
+    if a.steps:
+        parts.append("<ol class='steps' start='1'>")
+        for s in a.steps:
+            exit_code = "-" if s.exit_code is None else str(s.exit_code)
+            parts.append(
+                f"<li><div class='step-h'>step {s.index + 1} · exit code {e(exit_code)}"
+                f"{' · TIMED OUT' if s.timed_out else ''} · {s.prompt_tokens}+{s.completion_tokens} tok"
+                f" · model {s.model_seconds:.1f} s · tool {s.tool_seconds:.1f} s</div>"
+                f"<div class='label'>model output</div><pre class='model'>{e(clip(s.raw_output))}</pre>"
+                f"<div class='label'>action</div><pre class='act'>"
+                f"{e(clip(chr(10).join(_action_text(x) for x in s.actions) or '(no action parsed)'))}</pre>"
+                f"<div class='label'>observation</div><pre>{e(clip(s.observation))}</pre></li>")
+        parts.append("</ol>")
+    parts.append("</div></details>\n")
+    return "".join(parts)
+
+
+def _runs_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    rows = []
+    for r in runs:
+        m = r.reader.manifest
+        rows.append({"run": r.label, "folder": str(r.reader.dir), "model": m.model, "tasks": len(m.task_suite),
+                     "samples": m.config.get("samples", ""), "temperature": m.config.get("temperature", ""),
+                     "seed": m.seed, "harness": m.harness_version, "started": m.started_at,
+                     "finished": m.finished_at or "(not finished)"})
+    return pd.DataFrame(rows)
+
+
+def write_html(path: Path, runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]],
+               rounds: Sequence[dict[str, Any]]) -> None:
+    nonce = secrets.token_urlsafe(16)
+    plots: list[tuple[str, Optional[str], str]] = [
+        ("Solved rate by domain", plot_by_level(runs, "domain"), ""),
+        ("Solved rate by difficulty", plot_by_level(runs, "difficulty"), ""),
+        ("pass@k", plot_pass_at_k(runs), "errors excluded; tasks with fewer than k valid samples left out of k"),
+        ("Cost vs score", plot_cost_vs_score(runs), "error bars: 95% bootstrap CI over tasks"),
+        ("Steps distribution", plot_steps(runs), "valid (non-error) attempts"),
+    ]
+    heat, note = plot_heatmap(runs)
+    plots.append(("Per-task solved rate across runs", heat, note))
+    if rounds:
+        plots.append(("Pass rate by round", plot_rounds(rounds), "shaded: 95% CI"))
+    tasks = sorted({t for r in runs for t in r.df["task_id"].astype(str)})
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        w = f.write
+        w("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+          f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
+          f"style-src 'unsafe-inline'; script-src 'nonce-{nonce}'\">"
+          "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+          f"<title>harness report: {e(', '.join(r.label for r in runs))}</title><style>\n{CSS}</style></head><body>")
+        w(f"<h1>harness report</h1><p class='meta'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · "
+          f"{len(runs)} run(s). Rates and pass@k exclude infra errors (status=error); CIs: 95% bootstrap over "
+          f"tasks.</p>")
+        w(f"<h2>Runs</h2>{html_table(_runs_table(runs))}")
+        w(f"<h2>Overview</h2>{html_table(overview_table(runs))}")
+        w("<h2>Plots</h2><div class='grid'>")
+        for title, img, caption in plots:
+            if img:
+                w(f"<figure><img src='{img}' alt='{e(title)}'><figcaption>{e(title)}"
+                  f"{(': ' + e(caption)) if caption else ''}</figcaption></figure>")
+        w("</div>")
+        if rounds:
+            w(f"<h2>By training round</h2>{html_table(rounds_table(rounds))}")
+        if comps:
+            w(f"<h2>Compared with {e(runs[0].label)} (paired by task)</h2>{html_table(comparison_table(comps))}")
+            for a, b, c in comps:
+                w(f"<p><b>{e(b)}</b>: improved: {e(id_list(c.improved, 50))}; regressed: {e(id_list(c.regressed, 50))}; "
+                  f"test: {e(c.test)}</p>")
+        for level in ("domain", "difficulty"):
+            w(f"<h2>By {level}</h2>{html_table(level_table(runs, level))}")
+        w(f"<h2>Failure reasons (failed attempts)</h2>{html_table(reasons_table(runs))}")
+        w(f"<h2>Infra errors (status=error, not counted in rates)</h2>{html_table(errors_table(runs))}")
+        w("<h2>Per task</h2><details><summary>show table</summary>"
+          f"{html_table(level_table(runs, 'task'))}</details>")
+        # Trajectory viewer: streamed from disk, one attempt at a time.
+        w("<h2>Trajectories</h2><div class='filters'>run <select id='f-run'><option value=''>all</option>")
+        w("".join(f"<option value='{e(r.label)}'>{e(r.label)}</option>" for r in runs))
+        w("</select>task <select id='f-task'><option value=''>all</option>")
+        w("".join(f"<option value='{e(t)}'>{e(t)}</option>" for t in tasks))
+        w("</select>outcome <select id='f-status'><option value=''>all</option><option value='solved'>solved</option>"
+          "<option value='failed'>failed</option><option value='error'>error</option></select>"
+          "<span id='f-count' class='meta'></span></div>")
+        for run in runs:
+            for i, attempt in enumerate(run.reader.iter_attempts()):
+                w(render_attempt(attempt, run.label, open_=(i == 0)))
+        w(f"<script nonce='{nonce}'>\n{SCRIPT}</script></body></html>\n")
+    tmp.replace(path)
+

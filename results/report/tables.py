@@ -1,0 +1,211 @@
+"""The report's tables: pandas tables of runs, comparisons and rounds, as terminal text and as markdown.
+
+`terminal_report` is what `harness report` prints, `print_summary` what `harness eval` prints when it
+finishes, `markdown_summary` is summary.md and `summary_table` summary.csv/.parquet.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from results import metrics
+from results.report.runs import RunData, load_runs
+
+TERMINAL_KS = (1, 2, 5, 10)
+
+
+def pass_cols(summary: pd.DataFrame) -> list[str]:
+    return [c for c in summary.columns if c.startswith("pass@")]
+
+
+def overview_table(runs: Sequence[RunData], ks: Optional[Sequence[int]] = None) -> pd.DataFrame:
+    """One row per run: the headline numbers."""
+    rows = []
+    for run in runs:
+        o = run.overall
+        row = {"run": run.label, "model": run.reader.manifest.model, "tasks": o["n_tasks"],
+               "attempts": o["n_attempts"], "errors": o["n_errors"], "solved_rate": o["solved_rate"],
+               "ci_low": o["solved_ci_low"], "ci_high": o["solved_ci_high"], "mean_reward": o["mean_reward"]}
+        for col in pass_cols(run.summary):
+            if ks is None or int(col[5:]) in ks:
+                row[col] = o[col]
+        row.update({"steps/attempt": o["steps_per_attempt"], "tokens/attempt": o["tokens_per_attempt"],
+                    "cost": o["total_cost"], "cost/solved": o["cost_per_solved"],
+                    "s/attempt": o["seconds_per_attempt"]})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def level_table(runs: Sequence[RunData], level: str) -> pd.DataFrame:
+    """Solved rate (with CI) per group of `level`, one row per (group, run)."""
+    cols = ["group", "n_tasks", "n_attempts", "n_errors", "solved_rate", "solved_ci_low", "solved_ci_high",
+            "mean_reward"]
+    if level == "task":  # CIs resample tasks: none for a single task
+        cols = [c for c in cols if "_ci_" not in c and c != "n_tasks"]
+    parts = []
+    for run in runs:
+        t = run.level(level)[cols].copy()
+        t.insert(1, "run", run.label)
+        parts.append(t)
+    if not parts:
+        return pd.DataFrame(columns=[level, "run", *cols[1:]])
+    table = pd.concat(parts, ignore_index=True)
+    if level == "difficulty":
+        order = pd.to_numeric(table["group"], errors="coerce")
+        table = table.iloc[np.lexsort((table["group"].to_numpy(), order.to_numpy()))]
+    else:
+        table = table.sort_values("group", kind="stable")
+    return table.rename(columns={"group": level}).reset_index(drop=True)
+
+
+def reasons_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    parts = [metrics.failure_reasons(r.df).assign(run=r.label) for r in runs]
+    parts = [p for p in parts if not p.empty]
+    return pd.concat(parts, ignore_index=True)[["run", "field", "value", "count"]] if parts else \
+        pd.DataFrame(columns=["run", "field", "value", "count"])
+
+
+def errors_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    parts = [metrics.error_summary(r.df).assign(run=r.label) for r in runs]
+    parts = [p for p in parts if not p.empty]
+    return pd.concat(parts, ignore_index=True)[["run", "exit_reason", "error", "count"]] if parts else \
+        pd.DataFrame(columns=["run", "exit_reason", "error", "count"])
+
+
+def comparisons(runs: Sequence[RunData], n_boot: int, seed: int) -> list[tuple[str, str, metrics.Comparison]]:
+    """Every later run against the first (the baseline)."""
+    return [(runs[0].label, r.label, metrics.compare(runs[0].df, r.df, n_boot, seed)) for r in runs[1:]]
+
+
+def comparison_table(comps: Sequence[tuple[str, str, metrics.Comparison]]) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "baseline": a, "run": b, "tasks": c.n_tasks, "rate_baseline": c.rate_a, "rate_run": c.rate_b,
+        "diff": c.diff, "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
+        "improved": len(c.improved), "regressed": len(c.regressed)} for a, b, c in comps])
+
+
+def summary_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    """All levels of all runs in one tidy table (summary.csv / summary.parquet)."""
+    parts = []
+    for run in runs:
+        s = run.summary.copy()
+        s.insert(0, "run", run.label)
+        s.insert(1, "model", run.reader.manifest.model)
+        parts.append(s)
+    if not parts:
+        return pd.DataFrame({"run": [], "model": [], "level": [], "group": []})
+    table = pd.concat(parts, ignore_index=True)
+    table["group"] = table["group"].astype(str)
+    return table
+
+
+def rounds_table(rounds: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    cols = ["run", "round", "split", "metric", "value", "ci_low", "ci_high"]
+    table = pd.DataFrame(list(rounds), columns=cols).sort_values(["run", "split", "metric", "round"], kind="stable")
+    if not table["run"].astype(bool).any():
+        table = table.drop(columns="run")
+    return table.reset_index(drop=True)
+
+
+def headline_ks(runs: Sequence[RunData]) -> set[int]:
+    """The k of pass@k worth a column in a short table: 1, 2, 5, 10 and the largest."""
+    return set(TERMINAL_KS) | {max((len(pass_cols(r.summary)) for r in runs), default=1)}
+
+
+def format_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "  (none)"
+    return df.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-")
+
+
+def terminal_report(runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]],
+                    rounds: Sequence[dict[str, Any]] = ()) -> str:
+    ks = headline_ks(runs)
+    out = ["== overview (solved rate CI: 95% bootstrap over tasks; errors excluded from rates)",
+           format_table(overview_table(runs, ks))]
+    for level in ("domain", "difficulty"):
+        out += [f"\n== by {level}", format_table(level_table(runs, level))]
+    if comps:
+        out += ["\n== compared with the baseline (paired by task)", format_table(comparison_table(comps))]
+        for a, b, c in comps:
+            if c.improved or c.regressed:
+                out.append(f"  {b} vs {a}: improved {id_list(c.improved)}; regressed {id_list(c.regressed)}")
+    out += ["\n== failure reasons (failed attempts)", format_table(reasons_table(runs))]
+    errs = errors_table(runs)
+    if not errs.empty:
+        out += ["\n== infra errors (status=error; not counted in rates)", format_table(errs)]
+    if rounds:
+        out += ["\n== by training round", format_table(rounds_table(rounds))]
+    return "\n".join(out)
+
+
+def id_list(ids: Sequence[str], limit: int = 10) -> str:
+    if not ids:
+        return "none"
+    return ", ".join(ids[:limit]) + (f" (+{len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+# ---------------------------------------------------------------- markdown (summary.md)
+
+def _md_cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "-" if np.isnan(value) else f"{value:.3f}"
+    return str(value).replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "_none_\n"
+    lines = ["| " + " | ".join(_md_cell(c) for c in df.columns) + " |",
+             "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def markdown_summary(runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]],
+                     rounds: Sequence[dict[str, Any]] = ()) -> str:
+    out = ["## harness results", ""]
+    head, ks = [], headline_ks(runs)
+    for r in runs:
+        o = r.overall
+        row = {"run": r.label, "model": r.reader.manifest.model, "tasks": o["n_tasks"],
+               "attempts": o["n_attempts"], "errors": o["n_errors"],
+               "solved rate (95% CI)": f"{o['solved_rate']:.3f} ({o['solved_ci_low']:.3f}-{o['solved_ci_high']:.3f})"
+               if not np.isnan(o["solved_rate"]) else "-"}
+        for col in pass_cols(r.summary):
+            if int(col[5:]) in ks:
+                row[col] = o[col]
+        row.update({"mean reward": o["mean_reward"], "cost (USD)": o["total_cost"]})
+        head.append(row)
+    out += [markdown_table(pd.DataFrame(head)), ""]
+    if rounds:
+        out += ["### By training round", "", markdown_table(rounds_table(rounds)), ""]
+    if comps:
+        out += ["### Compared with the baseline", ""]
+        for a, b, c in comps:
+            out.append(f"- **{_md_cell(b)}** vs **{_md_cell(a)}** on {c.n_tasks} shared tasks: "
+                       f"{c.diff:+.3f} solved rate (95% CI {c.ci_low:+.3f} to {c.ci_high:+.3f}), "
+                       f"{c.test} p = {c.p_value:.4f}; improved {len(c.improved)} ({_md_cell(id_list(c.improved))}), "
+                       f"regressed {len(c.regressed)} ({_md_cell(id_list(c.regressed))})")
+        out.append("")
+    for level in ("domain", "difficulty"):
+        table = level_table(runs, level)
+        cols = [level, "run", "n_tasks", "solved_rate", "solved_ci_low", "solved_ci_high"]
+        out += [f"### By {level}", "", markdown_table(table[[c for c in cols if c in table]]), ""]
+    reasons = reasons_table(runs)
+    out += ["### Failure reasons (failed attempts)", "", markdown_table(reasons), ""]
+    errs = errors_table(runs)
+    if not errs.empty:
+        out += ["### Infra errors (excluded from rates)", "", markdown_table(errs), ""]
+    out.append("_Rates are means over tasks of per-task solved fractions; pass@k uses the unbiased estimator "
+               "(Chen et al. 2021); CIs are 95% bootstrap over tasks._")
+    return "\n".join(out) + "\n"
+
+
+def print_summary(run_dir: str | Path, echo: Callable[[str], Any] = print, n_boot: int = 1000) -> None:
+    """The terminal tables for one run (what `harness eval` prints when it finishes)."""
+    runs = load_runs([run_dir], n_boot)
+    echo(terminal_report(runs, []))
