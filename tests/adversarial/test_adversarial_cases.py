@@ -1,4 +1,4 @@
-"""Every attack of the self-test catalogue (evaluators/selftest.py) as its own test: a scripted agent performs
+"""Every attack of the self-test catalogue (evaluators/selftest/) as its own test: a scripted agent performs
 it in a real sandbox through the whole loop, and the case's expectation plus the global conditions (harness
 survives, records exist, nothing left behind, host unaffected) must hold. `harness selftest` runs the same
 catalogue without pytest."""

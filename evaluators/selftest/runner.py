@@ -1,0 +1,253 @@
+"""Runs cases one at a time against real sandboxes, checks the conditions every case must meet, and
+formats the result table."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from evaluators.selftest.case import Case, Ctx, Outcome
+from evaluators.selftest.catalogue import select
+from evaluators.selftest.fixtures import (HONEST, SUBMIT, add_task, answer_task, bash, honest_version, json_answer_task,
+                                          script_task, write)
+from evaluators.selftest.probes import (docker_root, file_digest, host_state, labeled_containers, new_host_files,
+                                        stray_sandbox_processes)
+from results.schema import Attempt
+from tasks.model import Task
+
+RSS_SLACK = 200 << 20  # growth of this process's resident memory over one case
+THREAD_SLACK = 2
+
+
+# ------------------------------------------------------------------------------------------ running
+
+@dataclass
+class Row:
+    case: str
+    expected: str
+    observed: str = ""
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    host: dict = field(default_factory=dict)  # deltas measured around the case
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class Runner:
+    """Runs cases one at a time in a private folder; keeps the honest controls' results."""
+
+    def __init__(self, image: str, workdir: Optional[Path] = None, log: Callable[[str], None] = lambda m: None):
+        self.image = image
+        self.nonce = secrets.token_hex(4)
+        self.own_dir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="harness-selftest-")).resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.ctx = Ctx(self.nonce, self.workdir)
+        self.ctx.secret.write_text(self.ctx.answer + "\n")
+        self.docker_root = docker_root()
+        self.controls: dict[str, Row] = {}
+        self.log = log
+
+    def close(self):
+        if self.own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def task(self, kind: str, task_id: str, command_timeout: float) -> Task:
+        if kind == "answer":
+            return answer_task(task_id, self.ctx.answer, command_timeout)
+        if kind == "json_answer":
+            return json_answer_task(task_id, self.ctx.answer, command_timeout)
+        if kind == "script":
+            return script_task(task_id, self.ctx.answer, command_timeout)
+        return add_task(task_id, self.ctx.marker if kind == "add_marker" else "", command_timeout)
+
+    def _eval(self, name: str, tasks: list[Task], scripts: dict[str, list], concurrency: int = 1):
+        """One run_eval in a fresh run folder; returns (records by task id, run id, error text)."""
+        from evaluators.runner import run_eval
+        from results.store import RunReader
+
+        folder = self.workdir / f"st-{self.nonce}-{name}"
+        script = self.workdir / f"{name}.json"
+        script.write_text(json.dumps(scripts))
+        error = ""
+        try:
+            asyncio.run(run_eval(f"replay:{script}", tasks, samples=1, out_dir=folder, concurrency=concurrency,
+                                 progress=False, suite=f"selftest:{name}"))
+        except Exception as e:  # noqa: BLE001 -- the harness must not raise: that is the finding
+            error = f"run_eval raised {type(e).__name__}: {str(e)[:300]}"
+        recs: dict[str, Attempt] = {}
+        try:
+            reader = RunReader(folder)
+            recs = {a.task_id: a for a in reader.iter_attempts()}
+            run_id = reader.run_id
+        except Exception as e:  # noqa: BLE001
+            error = error or f"run folder unreadable: {e}"
+            run_id = folder.name
+        return recs, run_id, error
+
+    def honest_replies(self, kind: str) -> list[str]:
+        """What an honest agent does for a task kind."""
+        if kind == "script":
+            return [bash(f"echo 'echo {self.ctx.answer}' > run.sh"), SUBMIT]
+        if kind == "json_answer":
+            return [bash(write("answer.json", json.dumps({"ok": self.ctx.answer}))), SUBMIT]
+        if kind == "answer":
+            return [bash(f"echo {self.ctx.answer} > answer.txt"), SUBMIT]
+        return HONEST
+
+    def control(self, kind: str) -> Row:
+        """The honest solution of a reward task: must score 1 through the same path."""
+        if kind not in self.controls:
+            row = Row(f"control_{kind}", "honest solution: reward 1")
+            t0 = time.monotonic()
+            tid = f"{kind}-honest"
+            recs, _, error = self._eval(f"control-{kind}", [self.task(kind, tid, 30)], {tid: self.honest_replies(kind)})
+            rec = recs.get(tid)
+            if error:
+                row.problems.append(error)
+            if rec is None:
+                row.problems.append("no record")
+            else:
+                row.observed = f"{rec.status}/{rec.reason} r={rec.reward:g}"
+                if not (rec.solved and rec.reward == 1.0):
+                    row.problems.append(f"the honest solution scored {rec.reward} ({rec.reason}: {rec.detail[:200]})")
+            row.seconds = time.monotonic() - t0
+            self.controls[kind] = row
+        return self.controls[kind]
+
+    def run(self, case: Case) -> Row:
+        from agent.sandbox import prune  # not at the top: --list imports nothing heavy
+
+        row = Row(case.name, case.expected)
+        t0 = time.monotonic()
+        if case.group == "reward":
+            control = self.control(case.task)
+            if not control.ok:
+                row.problems.append(f"the honest control of {case.task} failed: {control.problems[0]}")
+        next_id, honest_id = f"{case.name}-next", f"{case.name}-honest"
+        tasks = [self.task(case.task, case.name, case.command_timeout), self.task("answer", next_id, 10)]
+        scripts = {case.name: case.script(self.ctx), next_id: [bash(f"echo {self.ctx.answer} > answer.txt"), SUBMIT]}
+        if case.honest:
+            tasks.append(self.task(case.task, honest_id, case.command_timeout))
+            scripts[honest_id] = (case.honest_script or (lambda c: honest_version(case.script(c))))(self.ctx)
+        since = time.time() - 1
+        before = host_state(self.docker_root)
+        passwd_before = file_digest("/etc/passwd")
+        recs, run_id, error = self._eval(case.name, tasks, scripts)
+        after = host_state(self.docker_root)
+        if error:
+            row.problems.append(error)
+
+        # the global conditions
+        rec, nxt, hon = recs.get(case.name), recs.get(next_id), recs.get(honest_id)
+        for tid, r in ((case.name, rec), (next_id, nxt)) + (((honest_id, hon),) if case.honest else ()):
+            if r is None:
+                row.problems.append(f"no record for {tid}")
+            elif not r.reason or r.status not in ("solved", "failed", "error"):
+                row.problems.append(f"record for {tid} lacks status/reason ({r.status!r}, {r.reason!r})")
+        if nxt is not None and not nxt.solved:
+            row.problems.append(f"the attempt after the attack was not solved ({nxt.status}/{nxt.reason} {nxt.error or ''})")
+        left = labeled_containers(run_id)
+        if left:
+            row.problems.append(f"containers left behind: {left}")
+            prune(run_id=run_id)  # reported; the next case starts clean
+        strays = stray_sandbox_processes()
+        if strays:
+            row.problems.append(f"sandbox-user processes outside containers: {strays[:5]}")
+        files = new_host_files(since, self.nonce, self.workdir, extra=(os.getcwd(),))
+        if files:
+            row.problems.append(f"new host files: {files[:5]}")
+        if file_digest("/etc/passwd") != passwd_before:
+            row.problems.append("the host's /etc/passwd changed")
+        row.host = {
+            "disk_root_mb": (after.disk_root - before.disk_root) / 2**20,
+            "disk_docker_mb": ((after.disk_docker - before.disk_docker) / 2**20
+                               if after.disk_docker is not None and before.disk_docker is not None else None),
+            "mem_available_mb": (after.mem_available - before.mem_available) / 2**20,
+            "rss_mb": (after.rss - before.rss) / 2**20,
+            "threads": after.threads - before.threads,
+            "children": after.children - before.children,
+        }
+        # Disk use is shown, not judged: other processes share the disk, so a change of used space says
+        # nothing about this case. What a case may not leave behind is checked above by name and owner:
+        # its containers (and with them their writable layers), sandbox-user processes and files.
+        if after.rss - before.rss > RSS_SLACK:
+            row.problems.append(f"the harness grew by {row.host['rss_mb']:.0f} MB")
+        if after.threads - before.threads > THREAD_SLACK:
+            row.problems.append(f"{after.threads - before.threads} more threads than before")
+        if after.children > before.children:
+            row.problems.append(f"{after.children - before.children} child processes left")
+
+        # the case's own expectation
+        if rec is not None:
+            row.observed = f"{rec.status}/{rec.reason} r={rec.reward:g}"
+            if rec.exit_reason not in (None, "submitted"):
+                row.observed += f" ({rec.exit_reason})"
+            if case.check:
+                try:
+                    row.problems += case.check(Outcome(rec, self.ctx))
+                except Exception as e:  # noqa: BLE001 -- a broken check is a failed case, not a crash
+                    row.problems.append(f"check raised {type(e).__name__}: {e}")
+            if rec.status == "error":
+                row.observed += f" [{(rec.error or '')[:60]}]"
+            if case.honest and hon is not None:
+                row.observed += f"; honest: {hon.status}/{hon.reason}"
+                try:
+                    row.problems += [f"honest variant: {p}" for p in case.honest(Outcome(hon, self.ctx))]
+                except Exception as e:  # noqa: BLE001
+                    row.problems.append(f"honest check raised {type(e).__name__}: {e}")
+        else:
+            row.observed = "no record"
+        row.seconds = time.monotonic() - t0
+        self.log(f"{case.name}: {'ok' if row.ok else 'FAILED: ' + '; '.join(row.problems)} ({row.seconds:.0f}s)")
+        return row
+
+
+# ------------------------------------------------------------------------------------------ the table
+
+def format_table(rows: list[Row]) -> str:
+    header = ("case", "expected", "observed", "ok")
+    cells = [header] + [(r.case, r.expected, r.observed, "ok" if r.ok else "FAIL") for r in rows]
+    widths = [min(max(len(c[i]) for c in cells), limit) for i, limit in enumerate((26, 70, 40, 4))]
+    clip = lambda s, w: s if len(s) <= w else s[:w - 3] + "..."  # noqa: E731
+    lines = ["  ".join(clip(c[i], widths[i]).ljust(widths[i]) for i in range(4)).rstrip() for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in rows:
+        for p in r.problems:
+            lines.append(f"  {r.case}: {p}")
+    hosts = [r.host for r in rows if r.host]
+    if hosts:
+        def worst(key):
+            values = [h[key] for h in hosts if h.get(key) is not None]
+            return max(values, key=abs) if values else 0.0
+        lines.append(f"host, worst case: disk / {worst('disk_root_mb'):+.1f} MB, docker root "
+                     f"{worst('disk_docker_mb'):+.1f} MB, available memory {worst('mem_available_mb'):+.0f} MB, "
+                     f"harness RSS {worst('rss_mb'):+.1f} MB, threads {worst('threads'):+d}, "
+                     f"child processes {worst('children'):+d}")
+    passed = sum(r.ok for r in rows)
+    lines.append(f"{passed} passed, {len(rows) - passed} failed")
+    return "\n".join(lines)
+
+
+def run_selftest(only: Optional[str] = None, log: Callable[[str], None] = lambda m: None) -> list[Row]:
+    """Runs the chosen cases (all by default) against the installed harness; returns one row per case,
+    plus a row per honest control used."""
+    from agent.sandbox.images import ensure_base_image
+
+    cases = select(only)
+    image = ensure_base_image(log=log)
+    runner = Runner(image, log=log)
+    try:
+        rows = [runner.run(c) for c in cases]
+    finally:
+        runner.close()
+    return list(runner.controls.values()) + rows
