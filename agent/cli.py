@@ -1,4 +1,4 @@
-"""Subcommands of the agent package: run, images, sandbox (and serve from cli_serve)."""
+"""Subcommands of the agent package: run, images, sandbox (and serve from agent/serve/cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -57,7 +57,7 @@ def register(sub):
     pr.set_defaults(func=cmd_prune)
 
     try:
-        from agent.cli_serve import register as register_serve
+        from agent.serve.cli import register as register_serve
     except ModuleNotFoundError:
         return
     register_serve(sub)

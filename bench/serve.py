@@ -2,7 +2,7 @@
 (the embedded SmolLM2-135M, same weights, same CPU) and the same streaming workload, through the same
 openai client:
 
-- ours:      agent/serve.py: requests join the continuous-batching decoder; tokens stream as decoded.
+- ours:      agent/serve/: requests join the continuous-batching decoder; tokens stream as decoded.
 - pipeline:  a stdlib HTTP server around `transformers.pipeline("text-generation")`, one generation at a
              time (a pipeline is not thread-safe), streaming with TextIteratorStreamer.
 

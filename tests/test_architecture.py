@@ -19,14 +19,14 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("records", ["results.store", "results.metrics", "results.export", "results.inspect_export",
                  "results.report", "results.synthetic", "results.rounds", "tasks.model"]),
     ("sandbox", ["agent.sandbox"]),
-    ("agent and graders", ["agent.loop", "agent.models", "agent.serve", "agent.serve_tools",
+    ("agent and graders", ["agent.loop", "agent.models", "agent.serve",
                            "evaluators.grade", "evaluators.pytest_kind", "evaluators.harbor_kind",
                            "evaluators.tamper", "evaluators.grader", "evaluators.test_ids"]),
     ("orchestrator and task loading", ["evaluators.runner", "evaluators.cluster", "tasks.loader", "tasks.harbor",
                                        "tasks.humaneval", "tasks.export", "tasks.suites"]),
     ("commands", ["evaluators.validate", "evaluators.selftest", "agent.workflow", "lora.data", "lora.sft",
                   "lora.train"]),
-    ("entry", ["harness", "agent.cli", "agent.cli_serve", "evaluators.cli", "tasks.cli", "results.cli",
+    ("entry", ["harness", "agent.cli", "agent.serve.cli", "evaluators.cli", "tasks.cli", "results.cli",
                "lora.cli"]),
 ]
 

@@ -182,8 +182,8 @@ def test_our_backends_call_serve_end_to_end(serve_script):
 def test_cli_serve_command_serves_until_stopped(tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": ["from the cli"]}))
-    code = ("import argparse, sys; from agent import cli_serve; p = argparse.ArgumentParser(); "
-            "cli_serve.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+    code = ("import argparse, sys; from agent.serve import cli; p = argparse.ArgumentParser(); "
+            "cli.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
     proc = subprocess.Popen([sys.executable, "-u", "-c", code, "serve", "--model", f"replay:{script}", "--port", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -200,9 +200,9 @@ def test_cli_serve_command_serves_until_stopped(tmp_path):
 
 def test_cli_registers_serve_with_defaults():
     parser = argparse.ArgumentParser()
-    from agent import cli_serve
+    from agent.serve import cli
 
-    cli_serve.register(parser.add_subparsers(dest="command"))
+    cli.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve"])
     assert (args.model, args.host, args.port, args.adapter) == ("local:smollm2-135m", "127.0.0.1", 8000, [])
     assert callable(args.func)

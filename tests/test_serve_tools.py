@@ -1,9 +1,9 @@
-"""The tool-call and response_format rules of `harness serve` (agent/serve_tools.py) on literal replies."""
+"""The tool-call and response_format rules of `harness serve` (agent/serve/tools.py) on literal replies."""
 import json
 
 import pytest
 
-from agent.serve_tools import (FALLBACK_TOOLS_PROMPT, RequestError, check_response_format, parse_response_format,
+from agent.serve.tools import (FALLBACK_TOOLS_PROMPT, RequestError, check_response_format, parse_response_format,
                                parse_tool_calls, parse_tools, render_messages, reply_prefix, tool_stops)
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},

@@ -15,7 +15,7 @@ Tool-call syntax is the Hermes convention (Qwen2.5/3, Hermes, SmolLM3 and others
 
 tool_choice: "none" renders no tools; "auto" lets the model choose; a named function starts the reply
 with `<tool_call>` and that function's name, so the model only writes the arguments; "required" does the
-same with the function the model scores most likely (agent/serve.py choose_tool). parallel_tool_calls
+same with the function the model scores most likely (agent/serve/choices.py choose_tool). parallel_tool_calls
 false ends the reply at the first `</tool_call>`.
 """
 from __future__ import annotations
