@@ -6,7 +6,7 @@ import uuid
 
 import docker
 
-import agent.sandbox as sandbox_module
+import agent.sandbox.pool as pool_module
 from agent.sandbox import LABEL_RUN, Limits, SandboxPool, prune
 from tests.conftest import run
 
@@ -155,13 +155,13 @@ def test_pool_under_concurrent_users_leaks_nothing(image):
 def test_warm_acquire_takes_a_ready_container_and_creates_none(image, monkeypatch):
     """The warm path: acquire() hands out a container created in advance; no container is created for it."""
     created: list[str] = []  # ids, in the order create_sandbox returned them
-    real_create = sandbox_module.create_sandbox
+    real_create = pool_module.create_sandbox  # patched where SandboxPool looks it up
 
     def counting_create(*args, **kw):
         sb = real_create(*args, **kw)
         created.append(sb.id)
         return sb
-    monkeypatch.setattr(sandbox_module, "create_sandbox", counting_create)
+    monkeypatch.setattr(pool_module, "create_sandbox", counting_create)
 
     async def main():
         async with SandboxPool(warm=1) as pool:

@@ -8,6 +8,7 @@ A task may bring environment/Dockerfile `FROM harness/base`; it is built and cac
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -22,7 +23,12 @@ from typing import Optional
 import docker.errors
 
 from results.errors import UserError
-from agent.sandbox import AGENT_UID, content_hash, docker_client
+from agent.sandbox.client import docker_client
+
+# What every sandbox image provides, and the containers rely on (container.py, k8s.py):
+AGENT_UID = 10001  # a uid no host account uses: per-uid limits are shared across the host
+WORKSPACE = "/workspace"  # the agent's working folder, owned by AGENT_UID
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 BASE_REPO = "harness/base"
 DEBIAN_PACKAGES = ["python3", "python3-pytest", "python3-numpy", "python3-pandas", "git", "procps",
@@ -37,6 +43,15 @@ RUN groupadd -g {AGENT_UID} sandbox && useradd -u {AGENT_UID} -g {AGENT_UID} -d 
 WORKDIR /workspace
 """
 RECIPE_VERSION = "1"
+
+
+def content_hash(*parts: bytes | str) -> str:
+    """A short hash of the parts (image tags, names): the same parts give the same hash everywhere."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:12]
 
 
 def base_recipe_hash() -> str:
@@ -95,7 +110,7 @@ def _build_base(tag: str, log) -> "docker.models.images.Image":
         tar_path = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
         changes = [f"LABEL harness.recipe={labels['harness.recipe']}", "WORKDIR /workspace",
-                   'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8',
+                   f"ENV PATH={PATH} LANG=C.UTF-8",
                    'CMD ["/bin/bash"]']
         repo, _, version = tag.partition(":")
         out = client.api.import_image(src=str(tar_path), repository=repo, tag=version, changes=changes)
@@ -235,7 +250,7 @@ def ensure_minbase_image(log=print) -> str:
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
         repo, _, version = tag.partition(":")
         docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=[
-            "WORKDIR /app", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 'CMD ["/bin/bash"]'])
+            "WORKDIR /app", f"ENV PATH={PATH}", 'CMD ["/bin/bash"]'])
     if find_image(tag) is None:
         raise UserError("docker import of the minbase image failed")
     return ensure_minbase_image(log)

@@ -20,13 +20,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import secrets
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections import deque
@@ -35,14 +33,16 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from results.errors import InfraError, UserError
-from agent.sandbox import (AGENT_UID, PATH, SERVER_SOURCE, WORKSPACE, Limits, Sandbox, SandboxDied, SandboxPool,
-                           content_hash)
+from agent.sandbox.container import Limits, Sandbox
+from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE, content_hash
+from agent.sandbox.labels import LABEL_POOL, LABEL_RUN
+from agent.sandbox.pool import SandboxPool
+from agent.sandbox.transport import SERVER_SOURCE, SandboxDied
 
 SANDBOX_API = ("agents.x-k8s.io", "v1beta1")
 EXTENSIONS_API = ("extensions.agents.x-k8s.io", "v1beta1")
 SERVER_PORT = 7071
 CONTAINER = "sandbox"
-LABEL_RUN, LABEL_POOL = "harness.run", "harness.pool"
 
 # The pod's main process (root, with only SETUID/SETGID/KILL): one authenticated connection, then the
 # command server on it. The environment it was given is popped, so commands never see the token.
@@ -119,7 +119,7 @@ def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str
             "securityContext": {
                 "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,  # the server; commands: AGENT_UID
                 "allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": limits.read_only,
-                # as on Docker (agent/sandbox/__init__.py create_sandbox): for the server and the harness's own root
+                # as on Docker (agent/sandbox/container.py create_sandbox): for the server and the harness's own root
                 # commands (capture, the grader's runner); a command of the sandbox user gets none
                 "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]},
             },
@@ -292,8 +292,10 @@ class K8sApi:
 # -- one sandbox --------------------------------------------------------------------------------------
 
 class K8sSandbox(Sandbox):
-    """A claimed pod whose command server is reached over a socket (TCP to the pod IP, or the local end
-    of an exec stream). Everything above the transport is Sandbox's own code."""
+    """A claimed pod whose command server is reached over a plain socket (TCP to the pod IP, or the local
+    end of an exec stream). Everything above that socket is Sandbox's own code."""
+
+    multiplexed = False  # the server's stdout alone, not Docker's attach stream
 
     def __init__(self, sock: socket.socket, name: str, image: str, limits: Limits, pool_key: tuple,
                  on_kill: Callable[[], None], pod_status: Callable[[], Optional[dict]],
@@ -301,30 +303,10 @@ class K8sSandbox(Sandbox):
         self.container = None
         self.id = name
         self.image, self.limits, self.pool_key = image, limits, pool_key
-        self.dead = False
-        self.server_log = deque(maxlen=50)
-        self._pending: dict[int, asyncio.Future] = {}
-        self._next_id = 1
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
         self._baseline = None
         self._initial_files: dict[str, bytes] = {}
-        self._sock_obj = self._sock = sock
         self._on_kill, self._pod_status, self._helper = on_kill, pod_status, helper
-        self._reader = threading.Thread(target=self._read_loop, daemon=True)
-        self._reader.start()
-
-    def _read_loop(self):
-        pending = bytearray()
-        try:
-            while chunk := self._sock.recv(1 << 20):
-                pending += chunk
-                while (nl := pending.find(b"\n")) >= 0:
-                    line, pending = bytes(pending[:nl]), pending[nl + 1:]
-                    self._dispatch(json.loads(line))
-        except (OSError, ValueError):
-            pass
-        self._mark_dead("command server closed its stream")
+        self._open_channel(sock)
 
     def died_of_oom(self, wait: float = 5.0) -> bool:
         end = time.monotonic() + wait

@@ -1,6 +1,6 @@
 """Sandboxes for any image: the static command server, and the Harbor runtime contract.
 
-Our own tasks run agent/sandbox/server.py on the image's python3 (agent/sandbox/__init__.py). A sandbox whose Limits
+Our own tasks run agent/sandbox/server.py on the image's python3 (agent/sandbox/container.py). A sandbox whose Limits
 carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines protocol, compiled
 `gcc -static` once per host (cached by source hash) and bind-mounted read-only at /.harness-helper, so the image
 needs no interpreter (a Debian minbase, a busybox-only image, ...). It also walks the working folder for change
@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Optional
 
 import docker.errors
-from docker.types import Ulimit
 
 from results.errors import InfraError, UserError
-from agent.sandbox import (LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK, WORKSPACE, CaptureError, Limits, Sandbox,
-                           docker_client, docker_retry)
+from agent.sandbox.changes import CaptureError
+from agent.sandbox.client import docker_client, docker_retry
+from agent.sandbox.container import Limits, Sandbox, ulimits
+from agent.sandbox.images import WORKSPACE
+from agent.sandbox.labels import owner_labels
 
 HELPER_SOURCE = Path(__file__).parent / "helper.c"
 HELPER_IN_CONTAINER = "/.harness-helper"
@@ -141,17 +143,14 @@ def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", p
         command=[HELPER_IN_CONTAINER], entrypoint=[], detach=True, stdin_open=True, tty=False, init=True,
         user="0:0", working_dir=workdir,
         name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
-        labels={LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_TASK: task, LABEL_POOL: pool_id},
+        labels=owner_labels(run_id, pool_id, task),
         network_mode=(network or "bridge") if limits.network else "none",
         mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
         nano_cpus=int(limits.cpus * 1e9), pids_limit=limits.pids,
         security_opt=["no-new-privileges"], read_only=not spec.writable_root,
         tmpfs={} if spec.writable_root else {"/tmp": f"size={limits.tmp_mb}m,mode=1777,exec"},
         volumes={str(helper): {"bind": HELPER_IN_CONTAINER, "mode": "ro"}},
-        ulimits=[Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
-                 Ulimit(name="fsize", soft=limits.fsize_mb << 20, hard=limits.fsize_mb << 20),
-                 Ulimit(name="core", soft=0, hard=0)],
-        environment=env, log_config={"type": "none"},
+        ulimits=ulimits(limits), environment=env, log_config={"type": "none"},
     )
     if not spec.default_caps:
         kwargs.update(cap_drop=["ALL"], cap_add=["SETUID", "SETGID", "KILL"])
@@ -178,7 +177,7 @@ def commit(sb: NativeSandbox, run_id: str, pool_id: str = "") -> str:
     """An image of the sandbox's filesystem now (its processes are not part of it); labelled like containers,
     so that prune() removes it if this process dies before remove_image()."""
     img = sb.container.commit(repository="harness/snapshot", tag=secrets.token_hex(6),
-                              conf={"Labels": {LABEL_RUN: run_id, LABEL_PID: str(os.getpid()), LABEL_POOL: pool_id}})
+                              conf={"Labels": owner_labels(run_id, pool_id)})
     return img.id
 
 

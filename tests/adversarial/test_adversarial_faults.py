@@ -13,13 +13,12 @@ import pytest
 import requests
 from docker.models.containers import ContainerCollection
 
-import agent.sandbox as sandbox_module
 from evaluators.runner import INFRA_RETRIES
-from agent.sandbox import LABEL_RUN, Sandbox, SandboxPool, prune
+from agent.sandbox import LABEL_RUN, Limits, Sandbox, SandboxPool, prune
 from tests.conftest import run
 from tests.adversarial.adv_util import containers_of, evaluate, script, task, unique
 
-TRIES_PER_SANDBOX = 4  # agent.sandbox.docker_retry: stop_after_attempt(4)
+TRIES_PER_SANDBOX = 4  # agent.sandbox.client.docker_retry: stop_after_attempt(4)
 
 
 def api_error(status: int = 500) -> docker.errors.APIError:
@@ -170,7 +169,7 @@ def test_engine_restart_during_a_run(image, tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------------- pool bookkeeping
 
-LIMITS = sandbox_module.Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
+LIMITS = Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
 
 
 def test_closing_a_pool_spares_other_pools_with_the_same_run_id(image):

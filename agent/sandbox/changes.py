@@ -1,0 +1,133 @@
+"""What an attempt changed in the workspace: Changes, and the host half of change capture.
+
+agent/sandbox/capture.py runs inside the container as root (python3, or the static helper's own walk in
+native.py): `list` answers path -> [kind, size, sha256 or link target, executable] for the workspace,
+`read` the changed files' contents. ChangeCapture compares two listings and reads out what changed,
+with caps and path checks, never trusting what the agent left in its workspace."""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from agent.sandbox.images import WORKSPACE
+
+CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
+
+
+class CaptureError(Exception):
+    """The workspace could not be listed or read (the changes are then rejected, never a crash)."""
+
+
+@dataclass
+class Changes:
+    """What an attempt changed in /workspace, captured with caps and path checks."""
+    files: dict[str, bytes] = field(default_factory=dict)  # added or modified regular files
+    executable: set[str] = field(default_factory=set)  # which of those have the executable bit
+    deleted: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # reasons (symlinks, caps exceeded, ...)
+
+    @property
+    def paths(self) -> list[str]:
+        return sorted(set(self.files) | set(self.deleted))
+
+
+class ChangeCapture:
+    """The change-capture half of a Sandbox: needs exec_raw(), and sets _baseline (None) and _initial_files
+    (what put_files wrote into the workspace, for diff) when it starts."""
+
+    _baseline: Optional[dict]
+    _initial_files: dict[str, bytes]
+
+    async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
+        """Runs agent/sandbox/capture.py inside as root; its JSON answer, or CaptureError."""
+        r = await self.exec_raw(["python3", "-I", "-c", CAPTURE_SOURCE, *args], timeout=120, cap=cap,
+                                user="root", cwd="/", stdin=stdin)
+        if r["out_dropped"]:
+            raise CaptureError(f"the capture's answer is over {cap} bytes")
+        try:
+            out = json.loads(r["out_head"] + r["out_tail"])
+        except ValueError:
+            raise CaptureError(f"capture failed (exit {r['exit_code']}): "
+                               f"{r['err_tail'].decode('utf-8', 'replace')[-300:]}") from None
+        if not isinstance(out, dict):
+            raise CaptureError("capture answered something other than an object")
+        return out
+
+    async def snapshot(self, max_files: int = 5000) -> dict:
+        """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
+        (kind: f file, l link, o other); "too_many" when over max_files, "!rejected": what could not be listed."""
+        out = await self._capture(["list", WORKSPACE, str(max_files)])
+        entries = {p: m for p, m in out.get("entries", {}).items() if m[0] != "d"}
+        if "too_many" in out:
+            entries["too_many"] = out["too_many"]
+        if out.get("rejected"):
+            entries["!rejected"] = list(out["rejected"])
+        return entries
+
+    async def mark_baseline(self):
+        """Remembers the workspace as it is now; changes() compares against it."""
+        self._baseline = await self.snapshot()
+
+    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
+        """The agent's changes since mark_baseline(), bounded in bytes and file count. Never raises for
+        anything the agent can make in its workspace: symlinks, special files, unreadable or too deep
+        entries are not copied out, only listed in `rejected` (the attempt is graded without them)."""
+        ch = Changes()
+        try:
+            now = await self.snapshot(max_files=max_files)
+        except CaptureError as e:
+            ch.rejected.append(str(e))
+            return ch
+        if "too_many" in now:
+            ch.rejected.append(f"more than {max_files} files in the workspace")
+            return ch
+        ch.rejected += now.pop("!rejected", [])
+        base = {p: m for p, m in (self._baseline or {}).items() if p != "!rejected"}
+        changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
+        ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
+        wanted, total = [], 0
+        for p in sorted(changed):
+            kind, size = now[p][0], now[p][1]
+            if kind == "l":
+                ch.rejected.append(f"symlink {p}")
+            elif kind == "o":
+                ch.rejected.append(f"special or unreadable file {p}")
+            elif kind == "f":
+                total += size
+                wanted.append(p)
+                if now[p][3:4] == [True]:
+                    ch.executable.add(p)
+        if total > max_bytes:
+            ch.rejected.append(f"changes total {total} bytes, over the cap of {max_bytes}")
+            return ch
+        if wanted:
+            try:
+                out = await self._capture(["read", WORKSPACE, str(max_bytes)], stdin=json.dumps(wanted).encode())
+                ch.files = {p: base64.b64decode(d) for p, d in out.get("files", {}).items()}
+                ch.rejected += out.get("rejected", [])
+            except (CaptureError, ValueError, TypeError) as e:
+                ch.rejected.append(f"reading the changed files failed: {e}")
+                ch.files = {}
+        ch.executable &= set(ch.files)
+        return ch
+
+    async def diff(self) -> str:
+        """A unified diff of the workspace against the baseline (text files), for people and `run`."""
+        import difflib
+        ch = await self.changes()
+        before = self._initial_files
+        parts = []
+        for p in ch.paths:
+            a = before.get(p, b"").decode("utf-8", "replace").splitlines(keepends=True)
+            b = ch.files.get(p, b"").decode("utf-8", "replace").splitlines(keepends=True)
+            parts.extend(difflib.unified_diff(a, b, f"a/{p}", f"b/{p}"))
+        return "".join(parts)
+
+
+def _is_cache(path: str) -> bool:
+    """Byte-code and test caches: written by running code, never part of an answer."""
+    parts = path.split("/")
+    return "__pycache__" in parts or ".pytest_cache" in parts or path.endswith((".pyc", ".pyo"))
