@@ -1,4 +1,5 @@
-"""A task as the rest of harness sees it, after loading and validation (see tasks/loader.py).
+"""A task as the rest of harness sees it, after loading and validation (tasks/task_folder.py loads one task folder,
+tasks/loader.py a suite).
 
 On disk (Harbor / Terminal-Bench 2 layout):
   task.toml        metadata, limits, environment, [evaluator]
