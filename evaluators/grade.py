@@ -8,6 +8,8 @@
    tests, the report and the reward file sit in /grader (root-only, mode 0700): the candidate can neither
    read nor write them. Every process of the candidate is killed before the verdict is read.
 4. The verdict is read on the host (evaluators/pytest_kind.py for pytest, a number for scripts).
+Each evaluator kind is registered in evaluators/kinds.py; a Harbor verifier in `fresh` mode grades in
+evaluators/harbor_kind.py (snapshot and shared run in evaluators/runner.py, before the agent's container is released).
 Anything that goes wrong while grading one attempt is that attempt's failed verdict with a reason; only
 the Docker engine failing is an infrastructure error (InfraError, retried by the runner).
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 from results.errors import InfraError
 from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
-from evaluators import pytest_kind
+from evaluators import kinds, pytest_kind
 from evaluators.tamper import tamper_reason
 from results.schema import TestOutcome
 from tasks.model import Task
@@ -54,10 +56,11 @@ class Verdict:
 
 
 async def grade(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
-    """Grades one attempt. Raises only InfraError (the engine failed); everything else is a verdict."""
+    """Grades one attempt with its kind's registered grade function (evaluators/kinds.py). Raises only
+    InfraError (the engine failed); everything else is a verdict."""
     started = time.monotonic()
     try:
-        v = await GRADERS[task.evaluator.kind](task, changes, pool, image)
+        v = await kinds.grader(task.evaluator.kind)(task, changes, pool, image)
     except InfraError:
         raise
     except Exception as e:  # noqa: BLE001 -- an attempt's grading never aborts the run
@@ -130,16 +133,6 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
     if isinstance(reward, str):
         return Verdict(0.0, False, "no_report", detail=reward)
     return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail")
-
-
-async def grade_harbor(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
-    """A Harbor verifier in `fresh` mode (snapshot and shared run in evaluators/runner.py, before the agent's
-    container is released): evaluators/harbor_kind.py."""
-    from evaluators import harbor_kind
-    return await harbor_kind.grade_fresh(task, changes, pool, image)
-
-
-GRADERS = {"answer": grade_answer, "pytest": grade_pytest, "script": grade_script, "harbor": grade_harbor}
 
 
 def parse_reward(raw: bytes | None) -> float | str:

@@ -5,7 +5,8 @@ runner (root) can reach (a folder of random name inside root-only /grader), pars
 files define, plus canary tests (`test_canary*` in the task's files) that call the candidate with an
 impossible expectation and must FAIL. Before the tests are copied into the grader every test function gets
 a fresh random name and the top-level ones a random order, so that a canary cannot be told from a real test
-by its name or position (the names in the record are the task's own).
+by its name or position (the names in the record are the task's own). Test ids and which are canaries:
+evaluators/hidden_tests.py.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluators.hidden_tests import collected_functions, is_canary, is_test_file, make_id, task_id
 from results.schema import TestOutcome
 
 GRADER = "/grader"
@@ -25,40 +27,6 @@ GRADER_CONFTEST = (_HERE / "grader_conftest.py").read_bytes()
 CANDIDATE_PROXY = (_HERE / "candidate.py").read_bytes()
 GRADER_INI = b"[pytest]\naddopts = -p no:cacheprovider\n"
 MAX_REPORT_BYTES = 4 << 20
-IMPORT_MODES = ("proxy", "direct")
-
-
-def _test_nodes(tree: ast.Module):
-    """(class name or None, function node) for every test function pytest collects by default."""
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            yield None, node
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
-                    yield node.name, item
-
-
-def _is_test_file(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    return name.startswith("test_") and name.endswith(".py")
-
-
-def expected_ids(test_files: dict[str, bytes]) -> set[str]:
-    """Dotted ids (tests.test_x.TestC.test_f) of every test the hidden files define."""
-    ids = set()
-    for path, data in test_files.items():
-        if not _is_test_file(path):
-            continue
-        module = "tests." + path[:-3].replace("/", ".")
-        for cls, node in _test_nodes(ast.parse(data)):
-            ids.add(f"{module}.{cls}.{node.name}" if cls else f"{module}.{node.name}")
-    return ids
-
-
-def is_canary(test_id: str) -> bool:
-    """By the task's own name: only for ids as the task wrote them (see Prepared.canaries for the grader's)."""
-    return test_id.split("[", 1)[0].rsplit(".", 1)[-1].startswith("test_canary")
 
 
 @dataclass
@@ -77,7 +45,7 @@ def prepare(test_files: dict[str, bytes], rng: random.Random | None = None) -> P
     files: dict[str, bytes] = {}
     names: dict[str, str] = {}
     for path, data in test_files.items():
-        if not _is_test_file(path):
+        if not is_test_file(path):
             files[path] = data
             continue
         try:
@@ -86,18 +54,16 @@ def prepare(test_files: dict[str, bytes], rng: random.Random | None = None) -> P
         except (UnicodeDecodeError, SyntaxError, ValueError):
             files[path] = data
             continue
-        module = "tests." + path[:-3].replace("/", ".")
         lines = text.splitlines(keepends=True)
         blocks = []  # line spans of top-level test functions, with their decorators
-        for cls, node in _test_nodes(tree):
+        for cls, node in collected_functions(tree):
             new = f"test_{rng.getrandbits(48):012x}"
             i = node.lineno - 1
             renamed, n = re.subn(rf"\bdef\s+{re.escape(node.name)}\b", f"def {new}", lines[i], count=1)
             if n != 1:
                 new = node.name  # an unusual layout: keep the name rather than break the file
             lines[i] = renamed
-            old_id = f"{module}.{cls}.{node.name}" if cls else f"{module}.{node.name}"
-            names[f"{module}.{cls}.{new}" if cls else f"{module}.{new}"] = old_id
+            names[make_id(path, cls, new)] = make_id(path, cls, node.name)
             if cls is None:
                 start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
                 blocks.append((start, node.end_lineno))
@@ -107,7 +73,7 @@ def prepare(test_files: dict[str, bytes], rng: random.Random | None = None) -> P
             lines[a:b] = body
         files[path] = "".join(lines).encode("utf-8")
     expected = set(names)
-    return Prepared(files, expected, {i for i in expected if is_canary(names[i])}, names)
+    return Prepared(files, expected, {i for i in expected if is_canary(task_id(i, names))}, names)
 
 
 def command(timeout: float) -> tuple[list[str], str]:
@@ -167,7 +133,7 @@ def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set
         if prev is None or prev.outcome == "passed":
             outcomes[base] = TestOutcome(id=base, outcome=outcome, message=message)
     reported = set(outcomes)
-    tests = sorted((TestOutcome(id=names.get(t.id, t.id), outcome=t.outcome, message=t.message)
+    tests = sorted((TestOutcome(id=task_id(t.id, names), outcome=t.outcome, message=t.message)
                     for t in outcomes.values()), key=lambda t: t.id)
     real = [t for i, t in outcomes.items() if i not in canaries]
     score = sum(t.outcome == "passed" for t in real) / max(len(expected - canaries), 1)
@@ -178,10 +144,10 @@ def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set
         return PytestVerdict(0.0, False, "error_in_tests", tests,
                              f"tests could not be collected: {outcomes[sorted(unexpected)[0]].message[:200]}")
     if unexpected:
-        extra = sorted(names.get(i, i) for i in unexpected)
+        extra = sorted(task_id(i, names) for i in unexpected)
         return PytestVerdict(0.0, False, "tamper", tests, f"unexpected tests reported: {extra[:3]}")
     if expected - reported:
-        missing = sorted(names.get(i, i) for i in expected - reported)
+        missing = sorted(task_id(i, names) for i in expected - reported)
         return PytestVerdict(0.0, False, "missing_tests", tests, f"tests not run: {missing[:3]}")
     if any(outcomes[i].outcome != "failed" for i in canaries):
         return PytestVerdict(0.0, False, "tamper", tests, "a canary test did not fail: the test run was manipulated")

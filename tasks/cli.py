@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tasks.loader import DOMAINS, SPLITS, load_suite
+from tasks.loader import load_suite
+from tasks.model import DOMAINS, SPLITS
 
 
 def register(subparsers) -> None:

@@ -7,7 +7,8 @@ Each task becomes OUT/<id>/ with:
   environment/      Dockerfile FROM our base image; the starting files are its build context, COPYed to /workspace
   solution/         solve.sh and its helpers (Harbor runs /solution/solve.sh in the WORKDIR, /workspace)
   tests/test.sh     runs the hidden tests (pytest, an answer check, or our test.sh) and writes
-                    /logs/verifier/reward.txt; tests/harness/ holds the hidden files and verdict.py (stdlib only)
+                    /logs/verifier/reward.txt; tests/harness/ holds the hidden files, the expected test ids and
+                    which are canaries (evaluators/hidden_tests.py), and verdict.py (stdlib only)
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from results.errors import UserError
 from evaluators import pytest_kind
 from evaluators.grade import AS_CANDIDATE
+from evaluators.hidden_tests import expected_ids, is_canary
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
@@ -71,7 +73,8 @@ H = "/tests/harness"
 
 def pytest_reward(report_path, exit_code):
     expected = set(json.load(open(H + "/expected.json")))
-    canary = lambda i: i.rsplit(".", 1)[-1].startswith("test_canary")
+    canaries = set(json.load(open(H + "/canaries.json")))  # which of those are canaries, decided by harness
+    canary = lambda i: i in canaries
     try:
         data = open(report_path, "rb").read()
         if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
@@ -209,7 +212,9 @@ def export_task(task: Task, out: Path) -> Path:
         files["tests/harness/grader/conftest.py"] = EXPORT_CONFTEST
         files["tests/harness/grader/pytest.ini"] = pytest_kind.GRADER_INI
         files.update({f"tests/harness/grader/tests/{p}": d for p, d in task.test_files.items()})
-        files["tests/harness/expected.json"] = json.dumps(sorted(pytest_kind.expected_ids(task.test_files))).encode()
+        expected = sorted(expected_ids(task.test_files))
+        files["tests/harness/expected.json"] = json.dumps(expected).encode()
+        files["tests/harness/canaries.json"] = json.dumps([i for i in expected if is_canary(i)]).encode()
     elif ev.kind == "answer":
         files["tests/harness/answer.json"] = json.dumps({"answer_file": ev.answer_file, "mode": ev.mode,
                                                          "expected": ev.expected, "tolerance": ev.tolerance}).encode()

@@ -1,4 +1,5 @@
-"""A task as the rest of harness sees it, after loading and validation (see tasks/loader.py).
+"""A task as the rest of harness sees it, after loading and validation (tasks/task_folder.py loads one task folder,
+tasks/loader.py a suite).
 
 On disk (Harbor / Terminal-Bench 2 layout):
   task.toml        metadata, limits, environment, [evaluator]
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+DOMAINS = ("coding", "data", "ops", "documents", "science")  # Task.domain
+SPLITS = ("train", "heldout")  # Task.split of a family instance
 
 @dataclass(frozen=True)
 class AgentLimits:
@@ -34,7 +37,7 @@ class Environment:
 
 @dataclass(frozen=True)
 class EvaluatorConfig:
-    kind: str = "pytest"  # pytest | answer | script
+    kind: str = "pytest"  # a kind registered in evaluators/kinds.py: pytest | answer | script | harbor
     # answer: where the agent writes its answer, how to compare, against what
     answer_file: str = "answer.txt"
     mode: str = "exact"  # exact | normalized | regex | numeric | json

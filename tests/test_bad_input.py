@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from results.errors import UserError
-from tasks.loader import load_suite, load_task
+from tasks.loader import load_suite
+from tasks.task_folder import load_task
 from tests.helpers import GOOD_TOML, assert_one_clear_line, harness, write_task
 
 

@@ -9,7 +9,8 @@ import pytest
 from agent.sandbox import Changes, SandboxPool
 from evaluators.grade import grade
 from evaluators.grader import candidate
-from evaluators.pytest_kind import is_canary, prepare
+from evaluators.hidden_tests import is_canary
+from evaluators.pytest_kind import prepare
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
 

@@ -1,4 +1,5 @@
 """The grading protocol in real containers: honest work scores 1, wrong work and hacks score 0."""
+import sys
 import textwrap
 
 import pytest
@@ -6,7 +7,8 @@ import pytest
 from evaluators.runner import null_policy, run_attempt
 from agent.sandbox import Changes, SandboxPool
 from evaluators.grade import answer_matches, grade
-from evaluators.pytest_kind import expected_ids, verdict
+from evaluators.hidden_tests import expected_ids
+from evaluators.pytest_kind import verdict
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
 from tests.helpers import CORRECT, HIDDEN, WRONG, make_task
@@ -223,12 +225,29 @@ def test_answer_parsers_are_bounded(monkeypatch):
     assert answer_matches("id-42", r"id-\d+", "regex")
 
 
+def test_grade_dispatches_through_the_kind_registry(monkeypatch):
+    import inspect
+    import types
+    from evaluators import grade as grade_mod, kinds
+    assert list(kinds.KINDS) == ["pytest", "answer", "script", "harbor"]
+    assert all(inspect.iscoroutinefunction(kinds.grader(k)) for k in kinds.KINDS)
+
+    async def grade_magic(task, changes, pool, image):
+        return grade_mod.Verdict(0.5, False, "fail", detail=f"magic {task.id} {image}")
+    monkeypatch.setitem(sys.modules, "magic_kind", types.SimpleNamespace(grade_magic=grade_magic))
+    monkeypatch.setitem(kinds.KINDS, "magic", kinds.Kind("magic", "magic_kind:grade_magic", in_task_toml=True))
+    v = run(grade(make_task(evaluator=EvaluatorConfig(kind="magic")), Changes(), None, "img"))
+    assert (v.reward, v.reason, v.detail) == (0.5, "fail", "magic add img")
+    v = run(grade(make_task(evaluator=EvaluatorConfig(kind="unregistered")), Changes(), None, "img"))
+    assert v.reason == "grader_error"
+
+
 def test_an_exception_while_grading_is_that_attempts_failure(image, monkeypatch):
     from evaluators import grade as grade_mod
 
     async def broken(*args):
         raise RecursionError("maximum recursion depth exceeded")
-    monkeypatch.setitem(grade_mod.GRADERS, "pytest", broken)
+    monkeypatch.setattr(grade_mod, "grade_pytest", broken)  # the "pytest" kind's registered grade function
     v = grade_files({"solution.py": CORRECT}, make_task(), image)
     assert (v.solved, v.reward, v.reason) == (False, 0.0, "grader_error") and "RecursionError" in v.detail
 

@@ -14,7 +14,8 @@ from evaluators.runner import build_images, null_policy, oracle_policy, run_atte
 from agent.sandbox import SandboxPool
 from evaluators import harbor_kind
 from evaluators.validate import validate
-from tasks.loader import load_suite, load_task
+from tasks.loader import load_suite
+from tasks.task_folder import load_task
 from tests.conftest import run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from evaluators.pytest_kind import expected_ids, verdict
+from evaluators.hidden_tests import expected_ids
+from evaluators.pytest_kind import verdict
 
 EXPECTED = {"tests.test_a.test_one", "tests.test_a.test_two", "tests.test_a.test_canary_impossible"}
 OK, FAIL, ERROR, SKIP = "", '<failure message="assert 1 == 2">x</failure>', '<error message="boom">x</error>', \

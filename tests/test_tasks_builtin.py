@@ -15,7 +15,8 @@ import pytest
 
 from agent.sandbox import Changes
 from evaluators.grade import answer_matches, grade
-from tasks.loader import DOMAINS, load_suite
+from tasks.loader import load_suite
+from tasks.model import DOMAINS
 
 TASKS = load_suite("builtin")
 BY_ID = {t.id: t for t in TASKS}

@@ -6,8 +6,11 @@ from pathlib import Path
 import pytest
 
 from results.errors import UserError
+from evaluators.hidden_tests import expected_ids, is_canary
 from tasks import loader
-from tasks.loader import hidden_test_names, is_canary, load_family, load_suite, load_task
+from tasks.family import load_family
+from tasks.loader import load_suite
+from tasks.task_folder import load_task
 
 TOML = """\
 version = "1.0"
@@ -168,6 +171,16 @@ def test_syntax_error_in_hidden_tests_names_file_and_line(tmp_path):
     assert "tests/test_hidden.py line 1" in msg
 
 
+def test_evaluator_kinds_are_the_registered_ones(tmp_path, monkeypatch):
+    from evaluators import kinds
+    task_folder(tmp_path / "x", TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"'))
+    monkeypatch.chdir(tmp_path)
+    assert error_of(load_task, "x") == ('x/task.toml: [evaluator] kind must be one of pytest, answer, script '
+                                        '(got "magic")')  # harbor is registered, but no task.toml names it
+    monkeypatch.setitem(kinds.KINDS, "magic", kinds.Kind("magic", "some.module:grade_magic", in_task_toml=True))
+    assert load_task("x").evaluator.kind == "magic"  # one registration is all a new kind needs to load
+
+
 def test_script_task_needs_test_sh(tmp_path):
     toml = TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "script"')
     task_folder(tmp_path / "x", toml)
@@ -228,11 +241,14 @@ def test_caches_are_skipped(tmp_path):
     assert set(load_task(root).test_files) == {"test_hidden.py"}
 
 
-def test_hidden_test_names_and_canaries():
-    names = hidden_test_names({"test_a.py": b"def test_x(): pass\nclass TestK:\n    def test_canary_y(self): pass\n"
-                                            b"def helper(): pass\n", "helper.py": b"def test_no(): pass\n"})
-    assert names == {"test_a.py": ["test_x", "TestK::test_canary_y"]}
-    assert is_canary("TestK::test_canary_y") and is_canary("test_canary_z[3]") and not is_canary("test_x")
+def test_hidden_test_ids_and_canaries():
+    ids = expected_ids({"test_a.py": b"def test_x(): pass\nclass TestK:\n    def test_canary_y(self): pass\n"
+                                     b"def helper(): pass\n", "helper.py": b"def test_no(): pass\n"})
+    assert ids == {"tests.test_a.test_x", "tests.test_a.TestK.test_canary_y"}
+    assert is_canary("tests.test_a.TestK.test_canary_y") and is_canary("tests.test_a.test_canary_z[3]")
+    assert is_canary("tests.test_a.test_canary_z[1.5]") and not is_canary("tests.test_a.test_x")
+    with pytest.raises(ValueError, match=r"^test_b.py line 1: SyntaxError: "):
+        expected_ids({"test_b.py": b"def test_x(:\n"})
 
 
 # ------------------------------------------------------------------------------------------- families

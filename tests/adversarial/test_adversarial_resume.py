@@ -166,6 +166,6 @@ def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
 
 def test_good_toml_is_a_valid_task(tmp_path):
     """The fixtures above start from a task the loader accepts (so the refusals test what they claim)."""
-    from tasks.loader import load_task
+    from tasks.task_folder import load_task
     t = load_task(write_task(tmp_path, "ok", toml=GOOD_TOML))
     assert t.evaluator.kind == "answer" and t.environment.memory_mb == 256
