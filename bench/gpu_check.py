@@ -132,7 +132,7 @@ def bench_module(name: str):
 
 
 def on_gpu() -> bool:
-    from lora.sft import pick_device  # the project's one device rule (cuda when there is one)
+    from agent.models.local import pick_device  # the project's one device rule (cuda when there is one)
     return pick_device().type == "cuda"
 
 
@@ -186,7 +186,7 @@ def random_model_folder(folder: Path, shape: str, max_positions: int = 8192) -> 
     cfg = Qwen2Config(**sizes[shape], max_position_embeddings=max_positions, tie_word_embeddings=True,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
     torch.manual_seed(0)
-    from lora.sft import pick_device
+    from agent.models.local import pick_device
     with pick_device():  # a 0.5B init on the CPU is slow
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.save_pretrained(str(folder))
@@ -200,7 +200,7 @@ def random_model_folder(folder: Path, shape: str, max_positions: int = 8192) -> 
 
 def section_sft(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
     bl = bench_module("lora")  # reuse: the synthetic data, FLOP count, both training loops, peak matmul
-    from lora.sft import pick_device
+    from agent.models.local import pick_device
     device = pick_device()
     cuda = device.type == "cuda"
     peak = bl.measure_peak(device)

@@ -97,16 +97,11 @@ def cmd_eval(args) -> int:
 
     resume_dir = args.resume
     if resume_dir is not None:
-        from results.store import read_manifest
-        manifest = read_manifest(resume_dir)  # the run's own settings win on resume
+        from results.store import resume_settings
+        manifest, recorded = resume_settings(resume_dir, model=args.model, samples=args.samples,
+                                             temperature=args.temperature)  # the run's own settings win
         cfg = manifest.config
-        recorded = {"model": manifest.model, "samples": cfg.get("samples", 1), "temperature": cfg.get("temperature", 0.0)}
-        changed = [f"--{k} {getattr(args, k)} (the run has {v})" for k, v in recorded.items()
-                   if getattr(args, k) is not None and getattr(args, k) != v]
-        if changed:
-            raise UserError(f"cannot resume {resume_dir} with other settings: {'; '.join(changed)}; leave them out "
-                            "to continue the run as recorded, or start a new run folder")
-        args.model, args.samples, args.temperature = recorded.values()
+        args.model, args.samples, args.temperature = recorded["model"], recorded["samples"], recorded["temperature"]
         tasks = [t for t in load_suite(args.tasks if args.tasks != DEFAULT_SUITE else cfg.get("suite", DEFAULT_SUITE))
                  if t.id in set(cfg.get("tasks", []))]
     else:

@@ -14,31 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from results.attempts import action_signature, is_solved
 from results.errors import UserError
 from results.schema import Attempt, Step
 
 IGNORE = -100  # label of a position that gets no loss (torch cross_entropy's ignore_index)
-
-
-# ---------------------------------------------------------------- reading attempts
-
-def read_attempts(path: Path) -> list[Attempt]:
-    """Attempts of an attempts.jsonl, or of the run folder holding one (a torn last line is skipped)."""
-    from results.store import iter_jsonl
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / "attempts.jsonl"
-    if not path.exists():
-        raise UserError(f"{path}: no such file; expected the attempts.jsonl of an eval run")
-    attempts = []
-    for n, record in enumerate(iter_jsonl(path), start=1):
-        try:
-            attempts.append(Attempt.model_validate(record))
-        except ValueError as e:
-            raise UserError(f"{path} record {n} is not an Attempt ({e.__class__.__name__}); "
-                            "was it written by another harness version?") from None
-    return attempts
 
 
 # ---------------------------------------------------------------- filter
@@ -55,18 +35,8 @@ class FilterStats:
     tasks: int = 0  # distinct tasks among the kept attempts
 
 
-def is_solved(a: Attempt) -> bool:
-    """Only fully-passing, honestly solved attempts are worth imitating."""
-    return a.status == "solved" and a.reward >= 1.0 and a.reason != "tamper"
-
-
 def has_token_ids(a: Attempt) -> bool:
     return bool(a.steps) and all(s.prompt_ids is not None and s.completion_ids is not None for s in a.steps)
-
-
-def action_signature(a: Attempt) -> tuple:
-    """What the agent did, step by step; two attempts with the same signature are duplicates."""
-    return tuple((act.kind, act.command, act.path, act.content) for s in a.steps for act in s.actions)
 
 
 def filter_attempts(attempts: Iterable[Attempt], per_task_cap: int | None = 2) -> tuple[list[Attempt], FilterStats]:
@@ -78,7 +48,7 @@ def filter_attempts(attempts: Iterable[Attempt], per_task_cap: int | None = 2) -
         stats.seen += 1
         if a.reason == "tamper":
             stats.tamper += 1
-        elif not is_solved(a):
+        elif not is_solved(a, strict=True):  # only honest, full solves are worth imitating
             stats.not_solved += 1
         elif not has_token_ids(a):
             stats.no_token_ids += 1
@@ -89,7 +59,7 @@ def filter_attempts(attempts: Iterable[Attempt], per_task_cap: int | None = 2) -
     for task_id in sorted(by_task):
         # Shortest first; the key breaks ties so the choice does not depend on file order.
         group = sorted(by_task[task_id], key=lambda a: (len(a.steps), _generated(a), a.key))
-        seen_sigs: set[tuple] = set()
+        seen_sigs: set[str] = set()
         n = 0
         for a in group:
             sig = action_signature(a)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from agent.models.local import pick_device
 from lora.data import IGNORE, Example
 
 
@@ -78,10 +79,6 @@ class TrainResult:
 
 
 # ---------------------------------------------------------------- model
-
-def pick_device(name: Optional[str] = None) -> torch.device:
-    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
-
 
 def linear_targets(model: nn.Module) -> list[str]:
     """Names (last component) of every linear layer except the output layer: q,k,v,o,gate,up,down on Llama."""

@@ -13,7 +13,7 @@ round's samples solve no train task that earlier rounds had not solved.
 Layout of the run folder (re-running with the same folder resumes after the last finished phase;
 each phase writes round_N/<phase>.done.json atomically when it is finished):
   config.json                the settings; a resume with other settings is refused
-  rounds.jsonl               append-only rows {round, split, metric, value, ci_low, ci_high}
+  rounds.jsonl               append-only rows {round, split, metric, value, ci_low, ci_high} (results/rounds.py)
   round_N/eval/<run>/        the eval runs (attempts.jsonl): heldout-greedy, heldout-sample,
                              train-greedy, train-sample
   round_N/dataset.jsonl, round_N/adapter/, round_N/metrics.json
@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from results.errors import UserError
-from lora.data import build_dataset, filter_attempts, is_solved, read_attempts, read_dataset, write_dataset
+from lora.data import build_dataset, filter_attempts, read_dataset, write_dataset
 from lora.sft import SFTConfig
-from results.metrics import bootstrap_ci, pass_at_k
-from results.schema import Attempt
-from results.store import write_json_atomic
+from results.metrics import bootstrap_ci, per_task_pass
+from results.rounds import ROUNDS_FILE, append_rounds, load_rounds
+from results.store import load_attempts, write_json_atomic
 
 # Settings for the CPU proof run (bench/rft_smollm2.py), sized for a 2-core machine: see that file for the
 # time estimate. Few tasks (one instance per family per split), short attempts, small data: many epochs.
@@ -157,18 +157,10 @@ def _fine_tune(model: str, examples: list, cfg: SFTConfig, out_dir: Path,
 
 
 def _end_of_turn(model: str) -> Optional[int]:
-    """The token the chat template closes an assistant turn with, from the local model's tokenizer."""
-    from transformers import AutoTokenizer
-
-    from agent.models.local import END_OF_TURN, cache_dir_for, resolve
-    kind, path, _ = resolve(local_spec(model))
-    folder = path if kind == "hf" else cache_dir_for(local_spec(model))  # filled by the round-0 eval
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError):
-        return None
-    vocab = tokenizer.get_vocab()
-    return next((vocab[t] for t in END_OF_TURN if t in vocab), tokenizer.eos_token_id)
+    """The token the chat template closes an assistant turn with (a GGUF model's tokenizer is on disk
+    once the round-0 eval has loaded it)."""
+    from agent.models.local import end_of_turn_id
+    return end_of_turn_id(local_spec(model))
 
 
 def default_backend() -> Backend:
@@ -202,18 +194,6 @@ def mark_done(round_dir: Path, phase: str, info: dict) -> dict:
 
 # ---------------------------------------------------------------- metrics
 
-def per_task_pass(attempts: list[Attempt], k: int) -> dict[str, float]:
-    """pass@k of each task; infra errors are not samples (they say nothing of the model), as in results.metrics."""
-    n: dict[str, int] = defaultdict(int)
-    c: dict[str, int] = defaultdict(int)
-    for a in attempts:
-        if a.status == "error":
-            continue
-        n[a.task_id] += 1
-        c[a.task_id] += int(is_solved(a))
-    return {t: pass_at_k(n[t], c[t], min(k, n[t])) for t in n}
-
-
 def metric_name(k: int, temperature: float) -> str:
     return "pass@1" if temperature == 0 else f"pass@{k}_t{temperature:g}"
 
@@ -225,10 +205,11 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
     out: dict[str, dict] = defaultdict(dict)
     for name, (run_dir, samples, temperature) in runs.items():
         split = name.split("-")[0]
-        attempts = read_attempts(run_dir)
+        attempts = load_attempts(run_dir)
         for k in sorted({1, samples} if temperature > 0 else {1}):
             metric = metric_name(k, temperature)
-            per_task = per_task_pass(attempts, k)
+            # strict: a task counts as solved as it does for training (lora/data.py); infra errors are not samples
+            per_task = per_task_pass(attempts, k, strict=True)
             values = [per_task[t] for t in sorted(per_task)]
             lo, hi = bootstrap_ci(values)
             m = {"value": sum(values) / len(values) if values else float("nan"), "ci_low": lo, "ci_high": hi,
@@ -243,23 +224,6 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
                 m["delta_ci_low"], m["delta_ci_high"] = bootstrap_ci(diffs)
             out[split][metric] = m
     return dict(out)
-
-
-def append_rows(path: Path, round_: int, metrics: dict) -> None:
-    """Append this round's rows to rounds.jsonl, skipping rows already there (a resumed eval)."""
-    have = set()
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                r = json.loads(line)
-                have.add((r["round"], r["split"], r["metric"]))
-    with open(path, "a", encoding="utf-8") as f:
-        for split, by_metric in metrics.items():
-            for metric, m in by_metric.items():
-                if (round_, split, metric) not in have:
-                    row = {"round": round_, "split": split, "metric": metric, "value": m["value"],
-                           "ci_low": m["ci_low"], "ci_high": m["ci_high"]}
-                    f.write(json.dumps(row) + "\n")
 
 
 # ---------------------------------------------------------------- the loop
@@ -340,7 +304,7 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int])
     attempts = []
     for i in rounds:
         ev = phase_done(out / f"round_{i}", "eval")
-        attempts += read_attempts(Path(ev["runs"]["train-sample"]))
+        attempts += load_attempts(Path(ev["runs"]["train-sample"]))
     kept, stats = filter_attempts(attempts, cfg.per_task_cap)
     examples = build_dataset(kept, cfg.mask_errors, end_of_turn)
     rd = out / f"round_{r}"
@@ -394,15 +358,14 @@ def _eval_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, adapter: 
     extra = {p: phase_done(rd, p) for p in ("data", "sft")} if r >= 1 else {}
     _write_json(rd / "metrics.json", {"round": r, "adapter": str(adapter) if adapter else None,
                                       "metrics": metrics, **extra})
-    append_rows(out / "rounds.jsonl", r, metrics)
+    append_rounds(out, r, metrics)
     return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}})
 
 
 def summary_table(out: Path) -> str:
-    path = Path(out) / "rounds.jsonl"
-    if not path.exists():
+    if not (Path(out) / ROUNDS_FILE).exists():
         return "train: no finished round yet"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = load_rounds(out)
     lines = [f"{'round':>5}  {'split':<8} {'metric':<16} {'value':>6}  95% CI"]
     for row in sorted(rows, key=lambda x: (x["split"], x["metric"], x["round"])):
         lines.append(f"{row['round']:>5}  {row['split']:<8} {row['metric']:<16} {row['value']:>6.3f}  "

@@ -26,13 +26,13 @@ Each written record passes the format's validate_* check; the tests use the same
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from results.attempts import action_signature, is_solved
 from results.errors import UserError
 from results.schema import Attempt
 from results.store import open_run
@@ -185,7 +185,7 @@ def to_prompt_completion(attempt: Attempt, tools: Any = None) -> list[dict[str, 
 
 
 def to_kto(attempt: Attempt, tools: Any = None) -> list[dict[str, Any]]:
-    return [dict(r, label=bool(attempt.solved)) for r in to_prompt_completion(attempt, tools)]
+    return [dict(r, label=is_solved(attempt)) for r in to_prompt_completion(attempt, tools)]
 
 
 # ---------------------------------------------------------------- validators (problems; empty = valid)
@@ -368,12 +368,6 @@ def save_hf_dataset(records: list[dict[str, Any]], folder: str | Path) -> Path:
 
 # ---------------------------------------------------------------- export
 
-def action_signature(attempt: Attempt) -> str:
-    """Hash of the attempt's sequence of actions: same task + same signature = a duplicate trajectory."""
-    actions = [[a.kind, a.command, a.path, a.content] for s in attempt.steps for a in s.actions]
-    return hashlib.sha256(json.dumps([attempt.task_id, actions]).encode()).hexdigest()
-
-
 @dataclass
 class ExportResult:
     path: Path
@@ -407,7 +401,7 @@ def export_run(run_dir: str | Path, fmt: str, out: Optional[str | Path] = None, 
                 if attempt.status == "error":
                     skip("infra error")
                     continue
-                if only_solved and not attempt.solved:
+                if only_solved and not is_solved(attempt):
                     skip("not solved")
                     continue
                 if dedupe:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from results.attempts import is_solved
 from results.errors import UserError
 from results.schema import Attempt
 from results.store import open_run
@@ -85,7 +86,7 @@ def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tup
             error = log.EvalError(message=a.error or "infrastructure error", traceback="", traceback_ansi="")
         else:
             scored += 1
-            solved += bool(a.solved)
+            solved += is_solved(a)
             rewards.append(float(a.reward))
         messages = _messages(a, model, tool)
         last = next((m for m in reversed(messages) if m.role == "assistant"), None)

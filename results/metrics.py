@@ -1,4 +1,5 @@
-"""Scores from an attempts table (RunReader.read_attempts()): rates, pass@k, bootstrap CIs, paired comparison.
+"""Scores from an attempts table (RunReader.read_attempts()): rates, pass@k, bootstrap CIs, paired comparison;
+and per-task pass@k from Attempt records (per_task_pass).
 
 Conventions:
 - status == "error" is an infra failure, not the model's: such attempts are counted apart (n_errors)
@@ -11,10 +12,13 @@ Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 import pandas as pd
+
+from results.attempts import is_solved
+from results.schema import Attempt
 
 LEVELS = ("overall", "domain", "difficulty", "task")
 _BY = {"overall": None, "domain": "domain", "difficulty": "difficulty", "task": "task_id"}
@@ -70,6 +74,21 @@ def task_table(df: pd.DataFrame) -> pd.DataFrame:
     t["rate"] = (t["solved"] / t["n"]).where(t["n"] > 0)
     t["reward"] = g["_reward"].mean()
     return t[cols]
+
+
+def per_task_pass(attempts: Iterable[Attempt], k: int, strict: bool = False) -> dict[str, float]:
+    """pass@k of each task that has a valid sample, from Attempt records (the post-training loop's metrics).
+
+    Solved is is_solved(attempt, strict). Unlike summarize(), which leaves a task with fewer than k
+    valid samples out of pass@k, such a task here gets pass@n over all n of them: the loop scores
+    every task it sampled even when some of a task's K samples hit an infra error.
+    """
+    rows = [{"task_id": a.task_id, "domain": a.domain, "difficulty": a.difficulty, "status": a.status,
+             "solved": is_solved(a, strict), "reward": a.reward} for a in attempts]
+    tasks = task_table(pd.DataFrame(rows, columns=["task_id", "domain", "difficulty", "status", "solved", "reward"]))
+    scored = tasks[tasks["n"] > 0]
+    return {str(t): pass_at_k(int(n), int(c), min(k, int(n))) for t, n, c in zip(scored.index, scored["n"],
+                                                                                  scored["solved"])}
 
 
 def _mean(series: pd.Series) -> float:

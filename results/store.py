@@ -138,7 +138,7 @@ def _encode(attempt: Attempt) -> bytes:
         return (text + "\n").encode("utf-8", errors="replace")
 
 
-class _Scan:
+class JsonlScan:
     """What a scan of a JSONL file found after the last complete record."""
 
     def __init__(self) -> None:
@@ -148,14 +148,14 @@ class _Scan:
         self.torn_bytes = 0
 
 
-def iter_jsonl(path: Path, scan: Optional[_Scan] = None) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: Path, scan: Optional[JsonlScan] = None) -> Iterator[dict[str, Any]]:
     """Stream the JSON objects of an append-only file, one line at a time.
 
     A last line without its newline, or that is not a JSON object, is a write cut short by a crash:
     it is skipped (and described in `scan`). A bad line with more lines after it means the file was
     damaged some other way; that is refused rather than guessed at.
     """
-    scan = scan if scan is not None else _Scan()
+    scan = scan if scan is not None else JsonlScan()
     if not path.exists():
         return
     with open(path, "rb") as f:  # binary: only b"\n" ends a line (JSON escapes every other line break)
@@ -181,6 +181,15 @@ def iter_jsonl(path: Path, scan: Optional[_Scan] = None) -> Iterator[dict[str, A
             scan.torn_line, scan.torn_bytes = bad
 
 
+def cut_torn_line(path: Path, scan: JsonlScan) -> None:
+    """Cut off the torn last line `scan` found in `path`: appending after a partial line would join
+    the next record to it on one bad line."""
+    with open(path, "r+b") as f:
+        f.truncate(scan.good_end)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def read_manifest(run_dir: str | os.PathLike) -> Manifest:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -197,6 +206,29 @@ def read_manifest(run_dir: str | os.PathLike) -> Manifest:
 
 
 # ---------------------------------------------------------------- reading
+
+def iter_attempts(path: str | os.PathLike) -> Iterator[Attempt]:
+    """The Attempts of an attempts.jsonl, one at a time (a torn last line is skipped)."""
+    path = Path(path)
+    for n, record in enumerate(iter_jsonl(path), start=1):
+        try:
+            yield Attempt.model_validate(record)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UserError(f"{path} record {n} is not a valid attempt: {where}: {first['msg']}") from None
+
+
+def load_attempts(path: str | os.PathLike) -> list[Attempt]:
+    """All Attempts of an attempts.jsonl, or of the folder holding one; unlike open_run, no manifest
+    is needed (the post-training loop reads bare attempt files too)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / ATTEMPTS
+    if not path.exists():
+        raise UserError(f"{path}: no such file; expected the attempts.jsonl of an eval run")
+    return list(iter_attempts(path))
+
 
 # Flat per-attempt columns for analysis. Trajectories (messages, steps) are never loaded into tables.
 TABLE_COLUMNS = (
@@ -238,14 +270,7 @@ class RunReader:
 
     def iter_attempts(self) -> Iterator[Attempt]:
         """Full Attempt records (trajectories included), one at a time: memory stays flat."""
-        for n, record in enumerate(self.iter_records(), start=1):
-            try:
-                yield Attempt.model_validate(record)
-            except ValidationError as e:
-                first = e.errors()[0]
-                where = ".".join(str(p) for p in first["loc"])
-                raise UserError(f"{self.attempts_path} record {n} is not a valid attempt: "
-                                f"{where}: {first['msg']}") from None
+        return iter_attempts(self.attempts_path)
 
     def read_attempts(self, columns: Optional[Sequence[str]] = None) -> "pd.DataFrame":
         """One row per attempt with only the flat columns asked for (default: all of TABLE_COLUMNS).
@@ -319,6 +344,24 @@ def config_differences(old: Manifest, new: Manifest) -> list[str]:
         if parts:
             diffs.append(f"task suite ({'; '.join(parts)})")
     return diffs
+
+
+def resume_settings(run_dir: str | os.PathLike, *, model: Optional[str] = None, samples: Optional[int] = None,
+                    temperature: Optional[float] = None) -> tuple[Manifest, dict[str, Any]]:
+    """The manifest of the run to resume and the settings it continues with: its recorded model, samples
+    and temperature (the run's own settings win on resume). A value asked for (None: not asked) that
+    differs from the recorded one is refused, named as the `harness eval` option that asked for it.
+    RunStore.open then compares the whole manifest (config_differences)."""
+    manifest = read_manifest(run_dir)
+    cfg = manifest.config
+    recorded = {"model": manifest.model, "samples": cfg.get("samples", 1), "temperature": cfg.get("temperature", 0.0)}
+    asked = {"model": model, "samples": samples, "temperature": temperature}
+    changed = [f"--{k} {asked[k]} (the run has {v})" for k, v in recorded.items()
+               if asked[k] is not None and asked[k] != v]
+    if changed:
+        raise UserError(f"cannot resume {run_dir} with other settings: {'; '.join(changed)}; leave them out "
+                        "to continue the run as recorded, or start a new run folder")
+    return manifest, recorded
 
 
 class RunStore(RunReader):
@@ -395,7 +438,7 @@ class RunStore(RunReader):
         return store
 
     def _load_keys_and_repair(self) -> None:
-        scan = _Scan()
+        scan = JsonlScan()
         for record in iter_jsonl(self.attempts_path, scan):
             key = record.get("key")
             if not isinstance(key, str):
@@ -403,10 +446,7 @@ class RunStore(RunReader):
                                 f"outside harness; delete that line")
             self._keys.add(key)
         if scan.torn_line:
-            with open(self.attempts_path, "r+b") as f:
-                f.truncate(scan.good_end)
-                f.flush()
-                os.fsync(f.fileno())
+            cut_torn_line(self.attempts_path, scan)
             self.repaired = (f"{self.attempts_path}: dropped a torn last line (line {scan.torn_line}, "
                              f"{scan.torn_bytes} bytes) left by an interrupted run; the file now ends at the "
                              f"last complete record ({scan.records} attempts); that attempt will run again")

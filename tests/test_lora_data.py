@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from lora.data import (IGNORE, build_dataset, build_examples, filter_attempts, read_attempts, read_dataset,
-                       write_dataset)
+from lora.data import IGNORE, build_dataset, build_examples, filter_attempts, read_dataset, write_dataset
 from lora_fakes import CharTokenizer, attempt, rollout
+from results.store import load_attempts
 
 
 def trained_spans(labels: list[int]) -> list[list[int]]:
@@ -57,10 +57,10 @@ def test_filter_caps_per_task_preferring_fewest_steps_and_drops_duplicates():
     assert len(uncapped) == 4  # only the duplicate goes
 
 
-def test_read_attempts_skips_a_torn_last_line(tmp_path):
+def test_load_attempts_skips_a_torn_last_line(tmp_path):
     a, b = attempt("t1", 0), attempt("t2", 0)
     (tmp_path / "attempts.jsonl").write_text(a.model_dump_json() + "\n" + b.model_dump_json()[:50])
-    assert [x.key for x in read_attempts(tmp_path)] == [a.key]
+    assert [x.key for x in load_attempts(tmp_path)] == [a.key]
 
 
 # ---------------------------------------------------------------- dataset masks

@@ -101,6 +101,46 @@ def test_full_run_layout_rows_and_reuse_of_samples(tmp_path):
     assert "pass@2_t0.7" in m2["metrics"]["train"] and "delta" in m2["metrics"]["heldout"]["pass@1_t0.7"]
 
 
+def test_the_rounds_the_loop_writes_are_read_back_by_the_results_reader(tmp_path):
+    from results.rounds import load_rounds
+
+    logged: list[str] = []
+    out = lt.run(config(tmp_path, rounds=1), FakeBackend(improving).backend(), log=logged.append)
+    written = rows(out)  # the loop's file, as raw JSON
+    read = load_rounds(out, run="rft")
+    assert len(read) == len(written) == 12
+    assert read == [{"run": "rft", **r} for r in written]  # every row, every value, nothing renamed
+    m0 = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"]
+    assert {(r["split"], r["metric"]): r["value"] for r in read if r["round"] == 0} == \
+        {(split, metric): m["value"] for split, by in m0.items() for metric, m in by.items()}
+    table = logged[-1].splitlines()  # summary_table reads them through the same reader
+    assert len(table) == 13 and table[1].split()[:4] == ["0", "heldout", "pass@1", "0.333"]
+
+
+def test_end_of_turn_comes_from_the_tokenizer_files_alone(tmp_path, monkeypatch):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from agent.models import local
+
+    def folder(name: str, vocab: dict, eos: str) -> str:
+        path = tmp_path / name
+        tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+                                      eos_token=eos, unk_token="<unk>")
+        tok.save_pretrained(str(path))
+        (path / "config.json").write_text("{}")  # resolve() takes a folder with config.json as a HF model
+        return f"local:{path}"
+
+    chatml = folder("chatml", {"<unk>": 0, "<|endoftext|>": 1, "<|im_end|>": 2, "a": 3}, "<|endoftext|>")
+    plain = folder("plain", {"<unk>": 0, "</s>": 1, "a": 2}, "</s>")
+    assert lt._end_of_turn(chatml) == 2  # the template's end of turn wins over EOS
+    assert lt._end_of_turn(plain) == 1  # none of the known ones: EOS
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"x")
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    assert local.end_of_turn_id(str(gguf)) is None  # its tokenizer is cached only once the model was loaded
+
+
 def test_resume_restarts_at_the_unfinished_phase(tmp_path, monkeypatch):
     data_calls = []
     real_data_phase = lt._data_phase

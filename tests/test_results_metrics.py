@@ -136,3 +136,30 @@ def test_compare_two_synthetic_runs(tmp_path):
     assert set(c.per_task.columns) == {"task_id", "rate_a", "rate_b", "diff"}
     same = metrics.compare(a, a)
     assert same.diff == 0 and same.p_value == 1.0 and not same.improved and not same.regressed
+
+
+def test_per_task_pass_from_attempts_matches_the_task_table_and_scores_short_tasks_on_all_samples():
+    from results.synthetic import make_attempt
+
+    outcomes = {"a": ["solved", "failed", "failed", "error"], "b": ["failed", "failed", "failed", "failed"],
+                "c": ["error", "error"], "d": ["solved", "error", "error", "error"]}
+    attempts = [make_attempt("r", t, i, status=s) for t, ss in outcomes.items() for i, s in enumerate(ss)]
+    assert metrics.per_task_pass(attempts, 1) == pytest.approx({"a": 1 / 3, "b": 0.0, "d": 1.0})  # c: no valid sample
+    # pass@3: task d has one valid sample, so it is scored on it (pass@1), not left out as summarize() does.
+    assert metrics.per_task_pass(attempts, 3) == pytest.approx({"a": 1.0, "b": 0.0, "d": 1.0})
+    df = pd.DataFrame([{"task_id": a.task_id, "domain": a.domain, "difficulty": a.difficulty, "status": a.status,
+                        "solved": a.solved, "reward": a.reward} for a in attempts])
+    assert metrics.task_table(df).loc[["a", "b", "d"], "rate"].tolist() == pytest.approx([1 / 3, 0.0, 1.0])
+
+
+def test_strict_solved_needs_full_reward_and_no_tamper_verdict():
+    from results.attempts import is_solved
+    from results.synthetic import make_attempt
+
+    honest = make_attempt("r", "a", 0)
+    tamper = honest.model_copy(update={"task_id": "b", "reason": "tamper"})
+    partial = honest.model_copy(update={"task_id": "c", "reward": 0.5})
+    assert [is_solved(a) for a in (honest, tamper, partial)] == [True, True, True]  # the grader's flag
+    assert [is_solved(a, strict=True) for a in (honest, tamper, partial)] == [True, False, False]
+    assert metrics.per_task_pass([honest, tamper, partial], 1, strict=True) == {"a": 1.0, "b": 0.0, "c": 0.0}
+    assert metrics.per_task_pass([honest, tamper, partial], 1) == {"a": 1.0, "b": 1.0, "c": 1.0}

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from results.errors import UserError
-from results.store import (ATTEMPTS, MANIFEST, Manifest, RunStore, TaskEntry, default_run_dir, open_run)
+from results.store import (ATTEMPTS, MANIFEST, Manifest, RunStore, TaskEntry, default_run_dir, load_attempts, open_run,
+                           resume_settings)
 from results.synthetic import make_attempt
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,6 +146,39 @@ def test_resume_refuses_changed_settings_and_names_them(tmp_path):
     # Keys that do not change what an attempt means, and tuple vs list, are fine.
     same = manifest(tasks=("t1", "t2"), max_concurrency=8)
     RunStore.open(run, same).close()
+
+
+def test_resume_settings_are_the_recorded_ones_and_other_asked_values_are_refused(tmp_path):
+    run = tmp_path / "run"
+    RunStore.create(run, manifest(samples=3, temperature=0.5)).close()
+    recorded = {"model": "test/model", "samples": 3, "temperature": 0.5}
+    assert resume_settings(run)[1] == recorded  # nothing asked: the run's own settings
+    got, settings = resume_settings(run, model="test/model", samples=3, temperature=0.5)  # the same: fine
+    assert settings == recorded and got.config["tasks"] == ["t1", "t2"]
+    with pytest.raises(UserError) as err:
+        resume_settings(run, model="other", samples=3, temperature=0.7)
+    assert str(err.value) == (f"cannot resume {run} with other settings: --model other (the run has test/model); "
+                              "--temperature 0.7 (the run has 0.5); leave them out to continue the run as "
+                              "recorded, or start a new run folder")
+    # A manifest from before samples/temperature were recorded: the defaults of `harness eval`.
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / MANIFEST).write_text(json.dumps({"model": "m", "config": {}}))
+    assert resume_settings(old)[1] == {"model": "m", "samples": 1, "temperature": 0.0}
+    with pytest.raises(UserError, match=r"--samples 2 \(the run has 1\)"):
+        resume_settings(old, samples=2)
+
+
+def test_load_attempts_reads_a_file_or_its_folder_without_a_manifest(tmp_path):
+    a, b = make_attempt("r", "t1", 0), make_attempt("r", "t2", 0, solved=False)
+    (tmp_path / ATTEMPTS).write_text(a.model_dump_json() + "\n" + b.model_dump_json() + "\n")
+    assert [x.key for x in load_attempts(tmp_path)] == [a.key, b.key]
+    assert load_attempts(tmp_path / ATTEMPTS) == load_attempts(tmp_path)
+    with pytest.raises(UserError, match="no such file; expected the attempts.jsonl"):
+        load_attempts(tmp_path / "missing")
+    (tmp_path / ATTEMPTS).write_text(a.model_dump_json() + "\n" + '{"key": "x"}\n')
+    with pytest.raises(UserError, match=r"record 2 is not a valid attempt: run_id: Field required"):
+        load_attempts(tmp_path)
 
 
 def test_bad_run_folders_are_user_errors(tmp_path):

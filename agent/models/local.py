@@ -142,11 +142,28 @@ def cache_dir_for(spec: str) -> Optional[Path]:
     return cache_root() / name if kind == "gguf" and name else None
 
 
-def pick_device(device: Optional[str] = None) -> tuple[str, Any]:
+def pick_device(name: Optional[str] = None) -> Any:
+    """The torch.device to run on: `name` when given, else cuda when there is one, else the CPU.
+    The one device rule for sampling (load_hf) and training (lora/sft.py)."""
     import torch
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return device, (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def end_of_turn_id(spec: str) -> Optional[int]:
+    """The token id the chat template closes an assistant turn with, from the model's tokenizer files
+    alone (no weights are loaded): the first of END_OF_TURN in the vocabulary, else the EOS token. None
+    when the tokenizer is not on disk yet (a GGUF model before its first load_hf fills the cache)."""
+    from transformers import AutoTokenizer
+
+    kind, path, _ = resolve(spec)
+    folder = path if kind == "hf" else cache_dir_for(spec)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError):
+        return None
+    vocab = tokenizer.get_vocab()
+    return next((vocab[t] for t in END_OF_TURN if t in vocab), tokenizer.eos_token_id)
 
 
 def load_hf(spec: str = DEFAULT_LOCAL_MODEL, *, device: Optional[str] = None) -> tuple[Any, Any]:
@@ -171,8 +188,10 @@ def load_hf(spec: str = DEFAULT_LOCAL_MODEL, *, device: Optional[str] = None) ->
                 log.warning("could not cache %s to %s: %s", path.name, target, e)
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = CHATML_TEMPLATE
-    device, dtype = pick_device(device)
-    model.to(device=device, dtype=dtype)
+    import torch
+
+    target = pick_device(device)
+    model.to(device=target, dtype=torch.bfloat16 if target.type == "cuda" else torch.float32)
     model.eval()
     return model, tokenizer
 
