@@ -16,8 +16,7 @@ PACKAGES = ("agent", "evaluators", "tasks", "lora", "results")
 # the fourth layer, so neither imports the other; both use the sandbox below them.
 LAYERS: list[tuple[str, list[str]]] = [
     ("vocabulary", ["results.schema", "results.errors"]),  # and the packages' own __init__ (docstrings)
-    ("records", ["results.store", "results.metrics", "results.export", "results.inspect_export",
-                 "results.report", "results.synthetic", "results.rounds", "tasks.model"]),
+    ("records", ["results", "tasks.model"]),
     ("sandbox", ["agent.sandbox"]),
     ("agent and graders", ["agent.loop", "agent.models", "agent.serve",
                            "evaluators.grade", "evaluators.pytest_kind", "evaluators.harbor_kind",

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from results.errors import UserError
-from results import cli, report
+from results import cli, report, rounds
 from results.store import RunStore, open_run
 from results.synthetic import make_attempt, make_run
 
@@ -144,14 +144,14 @@ def test_rounds_plot_only_when_round_metrics_exist(runs, tmp_path):
 
     with_file = tmp_path / "with-rounds"
     shutil.copytree(base, with_file)
-    (with_file / report.ROUNDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in extra) + '{"round": 3, "spl')
-    assert [r["round"] for r in report.load_rounds(with_file)] == [0, 1, 2]  # torn tail ignored
+    (with_file / rounds.ROUNDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in extra) + '{"round": 3, "spl')
+    assert [r["round"] for r in rounds.load_rounds(with_file)] == [0, 1, 2]  # torn tail ignored
     paths = report.build_report([with_file], None, n_boot=50, echo=lambda s: None)
     assert paths["html"].parent == with_file  # one run: the report goes into its folder
     assert "Pass rate by round" in paths["html"].read_text()
 
     with pytest.raises(UserError, match="row 1 is not a round record"):
-        report.normalize_rounds([{"split": "train"}], "rounds")
+        rounds.normalize_rounds([{"split": "train"}], "rounds")
 
 
 def test_post_training_folder_contributes_its_rounds(tmp_path):
@@ -161,7 +161,7 @@ def test_post_training_folder_contributes_its_rounds(tmp_path):
     rows = [{"round": r, "split": split, "metric": metric, "value": v, "ci_low": v - 0.1, "ci_high": v + 0.1}
             for r in range(3) for split, metric, v in (("heldout", "pass@1", 0.2 + 0.1 * r),
                                                        ("train", "pass@8_t0.7", 0.5 + 0.1 * r))]
-    (train / report.ROUNDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (train / rounds.ROUNDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
     printed: list[str] = []
     paths = report.build_report([train], None, n_boot=10, echo=printed.append)
     assert paths["html"].parent == train

@@ -2,16 +2,13 @@
 
 One module per concept (imports go down this list, never up):
   runs.py     loading runs: RunData (attempts and metrics.run_summary) read through results.store
-  rounds.py   per-round metrics of a post-training run (rounds.jsonl) or given by the caller
   tables.py   the tables: terminal text (`print_summary`), summary.md, summary.csv/.parquet
   plots.py    the matplotlib figures, as PNG data URLs
   page.py     report.html: the page and the trajectory viewer; `clip` for long text
   static/     the page's report.css and report.js (inlined into the page)
-  build.py    `build_report`: all of the above for `harness report`
+  build.py    `build_report`: all of the above for `harness report` (training rounds: results/rounds.py)
 """
 from results.report.build import build_report
-from results.report.rounds import ROUNDS_FILE, load_rounds, normalize_rounds
 from results.report.tables import format_table, id_list, print_summary
 
-__all__ = ["ROUNDS_FILE", "build_report", "format_table", "id_list", "load_rounds", "normalize_rounds",
-           "print_summary"]
+__all__ = ["build_report", "format_table", "id_list", "print_summary"]

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from results.errors import UserError
 from results.report.page import write_html
-from results.report.rounds import ROUNDS_FILE, load_rounds, normalize_rounds
+from results.rounds import ROUNDS_FILE, load_rounds, normalize_rounds
 from results.report.runs import load_runs
 from results.report.tables import comparisons, markdown_summary, summary_table, terminal_report
 from results.store import MANIFEST
