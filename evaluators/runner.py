@@ -233,7 +233,7 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
                    sandbox_options: Optional[dict] = None, filters: Optional[dict] = None) -> Path:
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
     With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
-    sandbox="k8s" (agent/sandbox/k8s.py) the sandboxes are pods of a Kubernetes cluster."""
+    sandbox="k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
     from results.store import Manifest, RunStore, default_run_dir
 
     if not tasks:

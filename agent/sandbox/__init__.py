@@ -20,7 +20,7 @@ One concept per module:
     cleanup.py    prune(): containers, networks and images of a run, a pool or a dead process
     images.py     the sandbox images (base, task, Harbor), and what every image provides (uid, paths)
     native.py     sandboxes for any image: the static helper (helper.c), Harbor's contract
-    k8s.py        the same sandboxes as Kubernetes pods (agent-sandbox)
+    k8s/          the same sandboxes as Kubernetes pods (agent-sandbox), one module per concept
     server.py, capture.py, helper.c   run inside the container
 """
 from agent.sandbox.changes import CAPTURE_SOURCE, CaptureError, Changes

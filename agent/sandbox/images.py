@@ -25,7 +25,7 @@ import docker.errors
 from results.errors import UserError
 from agent.sandbox.client import docker_client
 
-# What every sandbox image provides, and the containers rely on (container.py, k8s.py):
+# What every sandbox image provides, and the containers rely on (container.py, k8s/manifests.py):
 AGENT_UID = 10001  # a uid no host account uses: per-uid limits are shared across the host
 WORKSPACE = "/workspace"  # the agent's working folder, owned by AGENT_UID
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

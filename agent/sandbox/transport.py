@@ -3,7 +3,7 @@ native.py): one JSON object a line each way over the container's attached stdin/
 requests by id, a host-side watchdog for a server that stops answering.
 
 Docker's attach stream multiplexes stdout and stderr (8-byte frame headers); a plain socket (a Kubernetes
-pod's TCP connection or exec stream, k8s.py) carries the server's stdout only."""
+pod's TCP connection or exec stream, k8s/sandbox.py) carries the server's stdout only."""
 from __future__ import annotations
 
 import asyncio

@@ -1,0 +1,69 @@
+"""One sandbox on Kubernetes: a claimed pod whose command server is reached over a plain socket (K8sSandbox),
+and the exec stream used where pod IPs are not reachable (kubectl_exec, EXEC_SERVER)."""
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+from typing import Callable, Optional
+
+from agent.sandbox.container import Limits, Sandbox
+from agent.sandbox.k8s.manifests import CONTAINER
+
+# The same server over an exec stream (the fallback): the container's environment comes again with exec.
+EXEC_SERVER = ("import os\nfor k in ('HARNESS_PORT', 'HARNESS_TOKEN', 'HARNESS_LAUNCHER'): os.environ.pop(k, None)\n"
+               "exec(os.environ.pop('HARNESS_SERVER'))")
+
+
+class K8sSandbox(Sandbox):
+    """A claimed pod whose command server is reached over a plain socket (TCP to the pod IP, or the local
+    end of an exec stream). Everything above that socket is Sandbox's own code."""
+
+    multiplexed = False  # the server's stdout alone, not Docker's attach stream
+
+    def __init__(self, sock: socket.socket, name: str, image: str, limits: Limits, pool_key: tuple,
+                 on_kill: Callable[[], None], pod_status: Callable[[], Optional[dict]],
+                 helper: Optional[subprocess.Popen] = None):
+        self.container = None
+        self.id = name
+        self.image, self.limits, self.pool_key = image, limits, pool_key
+        self._baseline = None
+        self._initial_files: dict[str, bytes] = {}
+        self._on_kill, self._pod_status, self._helper = on_kill, pod_status, helper
+        self._open_channel(sock)
+
+    def died_of_oom(self, wait: float = 5.0) -> bool:
+        end = time.monotonic() + wait
+        while True:
+            try:
+                pod = self._pod_status() or {}
+            except Exception:  # noqa: BLE001 -- no answer: not provably the agent
+                return False
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+                if term:
+                    return term.get("reason") == "OOMKilled"
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.2)
+
+    def kill(self):
+        """Close the stream and delete the claim (the controller deletes the pod); safe to call twice."""
+        self.dead = True
+        with contextlib.suppress(Exception):
+            self._sock.close()
+        if self._helper is not None:
+            with contextlib.suppress(Exception):
+                self._helper.kill()
+                self._helper.wait(timeout=5)
+        on_kill, self._on_kill = self._on_kill, None
+        if on_kill is not None:
+            with contextlib.suppress(Exception):
+                on_kill()
+
+
+def kubectl_exec(namespace: str, pod: str) -> list[str]:
+    return ["kubectl", "exec", "-i", "-n", namespace, pod, "-c", CONTAINER, "--",
+            "python3", "-u", "-I", "-c", EXEC_SERVER]
+
