@@ -29,8 +29,15 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 from pydantic import ValidationError
 
 from results.errors import UserError
-from results.jsonl import (DISK_FULL, JsonlScan, cut_torn_line, fsync_dir, iter_jsonl, write_all,
-                           write_json_atomic)
+from results.jsonl import (
+    DISK_FULL,
+    JsonlScan,
+    cut_torn_line,
+    fsync_dir,
+    iter_jsonl,
+    write_all,
+    write_json_atomic,
+)
 from results.manifest import MANIFEST, Manifest, config_differences, read_manifest
 from results.schema import Attempt
 
