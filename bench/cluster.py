@@ -84,8 +84,9 @@ def _sample_records(path: Path, n: int) -> list[dict]:
 
 def store_rate(sample: Path, n: int = 300) -> float:
     """RunStore.append records per second (each one write + fsync), with this run's real records."""
+    from results.manifest import Manifest
     from results.schema import Attempt
-    from results.store import Manifest, RunStore
+    from results.store import RunStore
     out = Path(tempfile.mkdtemp(prefix="bench-store-")) / "run"
     store = RunStore.create(out, Manifest.build("bench", {"bench": True}, []))
     recs = [Attempt.model_validate({**r, "run_id": store.run_id, "key": f"{store.run_id}/{r['task_id']}/{i}",

@@ -97,7 +97,7 @@ def cmd_eval(args) -> int:
 
     resume_dir = args.resume
     if resume_dir is not None:
-        from results.store import resume_settings
+        from results.manifest import resume_settings
         manifest, recorded = resume_settings(resume_dir, model=args.model, samples=args.samples,
                                              temperature=args.temperature)  # the run's own settings win
         cfg = manifest.config

@@ -93,7 +93,7 @@ class NodeWorker:
         self.node = node_label()
 
     def hello(self) -> dict[str, str]:
-        from results.store import current_harness_version
+        from results.manifest import current_harness_version
         return {"node": self.node, "version": current_harness_version()}
 
     def missing_images(self, image_ids: list[str]) -> list[str]:
@@ -200,7 +200,7 @@ async def run_on_cluster(address: str, todo: list[tuple[Any, int]], *, tasks: li
         a = Actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(spec)
         workers.append((a, k))
     try:
-        from results.store import current_harness_version
+        from results.manifest import current_harness_version
         hellos = await asyncio.gather(*(a.hello.remote() for a, _ in workers))
         for h in hellos:
             if h["version"] != current_harness_version():

@@ -234,7 +234,8 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
     With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
     sandbox="k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
-    from results.store import Manifest, RunStore, default_run_dir
+    from results.manifest import Manifest
+    from results.store import RunStore, default_run_dir
 
     if not tasks:
         raise UserError("no tasks selected: check the suite path and the filters")
@@ -248,7 +249,7 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
               "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
               "tools": TOOLS, "concurrency": concurrency, "model_concurrency": model_concurrency or concurrency,
-              "filters": dict(filters or {})}  # recorded, not compared on resume (results/store.RESUME_KEYS)
+              "filters": dict(filters or {})}  # recorded, not compared on resume (results/manifest.RESUME_KEYS)
     if cluster:
         from evaluators.cluster import check_address, import_ray
         check_address(cluster), import_ray()

@@ -31,9 +31,10 @@ from typing import Any, Callable, Optional
 from results.errors import UserError
 from lora.data import build_dataset, filter_attempts, read_dataset, write_dataset
 from lora.sft import SFTConfig
+from results.jsonl import write_json_atomic
 from results.metrics import bootstrap_ci, per_task_pass
 from results.rounds import ROUNDS_FILE, append_rounds, load_rounds
-from results.store import load_attempts, write_json_atomic
+from results.store import load_attempts
 
 # Settings for the CPU proof run (bench/rft_smollm2.py), sized for a 2-core machine: see that file for the
 # time estimate. Few tasks (one instance per family per split), short attempts, small data: many epochs.

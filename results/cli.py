@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_compare)
 
     p = subparsers.add_parser("export", help="trajectories as fine-tuning data (JSONL) or Inspect AI logs",
-                              description="Export a run's conversations for fine-tuning (see results/export.py for "
-                                          "each format's fields). Infra errors are never exported; the worked "
+                              description="Export a run's conversations for fine-tuning (see results/export/formats.py "
+                                          "for each format's fields). Infra errors are never exported; the worked "
                                           "example turns are never a training target.",
                               epilog="example:\n  harness export runs/A --format hf-chat --only-solved "
                                      "--hf-dataset data/sft\n  harness export runs/A --format kto",
@@ -75,7 +75,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "inspect":
-        from results.inspect_export import export_inspect
+        from results.export.inspect_log import export_inspect
 
         path, n = export_inspect(args.run, args.out)
         print(f"wrote an Inspect log of {n} samples to {path} (inspect view --log-dir {path.parent})")

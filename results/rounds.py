@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from results.errors import UserError
-from results.store import JsonlScan, cut_torn_line, iter_jsonl
+from results.jsonl import JsonlScan, cut_torn_line, iter_jsonl
 
 ROUNDS_FILE = "rounds.jsonl"
 

@@ -10,12 +10,13 @@
 A crash can leave at most one torn last line (SIGKILL or power loss mid-write). Resuming cuts it off
 before appending, because appending after a partial line would corrupt the next record too. Readers
 (report, export) skip a torn last line without touching the file, so they work on a live run.
+
+This module is the folder's reader (RunReader, open_run) and its one writer (RunStore, holding .lock);
+the manifest's model and the resume check are results.manifest, the file primitives results.jsonl.
 """
 from __future__ import annotations
 
-import errno
 import fcntl
-import importlib.metadata
 import json
 import logging
 import os
@@ -23,59 +24,30 @@ import re
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from results.errors import UserError
-from results.schema import SCHEMA_VERSION, Attempt
+from results.jsonl import (
+    DISK_FULL,
+    JsonlScan,
+    cut_torn_line,
+    fsync_dir,
+    iter_jsonl,
+    write_all,
+    write_json_atomic,
+)
+from results.manifest import MANIFEST, Manifest, config_differences, read_manifest
+from results.schema import Attempt
 
 if TYPE_CHECKING:
     import pandas as pd
 
-MANIFEST = "manifest.json"
 ATTEMPTS = "attempts.jsonl"
 LOCK = ".lock"
-# Config keys that change what an attempt means: resuming with a different value would mix two experiments.
-RESUME_KEYS = ("model", "tasks", "samples", "temperature")
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 log = logging.getLogger("harness.results")
-
-
-class TaskEntry(BaseModel):
-    id: str
-    version: str = "1"
-    hash: str = ""  # Task.content_hash()
-
-
-class Manifest(BaseModel):
-    run_id: str = ""  # the run folder's name when created; part of every attempt key
-    model: str
-    config: dict[str, Any] = Field(default_factory=dict)
-    task_suite: list[TaskEntry] = Field(default_factory=list)
-    images: dict[str, str] = Field(default_factory=dict)  # task id (or image tag) -> image id (sha256:...)
-    harness_version: str = ""
-    seed: Optional[int] = None
-    started_at: str = ""
-    finished_at: Optional[str] = None
-    schema_version: int = SCHEMA_VERSION
-
-    @classmethod
-    def build(cls, model: str, config: dict[str, Any], tasks: Iterable[Any] = (),
-              images: Optional[dict[str, str]] = None, seed: Optional[int] = None,
-              harness_version: Optional[str] = None) -> "Manifest":
-        """A manifest for a new run; `tasks` are tasks.model.Task objects (id, version, content_hash())."""
-        suite = [TaskEntry(id=t.id, version=str(t.version), hash=t.content_hash()) for t in tasks]
-        return cls(model=model, config=dict(config), task_suite=suite, images=dict(images or {}),
-                   seed=seed, harness_version=harness_version or current_harness_version())
-
-
-def current_harness_version() -> str:
-    try:
-        return importlib.metadata.version("harness")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def utc_now() -> str:
@@ -90,119 +62,6 @@ def default_run_dir(model: str, root: str | os.PathLike = "runs") -> Path:
     """runs/<UTC timestamp>-<model slug>, e.g. runs/20250101T120000Z-openai-gpt-4o-mini."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path(root) / f"{stamp}-{model_slug(model)}"
-
-
-# ---------------------------------------------------------------- low-level file helpers
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON: readers see the old file or the new one, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    payload = (json.dumps(data, indent=2) + "\n").encode()
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, payload)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        if e.errno in _DISK_FULL:
-            raise UserError(f"disk full writing {path}: free space and run the command again") from None
-        raise
-
-
-def _encode(attempt: Attempt) -> bytes:
-    try:
-        return (attempt.model_dump_json() + "\n").encode()
-    except ValueError:
-        # Lone surrogates (undecodable bytes in model or tool output) cannot be UTF-8 encoded;
-        # replace them rather than lose the attempt.
-        text = json.dumps(attempt.model_dump(mode="json"), ensure_ascii=False)
-        return (text + "\n").encode("utf-8", errors="replace")
-
-
-class JsonlScan:
-    """What a scan of a JSONL file found after the last complete record."""
-
-    def __init__(self) -> None:
-        self.records = 0
-        self.good_end = 0  # byte offset just past the last complete record
-        self.torn_line = 0  # line number of a torn last line, 0 if none
-        self.torn_bytes = 0
-
-
-def iter_jsonl(path: Path, scan: Optional[JsonlScan] = None) -> Iterator[dict[str, Any]]:
-    """Stream the JSON objects of an append-only file, one line at a time.
-
-    A last line without its newline, or that is not a JSON object, is a write cut short by a crash:
-    it is skipped (and described in `scan`). A bad line with more lines after it means the file was
-    damaged some other way; that is refused rather than guessed at.
-    """
-    scan = scan if scan is not None else JsonlScan()
-    if not path.exists():
-        return
-    with open(path, "rb") as f:  # binary: only b"\n" ends a line (JSON escapes every other line break)
-        bad: Optional[tuple[int, int]] = None
-        for line_no, line in enumerate(f, start=1):
-            if bad is not None:
-                raise UserError(
-                    f"{path} line {bad[0]} is not a complete JSON record but more lines follow it: the file "
-                    f"was changed outside harness; delete that line (the other records are intact)")
-            record = None
-            if line.endswith(b"\n"):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    pass
-            if isinstance(record, dict):
-                scan.records += 1
-                scan.good_end += len(line)
-                yield record
-            else:
-                bad = (line_no, len(line))
-        if bad is not None:
-            scan.torn_line, scan.torn_bytes = bad
-
-
-def cut_torn_line(path: Path, scan: JsonlScan) -> None:
-    """Cut off the torn last line `scan` found in `path`: appending after a partial line would join
-    the next record to it on one bad line."""
-    with open(path, "r+b") as f:
-        f.truncate(scan.good_end)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_manifest(run_dir: str | os.PathLike) -> Manifest:
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"run folder {run_dir} does not exist (expected a folder made by `harness eval`)")
-    path = run_dir / MANIFEST
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a run folder: it has no {MANIFEST}")
-    try:
-        return Manifest.model_validate_json(path.read_bytes())
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise UserError(f"{path} is not a valid run manifest: {where}: {first['msg']}") from None
 
 
 # ---------------------------------------------------------------- reading
@@ -313,55 +172,14 @@ def _acquire_lock(run_dir: Path) -> int:
     return fd
 
 
-def _normal(value: Any) -> Any:
-    """The value as it reads back from manifest.json (tuples become lists, paths strings)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-def _describe(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def config_differences(old: Manifest, new: Manifest) -> list[str]:
-    """The settings that differ in a way that makes resuming `old` as `new` mix two experiments."""
-    diffs = []
-    if old.model != new.model:
-        diffs.append(f"model ({old.model!r} != {new.model!r})")
-    for key in RESUME_KEYS:
-        if key == "model" and old.model != new.model:
-            continue
-        a, b = _normal(old.config.get(key)), _normal(new.config.get(key))
-        if a != b:
-            diffs.append(f"config.{key} ({_describe(a)} != {_describe(b)})")
-    if old.task_suite and new.task_suite:
-        was = {t.id: (t.version, t.hash) for t in old.task_suite}
-        now = {t.id: (t.version, t.hash) for t in new.task_suite}
-        changed = sorted(t for t in was.keys() & now.keys() if was[t] != now[t])
-        added, removed = sorted(now.keys() - was.keys()), sorted(was.keys() - now.keys())
-        parts = [f"{label}: {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}"
-                 for label, ids in (("changed", changed), ("added", added), ("removed", removed)) if ids]
-        if parts:
-            diffs.append(f"task suite ({'; '.join(parts)})")
-    return diffs
-
-
-def resume_settings(run_dir: str | os.PathLike, *, model: Optional[str] = None, samples: Optional[int] = None,
-                    temperature: Optional[float] = None) -> tuple[Manifest, dict[str, Any]]:
-    """The manifest of the run to resume and the settings it continues with: its recorded model, samples
-    and temperature (the run's own settings win on resume). A value asked for (None: not asked) that
-    differs from the recorded one is refused, named as the `harness eval` option that asked for it.
-    RunStore.open then compares the whole manifest (config_differences)."""
-    manifest = read_manifest(run_dir)
-    cfg = manifest.config
-    recorded = {"model": manifest.model, "samples": cfg.get("samples", 1), "temperature": cfg.get("temperature", 0.0)}
-    asked = {"model": model, "samples": samples, "temperature": temperature}
-    changed = [f"--{k} {asked[k]} (the run has {v})" for k, v in recorded.items()
-               if asked[k] is not None and asked[k] != v]
-    if changed:
-        raise UserError(f"cannot resume {run_dir} with other settings: {'; '.join(changed)}; leave them out "
-                        "to continue the run as recorded, or start a new run folder")
-    return manifest, recorded
+def _encode(attempt: Attempt) -> bytes:
+    try:
+        return (attempt.model_dump_json() + "\n").encode()
+    except ValueError:
+        # Lone surrogates (undecodable bytes in model or tool output) cannot be UTF-8 encoded;
+        # replace them rather than lose the attempt.
+        text = json.dumps(attempt.model_dump(mode="json"), ensure_ascii=False)
+        return (text + "\n").encode("utf-8", errors="replace")
 
 
 class RunStore(RunReader):
@@ -454,7 +272,7 @@ class RunStore(RunReader):
 
     def _open_for_append(self) -> None:
         self._fd = os.open(self.attempts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        _fsync_dir(self.dir)  # the new file's directory entry survives a crash too
+        fsync_dir(self.dir)  # the new file's directory entry survives a crash too
 
     def finish(self) -> None:
         """Record finished_at in the manifest."""
@@ -512,7 +330,7 @@ class RunStore(RunReader):
             try:
                 written = os.write(self._fd, data)
                 if written < len(data):  # short write: the disk is nearly full; the rest raises why
-                    _write_all(self._fd, data[written:])
+                    write_all(self._fd, data[written:])
                 os.fsync(self._fd)
             except OSError as e:
                 try:
@@ -520,7 +338,7 @@ class RunStore(RunReader):
                     os.fsync(self._fd)
                 except OSError:
                     pass  # a torn tail left here is cut off on resume
-                if e.errno in _DISK_FULL:
+                if e.errno in DISK_FULL:
                     raise UserError(f"disk full writing {self.attempts_path}: {len(self._keys)} attempts recorded, "
                                     f"nothing lost; free space and resume with --resume {self.dir}") from None
                 raise

@@ -11,8 +11,9 @@ import random
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from results.manifest import Manifest, TaskEntry
 from results.schema import Action, Attempt, Durations, Step, TestOutcome, attempt_key
-from results.store import Manifest, RunStore, TaskEntry
+from results.store import RunStore
 
 SYSTEM = "You are a software engineer working in /workspace. Use the tools to inspect, edit and test; submit when done."
 

@@ -58,7 +58,7 @@ def test_inspect_reads_back_our_log(run, tmp_path, suffix):
 def test_inspect_dataframes_read_it(run, tmp_path):
     from inspect_ai.analysis import samples_df
 
-    from results.inspect_export import export_inspect
+    from results.export.inspect_log import export_inspect
 
     path, n = export_inspect(run, tmp_path / "logs" / "run.eval")
     df = samples_df(str(path))

@@ -8,7 +8,8 @@ import pytest
 
 from results.errors import UserError
 from results import export
-from results.store import Manifest, RunStore
+from results.manifest import Manifest
+from results.store import RunStore
 from results.synthetic import make_attempt, make_run
 
 TASKS = [("fix-add", "coding", 1), ("fix-sort", "coding", 2), ("sum", "math", 1)]

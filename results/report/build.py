@@ -10,7 +10,7 @@ from results.report.page import write_html
 from results.rounds import ROUNDS_FILE, load_rounds, normalize_rounds
 from results.report.runs import load_runs
 from results.report.tables import comparisons, markdown_summary, summary_table, terminal_report
-from results.store import MANIFEST
+from results.manifest import MANIFEST
 
 
 def build_report(paths: Sequence[str | Path], out_dir: Optional[str | Path] = None,

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from results.attempts import is_solved
 from results.errors import UserError
+from results.export.messages import call_arguments, content_text, demonstration_turns, tool_call
 from results.schema import Attempt
 from results.store import open_run
 
@@ -30,18 +31,10 @@ def _import() -> Any:
     return log, model, scorer, tool
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
-
-
 def _messages(attempt: Attempt, model: Any, tool: Any) -> list[Any]:
-    from results.export import _arguments, _tool_call
-
     out, names = [], {}
     for m in attempt.messages:
-        role, text = m.get("role"), _text(m.get("content"))
+        role, text = m.get("role"), content_text(m.get("content"))
         if role == "system":
             out.append(model.ChatMessageSystem(content=text))
         elif role == "user":
@@ -49,8 +42,8 @@ def _messages(attempt: Attempt, model: Any, tool: Any) -> list[Any]:
         elif role == "assistant":
             calls = []
             for tc in m.get("tool_calls") or []:
-                call = _tool_call(tc)
-                args = _arguments(call)
+                call = tool_call(tc)
+                args = call_arguments(call)
                 names[call["id"]] = call["function"]["name"]
                 calls.append(tool.ToolCall(id=call["id"], function=call["function"]["name"],
                                            arguments=args if isinstance(args, dict) else {"_raw": args}))
@@ -63,11 +56,9 @@ def _messages(attempt: Attempt, model: Any, tool: Any) -> list[Any]:
 
 def _instruction(attempt: Attempt) -> str:
     """The task's instruction: the first user message that is not part of the worked example."""
-    from results.export import demonstration_turns
-
     demo = demonstration_turns(attempt.messages)
     users = [m for i, m in enumerate(attempt.messages) if m.get("role") == "user" and i not in demo]
-    return _text(users[0].get("content")) if users else ""
+    return content_text(users[0].get("content")) if users else ""
 
 
 def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tuple[Path, int]:
