@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from results.errors import UserError
+from agent.loop import API_REPLY_TOKENS  # Model.complete needs a number; local models default to the context left
 from agent.models import ContextLengthError, Model, ModelError, get_model
 from agent.models.base import Completion
 from agent.serve_tools import (OPEN, RequestError, ResponseFormat, ToolSpec, check_response_format,
@@ -57,7 +58,6 @@ MAX_N = 64
 MAX_BODY = 32 * 1024 * 1024
 MAX_TOP_LOGPROBS = 20
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-NON_LOCAL_MAX_TOKENS = 1024  # Model.complete needs a number; local models default to the context left
 
 
 class HTTPError(Exception):
@@ -645,7 +645,7 @@ class Handler(BaseHTTPRequestHandler):
         tools = req.tools.tools if req.tools is not None and req.tools.choice != "none" and model.supports_tools \
             else None
         completions = self.run(model.complete(req.messages, tools, req.n, req.temperature,
-                                              req.max_tokens or NON_LOCAL_MAX_TOKENS, req.seed))
+                                              req.max_tokens or API_REPLY_TOKENS, req.seed))
         choices = []
         for c in completions:
             cut = [i for i in (c.content.find(s) for s in req.stop) if i >= 0]
