@@ -43,12 +43,12 @@ def register(sub):
     p.add_argument("--concurrency", type=int, default=4,
                    help="attempts in flight (a local model decodes concurrent requests as one batch; default 4)")
     p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
-    p.add_argument("--temperature", type=float, help="sampling temperature (default 0)")
+    add_loop_options(p, "temperature", defaults={"temperature": (None, "{default:g}")})  # None: 0, or the run's
     add_loop_options(p, "max_steps", "max_reply_tokens", "token_budget", "cost_limit", "protocol",
                      defaults={"max_reply_tokens": (None, REPLY_TOKENS_BY_MODEL)})  # None: default_reply_tokens
     p.add_argument("--adapter", help="LoRA adapter folder for a local model (same as -M adapter=DIR)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (with --model NAME; same as -M base_url=URL)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    add_loop_options(p, "seed", defaults={"seed": (0, 0)})  # eval's runs are seeded (LoopConfig's None: not)
     p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
     p.add_argument("--cluster", metavar="ADDRESS",
