@@ -16,13 +16,14 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from string import Template
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from agent.models.base import Completion, Model, ModelError
 from agent.models.retry import ContextLengthError
-from agent.sandbox import SandboxDied
-from agent.sandbox.protocol import LoopSandbox
 from results.schema import Action, Step
+
+if TYPE_CHECKING:  # the sandbox package (Docker SDK) is imported where a sandbox is used: the CLIs and the
+    from agent.sandbox.protocol import LoopSandbox  # server import LoopConfig from here on machines without it
 
 PROMPTS = Path(__file__).parent / "prompts"
 # The variables each prompt template is given (and must use): a template naming any other fails.
@@ -338,6 +339,8 @@ class _Loop:
 
     async def execute(self, step: Step, completion: Completion) -> None:
         """Runs the step's actions in the sandbox; their output goes back to the model as the observation."""
+        from agent.sandbox import SandboxDied
+
         observations = []
         for action in step.actions:
             if action.kind == "submit":

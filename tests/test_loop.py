@@ -4,6 +4,7 @@ real Docker sandboxes, graded, end to end."""
 import asyncio
 import inspect
 import json
+from pathlib import Path
 from string import Template
 
 import pytest
@@ -127,6 +128,17 @@ def test_the_clis_loop_options_take_their_help_and_defaults_from_loopconfig():
     ev = parser.parse_args(["eval", "--max-steps", "7", "--cost-limit", "0.25", "--protocol", "text"])
     assert (ev.max_steps, ev.cost_limit, ev.protocol) == (7, 0.25, "text")
     assert (default_reply_tokens("local:smollm2-135m"), default_reply_tokens("openai/gpt-4o-mini")) == (256, 1024)
+
+
+def test_the_clis_and_the_server_import_the_loop_config_without_the_docker_sdk():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['docker'] = None; import harness, agent.serve, agent.loop; "
+            "harness.build_parser(); print('ok')")  # import docker -> ImportError, as on a bare GPU machine
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
 # ---- on the in-memory sandbox -------------------------------------------------------------------------
