@@ -304,6 +304,7 @@ class _Loop:
                                   "pinned": True})
 
     def check_context(self) -> None:
+        """Elides old observations so the next prompt fits the window; ends the attempt when it cannot."""
         if not fit_context(self.model, self.res.messages, self.cfg.max_reply_tokens):
             raise ContextExceeded()
 
@@ -339,7 +340,7 @@ class _Loop:
 
     async def execute(self, step: Step, completion: Completion) -> None:
         """Runs the step's actions in the sandbox; their output goes back to the model as the observation."""
-        from agent.sandbox import SandboxDied
+        from agent.sandbox import SandboxDied  # here, not at the top: see the TYPE_CHECKING import
 
         observations = []
         for action in step.actions:
