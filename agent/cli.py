@@ -6,6 +6,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from agent.loop import add_loop_options
 from agent.models import DEFAULT_MODEL, MODEL_OPTION_HELP
 
 
@@ -30,7 +31,7 @@ def register(sub):
                    help=MODEL_OPTION_HELP)
     p.add_argument("--workspace", type=Path, required=True, help="the folder to work on (copied; untouched without --apply)")
     p.add_argument("--verify", action="append", default=[], help="a command that must succeed at the end (repeatable)")
-    p.add_argument("--max-steps", type=int, default=30, help="model turns (default 30)")
+    add_loop_options(p, "max_steps")
     p.add_argument("--apply", action="store_true", help="write the changes back into the folder")
     p.set_defaults(func=cmd_run)
 

@@ -1,30 +1,52 @@
-"""The execute -> observe -> correct loop. One function, read top to bottom.
+"""The execute -> observe -> correct loop, read top to bottom in run_loop.
 
 The model acts (a shell command, a file write, or submit), the action runs in the sandbox, the
 real output goes back, until the model submits or a limit ends the attempt. Two protocols:
 native tool calls, or text (one ```bash block per reply) for models without tool support.
+Each step is query (ask the model), execute (run its actions, build the observation) and the limit
+checks; whatever ends the attempt raises a LoopExit whose `reason` is the recorded exit_reason.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from string import Template
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from agent.models.base import Completion, Model, ModelError
 from agent.models.retry import ContextLengthError
-from agent.sandbox import Sandbox, SandboxDied
 from results.schema import Action, Step
 
+if TYPE_CHECKING:  # the sandbox package (Docker SDK) is imported where a sandbox is used: the CLIs and the
+    from agent.sandbox.protocol import LoopSandbox  # server import LoopConfig from here on machines without it
+
 PROMPTS = Path(__file__).parent / "prompts"
+# The variables each prompt template is given (and must use): a template naming any other fails.
+PROMPT_VARIABLES = {"system_tools": set(), "system_text": set(), "instance": {"instruction"},
+                    "observation": {"exit_code", "output"}, "timeout": {"timeout", "output"},
+                    "format_error": {"problem"}}
+
+
+class PromptError(Exception):
+    """A prompt template and the variables given to it disagree (a misspelt or missing $name)."""
 
 
 def prompt(name: str, **values) -> str:
-    return Template((PROMPTS / f"{name}.md").read_text()).safe_substitute(**values).strip()
+    path = PROMPTS / f"{name}.md"
+    template = Template(path.read_text())
+    if not template.is_valid():
+        raise PromptError(f"{path}: a $ that is not a variable (write $$ for a literal $)")
+    used, given = set(template.get_identifiers()), set(values)
+    if used != given:
+        problems = [f"unknown variable ${v}" for v in sorted(used - given)]
+        problems += [f"${v} missing" for v in sorted(given - used)]
+        raise PromptError(f"{path}: {', '.join(problems)} (it is given: {', '.join(sorted(given)) or 'nothing'})")
+    return template.substitute(**values).strip()
 
 
 TOOLS = [
@@ -40,22 +62,58 @@ TOOLS = [
 ]
 
 
+LOCAL_REPLY_TOKENS = 256  # local models decode on this machine's CPU: short replies keep attempts quick
+API_REPLY_TOKENS = 1024  # any other backend (the OpenAI-compatible server uses it too when a request names none)
+
+
+def default_reply_tokens(model: str) -> int:
+    """The reply-token limit `harness eval` uses for a model string when --max-reply-tokens is not given."""
+    return LOCAL_REPLY_TOKENS if model.startswith("local:") else API_REPLY_TOKENS
+
+
+REPLY_TOKENS_BY_MODEL = f"{LOCAL_REPLY_TOKENS} for local models, else {API_REPLY_TOKENS}"  # default_reply_tokens in words
+
+
 @dataclass
 class LoopConfig:
-    max_steps: int = 30
-    wall_time: float = 600.0  # seconds for the whole attempt
-    command_timeout: float = 60.0
-    max_reply_tokens: int = 512
-    token_budget: Optional[int] = None  # prompt + completion tokens over the attempt; works with any model
-    cost_limit: Optional[float] = None  # USD
-    temperature: float = 0.0
-    seed: Optional[int] = None
-    protocol: str = "auto"  # auto | tools | text
-    # False: the tasks' own wall-time limits are not applied. Sampling many attempts from one local model
-    # on a shared CPU makes each wait for the others' generation; steps and reply tokens bound it instead.
-    task_wall_time: bool = True
-    demonstration: bool = True  # text protocol: one worked example exchange first (small models copy its form)
-    observation_chars: int = 8000  # longer observations keep their head and tail
+    """The loop's settings and their defaults: the one place they are defined and described. The CLIs make
+    their options from these fields (add_loop_options); the help text is each field's metadata."""
+    # The runner keeps the smaller of max_steps, wall_time, command_timeout and the task's own limits.
+    max_steps: int = field(default=30, metadata={"help": "model turns per attempt"})
+    wall_time: float = field(default=600.0, metadata={"help": "seconds for the whole attempt"})
+    command_timeout: float = field(default=60.0, metadata={"help": "seconds per command"})
+    # 512 where no model string is at hand (harness run, harness train); harness eval picks by model.
+    max_reply_tokens: int = field(default=512, metadata={"help": "tokens per model reply"})
+    token_budget: Optional[int] = field(default=None, metadata={
+        "help": "prompt+completion tokens per attempt (works with any model)"})
+    cost_limit: Optional[float] = field(default=None, metadata={"help": "USD per attempt"})
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature"})
+    seed: Optional[int] = field(default=None, metadata={"help": "sampling seed; each attempt and step gets its own"})
+    protocol: str = field(default="auto", metadata={
+        "help": "tools: native tool calls; text: commands in ``` blocks; auto: tools when the model supports them",
+        "choices": ["auto", "tools", "text"]})
+    # Off when sampling many attempts from one local model on a shared CPU: each waits for the others'
+    # generation, so steps and reply tokens bound an attempt instead.
+    task_wall_time: bool = field(default=True, metadata={"help": "apply the tasks' own wall-time limits"})
+    demonstration: bool = field(default=True, metadata={
+        "help": "text protocol: one worked example exchange first (small models copy its form)"})
+    observation_chars: int = field(default=8000, metadata={
+        "help": "characters of a command's output shown to the model; longer output keeps its head and tail"})
+
+
+def add_loop_options(parser: argparse.ArgumentParser, *names: str, defaults: Optional[dict] = None) -> None:
+    """Adds --NAME options (e.g. --max-steps) for these LoopConfig fields, with each field's help text and
+    type. The default is the field's, unless `defaults` maps the name to (value, how the help describes it;
+    "{default}" there is the field's default, None: not described)."""
+    by_name = {f.name: f for f in fields(LoopConfig)}
+    for name in names:
+        f = by_name[name]
+        default, said = (defaults or {}).get(name, (f.default, f.default))
+        kind = {"int": int, "float": float, "str": str}[f.type.removeprefix("Optional[").removesuffix("]")]
+        choices = f.metadata.get("choices")
+        text = f.metadata["help"] + ("" if said is None else f" (default {str(said).format(default=f.default)})")
+        parser.add_argument("--" + name.replace("_", "-"), type=None if choices else kind, choices=choices,
+                            default=default, help=text)
 
 
 @dataclass
@@ -117,7 +175,7 @@ def clip(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut here ...]\n{text[-half:]}"
 
 
-async def run_action(sb: Sandbox, action: Action, cfg: LoopConfig) -> tuple[str, Optional[int], bool, float]:
+async def run_action(sb: LoopSandbox, action: Action, cfg: LoopConfig) -> tuple[str, Optional[int], bool, float]:
     """Runs one action; returns (observation, exit code, timed out, seconds)."""
     if action.kind == "format_error":
         return prompt("format_error", problem=action.content), None, False, 0.0
@@ -152,100 +210,173 @@ def clean(messages: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k not in ("elided", "pinned")} for m in messages]
 
 
-async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
-    res = await _run(model, sb, instruction, cfg)
+# -- how an attempt ends: each exit's `reason` is the exit_reason recorded (results/schema.py) ----------
+class LoopExit(Exception):
+    reason = ""
+
+
+class Submitted(LoopExit):
+    reason = "submitted"
+
+
+class Stuck(LoopExit):  # the same actions three steps running
+    reason = "stuck"
+
+
+class LimitReached(LoopExit):
+    """One of LoopConfig's limits (or the model's context window) ended the attempt."""
+
+
+class MaxSteps(LimitReached):
+    reason = "max_steps"
+
+
+class WallTime(LimitReached):
+    reason = "wall_time"
+
+
+class TokenBudget(LimitReached):
+    reason = "token_budget"
+
+
+class CostBudget(LimitReached):
+    reason = "cost_budget"
+
+
+class ContextExceeded(LimitReached):
+    reason = "context_exceeded"
+
+
+class SandboxOutOfMemory(LoopExit):
+    reason = "sandbox_died"
+
+
+class ModelFailed(LoopExit):
+    reason = "model_error"
+
+    def __init__(self, error: ModelError):
+        super().__init__(str(error))
+        self.message, self.status = str(error), error.status
+
+
+async def run_loop(model: Model, sb: LoopSandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
+    """One attempt: steps of query -> execute -> limit checks until a LoopExit ends it."""
+    loop = _Loop(model, sb, cfg)
+    res = loop.res
+    loop.start(instruction)
+    try:
+        for index in range(cfg.max_steps):
+            loop.check_context()
+            step, completion = await loop.query(index)
+            await loop.execute(step, completion)
+            loop.check_limits(step)
+        raise MaxSteps()
+    except ModelFailed as e:
+        res.exit_reason, res.model_error, res.model_error_status = e.reason, e.message, e.status
+    except LoopExit as e:
+        res.exit_reason = e.reason
     res.messages = clean(res.messages)
     return res
 
 
-async def _run(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
-    use_tools = cfg.protocol == "tools" or (cfg.protocol == "auto" and model.supports_tools)
-    system = prompt("system_tools" if use_tools else "system_text")
-    tools = TOOLS
-    if sb.workdir != "/workspace":  # a Harbor task's working folder is its image's WORKDIR
-        system = system.replace("/workspace", sb.workdir)
-        tools = json.loads(json.dumps(TOOLS).replace("/workspace", sb.workdir))
-    res = LoopResult(messages=[{"role": "system", "content": system}])
-    if cfg.demonstration and not use_tools:
-        res.messages += json.loads((PROMPTS / "demonstration.json").read_text())
-    res.messages.append({"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True})
-    deadline = time.monotonic() + cfg.wall_time
-    tokens = cost = 0.0
-    recent: list[str] = []
-    for index in range(cfg.max_steps):
-        if not fit_context(model, res.messages, cfg.max_reply_tokens):
-            res.exit_reason = "context_exceeded"
-            return res
-        started = time.monotonic()
+class _Loop:
+    """One attempt's state (the conversation, its steps, what it has spent) and the three parts of a step."""
+
+    def __init__(self, model: Model, sb: LoopSandbox, cfg: LoopConfig):
+        self.model, self.sb, self.cfg = model, sb, cfg
+        self.use_tools = cfg.protocol == "tools" or (cfg.protocol == "auto" and model.supports_tools)
+        self.tools = TOOLS
+        self.res = LoopResult()
+        self.deadline = time.monotonic() + cfg.wall_time
+        self.tokens = self.cost = 0.0
+        self.recent: list[str] = []  # each step's actions, to see the same ones repeated
+
+    def start(self, instruction: str) -> None:
+        """The system prompt, the worked example (text protocol) and the task."""
+        system = prompt("system_tools" if self.use_tools else "system_text")
+        if self.sb.workdir != "/workspace":  # a Harbor task's working folder is its image's WORKDIR
+            system = system.replace("/workspace", self.sb.workdir)
+            self.tools = json.loads(json.dumps(TOOLS).replace("/workspace", self.sb.workdir))
+        self.res.messages.append({"role": "system", "content": system})
+        if self.cfg.demonstration and not self.use_tools:
+            self.res.messages += json.loads((PROMPTS / "demonstration.json").read_text())
+        self.res.messages.append({"role": "user", "content": prompt("instance", instruction=instruction),
+                                  "pinned": True})
+
+    def check_context(self) -> None:
+        """Elides old observations so the next prompt fits the window; ends the attempt when it cannot."""
+        if not fit_context(self.model, self.res.messages, self.cfg.max_reply_tokens):
+            raise ContextExceeded()
+
+    async def query(self, index: int) -> tuple[Step, Completion]:
+        """Asks the model for its next reply; records it as a step and as the assistant's message."""
+        cfg, started = self.cfg, time.monotonic()
         try:
-            completion = (await asyncio.wait_for(model.complete(
-                clean(res.messages),
-                tools=tools if use_tools else None, temperature=cfg.temperature,
+            completion = (await asyncio.wait_for(self.model.complete(
+                clean(self.res.messages),
+                tools=self.tools if self.use_tools else None, temperature=cfg.temperature,
                 max_tokens=cfg.max_reply_tokens, seed=None if cfg.seed is None else cfg.seed + index),
-                timeout=max(deadline - started, 1.0)))[0]
+                timeout=max(self.deadline - started, 1.0)))[0]
         except asyncio.TimeoutError:
-            res.exit_reason = "wall_time"
-            return res
+            raise WallTime() from None
         except ContextLengthError:  # the server's own count said the prompt no longer fits
-            res.exit_reason = "context_exceeded"
-            return res
+            raise ContextExceeded() from None
         except ModelError as e:
-            res.exit_reason, res.model_error, res.model_error_status = "model_error", str(e), e.status
-            return res
+            raise ModelFailed(e) from None
         step = Step(index=index, raw_output=completion.content, model_seconds=time.monotonic() - started,
                     tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
                     prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
                     cost=completion.cost, prompt_ids=completion.prompt_ids, completion_ids=completion.completion_ids)
-        res.steps.append(step)
-        tokens += completion.prompt_tokens + completion.completion_tokens
-        cost += completion.cost
+        self.res.steps.append(step)
+        self.tokens += completion.prompt_tokens + completion.completion_tokens
+        self.cost += completion.cost
         assistant: dict[str, Any] = {"role": "assistant", "content": completion.content}
-        if use_tools and completion.tool_calls:
+        if self.use_tools and completion.tool_calls:
             assistant["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                 "name": c.name, "arguments": json.dumps(c.arguments)}} for c in completion.tool_calls]
-        res.messages.append(assistant)
-        step.actions = parse_tool_calls(completion) if use_tools else [parse_text_reply(completion.content)]
+        self.res.messages.append(assistant)
+        step.actions = parse_tool_calls(completion) if self.use_tools else [parse_text_reply(completion.content)]
+        return step, completion
+
+    async def execute(self, step: Step, completion: Completion) -> None:
+        """Runs the step's actions in the sandbox; their output goes back to the model as the observation."""
+        from agent.sandbox import SandboxDied  # here, not at the top: see the TYPE_CHECKING import
 
         observations = []
         for action in step.actions:
             if action.kind == "submit":
-                if use_tools and action.tool_call_id:
-                    res.messages.append({"role": "tool", "tool_call_id": action.tool_call_id, "content": "submitted"})
-                res.exit_reason = "submitted"
-                return res
+                if self.use_tools and action.tool_call_id:
+                    self.res.messages.append({"role": "tool", "tool_call_id": action.tool_call_id,
+                                              "content": "submitted"})
+                raise Submitted()
             try:
-                obs, code, timed_out, seconds = await run_action(sb, action, cfg)
+                obs, code, timed_out, seconds = await run_action(self.sb, action, self.cfg)
             except SandboxDied:
                 # The agent used its memory limit up (processes, or files in /tmp or /workspace) and the
                 # sandbox died of it: the attempt ends as the agent's result, graded like any other. Any
                 # other death stays an infra error, retried by the runner (see SandboxUnresponsive there).
-                if await asyncio.to_thread(sb.death_cause) != "oom":
+                if await asyncio.to_thread(self.sb.death_cause) != "oom":
                     raise
                 step.observation = "[the sandbox ran out of memory and stopped]"
-                res.exit_reason = "sandbox_died"
-                return res
+                raise SandboxOutOfMemory() from None
             step.tool_seconds += seconds
             step.exit_code, step.timed_out = code, step.timed_out or timed_out
             observations.append((action, obs))
         step.observation = "\n\n".join(obs for _, obs in observations)
-        if use_tools and completion.tool_calls:
-            res.messages += [{"role": "tool", "tool_call_id": a.tool_call_id, "content": o} for a, o in observations]
+        if self.use_tools and completion.tool_calls:
+            self.res.messages += [{"role": "tool", "tool_call_id": a.tool_call_id, "content": o}
+                                  for a, o in observations]
         else:
-            res.messages.append({"role": "user", "content": step.observation})
+            self.res.messages.append({"role": "user", "content": step.observation})
 
-        # Guard rails: the same action three times running, budgets, wall time.
-        recent.append(json.dumps([a.model_dump(exclude={"tool_call_id"}) for a in step.actions]))
-        if len(recent) >= 3 and len(set(recent[-3:])) == 1:
-            res.exit_reason = "stuck"
-            return res
-        if cfg.token_budget is not None and tokens >= cfg.token_budget:
-            res.exit_reason = "token_budget"
-            return res
-        if cfg.cost_limit is not None and cost >= cfg.cost_limit:
-            res.exit_reason = "cost_budget"
-            return res
-        if time.monotonic() >= deadline:
-            res.exit_reason = "wall_time"
-            return res
-    res.exit_reason = "max_steps"
-    return res
+    def check_limits(self, step: Step) -> None:
+        """Guard rails after each step: the same actions three times running, budgets, wall time."""
+        self.recent.append(json.dumps([a.model_dump(exclude={"tool_call_id"}) for a in step.actions]))
+        if len(self.recent) >= 3 and len(set(self.recent[-3:])) == 1:
+            raise Stuck()
+        if self.cfg.token_budget is not None and self.tokens >= self.cfg.token_budget:
+            raise TokenBudget()
+        if self.cfg.cost_limit is not None and self.cost >= self.cfg.cost_limit:
+            raise CostBudget()
+        if time.monotonic() >= self.deadline:
+            raise WallTime()

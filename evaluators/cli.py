@@ -6,6 +6,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from agent.loop import REPLY_TOKENS_BY_MODEL, add_loop_options
 from agent.models import DEFAULT_MODEL, MODEL_OPTION_HELP
 from results.errors import UserError
 
@@ -42,17 +43,12 @@ def register(sub):
     p.add_argument("--concurrency", type=int, default=4,
                    help="attempts in flight (a local model decodes concurrent requests as one batch; default 4)")
     p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
-    p.add_argument("--temperature", type=float, help="sampling temperature (default 0)")
-    p.add_argument("--max-steps", type=int, default=30, help="model turns per attempt (default 30)")
-    p.add_argument("--max-reply-tokens", type=int, help="per model reply (default 256 for local models, else 1024)")
-    p.add_argument("--token-budget", type=int, help="prompt+completion tokens per attempt")
-    p.add_argument("--cost-limit", type=float, help="USD per attempt")
-    p.add_argument("--protocol", choices=["auto", "tools", "text"], default="auto",
-                   help="tools: native tool calls; text: commands in ``` blocks; auto: tools when the model "
-                        "supports them (default)")
+    add_loop_options(p, "temperature", defaults={"temperature": (None, "{default:g}")})  # None: 0, or the run's
+    add_loop_options(p, "max_steps", "max_reply_tokens", "token_budget", "cost_limit", "protocol",
+                     defaults={"max_reply_tokens": (None, REPLY_TOKENS_BY_MODEL)})  # None: default_reply_tokens
     p.add_argument("--adapter", help="LoRA adapter folder for a local model (same as -M adapter=DIR)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (with --model NAME; same as -M base_url=URL)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    add_loop_options(p, "seed", defaults={"seed": (0, 0)})  # eval's runs are seeded (LoopConfig's None: not)
     p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
     p.add_argument("--cluster", metavar="ADDRESS",
@@ -91,7 +87,7 @@ def cmd_selftest(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from agent.loop import LoopConfig
+    from agent.loop import LoopConfig, default_reply_tokens
     from evaluators.runner import run_eval
     from tasks.loader import load_suite
 
@@ -123,7 +119,7 @@ def cmd_eval(args) -> int:
         options["adapter"] = args.adapter
     if args.base_url:
         options["base_url"] = args.base_url
-    reply_tokens = args.max_reply_tokens or (256 if args.model.startswith("local:") else 1024)
+    reply_tokens = args.max_reply_tokens or default_reply_tokens(args.model)
     loop = LoopConfig(max_steps=args.max_steps, token_budget=args.token_budget, cost_limit=args.cost_limit,
                       protocol=args.protocol, max_reply_tokens=reply_tokens)
     print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)

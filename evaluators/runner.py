@@ -13,7 +13,7 @@ import hashlib
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
@@ -61,11 +61,11 @@ def attempt_seed(seed: int, task_id: str, sample: int) -> int:
 
 def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, sample: int) -> Policy:
     async def act(task: Task, sb: Sandbox) -> LoopResult:
-        per_task = LoopConfig(**{**cfg.__dict__, "max_steps": min(cfg.max_steps, task.agent.max_steps),
-                                 "wall_time": min(cfg.wall_time, task.agent.timeout_sec) if cfg.task_wall_time
-                                 else cfg.wall_time,
-                                 "command_timeout": min(cfg.command_timeout, task.agent.command_timeout_sec),
-                                 "seed": None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample)})
+        per_task = replace(cfg, max_steps=min(cfg.max_steps, task.agent.max_steps),
+                           wall_time=min(cfg.wall_time, task.agent.timeout_sec) if cfg.task_wall_time
+                           else cfg.wall_time,
+                           command_timeout=min(cfg.command_timeout, task.agent.command_timeout_sec),
+                           seed=None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample))
         return await run_loop(_Limited(model_for_attempt(model, task.id, sample), model_slots), sb,
                               task.instruction, per_task)
     return act
@@ -245,7 +245,7 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
         raise UserError(f"duplicate task ids in the suite: {', '.join(dup[:5])}: give each task a unique id")
     model_options = dict(model_options or {})
     cfg = loop or LoopConfig()
-    cfg = LoopConfig(**{**cfg.__dict__, "temperature": temperature, "seed": seed})
+    cfg = replace(cfg, temperature=temperature, seed=seed)
     config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
               "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
               "tools": TOOLS, "concurrency": concurrency, "model_concurrency": model_concurrency or concurrency,

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from agent.loop import add_loop_options
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -25,8 +27,9 @@ def register(subparsers) -> None:
     p.add_argument("--continue", dest="continue_adapter", action="store_true", default=None,
                    help="train each round on top of the previous adapter (default: from the base on all kept data)")
     p.add_argument("--limit", type=int, help="use N tasks of each split, spread evenly over families")
-    p.add_argument("--max-steps", type=int, help="agent steps per attempt (tightens the tasks' limit)")
-    p.add_argument("--max-reply-tokens", type=int, help="tokens per model reply")
+    add_loop_options(p, "max_steps", "max_reply_tokens",  # None: the preset's, else LoopConfig's
+                     defaults={"max_steps": (None, "from --preset, else {default}"),
+                               "max_reply_tokens": (None, "from --preset, else {default}")})
     p.add_argument("--concurrency", type=int, help="attempts in flight while sampling (default 4)")
     p.add_argument("--seed", type=int, help="seed for sampling and training (default 0)")
     p.add_argument("--rank", type=int, help="LoRA rank (default 16)")

@@ -49,7 +49,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_samples": 4,
         "per_task_cap": 2,
         "max_steps": 5,
-        "max_reply_tokens": 64,
+        "max_reply_tokens": 64,  # shorter than the loop's default: a 135M model's useful replies are one command
         "concurrency": 16,
         "sft": {"rank": 16, "alpha": 32, "dropout": 0.05, "lr": 1e-3, "epochs": 3, "batch_tokens": 2048,
                 "grad_accum": 1, "warmup_ratio": 0.1, "max_seq_len": 4096},
@@ -71,8 +71,8 @@ class TrainConfig:
     mask_errors: bool = False
     continue_adapter: bool = False
     limit: Optional[int] = None  # N tasks of each split, spread evenly over families (quick runs)
-    max_steps: Optional[int] = None  # agent steps per attempt (tightens the tasks' own limit)
-    max_reply_tokens: Optional[int] = None  # tokens per model reply
+    max_steps: Optional[int] = None  # LoopConfig's field (tightens the tasks' own limit); None: its default
+    max_reply_tokens: Optional[int] = None  # LoopConfig's field; None: its default
     concurrency: int = 4
     seed: int = 0
     sft: SFTConfig = field(default_factory=SFTConfig)

@@ -1,9 +1,11 @@
-"""Shared test data: the `add` task most tests grade, and builders for tasks written in a test.
+"""Shared test data: the `add` task most tests grade, builders for tasks written in a test, and in-memory
+stand-ins (a sandbox for the agent loop, a misbehaving HTTP server).
 
 One place for these, so no test module imports another test module.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -12,6 +14,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from agent.sandbox import Changes, ExecResult, SandboxDied
 from tasks.model import Task
 
 HIDDEN = b"""from solution import add
@@ -168,3 +171,71 @@ class FlakyServer:
         self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+# -- an in-memory sandbox for the agent loop (agent/sandbox/protocol.py LoopSandbox) -----------------
+class FakeSandbox:
+    """What the agent loop needs of a sandbox, in memory: no Docker, answers in microseconds.
+
+    `script` maps a shell command to its answer: output text (exit code 0), an ExecResult, or a list of
+    those taken in turn (the last repeats); any other command succeeds with no output. An answer whose
+    `duration` is longer than the timeout given times out, as the real sandbox's does. A command in `dies`
+    kills the sandbox (SandboxDied); death_cause() then says `dies_of` ("oom", or None for any other death).
+    A file write (the loop's argv form, content on stdin) lands in `files`; every exec is kept in `calls`.
+    It also has the few members run_attempt uses around the loop (put_files, mark_baseline, dead, changes)."""
+
+    workdir = "/workspace"
+
+    def __init__(self, script: dict | None = None, *, workdir: str = "/workspace", dies: tuple = (),
+                 dies_of: str | None = "oom"):
+        self.script = {k: list(v) if isinstance(v, list) else [v] for k, v in (script or {}).items()}
+        self.workdir, self.dies, self.dies_of = workdir, set(dies), dies_of
+        self.files: dict[str, bytes] = {}
+        self.calls: list[dict] = []  # {"cmd", "timeout", "stdin"} of every exec, in order
+        self.dead = False
+
+    @property
+    def commands(self) -> list:
+        return [c["cmd"] for c in self.calls]
+
+    async def exec(self, cmd: str | list[str], timeout: float = 60.0, *, stdin: bytes | None = None) -> ExecResult:
+        self.calls.append({"cmd": cmd, "timeout": timeout, "stdin": stdin})
+        if self.dead or (isinstance(cmd, str) and cmd in self.dies):
+            self.dead = True
+            raise SandboxDied("fake sandbox died")
+        if isinstance(cmd, list):  # the loop's file write: bash -c 'mkdir -p ... && cat > "$1"' _ PATH
+            self.files[cmd[-1]] = stdin or b""
+            return ExecResult(exit_code=0, stdout="", stderr="", duration=0.0)
+        answers = self.script.get(cmd, [""])
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, str):
+            answer = ExecResult(exit_code=0, stdout=answer, stderr="", duration=0.0)
+        if answer.duration > timeout:  # killed at the timeout (SIGKILL), as the real sandbox does
+            return ExecResult(exit_code=-9, stdout="", stderr="", duration=timeout, timed_out=True)
+        return answer
+
+    def death_cause(self, wait: float = 5.0) -> str | None:
+        return self.dies_of
+
+    # -- what run_attempt uses around the loop
+    async def put_files(self, files: dict[str, bytes], dest: str = "/workspace", user: str = "agent",
+                        executable=()) -> None:
+        self.files.update({f"{dest}/{k}": v for k, v in files.items()})
+
+    async def mark_baseline(self) -> None:
+        pass
+
+    async def changes(self) -> Changes:
+        return Changes()
+
+
+class FakePool:
+    """A SandboxPool that hands out FakeSandboxes (for run_attempt paths that never grade)."""
+
+    def __init__(self, **sandbox_kw):
+        self.sandbox_kw, self.sandboxes = sandbox_kw, []
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, image: str, limits=None, task: str = "pool"):
+        self.sandboxes.append(FakeSandbox(**self.sandbox_kw))
+        yield self.sandboxes[-1]

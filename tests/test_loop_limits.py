@@ -1,6 +1,6 @@
 """The loop's exit reasons that end an attempt early (wall time, context window), the protocol choice, and how
 a task's own limits merge with the run's (CLI) limits. Models here are small in-process objects or a real
-HTTP server; actions that need no sandbox (format errors) keep most of these off Docker."""
+HTTP server; the sandbox is an in-memory fake (tests/helpers.py FakeSandbox), none of these needs Docker."""
 from __future__ import annotations
 
 import asyncio
@@ -13,10 +13,9 @@ from agent.models import RetryPolicy
 from agent.models.base import Completion
 from agent.models.openai_compat import OpenAICompatModel
 from evaluators.runner import loop_policy
-from agent.sandbox import SandboxPool
+from agent.sandbox import ExecResult
 from tasks.model import AgentLimits
-from tests.conftest import run
-from tests.helpers import make_task
+from tests.helpers import FakeSandbox, make_task
 
 NO_BLOCK = "I am thinking about it."  # the text protocol's format error: a step that runs nothing
 TWO_BLOCKS = "```bash\nls\n```\n```bash\npwd\n```"  # another format error (so the loop does not see 'stuck')
@@ -47,16 +46,12 @@ class Scripted:
         return [Completion(content=reply, prompt_tokens=5, completion_tokens=5)]
 
 
-class NoCommands:
+def loop(model, cfg: LoopConfig):
     """Where no action runs a command (format errors, submit, model failures): any exec is a test failure."""
-    workdir = "/workspace"
-
-    async def exec(self, *args, **kw):
-        raise AssertionError(f"no command should run here: {args}")
-
-
-def loop(model, cfg: LoopConfig, sb=None):
-    return asyncio.run(run_loop(model, sb or NoCommands(), "Do the task.", cfg))
+    sb = FakeSandbox()
+    res = asyncio.run(run_loop(model, sb, "Do the task.", cfg))
+    assert sb.commands == [], "no command should run here"
+    return res
 
 
 # ---- wall_time ------------------------------------------------------------------------------------
@@ -132,9 +127,12 @@ def test_the_tools_protocol_reads_tool_calls_not_text():
 
 # ---- task limits merged with the run's limits -----------------------------------------------------
 
-def act(model, cfg: LoopConfig, limits: AgentLimits, sb=None):
-    task = make_task(agent=limits)
-    return asyncio.run(loop_policy(model, cfg, asyncio.Semaphore(1), 0)(task, sb or NoCommands()))
+def act(model, cfg: LoopConfig, limits: AgentLimits, sb: FakeSandbox | None = None):
+    """The loop as the runner starts it for a task with these limits; without `sb` no command may run."""
+    fake = sb or FakeSandbox()
+    res = asyncio.run(loop_policy(model, cfg, asyncio.Semaphore(1), 0)(make_task(agent=limits), fake))
+    assert sb is not None or fake.commands == [], "no command should run here"
+    return res
 
 
 @pytest.mark.parametrize("cli_steps,task_steps,expected", [(30, 2, 2), (3, 30, 3), (4, 4, 4)])
@@ -152,17 +150,13 @@ def test_the_tasks_wall_time_applies_unless_the_run_turns_it_off():
     assert act(Scripted(**slow), LoopConfig(wall_time=1.0), AgentLimits(timeout_sec=600)).exit_reason == "wall_time"
 
 
-def test_command_timeout_is_the_smaller_of_task_and_run(image):
+def test_command_timeout_is_the_smaller_of_task_and_run():
     sleeper = "```bash\nsleep 30; echo woke\n```"
-
-    async def main(cfg, limits):
-        async with SandboxPool(warm=0) as pool:
-            async with pool.sandbox(image) as sb:
-                return await loop_policy(Scripted(reply=sleeper), cfg, asyncio.Semaphore(1), 0)(
-                    make_task(agent=limits), sb)
     for cfg, limits in ((LoopConfig(max_steps=1, command_timeout=60), AgentLimits(command_timeout_sec=1)),
                         (LoopConfig(max_steps=1, command_timeout=1), AgentLimits(command_timeout_sec=60))):
-        res = run(main(cfg, limits))
+        sb = FakeSandbox({"sleep 30; echo woke": ExecResult(exit_code=0, stdout="woke\n", stderr="", duration=30.0)})
+        res = act(Scripted(reply=sleeper), cfg, limits, sb)
         [step] = res.steps
+        assert [c["timeout"] for c in sb.calls] == [1]
         assert step.timed_out and "woke" not in step.observation
         assert re.search(r"did not finish within 1(\.0)? seconds", step.observation), step.observation

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Optional
 
 from results.errors import UserError
+from agent.loop import API_REPLY_TOKENS  # Model.complete needs a number; local models default to the context left
 from agent.models import ContextLengthError, Model, ModelError
 from agent.serve.choices import (Choice, ChoiceText, chat_logprobs, choose_tool, envelope, final_choice, finish_choice,
                                  text_logprobs, usage)
@@ -22,7 +23,6 @@ from agent.serve.tools import (ResponseFormat, ToolSpec, check_response_format, 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 32 * 1024 * 1024
-NON_LOCAL_MAX_TOKENS = 1024  # Model.complete needs a number; local models default to the context left
 
 
 @dataclass
@@ -311,7 +311,7 @@ class Handler(BaseHTTPRequestHandler):
         tools = req.tools.tools if req.tools is not None and req.tools.choice != "none" and model.supports_tools \
             else None
         completions = self.run(model.complete(req.messages, tools, req.n, req.temperature,
-                                              req.max_tokens or NON_LOCAL_MAX_TOKENS, req.seed))
+                                              req.max_tokens or API_REPLY_TOKENS, req.seed))
         choices = []
         for c in completions:
             cut = [i for i in (c.content.find(s) for s in req.stop) if i >= 0]
