@@ -6,7 +6,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from agent.loop import add_loop_options
+from agent.config import add_loop_options
 from agent.models import DEFAULT_MODEL, MODEL_OPTION_HELP
 
 
@@ -65,7 +65,7 @@ def register(sub):
 
 
 def cmd_run(args) -> int:
-    from agent.loop import LoopConfig
+    from agent.config import LoopConfig
     from agent.workflow import apply_changes, escape_terminal, run_workflow
 
     from agent.models import parse_model_options

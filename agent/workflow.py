@@ -18,7 +18,8 @@ from typing import Optional
 
 from results.errors import UserError
 from agent.sandbox.images import ensure_base_image
-from agent.loop import LoopConfig, LoopResult, run_loop
+from agent.config import LoopConfig
+from agent.loop import LoopResult, run_loop
 from agent.models import get_model
 from agent.sandbox import Changes, ExecResult, Limits, SandboxPool
 from results.schema import Attempt

@@ -585,7 +585,7 @@ def section_e2e(plan: dict, budget: Budget, log: Callable[[str], None], work: Pa
         if not is_teacher:
             return lt._run_eval(model_spec, task_list, samples=samples, temperature=temperature, out_dir=out_dir,
                                 adapter=adapter, seed=seed, concurrency=concurrency, limits=limits)
-        from agent.loop import LoopConfig
+        from agent.config import LoopConfig
         from evaluators.runner import run_eval as runner_eval
         return Path(asyncio.run(runner_eval(model_spec, task_list, samples=samples, temperature=temperature,
                                             out_dir=out_dir, concurrency=concurrency, seed=seed, progress=False,

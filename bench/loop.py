@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agent.sandbox.images import ensure_base_image  # noqa: E402
-from agent.loop import LoopConfig, run_loop  # noqa: E402
+from agent.config import LoopConfig  # noqa: E402
+from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
 from evaluators.runner import run_eval  # noqa: E402
 from agent.sandbox import Limits, SandboxPool  # noqa: E402

@@ -6,7 +6,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from agent.loop import REPLY_TOKENS_BY_MODEL, add_loop_options
+from agent.config import REPLY_TOKENS_BY_MODEL, add_loop_options
 from agent.models import DEFAULT_MODEL, MODEL_OPTION_HELP
 from results.errors import UserError
 
@@ -87,7 +87,7 @@ def cmd_selftest(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from agent.loop import LoopConfig, default_reply_tokens
+    from agent.config import LoopConfig, default_reply_tokens
     from evaluators.runner import run_eval
     from tasks.loader import load_suite
 

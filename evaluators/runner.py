@@ -20,7 +20,8 @@ from typing import Awaitable, Callable, Optional
 
 from results.errors import InfraError, OracleFailed, UserError
 from agent.sandbox.images import harbor_task_image, harbor_verifier_image, task_image
-from agent.loop import TOOLS, LoopConfig, LoopResult, run_loop
+from agent.config import LoopConfig
+from agent.loop import TOOLS, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
 from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, SandboxUnresponsive, content_hash, prune

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from agent.loop import add_loop_options
+from agent.config import add_loop_options
 
 
 def register(subparsers) -> None:

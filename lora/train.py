@@ -133,7 +133,7 @@ def _run_eval(model: str, tasks: list, *, samples: int, temperature: float, out_
     options = {"adapter": str(adapter)} if adapter else None
     extra = {}
     if limits:  # LoopConfig fields; the runner keeps the tighter of these and the task's own limits
-        from agent.loop import LoopConfig
+        from agent.config import LoopConfig
         extra["loop"] = LoopConfig(**limits, task_wall_time=False, wall_time=1800.0)
     resume = (Path(out_dir) / "manifest.json").exists()  # an interrupted run of this phase: finish it
     run_dir = asyncio.run(run_eval(model, tasks, samples=samples, temperature=temperature, out_dir=out_dir,

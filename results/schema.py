@@ -19,6 +19,15 @@ ExitReason = Literal[
 Status = Literal["solved", "failed", "error"]  # error = the harness/infra failed, not the model
 
 
+def clip(text: str, limit: int, head_share: float = 0.5) -> str:
+    """Long text keeps its head and tail with a marker between: observations as the model sees and the
+    record keeps them (half and half), and text in the report's viewer."""
+    if len(text) <= limit:
+        return text
+    head, tail = int(limit * head_share), int(limit * (1 - head_share))
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut here ...]\n{text[-tail:] if tail else ''}"
+
+
 class Action(BaseModel):
     """What the model asked for in one step, after parsing."""
     kind: Literal["bash", "write", "submit", "format_error"]

@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("vocabulary", ["results.schema", "results.errors"]),  # and the packages' own __init__ (docstrings)
     ("records", ["results", "tasks.model"]),
     ("sandbox", ["agent.sandbox"]),
-    ("agent and graders", ["agent.loop", "agent.models", "agent.serve",
+    ("agent and graders", ["agent.config", "agent.loop", "agent.models", "agent.serve",
                            "evaluators.grade", "evaluators.pytest_kind", "evaluators.harbor_kind",
                            "evaluators.tamper", "evaluators.grader", "evaluators.hidden_tests",
                            "evaluators.kinds"]),

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from agent.loop import LoopConfig
+from agent.config import LoopConfig
 from evaluators.runner import run_eval
 from agent.serve import start_server
 from agent.workflow import apply_changes, run_workflow

@@ -9,8 +9,8 @@ from string import Template
 
 import pytest
 
-from agent.loop import (PROMPT_VARIABLES, PROMPTS, LoopConfig, LoopResult, PromptError, default_reply_tokens,
-                        parse_text_reply, prompt)
+from agent.config import LoopConfig, default_reply_tokens
+from agent.loop import PROMPT_VARIABLES, PROMPTS, LoopResult, PromptError, parse_text_reply, prompt
 from agent.models import get_model
 from agent.sandbox import ExecResult, SandboxDied, SandboxPool
 from agent.sandbox.protocol import LoopSandbox

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from agent.loop import TOOLS, LoopConfig, run_loop
+from agent.config import LoopConfig
+from agent.loop import TOOLS, run_loop
 from agent.models import RetryPolicy
 from agent.models.base import Completion
 from agent.models.openai_compat import OpenAICompatModel

@@ -113,7 +113,7 @@ def test_a_long_observation_keeps_its_head_and_tail(tmp_path):
         store.append(make_attempt(store.run_id, "task-0", 1, observation=head + middle + tail))
     paths = report.build_report([run_dir], tmp_path / "out", n_boot=10, echo=lambda _: None)
     page = paths["html"].read_text(encoding="utf-8")
-    assert head + "\n[... 30001 characters not shown ...]\n" + tail in page
+    assert head + "\n[... 30001 characters cut here ...]\n" + tail in page
     assert "A" * 13_334 not in page and "C" * 6_667 not in page and "B" * 100 not in page
 
 

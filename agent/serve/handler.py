@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Optional
 
 from results.errors import UserError
-from agent.loop import API_REPLY_TOKENS  # Model.complete needs a number; local models default to the context left
+from agent.config import API_REPLY_TOKENS  # Model.complete needs a number; local models default to the context left
 from agent.models import ContextLengthError, Model, ModelError
 from agent.serve.choices import (Choice, ChoiceText, chat_logprobs, choose_tool, envelope, final_choice, finish_choice,
                                  text_logprobs, usage)

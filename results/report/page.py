@@ -18,12 +18,13 @@ from typing import Any, Optional, Sequence
 import pandas as pd
 
 from results import metrics
+from results.export.messages import content_text
 from results.report.plots import (plot_by_level, plot_cost_vs_score, plot_heatmap, plot_pass_at_k, plot_rounds,
                                   plot_steps)
 from results.report.runs import RunData
 from results.report.tables import (comparison_table, errors_table, id_list, level_table, overview_table,
                                    reasons_table, rounds_table)
-from results.schema import Attempt
+from results.schema import clip as clip_text, Attempt
 
 TEXT_LIMIT = 20_000  # characters of one text block shown in the viewer (head and tail are kept)
 
@@ -39,24 +40,14 @@ SCRIPT = _static("report.js")
 
 
 def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
-    """Long text keeps its head and tail; the page stays usable with huge observations."""
-    text = "" if text is None else str(text)
-    if len(text) <= limit:
-        return text
-    head, tail = limit * 2 // 3, limit // 3
-    return f"{text[:head]}\n[... {len(text) - head - tail} characters not shown ...]\n{text[-tail:]}"
+    """Long text keeps its head (two thirds) and tail: the page stays usable with huge observations."""
+    return clip_text("" if text is None else str(text), limit, head_share=2 / 3)
 
 
 def html_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "<p class='meta'>(none)</p>"
     return df.to_html(index=False, escape=True, border=0, na_rep="-", float_format=lambda x: f"{x:.3f}")
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, list):  # OpenAI content parts
-        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
 
 
 def _action_text(action: Any) -> str:
@@ -81,7 +72,7 @@ def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
     start = [m for m in a.messages[:2] if m.get("role") in ("system", "user")]
     if start:
         parts.append("<details><summary>conversation start</summary>" + "".join(
-            f"<div class='label'>{e(str(m.get('role')))}</div><pre>{e(clip(_content_text(m.get('content'))))}</pre>"
+            f"<div class='label'>{e(str(m.get('role')))}</div><pre>{e(clip(content_text(m.get('content'))))}</pre>"
             for m in start) + "</details>")
     if a.tests:
         rows = "".join(f"<tr><td>{e(t.id)}</td><td class='{'passed' if t.outcome == 'passed' else 'failed-t'}'>"
