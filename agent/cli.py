@@ -15,16 +15,12 @@ RUN_EXAMPLE = """example:
   harness run --model openai/gpt-4o-mini --workspace ./repo "make the failing test pass" --verify "pytest -q" --apply"""
 
 
-def _raw(p):
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    return p
-
-
 def register(sub):
-    p = _raw(sub.add_parser("run", help="run the agent on a folder and print the resulting patch",
+    p = sub.add_parser("run", help="run the agent on a folder and print the resulting patch",
                             description="Copy a folder into a sandbox, let the agent work on the instruction, run the "
                                         "--verify commands and print the changes as a diff (exit 0 when verified).",
-                            epilog=RUN_EXAMPLE))
+                            epilog=RUN_EXAMPLE,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("instruction", help="what the agent should do, in plain words")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model string (default {DEFAULT_MODEL})")
     p.add_argument("-M", "--model-option", action="append", default=[], metavar="KEY=VALUE", dest="model_option",

@@ -18,17 +18,13 @@ EVAL_EXAMPLE = """examples:
   harness eval --model openai-compat:http://127.0.0.1:8000/v1/tuned -M supports_tools=true -M context_window=8192"""
 
 
-def _raw(p):
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    return p
-
-
 def register(sub):
-    p = _raw(sub.add_parser("eval", help="evaluate a model on a task suite (no arguments: the embedded default)",
+    p = sub.add_parser("eval", help="evaluate a model on a task suite (no arguments: the embedded default)",
                             description="Run the agent on every selected task (x samples) in sandboxes, grade each "
                                         "attempt with hidden tests, append it to the run folder and print a "
                                         "summary. Exits 1 when every attempt ended in an infrastructure error.",
-                            epilog=EVAL_EXAMPLE))
+                            epilog=EVAL_EXAMPLE,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help=f"model string (default {DEFAULT_MODEL}); see README 'Model strings'")
     p.add_argument("-M", "--model-option", action="append", default=[], metavar="KEY=VALUE", dest="model_option",
                    help=MODEL_OPTION_HELP)

@@ -13,7 +13,7 @@ import hashlib
 import sys
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
@@ -208,7 +208,7 @@ class Progress:
     solved: int = 0
     errors: int = 0
     cost: float = 0.0
-    started: float = time.monotonic()
+    started: float = field(default_factory=time.monotonic)
     stream = sys.stderr
 
     def update(self, rec: Attempt):
