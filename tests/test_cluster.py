@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -273,3 +274,47 @@ def test_the_served_model_has_the_adapter_and_nodes_record_one_machines_token_id
     finally:
         base.close()
     assert reply.completion_ids != on_cluster[0][1]
+
+
+def test_train_cli_says_what_to_install_without_ray(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['harness', 'train', '--preset', 'rft-smollm2', "
+            f"'--out', {str(tmp_path / 'run')!r}, '--cluster', 'auto']; import harness; sys.exit(harness.main())")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "pip install 'harness[cluster]'" in errors[0], p.stderr
+    assert not (tmp_path / "run").exists()  # said before anything was written
+
+
+@needs_cluster
+@pytest.mark.model
+@pytest.mark.slow
+def test_train_runs_a_round_on_the_cluster(ray_cluster, tmp_path):
+    """`harness train --cluster`: every eval's attempts run on the nodes with token-exact records; round 1
+    trains on them and evaluates its adapter there. Kept small and reproducible: the create-file family
+    (1 train, 1 heldout task), one step of 16 tokens, t=0.05 (the base's near-greedy reply solves it)."""
+    out = tmp_path / "run"
+    argv = ray_cluster.wrap([sys.executable, str(ROOT / "harness.py"), "train", "--preset", "rft-smollm2",
+                             "--tasks", str(ROOT / "tasks" / "builtin" / "families" / "create-file"),
+                             "--rounds", "1", "--samples", "2", "--eval-samples", "1", "--limit", "1",
+                             "--temperature", "0.05", "--max-steps", "1", "--max-reply-tokens", "16",
+                             "--concurrency", "2", "--epochs", "1", "--cluster", ray_cluster.address,
+                             "--out", str(out)])
+    p = subprocess.run(argv, cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for r in range(2):
+        runs = json.loads((out / f"round_{r}" / "eval.done.json").read_text())["runs"]
+        assert set(runs) == {"heldout-greedy", "heldout-sample", "train-greedy", "train-sample"}
+        recs = {name: records(Path(run_dir)) for name, run_dir in runs.items()}
+        assert all(r["node"] for rs in recs.values() for r in rs)  # every attempt ran on the cluster
+        assert all(s["prompt_ids"] and s["completion_ids"] for rs in recs.values() for r in rs for s in r["steps"])
+        manifest = json.loads((Path(runs["train-sample"]) / "manifest.json").read_text())
+        adapter = {"adapter": str(out / "round_1" / "adapter")} if r else {}
+        assert manifest["config"]["model_options"] == adapter  # round 1 samples with its adapter
+        if r == 0:
+            solved = {a["task_id"] for a in recs["train-sample"] if a["solved"]}
+            assert solved == {"create-file-01"}, "the base model no longer solves create-file-01 here"
+    data = json.loads((out / "round_1" / "data.done.json").read_text())
+    assert data["tasks"] == ["create-file-01"] and data["examples"] >= 1  # trained on the nodes' token ids
+    assert (out / "round_1" / "adapter" / "adapter_model.safetensors").is_file()
+    assert {row["round"] for row in map(json.loads, (out / "rounds.jsonl").read_text().splitlines())} == {0, 1}
