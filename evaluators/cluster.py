@@ -14,8 +14,10 @@ very image the manifest names.
 Node loss: an attempt whose node dies is put back in the queue and runs on another node. Its record
 never reached the driver, and the driver writes each key once, so nothing is lost or duplicated.
 
-Models: API models are called from the actors. An in-process model (local:...) is served once by
-the driver (agent/serve.py) and the actors call it over HTTP as openai-compat:.
+Models: API models are called from the actors. An in-process model (local:..., with its LoRA adapter
+when model_options names one) is served once by the driver (agent/serve/) and the actors call it over
+HTTP as openai-compat: with return_token_ids, so the records carry the exact prompt and reply token ids
+that a single-machine run records and that `harness train --cluster` trains on.
 """
 from __future__ import annotations
 
@@ -186,10 +188,13 @@ async def run_on_cluster(address: str, todo: list[tuple[Any, int]], *, tasks: li
         raise UserError(f"--cluster {address}: the cluster has no live node with CPUs")
     server = None
     actor_model = model
-    if model.startswith("local:"):  # in-process weights: served once, here
+    if model.startswith("local:"):  # in-process weights, with model_options' adapter: served once, here
         from agent.serve import start_server
-        server = await asyncio.to_thread(start_server, model_obj, ray.util.get_node_ip_address())
-        actor_model, model_options = f"openai-compat:{server.base_url}/{server.name}", {}
+        server = await asyncio.to_thread(start_server, model_obj, ray.util.get_node_ip_address(),
+                                         stop_after_block=getattr(model_obj, "stop_after_block", False))
+        # The nodes' records then carry the served model's exact token ids, as one machine's do (training).
+        actor_model = f"openai-compat:{server.base_url}/{server.name}"
+        model_options = {"return_token_ids": True, "context_window": model_obj.context_window}
     Actor = _actor_class()
     slots = _split(concurrency, len(nodes))
     model_slots = _split(model_concurrency or concurrency, len(nodes))

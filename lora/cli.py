@@ -36,6 +36,8 @@ def register(subparsers) -> None:
     p.add_argument("--lr", type=float, help="learning rate (default 2e-4)")
     p.add_argument("--epochs", type=int, help="epochs per round (default 2)")
     p.add_argument("--out", help="run folder (default runs/train/<model>-<tasks>); the same folder resumes")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run the evals' attempts on a Ray cluster (ray://HOST:PORT, HOST:PORT or auto)")
     p.add_argument("--preset", help="named settings, e.g. rft-smollm2; explicit flags override it")
     p.set_defaults(func=cmd_train)
 
@@ -54,6 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         per_task_cap=args.per_task_cap, mask_errors=args.mask_errors, continue_adapter=args.continue_adapter,
         limit=args.limit, max_steps=args.max_steps, max_reply_tokens=args.max_reply_tokens,
         concurrency=args.concurrency, seed=args.seed, out=out,
+        cluster=args.cluster,
         sft={"rank": args.rank, "lr": args.lr, "epochs": args.epochs})
     run(cfg)
     return 0

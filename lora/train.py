@@ -25,6 +25,7 @@ import asyncio
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -75,12 +76,13 @@ class TrainConfig:
     max_reply_tokens: Optional[int] = None  # LoopConfig's field; None: its default
     concurrency: int = 4
     seed: int = 0
+    cluster: Optional[str] = None  # a Ray address: the evals run their attempts on its nodes
     sft: SFTConfig = field(default_factory=SFTConfig)
 
     def identity(self) -> dict:
         """The settings a resumed run must share with the original (rounds may grow, speed may change)."""
         d = asdict(self)
-        for k in ("out", "rounds", "concurrency"):
+        for k in ("out", "rounds", "concurrency", "cluster"):
             d.pop(k)
         d["sft"] = {k: v for k, v in d["sft"].items() if k not in ("device", "log_every")}
         return d
@@ -127,7 +129,8 @@ def _load_tasks(spec: str, split: str) -> list:
 
 
 def _run_eval(model: str, tasks: list, *, samples: int, temperature: float, out_dir: Path,
-              adapter: Optional[Path], seed: int, concurrency: int, limits: dict) -> Path:
+              adapter: Optional[Path], seed: int, concurrency: int, limits: dict,
+              cluster: Optional[str] = None) -> Path:
     from evaluators.runner import run_eval
     from lora.sft import free_memory
     options = {"adapter": str(adapter)} if adapter else None
@@ -138,7 +141,7 @@ def _run_eval(model: str, tasks: list, *, samples: int, temperature: float, out_
     resume = (Path(out_dir) / "manifest.json").exists()  # an interrupted run of this phase: finish it
     run_dir = asyncio.run(run_eval(model, tasks, samples=samples, temperature=temperature, out_dir=out_dir,
                                    concurrency=concurrency, resume=resume, seed=seed, model_options=options,
-                                   **extra))
+                                   cluster=cluster, **extra))
     free_memory()  # the runner's model copy is gone; give its memory back before training
     return Path(run_dir)
 
@@ -164,8 +167,9 @@ def _end_of_turn(model: str) -> Optional[int]:
     return end_of_turn_id(local_spec(model))
 
 
-def default_backend() -> Backend:
-    return Backend(load_tasks=_load_tasks, run_eval=_run_eval, fine_tune=_fine_tune, end_of_turn=_end_of_turn)
+def default_backend(cluster: Optional[str] = None) -> Backend:
+    return Backend(load_tasks=_load_tasks, run_eval=partial(_run_eval, cluster=cluster), fine_tune=_fine_tune,
+                   end_of_turn=_end_of_turn)
 
 
 def local_spec(model: str) -> str:
@@ -231,8 +235,11 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
 
 def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str], None] = print) -> Path:
     """Run (or resume) the rounds of `cfg` in cfg.out. Returns the run folder."""
-    backend = backend or default_backend()
+    backend = backend or default_backend(cfg.cluster)
     local_spec(cfg.model)
+    if cfg.cluster:  # no Ray or a bad address: said before anything is written
+        from evaluators.cluster import check_address, import_ray
+        check_address(cfg.cluster), import_ray()
     out = Path(cfg.out)
     _check_config(out, cfg)
     stopped = out / "stopped.json"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +210,111 @@ def test_a_local_model_is_served_once_by_the_driver_and_called_from_the_nodes(ra
     for r in recs:
         assert r["model"] == "local:smollm2-135m" and r["status"] != "error", r["error"]
         assert r["n_steps"] == 1 and r["completion_tokens"] > 0  # replies came over HTTP from the served model
+    # The same token ids as one machine: the served model ends a reply after its first ``` block, as the loop's
+    # local model does (its replies here close a block within 16 tokens; past it they would differ).
+    from agent.loop import LoopConfig
+    tasks = [t for t in create_file_tasks() if t.id in ("create-file-01", "create-file-02")]
+    run(run_eval("local:smollm2-135m", tasks, out_dir=tmp_path / "single", concurrency=2, progress=False,
+                 loop=LoopConfig(max_steps=1, max_reply_tokens=16), suite="builtin"))
+    on_cluster = token_ids(out)
+    assert all(prompt and reply for steps in on_cluster.values() for prompt, reply in steps)
+    assert on_cluster == token_ids(tmp_path / "single")
+
+
+def random_adapter(folder):
+    """A PEFT LoRA adapter with random weights on both sides: it changes the model's greedy replies."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from agent.models import local
+    base, _ = local.load_hf("smollm2-135m")
+    torch.manual_seed(0)
+    lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                           init_lora_weights=False))
+    lora.save_pretrained(str(folder))
+    return folder
+
+
+def token_ids(out):
+    """{task id: [(prompt ids, reply ids) of each step]}"""
+    recs = records(out)
+    assert not [r["error"] for r in recs if r["status"] == "error"]
+    return {r["task_id"]: [(s["prompt_ids"], s["completion_ids"]) for s in r["steps"]] for r in recs}
+
+
+@needs_cluster
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_served_model_has_the_adapter_and_nodes_record_one_machines_token_ids(ray_cluster, tmp_path):
+    """What `harness train --cluster` samples with: the base model plus the round's adapter, served by the
+    driver. The records from the nodes carry the exact token ids a single-machine run records."""
+    from agent.loop import LoopConfig
+    from agent.models.local import LocalModel
+
+    adapter = random_adapter(tmp_path / "adapter")
+    argv = ray_cluster.wrap([sys.executable, str(ROOT / "harness.py"), "eval", "--model", "local:smollm2-135m",
+                             "--adapter", str(adapter), "--tasks", "builtin", "--glob", "create-file-01",
+                             "--max-steps", "2", "--max-reply-tokens", "48", "--cluster", ray_cluster.address,
+                             "--out", str(tmp_path / "cluster")])
+    p = subprocess.run(argv, cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    on_cluster = token_ids(tmp_path / "cluster")["create-file-01"]
+    assert records(tmp_path / "cluster")[0]["node"]  # it ran on a node of the cluster
+
+    tasks = [t for t in create_file_tasks() if t.id == "create-file-01"]
+    run(run_eval("local:smollm2-135m", tasks, out_dir=tmp_path / "single", model_options={"adapter": str(adapter)},
+                 loop=LoopConfig(max_steps=2, max_reply_tokens=48), progress=False, suite="builtin"))
+    single = token_ids(tmp_path / "single")["create-file-01"]
+    assert all(prompt and reply for prompt, reply in on_cluster)
+    assert on_cluster == single  # same prompts, same generated tokens, step by step
+
+    base = LocalModel("smollm2-135m")  # the base alone answers the first prompt otherwise: the adapter was on
+    try:
+        [reply] = base.submit(on_cluster[0][0], max_tokens=48, stop_after_block=True).future.result()
+    finally:
+        base.close()
+    assert reply.completion_ids != on_cluster[0][1]
+
+
+def test_train_cli_says_what_to_install_without_ray(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['harness', 'train', '--preset', 'rft-smollm2', "
+            f"'--out', {str(tmp_path / 'run')!r}, '--cluster', 'auto']; import harness; sys.exit(harness.main())")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "pip install 'harness[cluster]'" in errors[0], p.stderr
+    assert not (tmp_path / "run").exists()  # said before anything was written
+
+
+@needs_cluster
+@pytest.mark.model
+@pytest.mark.slow
+def test_train_runs_a_round_on_the_cluster(ray_cluster, tmp_path):
+    """`harness train --cluster`: every eval's attempts run on the nodes with token-exact records; round 1
+    trains on them and evaluates its adapter there. Kept small and reproducible: the create-file family
+    (1 train, 1 heldout task), one step of 16 tokens, t=0.05 (the base's near-greedy reply solves it)."""
+    out = tmp_path / "run"
+    argv = ray_cluster.wrap([sys.executable, str(ROOT / "harness.py"), "train", "--preset", "rft-smollm2",
+                             "--tasks", str(ROOT / "tasks" / "builtin" / "families" / "create-file"),
+                             "--rounds", "1", "--samples", "2", "--eval-samples", "1", "--limit", "1",
+                             "--temperature", "0.05", "--max-steps", "1", "--max-reply-tokens", "16",
+                             "--concurrency", "2", "--epochs", "1", "--cluster", ray_cluster.address,
+                             "--out", str(out)])
+    p = subprocess.run(argv, cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for r in range(2):
+        runs = json.loads((out / f"round_{r}" / "eval.done.json").read_text())["runs"]
+        assert set(runs) == {"heldout-greedy", "heldout-sample", "train-greedy", "train-sample"}
+        recs = {name: records(Path(run_dir)) for name, run_dir in runs.items()}
+        assert all(r["node"] for rs in recs.values() for r in rs)  # every attempt ran on the cluster
+        assert all(s["prompt_ids"] and s["completion_ids"] for rs in recs.values() for r in rs for s in r["steps"])
+        manifest = json.loads((Path(runs["train-sample"]) / "manifest.json").read_text())
+        adapter = {"adapter": str(out / "round_1" / "adapter")} if r else {}
+        assert manifest["config"]["model_options"] == adapter  # round 1 samples with its adapter
+        if r == 0:
+            solved = {a["task_id"] for a in recs["train-sample"] if a["solved"]}
+            assert solved == {"create-file-01"}, "the base model no longer solves create-file-01 here"
+    data = json.loads((out / "round_1" / "data.done.json").read_text())
+    assert data["tasks"] == ["create-file-01"] and data["examples"] >= 1  # trained on the nodes' token ids
+    assert (out / "round_1" / "adapter" / "adapter_model.safetensors").is_file()
+    assert {row["round"] for row in map(json.loads, (out / "rounds.jsonl").read_text().splitlines())} == {0, 1}

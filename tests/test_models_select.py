@@ -120,3 +120,17 @@ def test_completions_of_splits_usage_and_parses_tool_calls():
     assert b.tool_calls[1].arguments == {"_raw": "{not json"}
     apply_prices([a, b], price_in=1.0, price_out=2.0)  # USD per 1M tokens; the prompt is billed once
     assert a.cost + b.cost == pytest.approx((10 * 1.0 + 7 * 2.0) / 1e6)
+
+
+def test_return_token_ids_is_an_openai_compat_option():
+    from agent.models import parse_model_options
+
+    options = parse_model_options("openai-compat:http://h:1/v1/m", ["return_token_ids=true", "top_k=5"])
+    assert options == {"return_token_ids": "true", "extra_params": {"top_k": 5}}
+    asked = get_model("openai-compat:http://h:1/v1/m", **options)
+    assert asked.extra_params == {"top_k": 5, "return_token_ids": True}
+    assert "return_token_ids" not in get_model("openai-compat:http://h:1/v1/m").extra_params
+    with pytest.raises(UserError, match="return_token_ids"):
+        get_model("openai-compat:http://h:1/v1/m", return_token_ids="sometimes")
+    with pytest.raises(UserError, match="unknown option.*return_token_ids"):
+        get_model("local:smollm2-135m", return_token_ids=True)  # a local model records its ids anyway

@@ -223,3 +223,38 @@ def test_serve_smollm2_to_the_openai_client_and_litellm():
         assert again.choices[0].message.content == text  # greedy: the same reply through either client
     finally:
         server.stop()
+
+
+def test_openai_compat_token_ids_stay_none_when_the_server_has_none(serve_script):
+    server = serve_script(["from a script"])  # a replay model has no tokenizer: no ids to return
+    model = get_model(f"openai-compat:{server.base_url}/{server.name}", return_token_ids="true")
+    assert model.extra_params == {"return_token_ids": True}  # the request field vLLM and serve read
+    [c] = asyncio.run(model.complete(MSGS))
+    assert c.content == "from a script" and c.prompt_ids is None and c.completion_ids is None
+
+
+@pytest.mark.model
+def test_openai_compat_token_ids_are_the_served_local_model_own():
+    """return_token_ids over HTTP gives the very ids the local model records in-process; a server started
+    with stop_after_block ends the reply where the local model's own complete() does (the loop's rule)."""
+    local = get_model("local:smollm2-135m")
+    ask = [{"role": "user", "content": "Write a bash command in a ```bash block that creates hello.txt containing hi."}]
+    [direct] = asyncio.run(local.complete(ask, max_tokens=48))
+    assert direct.content.startswith("```") and direct.content.endswith("```")  # the block rule cut it
+    servers = [start_server(local, stop_after_block=True), start_server(local)]
+    try:
+        url = f"openai-compat:{servers[0].base_url}/{servers[0].name}"
+        [c] = asyncio.run(get_model(url, return_token_ids="true").complete(ask, max_tokens=48))
+        assert c.prompt_ids == direct.prompt_ids and c.completion_ids == direct.completion_ids
+        assert c.content == direct.content
+        [plain] = asyncio.run(get_model(url).complete(ask, max_tokens=48))
+        assert plain.content == c.content and plain.prompt_ids is None and plain.completion_ids is None
+        url = f"openai-compat:{servers[1].base_url}/{servers[1].name}"
+        [on] = asyncio.run(get_model(url, return_token_ids="true").complete(ask, max_tokens=48))
+        assert on.prompt_ids == direct.prompt_ids  # a plain server decodes past the block, as OpenAI would
+        assert on.completion_ids[: len(direct.completion_ids)] == direct.completion_ids
+        assert len(on.completion_ids) > len(direct.completion_ids)
+    finally:
+        for s in servers:
+            s.stop()
+        local.close()

@@ -19,7 +19,9 @@ Options (unknown ones are a UserError; values may be strings, e.g. from the comm
     all:            price_in, price_out     USD per 1M prompt/completion tokens; override the cost
     local:          adapter=DIR (PEFT LoRA adapter), seed=INT, device=cpu|cuda
     openai-compat:  base_url, api_key (else OPENAI_COMPAT_API_KEY, else "none"), supports_tools (default
-                    false), context_window (default 8192), timeout (s per request), max_attempts, retry
+                    false), context_window (default 8192), timeout (s per request), max_attempts, retry,
+                    return_token_ids (default false: ask for the exact token ids, vLLM's and `harness serve`'s
+                    extension; records then carry them as a local model's do)
     litellm:        api_base (alias base_url), api_key, supports_tools, context_window, timeout,
                     max_attempts, retry (a RetryPolicy)
     openai-compat and litellm: extra_params={...} sent with every request (the CLI's -M puts any key it does
@@ -51,7 +53,7 @@ _COMMON = {"price_in", "price_out"}
 _HTTP = {"api_key", "supports_tools", "context_window", "timeout", "max_attempts", "retry", "extra_params"}
 _ALLOWED = {
     "local": _COMMON | {"adapter", "seed", "device"},
-    "openai-compat": _COMMON | _HTTP | {"base_url"},
+    "openai-compat": _COMMON | _HTTP | {"base_url", "return_token_ids"},
     "replay": _COMMON,
     "litellm": _COMMON | _HTTP | {"api_base", "base_url"},
 }
@@ -133,7 +135,8 @@ def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
                                  supports_tools=bool(_bool(options, "supports_tools")),
                                  context_window=_int(options, "context_window") or 8192,
                                  retry=_retry(options), price_in=price_in, price_out=price_out,
-                                 extra_params=options.get("extra_params"))
+                                 extra_params=options.get("extra_params"),
+                                 return_token_ids=bool(_bool(options, "return_token_ids")))
     from agent.models.litellm_model import LiteLLMModel
 
     return LiteLLMModel(spec, api_key=options.get("api_key"), api_base=options.get("api_base") or options.get("base_url"),

@@ -33,6 +33,17 @@ def parse_target(target: str, base_url: Optional[str] = None) -> tuple[str, str]
     return base_url.rstrip("/"), target
 
 
+def with_token_ids(completions: list[Completion], response: Any) -> list[Completion]:
+    """Fills prompt_ids / completion_ids from a `return_token_ids` response: `prompt_token_ids` on the
+    response and `token_ids` on each choice (fields the client keeps as extras). Absent: left None."""
+    prompt = (getattr(response, "model_extra", None) or {}).get("prompt_token_ids")
+    for c, choice in zip(completions, response.choices or []):
+        ids = (getattr(choice, "model_extra", None) or {}).get("token_ids")
+        if prompt is not None and ids is not None:
+            c.prompt_ids, c.completion_ids = list(prompt), list(ids)
+    return completions
+
+
 class OpenAICompatModel:
     """Chat completions against base_url with the official `openai` AsyncOpenAI client (its retries off)."""
 
@@ -49,6 +60,7 @@ class OpenAICompatModel:
         price_in: Optional[float] = None,
         price_out: Optional[float] = None,
         extra_params: Optional[dict[str, Any]] = None,
+        return_token_ids: bool = False,
     ) -> None:
         if not model:
             raise UserError(f"openai-compat: no model name given for {base_url}; write openai-compat:{base_url}/MODEL")
@@ -62,6 +74,8 @@ class OpenAICompatModel:
         self.retry = retry
         self.price_in, self.price_out = price_in, price_out
         self.extra_params = dict(extra_params or {})  # sent with every request (top_p, top_k, ...)
+        if return_token_ids:  # vLLM's extension, also `harness serve`'s: exact ids for token-level training
+            self.extra_params["return_token_ids"] = True
         self._client: Any = None
         self._client_loop: Any = None
 
@@ -91,7 +105,7 @@ class OpenAICompatModel:
         response = await call_with_retries(lambda: client.chat.completions.create(**kwargs),
                                            what=f"model {self.model!r} at {self.base_url}", policy=self.retry,
                                            auth_hint="check the api_key option or OPENAI_COMPAT_API_KEY")
-        return completions_of(response)
+        return with_token_ids(completions_of(response), response)
 
     async def complete(
         self,

@@ -40,6 +40,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "harness-serve"
     models: dict[str, Model] = {}
     api_key: Optional[str] = None
+    stop_after_block: bool = False  # see start_server
     run: Callable[[Any], Any]
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the stdlib's name
@@ -169,7 +170,8 @@ class Handler(BaseHTTPRequestHandler):
     def _submit(self, model: Any, req: GenRequest, ids: list[int], prefix: str, base: int, stop: list[str],
                 events: Optional[queue.SimpleQueue]) -> Job:
         handle = model.submit(ids, n=req.n, temperature=req.temperature, max_tokens=req.max_tokens, seed=req.seed,
-                              stop=stop, logprobs=req.logprobs, events=events)
+                              stop=stop, logprobs=req.logprobs, events=events,
+                              stop_after_block=self.stop_after_block and isinstance(req, ChatRequest))
         return Job(base, req.n, ids, prefix, handle)
 
     def _respond(self, model: Any, req: GenRequest, jobs: list[Job], chat: bool,

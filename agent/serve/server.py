@@ -58,10 +58,14 @@ def parse_adapters(values: list[str]) -> tuple[Optional[str], dict[str, str]]:
 
 
 def start_server(model: Model | str, host: str = "127.0.0.1", port: int = 0, *, name: Optional[str] = None,
-                 adapters: Optional[dict[str, str]] = None, api_key: Optional[str] = None, **options: Any) -> Server:
+                 adapters: Optional[dict[str, str]] = None, api_key: Optional[str] = None,
+                 stop_after_block: bool = False, **options: Any) -> Server:
     """Serve a Model (or a spec for get_model, with options) in background threads; port 0 picks a free one.
     `adapters` {name: folder} serves LoRA adapters of a local spec beside the base model, each chosen by
-    the request's `model`. Returns Server(base_url, model, name, stop, models)."""
+    the request's `model`. `stop_after_block`: a local model's chat replies end after their first complete
+    ``` block, as its own complete() does for the agent loop (evaluators/cluster.py serves the loop's model
+    so, and its nodes get the replies and token ids one machine would). Returns Server(base_url, model, name,
+    stop, models)."""
     made = []
     if isinstance(model, str):
         spec = model
@@ -86,6 +90,7 @@ def start_server(model: Model | str, host: str = "127.0.0.1", port: int = 0, *, 
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     handler = type("BoundHandler", (Handler,), {"models": models, "api_key": api_key or None,
+                                                "stop_after_block": stop_after_block,
                                                 "run": staticmethod(run)})
     try:
         httpd = _HTTPServer((host, port), handler)
