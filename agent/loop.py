@@ -149,6 +149,17 @@ def clean(messages: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k not in ("elided", "pinned")} for m in messages]
 
 
+def opening_messages(instruction: str, use_tools: bool, demonstration: bool = True,
+                     workdir: str = "/workspace") -> list[dict]:
+    """The conversation before the first step: the system prompt, the worked example (text protocol) and
+    the task (pinned: never elided to fit the context window)."""
+    system = prompt("system_tools" if use_tools else "system_text").replace("/workspace", workdir)
+    messages = [{"role": "system", "content": system}]
+    if demonstration and not use_tools:
+        messages += json.loads((PROMPTS / "demonstration.json").read_text())
+    return messages + [{"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True}]
+
+
 # -- how an attempt ends: each exit's `reason` is the exit_reason recorded (results/schema.py) ----------
 class LoopExit(Exception):
     reason = ""
@@ -232,15 +243,9 @@ class _Loop:
 
     def start(self, instruction: str) -> None:
         """The system prompt, the worked example (text protocol) and the task."""
-        system = prompt("system_tools" if self.use_tools else "system_text")
         if self.sb.workdir != "/workspace":  # a Harbor task's working folder is its image's WORKDIR
-            system = system.replace("/workspace", self.sb.workdir)
             self.tools = json.loads(json.dumps(TOOLS).replace("/workspace", self.sb.workdir))
-        self.res.messages.append({"role": "system", "content": system})
-        if self.cfg.demonstration and not self.use_tools:
-            self.res.messages += json.loads((PROMPTS / "demonstration.json").read_text())
-        self.res.messages.append({"role": "user", "content": prompt("instance", instruction=instruction),
-                                  "pinned": True})
+        self.res.messages += opening_messages(instruction, self.use_tools, self.cfg.demonstration, self.sb.workdir)
 
     def check_context(self) -> None:
         """Elides old observations so the next prompt fits the window; ends the attempt when it cannot."""

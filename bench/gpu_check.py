@@ -499,14 +499,10 @@ def docker_ok() -> bool:
 
 
 def first_turn(instruction: str) -> list[dict]:
-    """The loop's opening messages for the text protocol (agent/loop.py _run), for the no-sandbox evals:
-    agent.loop itself imports the sandbox (Docker SDK), which a bare GPU machine lacks."""
-    from string import Template
-    prompts = ROOT / "agent" / "prompts"
-    text = lambda name, **kw: Template((prompts / f"{name}.md").read_text()).safe_substitute(**kw).strip()  # noqa: E731
-    return ([{"role": "system", "content": text("system_text")}]
-            + json.loads((prompts / "demonstration.json").read_text())
-            + [{"role": "user", "content": text("instance", instruction=instruction)}])
+    """The loop's opening messages for the text protocol, for the no-sandbox evals (agent.loop imports the
+    sandbox package only where a sandbox is used, so a bare GPU machine without the Docker SDK has it)."""
+    from agent.loop import clean, opening_messages
+    return clean(opening_messages(instruction, use_tools=False))
 
 
 def no_sandbox_eval(model: str, tasks: list, *, samples: int, temperature: float, out_dir: Path,
