@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """harness CLI: argument parsing and dispatch only. Each package registers its own subcommands."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,9 @@ COMMAND_MODULES = ["evaluators.cli", "agent.cli", "tasks.cli", "results.cli", "l
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(prog="harness", description="Agent harness: execute, verify, correct, train.")
+    parser = argparse.ArgumentParser(
+        prog="harness", description="Agent harness: execute, verify, correct, train."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -6,6 +6,7 @@ native tool calls, or text (one ```bash block per reply) for models without tool
 Each step is query (ask the model), execute (run its actions, build the observation) and the limit
 checks; whatever ends the attempt raises a LoopExit whose `reason` is the recorded exit_reason.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,13 +24,20 @@ from agent.models.retry import ContextLengthError
 from results.schema import Action, Step, clip
 
 if TYPE_CHECKING:  # the sandbox package (Docker SDK) is imported where a sandbox is used: the CLIs and the
-    from agent.sandbox.protocol import LoopSandbox  # server import LoopConfig from here on machines without it
+    from agent.sandbox.protocol import (
+        LoopSandbox,  # server import LoopConfig from here on machines without it
+    )
 
 PROMPTS = Path(__file__).parent / "prompts"
 # The variables each prompt template is given (and must use): a template naming any other fails.
-PROMPT_VARIABLES = {"system_tools": set(), "system_text": set(), "instance": {"instruction"},
-                    "observation": {"exit_code", "output"}, "timeout": {"timeout", "output"},
-                    "format_error": {"problem"}}
+PROMPT_VARIABLES = {
+    "system_tools": set(),
+    "system_text": set(),
+    "instance": {"instruction"},
+    "observation": {"exit_code", "output"},
+    "timeout": {"timeout", "output"},
+    "format_error": {"problem"},
+}
 
 
 class PromptError(Exception):
@@ -45,20 +53,45 @@ def prompt(name: str, **values) -> str:
     if used != given:
         problems = [f"unknown variable ${v}" for v in sorted(used - given)]
         problems += [f"${v} missing" for v in sorted(given - used)]
-        raise PromptError(f"{path}: {', '.join(problems)} (it is given: {', '.join(sorted(given)) or 'nothing'})")
+        raise PromptError(
+            f"{path}: {', '.join(problems)} (it is given: {', '.join(sorted(given)) or 'nothing'})"
+        )
     return template.substitute(**values).strip()
 
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "bash", "description": "Run one shell command in /workspace; returns exit code and output.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
-    {"type": "function", "function": {
-        "name": "write_file", "description": "Write a file with exactly this content (path relative to /workspace).",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                       "required": ["path", "content"]}}},
-    {"type": "function", "function": {
-        "name": "submit", "description": "Finish: the task is done.", "parameters": {"type": "object", "properties": {}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run one shell command in /workspace; returns exit code and output.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a file with exactly this content (path relative to /workspace).",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Finish: the task is done.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
 ]
 
 
@@ -84,9 +117,15 @@ BLOCK = re.compile(r"```[ \t]*([A-Za-z]*)[ \t]*\n(.*?)```", re.DOTALL)
 
 def parse_text_reply(text: str) -> Action:
     """Text protocol: exactly one fenced shell block; `submit` alone in it ends the task."""
-    blocks = [body for lang, body in BLOCK.findall(text) if lang.lower() in ("", "bash", "sh", "shell", "console")]
+    blocks = [
+        body for lang, body in BLOCK.findall(text) if lang.lower() in ("", "bash", "sh", "shell", "console")
+    ]
     if len(blocks) != 1:
-        problem = "no ```bash block found." if not blocks else f"{len(blocks)} code blocks found, expected exactly one."
+        problem = (
+            "no ```bash block found."
+            if not blocks
+            else f"{len(blocks)} code blocks found, expected exactly one."
+        )
         return Action(kind="format_error", content=problem)
     command = blocks[0].strip()
     if command in ("submit", "echo submit", "exit", "exit 0"):
@@ -102,26 +141,42 @@ def parse_tool_calls(completion: Completion) -> list[Action]:
         args = call.arguments
         if call.name == "bash" and isinstance(args.get("command"), str):
             actions.append(Action(kind="bash", command=args["command"], tool_call_id=call.id))
-        elif call.name == "write_file" and isinstance(args.get("path"), str) and isinstance(args.get("content"), str):
-            actions.append(Action(kind="write", path=args["path"], content=args["content"], tool_call_id=call.id))
+        elif (
+            call.name == "write_file"
+            and isinstance(args.get("path"), str)
+            and isinstance(args.get("content"), str)
+        ):
+            actions.append(
+                Action(kind="write", path=args["path"], content=args["content"], tool_call_id=call.id)
+            )
         elif call.name == "submit":
             actions.append(Action(kind="submit", tool_call_id=call.id))
         else:
-            actions.append(Action(kind="format_error", tool_call_id=call.id,
-                                  content=f"unknown tool or bad arguments: {call.name}({json.dumps(args)[:200]})."))
+            actions.append(
+                Action(
+                    kind="format_error",
+                    tool_call_id=call.id,
+                    content=f"unknown tool or bad arguments: {call.name}({json.dumps(args)[:200]}).",
+                )
+            )
     if not actions:
         actions.append(Action(kind="format_error", content="no tool call: call bash, write_file or submit."))
     return actions
 
 
-async def run_action(sb: LoopSandbox, action: Action, cfg: LoopConfig) -> tuple[str, Optional[int], bool, float]:
+async def run_action(
+    sb: LoopSandbox, action: Action, cfg: LoopConfig
+) -> tuple[str, Optional[int], bool, float]:
     """Runs one action; returns (observation, exit code, timed out, seconds)."""
     if action.kind == "format_error":
         return prompt("format_error", problem=action.content), None, False, 0.0
     if action.kind == "write":
         path = action.path if action.path.startswith("/") else f"{sb.workdir}/{action.path}"
-        r = await sb.exec(["bash", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "_", path],
-                          cfg.command_timeout, stdin=action.content.encode())
+        r = await sb.exec(
+            ["bash", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "_", path],
+            cfg.command_timeout,
+            stdin=action.content.encode(),
+        )
         text = f"wrote {len(action.content)} characters to {action.path}" if r.exit_code == 0 else r.output
         return prompt("observation", exit_code=r.exit_code, output=text), r.exit_code, False, r.duration
     r = await sb.exec(action.command, cfg.command_timeout)
@@ -149,15 +204,18 @@ def clean(messages: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k not in ("elided", "pinned")} for m in messages]
 
 
-def opening_messages(instruction: str, use_tools: bool, demonstration: bool = True,
-                     workdir: str = "/workspace") -> list[dict]:
+def opening_messages(
+    instruction: str, use_tools: bool, demonstration: bool = True, workdir: str = "/workspace"
+) -> list[dict]:
     """The conversation before the first step: the system prompt, the worked example (text protocol) and
     the task (pinned: never elided to fit the context window)."""
     system = prompt("system_tools" if use_tools else "system_text").replace("/workspace", workdir)
     messages = [{"role": "system", "content": system}]
     if demonstration and not use_tools:
         messages += json.loads((PROMPTS / "demonstration.json").read_text())
-    return messages + [{"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True}]
+    return messages + [
+        {"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True}
+    ]
 
 
 # -- how an attempt ends: each exit's `reason` is the exit_reason recorded (results/schema.py) ----------
@@ -245,7 +303,9 @@ class _Loop:
         """The system prompt, the worked example (text protocol) and the task."""
         if self.sb.workdir != "/workspace":  # a Harbor task's working folder is its image's WORKDIR
             self.tools = json.loads(json.dumps(TOOLS).replace("/workspace", self.sb.workdir))
-        self.res.messages += opening_messages(instruction, self.use_tools, self.cfg.demonstration, self.sb.workdir)
+        self.res.messages += opening_messages(
+            instruction, self.use_tools, self.cfg.demonstration, self.sb.workdir
+        )
 
     def check_context(self) -> None:
         """Elides old observations so the next prompt fits the window; ends the attempt when it cannot."""
@@ -256,30 +316,54 @@ class _Loop:
         """Asks the model for its next reply; records it as a step and as the assistant's message."""
         cfg, started = self.cfg, time.monotonic()
         try:
-            completion = (await asyncio.wait_for(self.model.complete(
-                clean(self.res.messages),
-                tools=self.tools if self.use_tools else None, temperature=cfg.temperature,
-                max_tokens=cfg.max_reply_tokens, seed=None if cfg.seed is None else cfg.seed + index),
-                timeout=max(self.deadline - started, 1.0)))[0]
+            completion = (
+                await asyncio.wait_for(
+                    self.model.complete(
+                        clean(self.res.messages),
+                        tools=self.tools if self.use_tools else None,
+                        temperature=cfg.temperature,
+                        max_tokens=cfg.max_reply_tokens,
+                        seed=None if cfg.seed is None else cfg.seed + index,
+                    ),
+                    timeout=max(self.deadline - started, 1.0),
+                )
+            )[0]
         except asyncio.TimeoutError:
             raise WallTime() from None
         except ContextLengthError:  # the server's own count said the prompt no longer fits
             raise ContextExceeded() from None
         except ModelError as e:
             raise ModelFailed(e) from None
-        step = Step(index=index, raw_output=completion.content, model_seconds=time.monotonic() - started,
-                    tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
-                    prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
-                    cost=completion.cost, prompt_ids=completion.prompt_ids, completion_ids=completion.completion_ids)
+        step = Step(
+            index=index,
+            raw_output=completion.content,
+            model_seconds=time.monotonic() - started,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls
+            ],
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            cost=completion.cost,
+            prompt_ids=completion.prompt_ids,
+            completion_ids=completion.completion_ids,
+        )
         self.res.steps.append(step)
         self.tokens += completion.prompt_tokens + completion.completion_tokens
         self.cost += completion.cost
         assistant: dict[str, Any] = {"role": "assistant", "content": completion.content}
         if self.use_tools and completion.tool_calls:
-            assistant["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                "name": c.name, "arguments": json.dumps(c.arguments)}} for c in completion.tool_calls]
+            assistant["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                }
+                for c in completion.tool_calls
+            ]
         self.res.messages.append(assistant)
-        step.actions = parse_tool_calls(completion) if self.use_tools else [parse_text_reply(completion.content)]
+        step.actions = (
+            parse_tool_calls(completion) if self.use_tools else [parse_text_reply(completion.content)]
+        )
         return step, completion
 
     async def execute(self, step: Step, completion: Completion) -> None:
@@ -290,8 +374,9 @@ class _Loop:
         for action in step.actions:
             if action.kind == "submit":
                 if self.use_tools and action.tool_call_id:
-                    self.res.messages.append({"role": "tool", "tool_call_id": action.tool_call_id,
-                                              "content": "submitted"})
+                    self.res.messages.append(
+                        {"role": "tool", "tool_call_id": action.tool_call_id, "content": "submitted"}
+                    )
                 raise Submitted()
             try:
                 obs, code, timed_out, seconds = await run_action(self.sb, action, self.cfg)
@@ -308,8 +393,9 @@ class _Loop:
             observations.append((action, obs))
         step.observation = "\n\n".join(obs for _, obs in observations)
         if self.use_tools and completion.tool_calls:
-            self.res.messages += [{"role": "tool", "tool_call_id": a.tool_call_id, "content": o}
-                                  for a, o in observations]
+            self.res.messages += [
+                {"role": "tool", "tool_call_id": a.tool_call_id, "content": o} for a, o in observations
+            ]
         else:
             self.res.messages.append({"role": "user", "content": step.observation})
 

@@ -1,10 +1,11 @@
 """The Python API for using the agent outside an evaluation.
 
-    from agent.workflow import run_workflow
-    result = asyncio.run(run_workflow("openai/gpt-4o-mini", Path("repo"), "fix the failing test",
-                                      verify=["python3 -m pytest -q"]))
-    print(result.diff)
+from agent.workflow import run_workflow
+result = asyncio.run(run_workflow("openai/gpt-4o-mini", Path("repo"), "fix the failing test",
+                                  verify=["python3 -m pytest -q"]))
+print(result.diff)
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,14 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from results.errors import UserError
-from agent.sandbox.images import ensure_base_image
 from agent.config import LoopConfig
 from agent.loop import LoopResult, run_loop
 from agent.models import get_model
 from agent.sandbox import Changes, ExecResult, Limits, SandboxPool
-from results.schema import Attempt
-from tasks.model import Task
+from agent.sandbox.images import ensure_base_image
+from results.errors import UserError
 
 MAX_WORKSPACE_BYTES = 64 << 20
 
@@ -55,9 +54,17 @@ def read_workspace(folder: Path) -> dict[str, bytes]:
     return files
 
 
-async def run_workflow(model: str, workspace: Path, instruction: str, *, verify: list[str] = (),
-                       cfg: Optional[LoopConfig] = None, limits: Limits = Limits(),
-                       image: Optional[str] = None, model_options: Optional[dict] = None) -> WorkflowResult:
+async def run_workflow(
+    model: str,
+    workspace: Path,
+    instruction: str,
+    *,
+    verify: list[str] = (),
+    cfg: Optional[LoopConfig] = None,
+    limits: Limits = Limits(),
+    image: Optional[str] = None,
+    model_options: Optional[dict] = None,
+) -> WorkflowResult:
     """Copies `workspace` into a sandbox, runs the agent loop, runs the verification commands,
     and returns the changes as a diff. The folder itself is not touched (see apply_changes)."""
     files = read_workspace(workspace)
@@ -68,7 +75,9 @@ async def run_workflow(model: str, workspace: Path, instruction: str, *, verify:
             await sb.put_files(files)
             await sb.mark_baseline()
             loop = await run_loop(the_model, sb, instruction, cfg or LoopConfig())
-            checks = [(cmd, await sb.exec(cmd, timeout=(cfg or LoopConfig()).command_timeout)) for cmd in verify]
+            checks = [
+                (cmd, await sb.exec(cmd, timeout=(cfg or LoopConfig()).command_timeout)) for cmd in verify
+            ]
             changes = await sb.changes()
             diff = await sb.diff()
     return WorkflowResult(loop, changes, diff, checks)
@@ -77,8 +86,17 @@ async def run_workflow(model: str, workspace: Path, instruction: str, *, verify:
 # Version-control metadata: a checkout runs what these say (core.fsmonitor, hooks, filters, submodule URLs),
 # so nothing from a sandbox is ever written into them. Compared in lower case (case-insensitive file systems).
 VCS_DIRS = {".git", ".hg", ".svn", ".bzr", "_darcs", "cvs", ".jj", ".pijul", ".fossil-settings"}
-VCS_FILES = {".gitattributes", ".gitmodules", ".gitconfig", ".hgrc", ".hgsub", ".hgsubstate", ".fslckout",
-             "_fossil_", ".bzrrules"}
+VCS_FILES = {
+    ".gitattributes",
+    ".gitmodules",
+    ".gitconfig",
+    ".hgrc",
+    ".hgsub",
+    ".hgsubstate",
+    ".fslckout",
+    "_fossil_",
+    ".bzrrules",
+}
 
 
 def refuse_reason(rel: str) -> str:
@@ -184,5 +202,3 @@ def escape_terminal(text: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
-
-

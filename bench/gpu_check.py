@@ -35,6 +35,7 @@ workplace's lent H200: run bench/gpu_wheels.sh here, then one device call carryi
 about 560 s (the 450 s budget, installs and imports), the command in bench/gpu_wheels.sh; the table is
 the end of the output and the JSON comes back from $OUT.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,19 +63,44 @@ SPECIALS = ["<|im_end|>", "<|endoftext|>", "<|im_start|>"]  # ChatML, as local.C
 # Sizes per mode. GPU: what the issue asks for, the target (1.5B at 4k) first in case the budget runs short.
 # CPU: the same code paths, tiny.
 PLAN = {
-    "gpu": {"sft_sizes": ["1.5b", "0.5b"], "sft_seqs": [4096, 1024], "sft_steps": 8, "sft_warmup": 2,
-            "sft_trainers": ["ours", "baseline", "baseline-bf16"], "sft_tokens": 8192,
-            "decode_shape": "0.5b", "concurrency": [1, 16, 64], "decode_tokens": 128, "prompt_len": (256, 1024),
-            "parity_rows": 4, "e2e_reply_tokens": 48, "e2e_sft_steps": 30, "budget": 450},
-    "cpu": {"sft_sizes": ["tiny"], "sft_seqs": [64, 128], "sft_steps": 2, "sft_warmup": 1,
-            "sft_trainers": ["ours", "baseline"], "sft_tokens": 512,
-            "decode_shape": "tiny", "concurrency": [1, 4, 8], "decode_tokens": 16, "prompt_len": (16, 64),
-            "parity_rows": 4, "e2e_reply_tokens": 8, "e2e_sft_steps": 2, "budget": 170},
+    "gpu": {
+        "sft_sizes": ["1.5b", "0.5b"],
+        "sft_seqs": [4096, 1024],
+        "sft_steps": 8,
+        "sft_warmup": 2,
+        "sft_trainers": ["ours", "baseline", "baseline-bf16"],
+        "sft_tokens": 8192,
+        "decode_shape": "0.5b",
+        "concurrency": [1, 16, 64],
+        "decode_tokens": 128,
+        "prompt_len": (256, 1024),
+        "parity_rows": 4,
+        "e2e_reply_tokens": 48,
+        "e2e_sft_steps": 30,
+        "budget": 450,
+    },
+    "cpu": {
+        "sft_sizes": ["tiny"],
+        "sft_seqs": [64, 128],
+        "sft_steps": 2,
+        "sft_warmup": 1,
+        "sft_trainers": ["ours", "baseline"],
+        "sft_tokens": 512,
+        "decode_shape": "tiny",
+        "concurrency": [1, 4, 8],
+        "decode_tokens": 16,
+        "prompt_len": (16, 64),
+        "parity_rows": 4,
+        "e2e_reply_tokens": 8,
+        "e2e_sft_steps": 2,
+        "budget": 170,
+    },
 }
 TARGET_SPEEDUP, TARGET_MFU = 1.5, 0.35
 
 
 # ---------------------------------------------------------------- budget
+
 
 class OutOfBudget(Exception):
     pass
@@ -123,6 +149,7 @@ class Budget:
 
 # ---------------------------------------------------------------- shared helpers
 
+
 def bench_module(name: str):
     """bench/<name>.py as a module (bench/ is not a package, and bench/lora.py would shadow lora/)."""
     spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
@@ -133,22 +160,26 @@ def bench_module(name: str):
 
 def on_gpu() -> bool:
     from agent.models.local import pick_device  # the project's one device rule (cuda when there is one)
+
     return pick_device().type == "cuda"
 
 
 def sync() -> None:
     import torch
+
     if on_gpu():
         torch.cuda.synchronize()
 
 
 def free() -> None:
     from lora.sft import free_memory
+
     free_memory()
 
 
 def device_name() -> str:
     import torch
+
     if on_gpu():
         return torch.cuda.get_device_name()
     return f"cpu ({torch.get_num_threads()} threads)"
@@ -169,8 +200,12 @@ def byte_tokenizer(vocab_size: int):
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=SPECIALS[0], pad_token=SPECIALS[1],
-                                   additional_special_tokens=SPECIALS[2:])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=SPECIALS[0],
+        pad_token=SPECIALS[1],
+        additional_special_tokens=SPECIALS[2:],
+    )
     fast.chat_template = CHATML_TEMPLATE
     assert len(fast) == vocab_size, (len(fast), vocab_size)
     return fast
@@ -183,10 +218,17 @@ def random_model_folder(folder: Path, shape: str, max_positions: int = 8192) -> 
 
     sizes = bench_module("lora").SIZES
     tok = byte_tokenizer(sizes[shape]["vocab_size"])
-    cfg = Qwen2Config(**sizes[shape], max_position_embeddings=max_positions, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    cfg = Qwen2Config(
+        **sizes[shape],
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     from agent.models.local import pick_device
+
     with pick_device():  # a 0.5B init on the CPU is slow
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.save_pretrained(str(folder))
@@ -198,29 +240,46 @@ def random_model_folder(folder: Path, shape: str, max_positions: int = 8192) -> 
 
 # ---------------------------------------------------------------- 1. LoRA SFT throughput
 
+
 def section_sft(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
     bl = bench_module("lora")  # reuse: the synthetic data, FLOP count, both training loops, peak matmul
     from agent.models.local import pick_device
+
     device = pick_device()
     cuda = device.type == "cuda"
     peak = bl.measure_peak(device)
     name = device_name()
     spec_peak = next((v for k, v in bl.SPEC_BF16_TFLOPS.items() if cuda and k in name), None)
-    out: dict[str, Any] = {"device": name, "peak_flops": peak, "spec_peak_tflops": spec_peak,
-                           "peak_kind": "bf16 matmul" if cuda else "fp32 matmul",
-                           "memory": "max allocated on the GPU" if cuda else "process max RSS (cumulative in-process)",
-                           "rows": [], "ratios": []}
-    log(f"[sft] {name}: measured {out['peak_kind']} peak {peak / 1e12:.1f} TFLOP/s"
-        + (f" (spec {spec_peak:.0f})" if spec_peak else ""))
-    log(f"{'size':>5} {'seq':>5} {'trainer':<14} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'peak mem':>9} {'pad':>5}")
+    out: dict[str, Any] = {
+        "device": name,
+        "peak_flops": peak,
+        "spec_peak_tflops": spec_peak,
+        "peak_kind": "bf16 matmul" if cuda else "fp32 matmul",
+        "memory": "max allocated on the GPU" if cuda else "process max RSS (cumulative in-process)",
+        "rows": [],
+        "ratios": [],
+    }
+    log(
+        f"[sft] {name}: measured {out['peak_kind']} peak {peak / 1e12:.1f} TFLOP/s"
+        + (f" (spec {spec_peak:.0f})" if spec_peak else "")
+    )
+    log(
+        f"{'size':>5} {'seq':>5} {'trainer':<14} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'peak mem':>9} {'pad':>5}"
+    )
     last = 0.0
     for size in plan["sft_sizes"]:
         for seq in plan["sft_seqs"]:
             batch = max(1, plan["sft_tokens"] // seq)
             row: dict[str, dict] = {}
             for trainer in plan["sft_trainers"]:
-                spec = {"size": size, "seq": seq, "trainer": trainer, "steps": plan["sft_steps"],
-                        "warmup": plan["sft_warmup"], "batch": batch}
+                spec = {
+                    "size": size,
+                    "seq": seq,
+                    "trainer": trainer,
+                    "steps": plan["sft_steps"],
+                    "warmup": plan["sft_warmup"],
+                    "batch": batch,
+                }
                 why = budget.refuse(last)
                 if why:
                     out["rows"].append({**spec, "skipped": why})
@@ -231,8 +290,11 @@ def section_sft(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
                     r = bl.one(spec)  # in-process: peak memory is reset per run on the GPU
                 except OutOfBudget:
                     raise
-                except Exception as e:  # noqa: BLE001 -- an OOM of the plain loop is a result, not a crash
-                    r = {**spec, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+                except Exception as e:
+                    r = {
+                        **spec,
+                        "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
+                    }
                     log(f"{size:>5} {seq:>5} {trainer:<14} failed: {r['error']}")
                 finally:
                     free()
@@ -244,33 +306,58 @@ def section_sft(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
                 r["mfu"] = r["flops_per_s"] / peak
                 r["loss_first"], r["loss_last"] = r["losses"][0], r["losses"][-1]
                 row[trainer] = r
-                log(f"{size:>5} {seq:>5} {trainer:<14} {r['tokens_per_s']:>9.0f} {r['flops_per_s'] / 1e12:>8.2f} "
-                    f"{r['mfu']:>6.1%} {r['peak_mem_bytes'] / 2**30:>7.2f}Gi {r['padding']:>5.0%}")
+                log(
+                    f"{size:>5} {seq:>5} {trainer:<14} {r['tokens_per_s']:>9.0f} {r['flops_per_s'] / 1e12:>8.2f} "
+                    f"{r['mfu']:>6.1%} {r['peak_mem_bytes'] / 2**30:>7.2f}Gi {r['padding']:>5.0%}"
+                )
             if "ours" in row:
                 ratio = {"size": size, "seq": seq}
                 for base in ("baseline", "baseline-bf16"):
                     if base in row:
                         ratio[f"speedup_vs_{base}"] = row["ours"]["tokens_per_s"] / row[base]["tokens_per_s"]
-                        ratio[f"memory_vs_{base}"] = row["ours"]["peak_mem_bytes"] / row[base]["peak_mem_bytes"]
+                        ratio[f"memory_vs_{base}"] = (
+                            row["ours"]["peak_mem_bytes"] / row[base]["peak_mem_bytes"]
+                        )
                 if len(ratio) > 2:
                     out["ratios"].append(ratio)
-                    log(f"{size:>5} {seq:>5} {'ours/plain':<14} " + ", ".join(
-                        f"{k.removeprefix('speedup_vs_')} {v:.2f}x" for k, v in ratio.items() if k.startswith("speedup"))
-                        + f"  (target >= {TARGET_SPEEDUP}x)")
-    big = next((r for r in out["rows"] if r.get("trainer") == "ours" and r.get("size") == "1.5b"
-                and r.get("seq") == 4096 and "mfu" in r), None)
-    out["targets"] = {"speedup": TARGET_SPEEDUP, "mfu_1.5b_4k": TARGET_MFU,
-                      "mfu_1.5b_4k_measured": big["mfu"] if big else None,
-                      "mfu_1.5b_4k_met": (big["mfu"] >= TARGET_MFU) if big else None,
-                      "speedup_met": {f"{r['size']}/{r['seq']}": {k.removeprefix("speedup_vs_"): v >= TARGET_SPEEDUP
-                                                                  for k, v in r.items() if k.startswith("speedup")}
-                                      for r in out["ratios"]}}
+                    log(
+                        f"{size:>5} {seq:>5} {'ours/plain':<14} "
+                        + ", ".join(
+                            f"{k.removeprefix('speedup_vs_')} {v:.2f}x"
+                            for k, v in ratio.items()
+                            if k.startswith("speedup")
+                        )
+                        + f"  (target >= {TARGET_SPEEDUP}x)"
+                    )
+    big = next(
+        (
+            r
+            for r in out["rows"]
+            if r.get("trainer") == "ours" and r.get("size") == "1.5b" and r.get("seq") == 4096 and "mfu" in r
+        ),
+        None,
+    )
+    out["targets"] = {
+        "speedup": TARGET_SPEEDUP,
+        "mfu_1.5b_4k": TARGET_MFU,
+        "mfu_1.5b_4k_measured": big["mfu"] if big else None,
+        "mfu_1.5b_4k_met": (big["mfu"] >= TARGET_MFU) if big else None,
+        "speedup_met": {
+            f"{r['size']}/{r['seq']}": {
+                k.removeprefix("speedup_vs_"): v >= TARGET_SPEEDUP
+                for k, v in r.items()
+                if k.startswith("speedup")
+            }
+            for r in out["ratios"]
+        },
+    }
     if big:
         log(f"[sft] 1.5B/4k MFU {big['mfu']:.1%} (target >= {TARGET_MFU:.0%})")
     return out
 
 
 # ---------------------------------------------------------------- 2. local decoding
+
 
 def timed_local_model():
     from agent.models.local import LocalModel
@@ -301,8 +388,10 @@ def prompts_for(n: int, lo_hi: tuple[int, int], seed: int) -> list[list[dict]]:
     """n one-turn conversations with printable user texts of random lengths (bytes = tokens here)."""
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz      .,\n"
-    return [[{"role": "user", "content": "".join(rng.choice(letters) for _ in range(rng.randint(*lo_hi)))}]
-            for _ in range(n)]
+    return [
+        [{"role": "user", "content": "".join(rng.choice(letters) for _ in range(rng.randint(*lo_hi)))}]
+        for _ in range(n)
+    ]
 
 
 def run_decoder(lm, convs: list[list[dict]], max_tokens: int, temperature: float = 0.0) -> dict:
@@ -312,8 +401,12 @@ def run_decoder(lm, convs: list[list[dict]], max_tokens: int, temperature: float
     lm.max_batch = max(16, len(convs))  # all requests decode together (the backend's default is 16 rows)
 
     async def go():
-        return await asyncio.gather(*(lm.complete(c, temperature=temperature, max_tokens=max_tokens, seed=i)
-                                      for i, c in enumerate(convs)))
+        return await asyncio.gather(
+            *(
+                lm.complete(c, temperature=temperature, max_tokens=max_tokens, seed=i)
+                for i, c in enumerate(convs)
+            )
+        )
 
     sync()
     t0 = time.perf_counter()
@@ -321,9 +414,15 @@ def run_decoder(lm, convs: list[list[dict]], max_tokens: int, temperature: float
     seconds = time.perf_counter() - t0
     ttft = [lm.first[k] - lm.made[k] for k in lm.made if k in lm.first]
     tokens = [o[0].completion_ids for o in outs]
-    return {"seconds": seconds, "tokens": sum(map(len, tokens)), "tokens_per_s": sum(map(len, tokens)) / seconds,
-            "ttft_mean_s": sum(ttft) / len(ttft), "ttft_max_s": max(ttft), "ids": tokens,
-            "steps_per_s": max(map(len, tokens)) / seconds}  # the longest row ran every step
+    return {
+        "seconds": seconds,
+        "tokens": sum(map(len, tokens)),
+        "tokens_per_s": sum(map(len, tokens)) / seconds,
+        "ttft_mean_s": sum(ttft) / len(ttft),
+        "ttft_max_s": max(ttft),
+        "ids": tokens,
+        "steps_per_s": max(map(len, tokens)) / seconds,
+    }  # the longest row ran every step
 
 
 def run_generate(lm, convs: list[list[dict]], max_tokens: int) -> dict:
@@ -350,8 +449,15 @@ def run_generate(lm, convs: list[list[dict]], max_tokens: int) -> dict:
     sync()
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = lm.model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_tokens,
-                                eos_token_id=lm.end_ids, pad_token_id=lm.pad_id, streamer=streamer)
+        out = lm.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=max_tokens,
+            eos_token_id=lm.end_ids,
+            pad_token_id=lm.pad_id,
+            streamer=streamer,
+        )
     sync()
     seconds = time.perf_counter() - t0
     rows = []
@@ -359,13 +465,21 @@ def run_generate(lm, convs: list[list[dict]], max_tokens: int) -> dict:
         end = next((i for i, t in enumerate(row) if t in lm.end_ids), None)
         rows.append(row if end is None else row[: end + 1])
     ttft = streamer.puts[1] - t0 if len(streamer.puts) > 1 else seconds
-    return {"seconds": seconds, "tokens": sum(map(len, rows)), "tokens_per_s": sum(map(len, rows)) / seconds,
-            "ttft_mean_s": ttft, "ttft_max_s": ttft, "ids": rows, "steps_per_s": max(map(len, rows)) / seconds}
+    return {
+        "seconds": seconds,
+        "tokens": sum(map(len, rows)),
+        "tokens_per_s": sum(map(len, rows)) / seconds,
+        "ttft_mean_s": ttft,
+        "ttft_max_s": ttft,
+        "ids": rows,
+        "steps_per_s": max(map(len, rows)) / seconds,
+    }
 
 
 def copy_bandwidth() -> float:
     """Device memory bandwidth of a large device-to-device copy (bytes read + written per second)."""
     import torch
+
     a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     b.copy_(a)
@@ -384,9 +498,13 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
     shape = plan["decode_shape"]
     folder = random_model_folder(work / f"decode-{shape}", shape)
     lm = timed_local_model()(str(folder), stop_after_block=False)
-    out: dict[str, Any] = {"model": f"random-init Qwen2, {shape}-shaped", "device": device_name(),
-                           "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
-                           "max_tokens": plan["decode_tokens"], "rows": []}
+    out: dict[str, Any] = {
+        "model": f"random-init Qwen2, {shape}-shaped",
+        "device": device_name(),
+        "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+        "max_tokens": plan["decode_tokens"],
+        "rows": [],
+    }
     try:
         # Parity, in fp32: bf16 rounding differs between batch shapes, which flips argmaxes of a random model.
         convs = prompts_for(plan["parity_rows"], plan["prompt_len"], seed=1)
@@ -397,10 +515,17 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
         lm.model.to(dtype)
         lm.prefix.clear()  # it holds fp32 keys/values now
         equal = sum(a == b for a, b in zip(mine, theirs))
-        out["parity"] = {"rows": len(convs), "equal_rows": equal, "dtype": "float32",
-                         "tokens_compared": sum(map(len, theirs)), "ok": equal == len(convs)}
-        log(f"[decode] {out['model']} on {out['device']}, throughput in {out['dtype']}; greedy parity (fp32): "
-            f"{equal}/{len(convs)} rows equal to model.generate")
+        out["parity"] = {
+            "rows": len(convs),
+            "equal_rows": equal,
+            "dtype": "float32",
+            "tokens_compared": sum(map(len, theirs)),
+            "ok": equal == len(convs),
+        }
+        log(
+            f"[decode] {out['model']} on {out['device']}, throughput in {out['dtype']}; greedy parity (fp32): "
+            f"{equal}/{len(convs)} rows equal to model.generate"
+        )
         # warm-up of both paths (kernels, allocator) outside the timings
         warm = prompts_for(2, plan["prompt_len"], seed=2)
         run_decoder(lm, warm, 4)
@@ -418,14 +543,19 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
             convs = prompts_for(n, plan["prompt_len"], seed=100 + n)
             row: dict[str, Any] = {"concurrency": n}
             # greedy both ways, then the decoder sampling at t=0.7 (what harness train's rollouts do)
-            paths = (("decoder", run_decoder, {}), ("generate", run_generate, {}),
-                     ("decoder-t0.7", run_decoder, {"temperature": 0.7}))
+            paths = (
+                ("decoder", run_decoder, {}),
+                ("generate", run_generate, {}),
+                ("decoder-t0.7", run_decoder, {"temperature": 0.7}),
+            )
             for path, fn, kw in paths:
                 r = fn(lm, convs, plan["decode_tokens"], **kw)
                 r.pop("ids")
                 row[path] = r
-                log(f"{n:>8} {path:<12} {r['tokens']:>7} {r['tokens_per_s']:>9.1f} {r['ttft_mean_s'] * 1e3:>8.1f}ms "
-                    f"{r['ttft_max_s'] * 1e3:>7.1f}ms")
+                log(
+                    f"{n:>8} {path:<12} {r['tokens']:>7} {r['tokens_per_s']:>9.1f} {r['ttft_mean_s'] * 1e3:>8.1f}ms "
+                    f"{r['ttft_max_s'] * 1e3:>7.1f}ms"
+                )
             row["speedup"] = row["decoder"]["tokens_per_s"] / row["generate"]["tokens_per_s"]
             log(f"{n:>8} {'ratio greedy':<12} {'':>7} {row['speedup']:>8.2f}x")
             out["rows"].append(row)
@@ -435,9 +565,15 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
             weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
             out["copy_bandwidth_bytes_per_s"] = bw = copy_bandwidth()
             out["ceiling_steps_per_s"] = bw / weights
-            log(f"[decode] memory-bound ceiling {bw / weights:.0f} steps/s ({weights / 2**30:.2f} GiB of weights at "
-                f"{bw / 1e12:.2f} TB/s); measured " + ", ".join(
-                    f"{r['concurrency']}: {r['decoder']['steps_per_s']:.0f}" for r in out["rows"] if "decoder" in r))
+            log(
+                f"[decode] memory-bound ceiling {bw / weights:.0f} steps/s ({weights / 2**30:.2f} GiB of weights at "
+                f"{bw / 1e12:.2f} TB/s); measured "
+                + ", ".join(
+                    f"{r['concurrency']}: {r['decoder']['steps_per_s']:.0f}"
+                    for r in out["rows"]
+                    if "decoder" in r
+                )
+            )
         if on_gpu():
             out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
     finally:
@@ -448,6 +584,7 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
 
 
 # ---------------------------------------------------------------- 3. one harness train round
+
 
 def oracle_replies(task) -> list[str]:
     """The task's solve.sh as one bash block, then submit: what a perfect text-protocol agent replies."""
@@ -477,8 +614,9 @@ class Teacher:
         return self.student.count_tokens(messages)
 
     async def complete(self, messages, tools=None, n=1, temperature=0.0, max_tokens=512, seed=None):
-        out = await self.replay.complete(messages, tools=tools, n=n, temperature=temperature,
-                                         max_tokens=max_tokens, seed=seed)
+        out = await self.replay.complete(
+            messages, tools=tools, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed
+        )
         for c in out:
             c.prompt_ids, c.completion_ids = in_student_ids(self.student, messages, c.content)
             c.prompt_tokens, c.completion_tokens = len(c.prompt_ids), len(c.completion_ids)
@@ -492,9 +630,10 @@ def num(x: Optional[float]) -> str:
 def docker_ok() -> bool:
     try:
         import docker
+
         docker.from_env(timeout=5).ping()
         return True
-    except Exception:  # noqa: BLE001 -- no SDK, no engine, no permission: no sandboxes here
+    except Exception:
         return False
 
 
@@ -502,11 +641,22 @@ def first_turn(instruction: str) -> list[dict]:
     """The loop's opening messages for the text protocol, for the no-sandbox evals (agent.loop imports the
     sandbox package only where a sandbox is used, so a bare GPU machine without the Docker SDK has it)."""
     from agent.loop import clean, opening_messages
+
     return clean(opening_messages(instruction, use_tools=False))
 
 
-def no_sandbox_eval(model: str, tasks: list, *, samples: int, temperature: float, out_dir: Path,
-                    adapter: Optional[Path], seed: int, teacher: bool, max_tokens: int) -> Path:
+def no_sandbox_eval(
+    model: str,
+    tasks: list,
+    *,
+    samples: int,
+    temperature: float,
+    out_dir: Path,
+    adapter: Optional[Path],
+    seed: int,
+    teacher: bool,
+    max_tokens: int,
+) -> Path:
     """An eval without Docker: each attempt is one reply to the task's opening messages, solved when it
     equals the oracle's first reply; the teacher's attempts are its two replies, solved."""
     from agent.models.local import LocalModel
@@ -524,32 +674,66 @@ def no_sandbox_eval(model: str, tasks: list, *, samples: int, temperature: float
                 replies = oracle if teacher else [None]
                 for i, text in enumerate(replies):
                     if text is None:
-                        c = lm.generate(messages, temperature=temperature, max_tokens=max_tokens,
-                                        seed=seed * 1000 + s)[0]
+                        c = lm.generate(
+                            messages, temperature=temperature, max_tokens=max_tokens, seed=seed * 1000 + s
+                        )[0]
                         text, prompt_ids, completion_ids = c.content, c.prompt_ids, c.completion_ids
                     else:
                         prompt_ids, completion_ids = in_student_ids(lm, messages, text)
-                    steps.append(Step(index=i, raw_output=text, actions=[Action(kind="bash", command=text)],
-                                      observation="(not run: no sandbox)", exit_code=0,
-                                      prompt_ids=prompt_ids, completion_ids=completion_ids))
-                    messages = messages + [{"role": "assistant", "content": text},
-                                           {"role": "user", "content": "exit code: 0\n(no output)\nReply with your "
-                                            "next command, or with submit if the task is done."}]
+                    steps.append(
+                        Step(
+                            index=i,
+                            raw_output=text,
+                            actions=[Action(kind="bash", command=text)],
+                            observation="(not run: no sandbox)",
+                            exit_code=0,
+                            prompt_ids=prompt_ids,
+                            completion_ids=completion_ids,
+                        )
+                    )
+                    messages = messages + [
+                        {"role": "assistant", "content": text},
+                        {
+                            "role": "user",
+                            "content": "exit code: 0\n(no output)\nReply with your "
+                            "next command, or with submit if the task is done.",
+                        },
+                    ]
                 solved = teacher or steps[0].raw_output.strip() == oracle[0]
-                lines.append(Attempt(key=f"{out_dir.name}/{task.id}/{s}", run_id=out_dir.name, task_id=task.id,
-                                     sample=s, model=model, steps=steps, status="solved" if solved else "failed",
-                                     reward=float(solved), solved=solved,
-                                     reason="no sandbox: first reply compared with the oracle's",
-                                     n_steps=len(steps)).model_dump_json())
+                lines.append(
+                    Attempt(
+                        key=f"{out_dir.name}/{task.id}/{s}",
+                        run_id=out_dir.name,
+                        task_id=task.id,
+                        sample=s,
+                        model=model,
+                        steps=steps,
+                        status="solved" if solved else "failed",
+                        reward=float(solved),
+                        solved=solved,
+                        reason="no sandbox: first reply compared with the oracle's",
+                        n_steps=len(steps),
+                    ).model_dump_json()
+                )
     finally:
         lm.close()
     (out_dir / "attempts.jsonl").write_text("\n".join(lines) + "\n")
-    (out_dir / "eval.json").write_text(json.dumps({"model": model, "adapter": str(adapter) if adapter else None,
-                                                   "device": str(lm.device), "teacher": teacher}))
+    (out_dir / "eval.json").write_text(
+        json.dumps(
+            {
+                "model": model,
+                "adapter": str(adapter) if adapter else None,
+                "device": str(lm.device),
+                "teacher": teacher,
+            }
+        )
+    )
     return out_dir
 
 
-def section_e2e(plan: dict, budget: Budget, log: Callable[[str], None], work: Path, sandbox: bool = True) -> dict:
+def section_e2e(
+    plan: dict, budget: Budget, log: Callable[[str], None], work: Path, sandbox: bool = True
+) -> dict:
     import lora.train as lt
     from agent.models.local import LocalModel
     from agent.models.replay import ReplayModel
@@ -572,29 +756,89 @@ def section_e2e(plan: dict, budget: Budget, log: Callable[[str], None], work: Pa
         # Round 0's train samples (the next round's data) come from the teacher; every other eval,
         # round 1's with the adapter, is the student's.
         is_teacher = adapter is None and Path(out_dir).name == "train-sample"
-        evals.append({"run": f"{Path(out_dir).parent.parent.name}/{Path(out_dir).name}", "teacher": is_teacher,
-                      "adapter": str(adapter) if adapter else None})
+        evals.append(
+            {
+                "run": f"{Path(out_dir).parent.parent.name}/{Path(out_dir).name}",
+                "teacher": is_teacher,
+                "adapter": str(adapter) if adapter else None,
+            }
+        )
         if sandbox == "none":
-            return no_sandbox_eval(model_spec, task_list, samples=samples, temperature=temperature,
-                                   out_dir=out_dir, adapter=adapter, seed=seed, teacher=is_teacher,
-                                   max_tokens=limits.get("max_reply_tokens") or 64)
+            return no_sandbox_eval(
+                model_spec,
+                task_list,
+                samples=samples,
+                temperature=temperature,
+                out_dir=out_dir,
+                adapter=adapter,
+                seed=seed,
+                teacher=is_teacher,
+                max_tokens=limits.get("max_reply_tokens") or 64,
+            )
         if not is_teacher:
-            return lt._run_eval(model_spec, task_list, samples=samples, temperature=temperature, out_dir=out_dir,
-                                adapter=adapter, seed=seed, concurrency=concurrency, limits=limits)
+            return lt._run_eval(
+                model_spec,
+                task_list,
+                samples=samples,
+                temperature=temperature,
+                out_dir=out_dir,
+                adapter=adapter,
+                seed=seed,
+                concurrency=concurrency,
+                limits=limits,
+            )
         from agent.config import LoopConfig
         from evaluators.runner import run_eval as runner_eval
-        return Path(asyncio.run(runner_eval(model_spec, task_list, samples=samples, temperature=temperature,
-                                            out_dir=out_dir, concurrency=concurrency, seed=seed, progress=False,
-                                            model_obj=teacher, loop=LoopConfig(**limits, task_wall_time=False))))
 
-    backend = lt.Backend(load_tasks=lambda spec, split: tasks[split], run_eval=run_eval, fine_tune=lt._fine_tune,
-                         end_of_turn=lt._end_of_turn)
-    cfg = lt.config_from(None, model=model, tasks="builtin:easy", out=work / "train", rounds=1, samples=1,
-                         eval_samples=1, temperature=0.7, per_task_cap=1, max_steps=2,
-                         max_reply_tokens=plan["e2e_reply_tokens"], concurrency=2,
-                         sft={"rank": 8, "alpha": 16, "dropout": 0.0, "lr": 3e-3, "max_steps": plan["e2e_sft_steps"],
-                              "grad_accum": 1, "batch_tokens": 16384, "max_seq_len": 8192, "warmup_ratio": 0.0,
-                              "log_every": 0})
+        return Path(
+            asyncio.run(
+                runner_eval(
+                    model_spec,
+                    task_list,
+                    samples=samples,
+                    temperature=temperature,
+                    out_dir=out_dir,
+                    concurrency=concurrency,
+                    seed=seed,
+                    progress=False,
+                    model_obj=teacher,
+                    loop=LoopConfig(**limits, task_wall_time=False),
+                )
+            )
+        )
+
+    backend = lt.Backend(
+        load_tasks=lambda spec, split: tasks[split],
+        run_eval=run_eval,
+        fine_tune=lt._fine_tune,
+        end_of_turn=lt._end_of_turn,
+    )
+    cfg = lt.config_from(
+        None,
+        model=model,
+        tasks="builtin:easy",
+        out=work / "train",
+        rounds=1,
+        samples=1,
+        eval_samples=1,
+        temperature=0.7,
+        per_task_cap=1,
+        max_steps=2,
+        max_reply_tokens=plan["e2e_reply_tokens"],
+        concurrency=2,
+        sft={
+            "rank": 8,
+            "alpha": 16,
+            "dropout": 0.0,
+            "lr": 3e-3,
+            "max_steps": plan["e2e_sft_steps"],
+            "grad_accum": 1,
+            "batch_tokens": 16384,
+            "max_seq_len": 8192,
+            "warmup_ratio": 0.0,
+            "log_every": 0,
+        },
+    )
     try:
         out = lt.run(cfg, backend, log=lambda line: log(f"[e2e] {line}"))
     finally:
@@ -603,23 +847,38 @@ def section_e2e(plan: dict, budget: Budget, log: Callable[[str], None], work: Pa
     data = lt.phase_done(r1, "data") or {}
     sft = lt.phase_done(r1, "sft") or {}
     metrics = json.loads((r1 / "metrics.json").read_text()) if (r1 / "metrics.json").exists() else {}
-    rows = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines() if x.strip()] \
-        if (out / "rounds.jsonl").exists() else []
-    result = {"sandbox": sandbox, "device": device_name(), "sft_device": "cuda" if on_gpu() else "cpu",
-              "examples": data.get("examples", 0), "target_tokens": data.get("target_tokens", 0),
-              "sft": {k: sft.get(k) for k in ("steps", "first_loss", "final_loss", "seconds")},
-              "adapter_saved": (r1 / "adapter" / "adapter_model.safetensors").is_file(),
-              "round1_adapter": metrics.get("adapter"), "evals": evals,
-              "round1_evals_with_adapter": sum(1 for e in evals if e["run"].startswith("round_1/") and e["adapter"]),
-              "rows": rows, "seconds": round(time.monotonic() - t0, 1)}
-    log(f"[e2e] sandbox {sandbox}; {result['examples']} replayed examples ({result['target_tokens']} target tokens); "
+    rows = (
+        [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines() if x.strip()]
+        if (out / "rounds.jsonl").exists()
+        else []
+    )
+    result = {
+        "sandbox": sandbox,
+        "device": device_name(),
+        "sft_device": "cuda" if on_gpu() else "cpu",
+        "examples": data.get("examples", 0),
+        "target_tokens": data.get("target_tokens", 0),
+        "sft": {k: sft.get(k) for k in ("steps", "first_loss", "final_loss", "seconds")},
+        "adapter_saved": (r1 / "adapter" / "adapter_model.safetensors").is_file(),
+        "round1_adapter": metrics.get("adapter"),
+        "evals": evals,
+        "round1_evals_with_adapter": sum(
+            1 for e in evals if e["run"].startswith("round_1/") and e["adapter"]
+        ),
+        "rows": rows,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    log(
+        f"[e2e] sandbox {sandbox}; {result['examples']} replayed examples ({result['target_tokens']} target tokens); "
         f"SFT {result['sft']['steps']} steps on {result['sft_device']}, loss {num(result['sft']['first_loss'])} -> "
         f"{num(result['sft']['final_loss'])}; adapter saved: {result['adapter_saved']}; "
-        f"{result['round1_evals_with_adapter']} round-1 evals with it loaded")
+        f"{result['round1_evals_with_adapter']} round-1 evals with it loaded"
+    )
     return result
 
 
 # ---------------------------------------------------------------- main
+
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -627,8 +886,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--cpu", action="store_true", help="smoke mode: tiny sizes on the CPU (CUDA hidden)")
     p.add_argument("--budget", type=float, help="wall-clock seconds for the whole run (GPU 450, --cpu 170)")
     p.add_argument("--only", help=f"comma list of sections to run ({','.join(SECTIONS)})")
-    p.add_argument("--no-sandbox", action="store_true",
-                   help="e2e without Docker even where an engine answers (as on a bare GPU machine)")
+    p.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="e2e without Docker even where an engine answers (as on a bare GPU machine)",
+    )
     args = p.parse_args(argv)
     if args.cpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch is imported
@@ -641,23 +903,41 @@ def main(argv: Optional[list[str]] = None) -> int:
     plan = PLAN[mode]
     budget = Budget(args.budget or plan["budget"])
     sections = [s for s in SECTIONS if not args.only or s in args.only.split(",")]
-    report: dict[str, Any] = {"mode": mode, "device": device_name(), "torch": torch.__version__,
-                              "budget_s": budget.seconds, "sections": {}}
+    report: dict[str, Any] = {
+        "mode": mode,
+        "device": device_name(),
+        "torch": torch.__version__,
+        "budget_s": budget.seconds,
+        "sections": {},
+    }
     try:
-        import transformers
         import peft
+        import transformers
+
         report["transformers"], report["peft"] = transformers.__version__, peft.__version__
     except ImportError as e:
         report["import_error"] = str(e)
-    pins = dict(line.split("==", 1) for line in (ROOT / "constraints.txt").read_text().split() if "==" in line)
-    off = {k: (report.get(k), pins[k]) for k in ("transformers", "peft") if k in pins and report.get(k) != pins[k]}
+    pins = dict(
+        line.split("==", 1) for line in (ROOT / "constraints.txt").read_text().split() if "==" in line
+    )
+    off = {
+        k: (report.get(k), pins[k])
+        for k in ("transformers", "peft")
+        if k in pins and report.get(k) != pins[k]
+    }
     if off:  # the decoder needs transformers' 5.24 cache arguments; an older image fails there
         report["unpinned"] = off
-        print("warning: not the project's pins: " + ", ".join(f"{k} {have} here, {want} pinned"
-                                                             for k, (have, want) in off.items())
-              + " (bench/gpu_wheels.sh brings them)", flush=True)
-    print(f"gpu_check ({mode}) on {report['device']}, torch {torch.__version__}, "
-          f"transformers {report.get('transformers')}, budget {budget.seconds:.0f} s", flush=True)
+        print(
+            "warning: not the project's pins: "
+            + ", ".join(f"{k} {have} here, {want} pinned" for k, (have, want) in off.items())
+            + " (bench/gpu_wheels.sh brings them)",
+            flush=True,
+        )
+    print(
+        f"gpu_check ({mode}) on {report['device']}, torch {torch.__version__}, "
+        f"transformers {report.get('transformers')}, budget {budget.seconds:.0f} s",
+        flush=True,
+    )
     out_path = Path(args.out)
 
     def save() -> None:
@@ -686,8 +966,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             except OutOfBudget as e:
                 result = {"skipped": f"stopped: {e}"}
                 print(f"[{name}] stopped: {e}", flush=True)
-            except Exception as e:  # noqa: BLE001 -- record it and go on: the other sections still tell something
+            except Exception as e:
                 import traceback
+
                 traceback.print_exc()
                 result = {"error": f"{type(e).__name__}: {e}"[:1000]}
                 print(f"[{name}] failed: {result['error']}", flush=True)

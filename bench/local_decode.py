@@ -14,6 +14,7 @@ then a simulated command of random duration up to --tool-time seconds, then a sh
 Requests therefore arrive at different times, as they do in `harness eval` and `harness train`.
 Prints generated tokens per second, prompt tokens actually run (prefill) and wall time, and ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,15 +28,17 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.models.local import LocalModel, _has_block  # noqa: E402
+from agent.models.local import LocalModel, _has_block
 
 PROMPTS = Path(__file__).resolve().parent.parent / "agent" / "prompts"
-TASKS = ["Write the number of lines in /workspace/data.txt to the file /workspace/count.txt.",
-         "Sort the lines of /workspace/names.txt in alphabetical order and write the result to /workspace/sorted.txt.",
-         "Rename the file /workspace/draft.md to /workspace/final.md. Do not change its content.",
-         "Make the script /workspace/run.sh executable.",
-         "Create a file named `hello.txt` in /workspace that contains exactly this text:\n\nhello world\n",
-         "Count the lines in /workspace/app.log that contain the word ERROR. Write that number to /workspace/errors.txt."]
+TASKS = [
+    "Write the number of lines in /workspace/data.txt to the file /workspace/count.txt.",
+    "Sort the lines of /workspace/names.txt in alphabetical order and write the result to /workspace/sorted.txt.",
+    "Rename the file /workspace/draft.md to /workspace/final.md. Do not change its content.",
+    "Make the script /workspace/run.sh executable.",
+    "Create a file named `hello.txt` in /workspace that contains exactly this text:\n\nhello world\n",
+    "Count the lines in /workspace/app.log that contain the word ERROR. Write that number to /workspace/errors.txt.",
+]
 OBSERVATION = "exit code: 0\n(no output)\nReply with your next command, or with submit if the task is done."
 
 
@@ -52,11 +55,11 @@ class StaticBatching(LocalModel):
                     if self._closing or not self._wake.wait(timeout=30):
                         self._worker = None
                         return
-                batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch:]
+                batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
                 self._current = batch
             try:
                 results = self._generate(batch)
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:
                 for req in batch:
                     req.future.set_exception(e)
                 continue
@@ -76,24 +79,41 @@ class StaticBatching(LocalModel):
         class RowDone(StoppingCriteria):
             def __call__(self, out, scores, **kw):
                 return torch.tensor([_has_block(tok.decode(r)) for r in out[:, width:].tolist()])
+
         torch.manual_seed(batch[0].seed or 0)
         with torch.inference_mode():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, top_p=1.0,
-                                      temperature=batch[0].temperature, max_new_tokens=max(r.max_tokens for r in batch),
-                                      eos_token_id=self.end_ids, pad_token_id=self.pad_id,
-                                      stopping_criteria=StoppingCriteriaList([RowDone()]))
-        return [[self._completion(r.prompt_ids, row[: r.max_tokens])] for r, row in zip(batch, out[:, width:].tolist())]
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                top_k=0,
+                top_p=1.0,
+                temperature=batch[0].temperature,
+                max_new_tokens=max(r.max_tokens for r in batch),
+                eos_token_id=self.end_ids,
+                pad_token_id=self.pad_id,
+                stopping_criteria=StoppingCriteriaList([RowDone()]),
+            )
+        return [
+            [self._completion(r.prompt_ids, row[: r.max_tokens])]
+            for r, row in zip(batch, out[:, width:].tolist())
+        ]
 
 
 def conversation(i: int) -> list[dict]:
     demo = json.loads((PROMPTS / "demonstration.json").read_text())
-    return ([{"role": "system", "content": (PROMPTS / "system_text.md").read_text()}] + demo
-            + [{"role": "user", "content": TASKS[i % len(TASKS)]}])
+    return (
+        [{"role": "system", "content": (PROMPTS / "system_text.md").read_text()}]
+        + demo
+        + [{"role": "user", "content": TASKS[i % len(TASKS)]}]
+    )
 
 
-def workload(model: LocalModel, n: int, turns: int, max_tokens: int, tool_time: float, stagger: float
-             ) -> tuple[int, int]:
+def workload(
+    model: LocalModel, n: int, turns: int, max_tokens: int, tool_time: float, stagger: float
+) -> tuple[int, int]:
     """(tokens generated, prompt tokens sent) over all conversations."""
+
     async def one(i: int) -> tuple[int, int]:
         rng = random.Random(i)
         conv, made, sent = conversation(i), 0, 0
@@ -102,22 +122,32 @@ def workload(model: LocalModel, n: int, turns: int, max_tokens: int, tool_time: 
             reply = (await model.complete(conv, temperature=0.7, max_tokens=max_tokens, seed=1000 * i + t))[0]
             made, sent = made + reply.completion_tokens, sent + reply.prompt_tokens
             await asyncio.sleep(rng.uniform(0, tool_time))  # the command runs in its sandbox
-            conv = conv + [{"role": "assistant", "content": reply.content}, {"role": "user", "content": OBSERVATION}]
+            conv = conv + [
+                {"role": "assistant", "content": reply.content},
+                {"role": "user", "content": OBSERVATION},
+            ]
         return made, sent
 
     async def main():
         done = await asyncio.gather(*(one(i) for i in range(n)))
         return sum(d[0] for d in done), sum(d[1] for d in done)
+
     return asyncio.run(main())
 
 
 def measure(model: LocalModel, args: argparse.Namespace) -> tuple[int, int, float]:
     reused_before = model.prefix.reused_tokens
     start = time.perf_counter()
-    generated, sent = workload(model, args.conversations, args.turns, args.max_tokens, args.tool_time, args.stagger)
+    generated, sent = workload(
+        model, args.conversations, args.turns, args.max_tokens, args.tool_time, args.stagger
+    )
     wall = time.perf_counter() - start
     # the baseline runs every prompt token; ours skips the cached prefixes
-    prefilled = model.prefilled if isinstance(model, StaticBatching) else sent - (model.prefix.reused_tokens - reused_before)
+    prefilled = (
+        model.prefilled
+        if isinstance(model, StaticBatching)
+        else sent - (model.prefix.reused_tokens - reused_before)
+    )
     return generated, prefilled, wall
 
 
@@ -138,14 +168,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         model = cls(args.model)
         rows.append((name, *measure(model, args)))
         model.close()
-    print(f"{args.conversations} conversations x {args.turns} turns, replies <= {args.max_tokens} tokens, "
-          f"commands <= {args.tool_time} s, starts {args.stagger} s apart, model {args.model}")
+    print(
+        f"{args.conversations} conversations x {args.turns} turns, replies <= {args.max_tokens} tokens, "
+        f"commands <= {args.tool_time} s, starts {args.stagger} s apart, model {args.model}"
+    )
     print(f"{'decoder':<26} {'generated':>9} {'prefilled':>9} {'wall s':>7} {'gen tok/s':>9}")
     for name, generated, prefilled, wall in rows:
         print(f"{name:<26} {generated:>9} {prefilled:>9} {wall:>7.1f} {generated / wall:>9.1f}")
     (_, g0, p0, w0), (_, g1, p1, w1) = rows
-    print(f"ratio (ours / before): generated tokens per second {(g1 / w1) / (g0 / w0):.2f}x, "
-          f"wall time {w0 / w1:.2f}x faster, prefill tokens {p1 / p0:.2f}x")
+    print(
+        f"ratio (ours / before): generated tokens per second {(g1 / w1) / (g0 / w0):.2f}x, "
+        f"wall time {w0 / w1:.2f}x faster, prefill tokens {p1 / p0:.2f}x"
+    )
     return 0
 
 

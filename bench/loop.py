@@ -14,6 +14,7 @@ mini-swe-agent (which needs installing): seconds; tests/test_bench_smoke.py runs
    with the same scripted commands, mini-swe-agent (its DockerEnvironment + DeterministicModel; no
    grading). mini-swe-agent is installed into .venv-bench on first use (benchmark only).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,17 +30,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.sandbox.images import ensure_base_image  # noqa: E402
 from agent.config import LoopConfig  # noqa: E402
 from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
-from evaluators.runner import run_eval  # noqa: E402
 from agent.sandbox import Limits, SandboxPool  # noqa: E402
+from agent.sandbox.images import ensure_base_image  # noqa: E402
+from evaluators.runner import run_eval  # noqa: E402
 from tasks.model import EvaluatorConfig, Task  # noqa: E402
 
 COMMANDS = ["ls -la", "echo hello > out.txt", "cat out.txt", "wc -c out.txt"]
-HIDDEN = b"import os\n\ndef test_out():\n    assert open('/workspace/out.txt').read() == 'hello\\n'\n\n" \
-         b"def test_canary_out():\n    assert open('/workspace/out.txt').read() == 'bye\\n'\n"
+HIDDEN = (
+    b"import os\n\ndef test_out():\n    assert open('/workspace/out.txt').read() == 'hello\\n'\n\n"
+    b"def test_canary_out():\n    assert open('/workspace/out.txt').read() == 'bye\\n'\n"
+)
 BENCH_VENV = ROOT / ".venv-bench"
 
 
@@ -48,9 +51,17 @@ def reply(cmd: str) -> str:
 
 
 def make_tasks(n: int) -> list[Task]:
-    return [Task(id=f"bench-{i:03d}", path=None, instruction="Write hello to out.txt.",
-                 workspace_files={"data.txt": b"x\n" * 10}, test_files={"test_out.py": HIDDEN},
-                 solution_files={"solve.sh": b"echo hello > out.txt\n"}) for i in range(n)]
+    return [
+        Task(
+            id=f"bench-{i:03d}",
+            path=None,
+            instruction="Write hello to out.txt.",
+            workspace_files={"data.txt": b"x\n" * 10},
+            test_files={"test_out.py": HIDDEN},
+            solution_files={"solve.sh": b"echo hello > out.txt\n"},
+        )
+        for i in range(n)
+    ]
 
 
 async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
@@ -85,12 +96,22 @@ async def harness_rate(tasks: list[Task], concurrency: int, commands: list[str] 
 
 def grading_tasks(n: int, calls: int, import_mode: str) -> list[Task]:
     """Tasks whose hidden tests import the candidate and call it `calls` times (issue 11's process boundary)."""
-    hidden = (f"from solution import add\n\ndef test_many():\n    for i in range({calls}):\n"
-              f"        assert add(i, 1) == i + 1\n\ndef test_canary_add():\n    assert add(2, 2) == 5\n").encode()
-    return [Task(id=f"grade-{import_mode}-{i:03d}", path=None, instruction="Implement add.",
-                 workspace_files={"solution.py": b"def add(a, b):\n    return a + b\n"},
-                 test_files={"test_add.py": hidden}, evaluator=EvaluatorConfig(kind="pytest", import_mode=import_mode),
-                 solution_files={"solve.sh": b"true\n"}) for i in range(n)]
+    hidden = (
+        f"from solution import add\n\ndef test_many():\n    for i in range({calls}):\n"
+        f"        assert add(i, 1) == i + 1\n\ndef test_canary_add():\n    assert add(2, 2) == 5\n"
+    ).encode()
+    return [
+        Task(
+            id=f"grade-{import_mode}-{i:03d}",
+            path=None,
+            instruction="Implement add.",
+            workspace_files={"solution.py": b"def add(a, b):\n    return a + b\n"},
+            test_files={"test_add.py": hidden},
+            evaluator=EvaluatorConfig(kind="pytest", import_mode=import_mode),
+            solution_files={"solve.sh": b"true\n"},
+        )
+        for i in range(n)
+    ]
 
 
 def grading_comparison(n: int, calls: int, concurrency: int = 2):
@@ -101,10 +122,12 @@ def grading_comparison(n: int, calls: int, concurrency: int = 2):
         rates[mode].append(asyncio.run(harness_rate(grading_tasks(n, calls, mode), concurrency, [])))
     direct, proxy = (sum(rates[m]) / len(rates[m]) for m in ("direct", "proxy"))
     per_attempt_ms = (60_000 / proxy - 60_000 / direct) * concurrency
-    print(f"grading, {n} attempts x {calls} calls to the candidate, concurrency {concurrency}: "
-          f"direct (in-process, before) {direct:.1f} att/min, proxy (after) {proxy:.1f} att/min, "
-          f"ratio {proxy / direct:.2f}x; the boundary costs ~{per_attempt_ms:.0f} ms per attempt, "
-          f"~{per_attempt_ms / calls * 1000:.0f} us per call")
+    print(
+        f"grading, {n} attempts x {calls} calls to the candidate, concurrency {concurrency}: "
+        f"direct (in-process, before) {direct:.1f} att/min, proxy (after) {proxy:.1f} att/min, "
+        f"ratio {proxy / direct:.2f}x; the boundary costs ~{per_attempt_ms:.0f} ms per attempt, "
+        f"~{per_attempt_ms / calls * 1000:.0f} us per call"
+    )
 
 
 MINI = r"""
@@ -136,8 +159,12 @@ def mini_rate(image: str, n: int, concurrency: int) -> float:
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", "mini-swe-agent"], check=True)
-    out = subprocess.run([str(py), "-c", MINI, image, str(n), str(concurrency), json.dumps(COMMANDS)],
-                         capture_output=True, text=True, env={**os.environ, "MSWEA_SILENT_STARTUP": "1"})
+    out = subprocess.run(
+        [str(py), "-c", MINI, image, str(n), str(concurrency), json.dumps(COMMANDS)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MSWEA_SILENT_STARTUP": "1"},
+    )
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     return float(out.stdout.strip().splitlines()[-1])
@@ -148,17 +175,33 @@ def main():
     ap.add_argument("--tasks", type=int, default=50)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--no-mini", action="store_true")
-    ap.add_argument("--grading-tasks", type=int, default=12, help="attempts per mode for the proxy/direct grading"
-                    " comparison (0: skip)")
-    ap.add_argument("--grading-calls", type=int, default=1000, help="calls to the candidate per graded attempt")
-    ap.add_argument("--smoke", action="store_true", help="tiny run without mini-swe-agent: checks the benchmark works")
+    ap.add_argument(
+        "--grading-tasks",
+        type=int,
+        default=12,
+        help="attempts per mode for the proxy/direct grading comparison (0: skip)",
+    )
+    ap.add_argument(
+        "--grading-calls", type=int, default=1000, help="calls to the candidate per graded attempt"
+    )
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny run without mini-swe-agent: checks the benchmark works"
+    )
     args = ap.parse_args()
     if args.smoke:
-        args.tasks, args.concurrency, args.no_mini, args.grading_tasks, args.grading_calls = 2, [1, 2], True, 2, 50
+        args.tasks, args.concurrency, args.no_mini, args.grading_tasks, args.grading_calls = (
+            2,
+            [1, 2],
+            True,
+            2,
+            50,
+        )
     image = ensure_base_image(log=lambda m: None)
     tasks = make_tasks(args.tasks)
     wall, execs = asyncio.run(overhead_per_step(image, reps=2 if args.smoke else 30))
-    print(f"per step: loop {wall:.2f} ms, sandbox exec {execs:.2f} ms, harness overhead {wall - execs:.2f} ms")
+    print(
+        f"per step: loop {wall:.2f} ms, sandbox exec {execs:.2f} ms, harness overhead {wall - execs:.2f} ms"
+    )
     if args.grading_tasks:
         grading_comparison(args.grading_tasks, args.grading_calls)
     print(f"{'concurrency':>11} {'harness att/min':>16} {'mini-swe-agent att/min':>23} {'ratio':>6}")
@@ -167,7 +210,9 @@ def main():
         mini = None if args.no_mini else mini_rate(image, args.tasks, c)
         ratio = f"{ours / mini:5.1f}x" if mini else "-"
         print(f"{c:>11} {ours:16.1f} {mini if mini else float('nan'):23.1f} {ratio:>6}", flush=True)
-    print("harness attempts include grading in a fresh container and a durable record; mini-swe-agent's do not.")
+    print(
+        "harness attempts include grading in a fresh container and a durable record; mini-swe-agent's do not."
+    )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ Throughput counts real tokens (padding excluded). FLOPs, for LoRA with the base 
 MFU = those FLOPs per second / the measured peak of a large bf16 (GPU) or fp32 (CPU) matmul on this
 machine; on a GPU the spec-sheet peak is printed beside it when known.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,20 +43,44 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
 # Configs with the real models' shapes (tied input/output embeddings, as they have): SmolLM2 is a Llama,
 # Qwen2.5 a Qwen2 (biases on q/k/v). "tiny" is for smoke runs (bench/gpu_check.py --cpu).
 QWEN2 = {"0.5b", "1.5b", "tiny"}
 SIZES = {
-    "135m": dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                 intermediate_size=1536, vocab_size=49152),  # SmolLM2-135M
-    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                 intermediate_size=4864, vocab_size=151936),  # Qwen2.5-0.5B
-    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                 intermediate_size=8960, vocab_size=151936),  # Qwen2.5-1.5B
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=128, vocab_size=512),
+    "135m": dict(
+        hidden_size=576,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        intermediate_size=1536,
+        vocab_size=49152,
+    ),  # SmolLM2-135M
+    "0.5b": dict(
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+    ),  # Qwen2.5-0.5B
+    "1.5b": dict(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+    ),  # Qwen2.5-1.5B
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=512,
+    ),
 }
 SPEC_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "4090": 165.0}
 LORA = dict(rank=16, alpha=32, dropout=0.05)
@@ -90,8 +115,11 @@ def flops(model, examples, rank: int) -> float:
     c = model.config
     head = model.get_output_embeddings()
     body = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
-    lora_per_tok = sum(6 * rank * (m.in_features + m.out_features) for name, m in model.named_modules()
-                       if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in TARGETS)
+    lora_per_tok = sum(
+        6 * rank * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in TARGETS
+    )
     d_attn = c.num_attention_heads * (c.hidden_size // c.num_attention_heads)
     total = 0.0
     for ex in examples:
@@ -115,10 +143,11 @@ def measure_peak(device: torch.device) -> float:
         a @ b
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return 2 * n ** 3 * reps / (time.perf_counter() - t)
+    return 2 * n**3 * reps / (time.perf_counter() - t)
 
 
 # ---------------------------------------------------------------- one measurement (in its own process)
+
 
 def reset_peak() -> None:
     """Peak memory counts from here: the model as the trainer holds it (not the fp32 copy it was built as)."""
@@ -148,8 +177,16 @@ def run_baseline(model, warm, measured, batch: int, seq: int, bf16: bool = False
     if bf16:
         model.to(torch.bfloat16)
     reset_peak()
-    model = get_peft_model(model, LoraConfig(r=LORA["rank"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
-                                             target_modules=TARGETS, task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        model,
+        LoraConfig(
+            r=LORA["rank"],
+            lora_alpha=LORA["alpha"],
+            lora_dropout=LORA["dropout"],
+            target_modules=TARGETS,
+            task_type="CAUSAL_LM",
+        ),
+    )
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
     model.train()
 
@@ -159,16 +196,18 @@ def run_baseline(model, warm, measured, batch: int, seq: int, bf16: bool = False
         seconds, tokens, padded, losses = 0.0, 0, 0, []
         for start in range(0, len(order), batch):
             t0 = time.perf_counter()
-            chunk = order[start:start + batch]
+            chunk = order[start : start + batch]
             longest = max(len(e.input_ids) for e in chunk)
             ids = torch.zeros((len(chunk), longest), dtype=torch.long)
             labels = torch.full((len(chunk), longest), -100, dtype=torch.long)
             mask = torch.zeros((len(chunk), longest), dtype=torch.long)
             for i, e in enumerate(chunk):
-                ids[i, :len(e.input_ids)] = torch.tensor(e.input_ids)
-                labels[i, :len(e.labels)] = torch.tensor(e.labels)
-                mask[i, :len(e.input_ids)] = 1
-            loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
+                ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
+                labels[i, : len(e.labels)] = torch.tensor(e.labels)
+                mask[i, : len(e.input_ids)] = 1
+            loss = model(
+                input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)
+            ).loss
             loss.backward()
             opt.step()
             opt.zero_grad()
@@ -195,16 +234,29 @@ def one(spec: dict) -> dict:
     if spec["trainer"] == "ours":
         seconds, tokens, padded, losses = run_ours(model, warm, measured, batch, seq)
     else:  # "baseline" (fp32) or "baseline-bf16"
-        seconds, tokens, padded, losses = run_baseline(model, warm, measured, batch, seq,
-                                                       bf16=spec["trainer"] == "baseline-bf16")
-    peak_mem = (torch.cuda.max_memory_allocated() if device.type == "cuda"
-                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    return {**spec, "device": device.type, "tokens_per_s": tokens / seconds, "flops_per_s": need / seconds,
-            "flops_per_token": need / tokens, "peak_mem_bytes": peak_mem, "padding": 1 - tokens / padded,
-            "steps_run": len(losses), "losses": losses}
+        seconds, tokens, padded, losses = run_baseline(
+            model, warm, measured, batch, seq, bf16=spec["trainer"] == "baseline-bf16"
+        )
+    peak_mem = (
+        torch.cuda.max_memory_allocated()
+        if device.type == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
+    return {
+        **spec,
+        "device": device.type,
+        "tokens_per_s": tokens / seconds,
+        "flops_per_s": need / seconds,
+        "flops_per_token": need / tokens,
+        "peak_mem_bytes": peak_mem,
+        "padding": 1 - tokens / padded,
+        "steps_run": len(losses),
+        "losses": losses,
+    }
 
 
 # ---------------------------------------------------------------- the grid
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -216,7 +268,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, help="torch CPU threads (1 can be faster on a busy machine)")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: one measurement, JSON on stdout
-    p.add_argument("--smoke", action="store_true", help="the tiny model for 2 steps: checks the benchmark works")
+    p.add_argument(
+        "--smoke", action="store_true", help="the tiny model for 2 steps: checks the benchmark works"
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.sizes, args.seqs, args.steps, args.warmup, args.batch = "tiny", "64", 2, 0, 2
@@ -229,27 +283,41 @@ def main(argv=None) -> int:
     cuda = torch.cuda.is_available()
     sizes = (args.sizes or ("135m,0.5b,1.5b" if cuda else "135m")).split(",")
     seqs = [int(s) for s in (args.seqs or ("1024,4096" if cuda else "256,512")).split(",")]
-    steps, warmup = args.steps or (10 if cuda else 3), args.warmup if args.warmup is not None else (3 if cuda else 1)
+    steps, warmup = (
+        args.steps or (10 if cuda else 3),
+        args.warmup if args.warmup is not None else (3 if cuda else 1),
+    )
     device = torch.device("cuda" if cuda else "cpu")
     peak = measure_peak(device)
     name = torch.cuda.get_device_name() if cuda else f"cpu ({torch.get_num_threads()} threads)"
     spec_peak = next((v for k, v in SPEC_BF16_TFLOPS.items() if cuda and k in name), None)
-    print(f"device: {name}; measured {'bf16' if cuda else 'fp32'} matmul peak {peak / 1e12:.3f} TFLOP/s"
-          + (f" (spec {spec_peak:.0f})" if spec_peak else ""))
-    print(f"{'size':>5} {'seq':>5} {'trainer':<9} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'peak mem':>9} {'pad':>5}"
-          f"  loss first->last")
+    print(
+        f"device: {name}; measured {'bf16' if cuda else 'fp32'} matmul peak {peak / 1e12:.3f} TFLOP/s"
+        + (f" (spec {spec_peak:.0f})" if spec_peak else "")
+    )
+    print(
+        f"{'size':>5} {'seq':>5} {'trainer':<9} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'peak mem':>9} {'pad':>5}"
+        f"  loss first->last"
+    )
     results, failed = [], 0
     for size in sizes:
         for seq in seqs:
             batch = args.batch or max(1, (8192 if cuda else 1024) // seq)
             row = {}
             for trainer in ("ours", "baseline"):
-                spec = {"size": size, "seq": seq, "trainer": trainer, "steps": steps, "warmup": warmup,
-                        "batch": batch}
+                spec = {
+                    "size": size,
+                    "seq": seq,
+                    "trainer": trainer,
+                    "steps": steps,
+                    "warmup": warmup,
+                    "batch": batch,
+                }
                 cmd = [sys.executable, __file__, "--one", json.dumps(spec)]
                 cmd += ["--threads", str(args.threads)] if args.threads else []
-                proc = subprocess.run(cmd, capture_output=True,
-                                      text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                proc = subprocess.run(
+                    cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+                )
                 if proc.returncode != 0:
                     err = (proc.stderr.strip().splitlines() or ["?"])[-1]
                     print(f"{size:>5} {seq:>5} {trainer:<9} failed: {err}")
@@ -259,15 +327,22 @@ def main(argv=None) -> int:
                 r["mfu"] = r["flops_per_s"] / peak
                 row[trainer] = r
                 results.append(r)
-                print(f"{size:>5} {seq:>5} {trainer:<9} {r['tokens_per_s']:>9.0f} {r['flops_per_s'] / 1e12:>8.3f} "
-                      f"{r['mfu']:>6.1%} {r['peak_mem_bytes'] / 2**30:>7.2f}Gi {r['padding']:>5.0%}"
-                      f"  {r['losses'][0]:.2f}->{r['losses'][-1]:.2f}", flush=True)
+                print(
+                    f"{size:>5} {seq:>5} {trainer:<9} {r['tokens_per_s']:>9.0f} {r['flops_per_s'] / 1e12:>8.3f} "
+                    f"{r['mfu']:>6.1%} {r['peak_mem_bytes'] / 2**30:>7.2f}Gi {r['padding']:>5.0%}"
+                    f"  {r['losses'][0]:.2f}->{r['losses'][-1]:.2f}",
+                    flush=True,
+                )
             if len(row) == 2:
                 o, b = row["ours"], row["baseline"]
-                print(f"{'':>5} {'':>5} {'ratio':<9} {o['tokens_per_s'] / b['tokens_per_s']:>8.2f}x {'':>8} {'':>6} "
-                      f"{o['peak_mem_bytes'] / b['peak_mem_bytes']:>8.2f}x")
+                print(
+                    f"{'':>5} {'':>5} {'ratio':<9} {o['tokens_per_s'] / b['tokens_per_s']:>8.2f}x {'':>8} {'':>6} "
+                    f"{o['peak_mem_bytes'] / b['peak_mem_bytes']:>8.2f}x"
+                )
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": name, "peak_flops": peak, "results": results}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"device": name, "peak_flops": peak, "results": results}, indent=2)
+        )
     return 1 if failed else 0
 
 

@@ -19,6 +19,7 @@ Time budget (90 minutes on 2 cores). Generation dominates. Per evaluated model: 
 conversation's earlier keys/values (agent/models/local_decoding.py), ~2-3 s per attempt here: ~15-20
 min per model, three models (base, round 1, round 2) plus two fine-tunings of a minute or two each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,18 +29,33 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lora.train import config_from, run  # noqa: E402
+from lora.train import config_from, run
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/rft-smollm2", help="run folder; the same folder resumes")
     p.add_argument("--limit", type=int, help="tasks per split, spread over the families (preset: all)")
-    p.add_argument("--smoke", action="store_true",
-                   help="the same pipeline, tiny: checks the benchmark works (tests/test_bench_smoke.py)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the same pipeline, tiny: checks the benchmark works (tests/test_bench_smoke.py)",
+    )
     args = p.parse_args(argv)
-    tiny = dict(limit=1, rounds=1, samples=2, eval_samples=1, max_steps=1, max_reply_tokens=16, concurrency=2,
-                sft={"epochs": 1}) if args.smoke else {"limit": args.limit}
+    tiny = (
+        dict(
+            limit=1,
+            rounds=1,
+            samples=2,
+            eval_samples=1,
+            max_steps=1,
+            max_reply_tokens=16,
+            concurrency=2,
+            sft={"epochs": 1},
+        )
+        if args.smoke
+        else {"limit": args.limit}
+    )
     cfg = config_from("rft-smollm2", out=args.out, **tiny)
     started = time.monotonic()
     run(cfg)

@@ -8,6 +8,7 @@ Then the exec round trip in a Python-less image (Debian minbase, served by the s
 agent/sandbox/native.py) beside today's Python server in the base image, measured interleaved in one run:
 the target is a ratio within 2x. --smoke: a few iterations only (seconds), for tests/test_harbor.py.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.sandbox.images import ensure_base_image  # noqa: E402
-from agent.sandbox import Limits, SandboxPool, create_sandbox  # noqa: E402
+from agent.sandbox import Limits, SandboxPool, create_sandbox
+from agent.sandbox.images import ensure_base_image
 
 
 def pct(xs, q):
@@ -126,10 +127,12 @@ def main():
 
     minbase = ensure_minbase_image(log=lambda m: print(m, file=sys.stderr))
     nat = asyncio.run(python_less_side(image, minbase, n))
-    ratio = pct(nat["native"], .5) / pct(nat["python"], .5)
-    print(f"exec `true` in a Python-less image (static helper): p50 {pct(nat['native'], .5):.2f}ms, "
-          f"p95 {pct(nat['native'], .95):.2f}ms; Python server in the base image: p50 {pct(nat['python'], .5):.2f}ms, "
-          f"p95 {pct(nat['python'], .95):.2f}ms; ratio {ratio:.2f}x (target <= 2x: {'yes' if ratio <= 2 else 'NO'})")
+    ratio = pct(nat["native"], 0.5) / pct(nat["python"], 0.5)
+    print(
+        f"exec `true` in a Python-less image (static helper): p50 {pct(nat['native'], 0.5):.2f}ms, "
+        f"p95 {pct(nat['native'], 0.95):.2f}ms; Python server in the base image: p50 {pct(nat['python'], 0.5):.2f}ms, "
+        f"p95 {pct(nat['python'], 0.95):.2f}ms; ratio {ratio:.2f}x (target <= 2x: {'yes' if ratio <= 2 else 'NO'})"
+    )
     ours = asyncio.run(harness_side(image, n))
     cli = cli_side(image, n)
     rows = [
@@ -141,10 +144,14 @@ def main():
     ]
     print(f"{'measure':<42} {'harness p50':>11} {'p95':>8} {'CLI p50':>9} {'p95':>8} {'ratio':>7}")
     for name, a, b in rows:
-        print(f"{name:<42} {pct(a, .5):9.2f}ms {pct(a, .95):6.1f}ms {pct(b, .5):7.1f}ms {pct(b, .95):6.1f}ms "
-              f"{pct(b, .5) / pct(a, .5):6.1f}x")
-    print(f"containers created+destroyed per second: harness {1 / statistics.median(ours['cycle']):.2f}, "
-          f"CLI {1 / statistics.median(cli['cycle']):.2f}")
+        print(
+            f"{name:<42} {pct(a, 0.5):9.2f}ms {pct(a, 0.95):6.1f}ms {pct(b, 0.5):7.1f}ms {pct(b, 0.95):6.1f}ms "
+            f"{pct(b, 0.5) / pct(a, 0.5):6.1f}x"
+        )
+    print(
+        f"containers created+destroyed per second: harness {1 / statistics.median(ours['cycle']):.2f}, "
+        f"CLI {1 / statistics.median(cli['cycle']):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ pipeline, ...) so that a change in the machine's load during the run falls on bo
     python bench/serve.py            # 1 and 16 clients, 32 tokens per reply (a few minutes on 2 cores)
     python bench/serve.py --smoke    # 1 and 2 clients, 3 tokens: checks that it runs
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TOPICS = ["apple", "river", "castle", "violin", "tiger", "planet", "garden", "rocket", "winter", "copper",
-          "island", "pencil", "thunder", "marble", "falcon", "lantern"]
+TOPICS = [
+    "apple",
+    "river",
+    "castle",
+    "violin",
+    "tiger",
+    "planet",
+    "garden",
+    "rocket",
+    "winter",
+    "copper",
+    "island",
+    "pencil",
+    "thunder",
+    "marble",
+    "falcon",
+    "lantern",
+]
 
 
 def prompt(i: int) -> list[dict]:
@@ -61,17 +78,28 @@ def pipeline_server(model, tokenizer):
             self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
-            head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": 0,
-                    "model": body["model"]}
+            head = {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": body["model"],
+            }
             with lock:
-                worker = threading.Thread(target=pipe, args=(body["messages"],), kwargs=dict(
-                    max_new_tokens=body.get("max_tokens", 32), do_sample=False, streamer=streamer))
+                worker = threading.Thread(
+                    target=pipe,
+                    args=(body["messages"],),
+                    kwargs=dict(
+                        max_new_tokens=body.get("max_tokens", 32), do_sample=False, streamer=streamer
+                    ),
+                )
                 worker.start()
                 n = 0
                 for text in streamer:
                     if text:
                         n += 1
-                        chunk = dict(head, choices=[{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+                        chunk = dict(
+                            head, choices=[{"index": 0, "delta": {"content": text}, "finish_reason": None}]
+                        )
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
                 worker.join()
@@ -82,7 +110,10 @@ def pipeline_server(model, tokenizer):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}/v1", lambda: (server.shutdown(), server.server_close())
+    return f"http://127.0.0.1:{server.server_address[1]}/v1", lambda: (
+        server.shutdown(),
+        server.server_close(),
+    )
 
 
 def run_clients(base_url: str, model: str, clients: int, rounds: int, max_tokens: int, tokenizer) -> dict:
@@ -100,13 +131,18 @@ def run_clients(base_url: str, model: str, clients: int, rounds: int, max_tokens
             t0 = time.perf_counter()
             first, parts = None, []
             try:
-                for ch in client.chat.completions.create(model=model, messages=prompt(i + r * clients),
-                                                         max_tokens=max_tokens, temperature=0, stream=True):
+                for ch in client.chat.completions.create(
+                    model=model,
+                    messages=prompt(i + r * clients),
+                    max_tokens=max_tokens,
+                    temperature=0,
+                    stream=True,
+                ):
                     text = ch.choices[0].delta.content if ch.choices else None
                     if text:
                         first = first or time.perf_counter() - t0
                         parts.append(text)
-            except Exception as e:  # noqa: BLE001 -- reported below
+            except Exception as e:
                 errors.append(f"{type(e).__name__}: {e}")
                 return
             ttfts.append(first if first is not None else time.perf_counter() - t0)
@@ -143,12 +179,16 @@ def start(cmd: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true", help="seconds: 1 and 2 clients, 3 tokens (checks that it runs)")
+    ap.add_argument(
+        "--smoke", action="store_true", help="seconds: 1 and 2 clients, 3 tokens (checks that it runs)"
+    )
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients for the second measurement")
     ap.add_argument("--max-tokens", type=int, default=32, help="tokens per reply")
     ap.add_argument("--solo-requests", type=int, default=2, help="sequential requests per 1-client turn")
     ap.add_argument("--turns", type=int, default=2, help="alternating turns per server and client count")
-    ap.add_argument("--pipeline-server", action="store_true", help=argparse.SUPPRESS)  # the baseline's process
+    ap.add_argument(
+        "--pipeline-server", action="store_true", help=argparse.SUPPRESS
+    )  # the baseline's process
     args = ap.parse_args(argv)
     if args.pipeline_server:
         from agent.models.local import load_hf
@@ -162,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     from agent.models.local import load_hf
 
     _, tokenizer = load_hf("smollm2-135m", device="cpu")
-    servers = {"ours": start([sys.executable, "-u", "harness.py", "serve", "--port", "0"]),
-               "pipeline": start([sys.executable, "-u", "bench/serve.py", "--pipeline-server"])}
+    servers = {
+        "ours": start([sys.executable, "-u", "harness.py", "serve", "--port", "0"]),
+        "pipeline": start([sys.executable, "-u", "bench/serve.py", "--pipeline-server"]),
+    }
     n = args.clients
     results = {(name, c): {"ttft": [], "tokens": 0, "wall": 0.0} for name in servers for c in (1, n)}
     try:
@@ -185,17 +227,25 @@ def main(argv: list[str] | None = None) -> int:
         r["ttft"].sort()
         r["tps"] = r["tokens"] / r["wall"]
 
-    print(f"\nbench/serve: SmolLM2-135M on this machine's CPU, streaming, {args.max_tokens} tokens per reply, greedy, "
-          f"{args.turns} alternating turn(s)")
-    print(f"{'server':<10} {'TTFT p50 @1':>12} {'TTFT p95 @1':>12} {f'TTFT p50 @{n}':>13} {f'TTFT p95 @{n}':>13} "
-          f"{f'tokens/s @{n}':>13}")
+    print(
+        f"\nbench/serve: SmolLM2-135M on this machine's CPU, streaming, {args.max_tokens} tokens per reply, greedy, "
+        f"{args.turns} alternating turn(s)"
+    )
+    print(
+        f"{'server':<10} {'TTFT p50 @1':>12} {'TTFT p95 @1':>12} {f'TTFT p50 @{n}':>13} {f'TTFT p95 @{n}':>13} "
+        f"{f'tokens/s @{n}':>13}"
+    )
     for name in ("ours", "pipeline"):
         one, many = results[name, 1], results[name, n]
-        print(f"{name:<10} {pct(one['ttft'], 50):>11.2f}s {pct(one['ttft'], 95):>11.2f}s {pct(many['ttft'], 50):>12.2f}s "
-              f"{pct(many['ttft'], 95):>12.2f}s {many['tps']:>13.1f}")
+        print(
+            f"{name:<10} {pct(one['ttft'], 50):>11.2f}s {pct(one['ttft'], 95):>11.2f}s {pct(many['ttft'], 50):>12.2f}s "
+            f"{pct(many['ttft'], 95):>12.2f}s {many['tps']:>13.1f}"
+        )
     ratio = results["ours", n]["tps"] / results["pipeline", n]["tps"]
-    print(f"\ntokens/s at {n} clients: ours / pipeline = {ratio:.2f}x (target >= 3x); "
-          f"TTFT p50 at 1 client: {pct(results['ours', 1]['ttft'], 50):.2f}s (target < 1 s)")
+    print(
+        f"\ntokens/s at {n} clients: ours / pipeline = {ratio:.2f}x (target >= 3x); "
+        f"TTFT p50 at 1 client: {pct(results['ours', 1]['ttft'], 50):.2f}s (target < 1 s)"
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """Subcommands of the evaluators package: `harness eval` (run and grade a suite) and `harness selftest`."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,47 +20,92 @@ EVAL_EXAMPLE = """examples:
 
 
 def register(sub):
-    p = sub.add_parser("eval", help="evaluate a model on a task suite (no arguments: the embedded default)",
-                            description="Run the agent on every selected task (x samples) in sandboxes, grade each "
-                                        "attempt with hidden tests, append it to the run folder and print a "
-                                        "summary. Exits 1 when every attempt ended in an infrastructure error.",
-                            epilog=EVAL_EXAMPLE,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model on a task suite (no arguments: the embedded default)",
+        description="Run the agent on every selected task (x samples) in sandboxes, grade each "
+        "attempt with hidden tests, append it to the run folder and print a "
+        "summary. Exits 1 when every attempt ended in an infrastructure error.",
+        epilog=EVAL_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--model", help=f"model string (default {DEFAULT_MODEL}); see README 'Model strings'")
-    p.add_argument("-M", "--model-option", action="append", default=[], metavar="KEY=VALUE", dest="model_option",
-                   help=MODEL_OPTION_HELP)
-    p.add_argument("--tasks", default=DEFAULT_SUITE, help=f"suite: folder, builtin, builtin:easy (default {DEFAULT_SUITE})")
+    p.add_argument(
+        "-M",
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="model_option",
+        help=MODEL_OPTION_HELP,
+    )
+    p.add_argument(
+        "--tasks",
+        default=DEFAULT_SUITE,
+        help=f"suite: folder, builtin, builtin:easy (default {DEFAULT_SUITE})",
+    )
     p.add_argument("--domain", help="only tasks of this domain (coding, data, ops, documents, science)")
     p.add_argument("--difficulty", type=int, help="only tasks of this difficulty (1-5)")
     p.add_argument("--split", help="only family instances of this split (train or heldout)")
-    p.add_argument("--tag", action="append", dest="tags", help="only tasks with this tag (repeatable: all must match)")
+    p.add_argument(
+        "--tag", action="append", dest="tags", help="only tasks with this tag (repeatable: all must match)"
+    )
     p.add_argument("--glob", help="only task ids matching this glob")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N selected tasks (in suite order)")
     p.add_argument("--samples", type=int, help="attempts per task (default 1)")
-    p.add_argument("--concurrency", type=int, default=4,
-                   help="attempts in flight (a local model decodes concurrent requests as one batch; default 4)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="attempts in flight (a local model decodes concurrent requests as one batch; default 4)",
+    )
     p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
-    add_loop_options(p, "temperature", defaults={"temperature": (None, "{default:g}")})  # None: 0, or the run's
-    add_loop_options(p, "max_steps", "max_reply_tokens", "token_budget", "cost_limit", "protocol",
-                     defaults={"max_reply_tokens": (None, REPLY_TOKENS_BY_MODEL)})  # None: default_reply_tokens
+    add_loop_options(
+        p, "temperature", defaults={"temperature": (None, "{default:g}")}
+    )  # None: 0, or the run's
+    add_loop_options(
+        p,
+        "max_steps",
+        "max_reply_tokens",
+        "token_budget",
+        "cost_limit",
+        "protocol",
+        defaults={"max_reply_tokens": (None, REPLY_TOKENS_BY_MODEL)},
+    )  # None: default_reply_tokens
     p.add_argument("--adapter", help="LoRA adapter folder for a local model (same as -M adapter=DIR)")
-    p.add_argument("--base-url", help="OpenAI-compatible endpoint (with --model NAME; same as -M base_url=URL)")
+    p.add_argument(
+        "--base-url", help="OpenAI-compatible endpoint (with --model NAME; same as -M base_url=URL)"
+    )
     add_loop_options(p, "seed", defaults={"seed": (0, 0)})  # eval's runs are seeded (LoopConfig's None: not)
     p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
-    p.add_argument("--cluster", metavar="ADDRESS",
-                   help="run the attempts on a Ray cluster: ray://HOST:PORT, HOST:PORT or auto (needs harness[cluster])")
-    p.add_argument("--sandbox", choices=["docker", "k8s"], default="docker",
-                   help="where sandboxes run: this machine's Docker (default) or Kubernetes via agent-sandbox (KUBECONFIG)")
-    p.add_argument("--k8s-image", help="with --sandbox k8s: the base image in a registry the cluster pulls from")
+    p.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run the attempts on a Ray cluster: ray://HOST:PORT, HOST:PORT or auto (needs harness[cluster])",
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=["docker", "k8s"],
+        default="docker",
+        help="where sandboxes run: this machine's Docker (default) or Kubernetes via agent-sandbox (KUBECONFIG)",
+    )
+    p.add_argument(
+        "--k8s-image", help="with --sandbox k8s: the base image in a registry the cluster pulls from"
+    )
     p.add_argument("--k8s-namespace", help="with --sandbox k8s (default: the kubeconfig context's)")
     p.add_argument("--k8s-runtime-class", help="with --sandbox k8s: e.g. gvisor or kata-qemu")
-    p.add_argument("--k8s-connect", choices=["auto", "pod-ip", "exec"], default="auto",
-                   help="with --sandbox k8s: reach sandboxes by pod IP, or by one kubectl exec stream each")
+    p.add_argument(
+        "--k8s-connect",
+        choices=["auto", "pod-ip", "exec"],
+        default="auto",
+        help="with --sandbox k8s: reach sandboxes by pod IP, or by one kubectl exec stream each",
+    )
     p.set_defaults(func=cmd_eval)
 
-
-    p = sub.add_parser("selftest", help="attack the installed harness with a scripted agent and check it holds")
+    p = sub.add_parser(
+        "selftest", help="attack the installed harness with a scripted agent and check it holds"
+    )
     p.add_argument("--only", metavar="NAME", help="run only these cases (comma-separated names or globs)")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.set_defaults(func=cmd_selftest)
@@ -75,8 +121,11 @@ def cmd_selftest(args) -> int:
             print(f"{c.name.ljust(width)}  {c.group:6}  {c.expected}")
         return 0
     cases = selftest.select(args.only)  # an unknown name fails here, before any container starts
-    print(f"harness selftest: {len(cases)} cases (a scripted agent attacks real sandboxes; "
-          f"about {2 * len(cases)} s)", file=sys.stderr)
+    print(
+        f"harness selftest: {len(cases)} cases (a scripted agent attacks real sandboxes; "
+        f"about {2 * len(cases)} s)",
+        file=sys.stderr,
+    )
     rows = selftest.run_selftest(args.only, log=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     print(selftest.format_table(rows))
     return 0 if all(r.ok for r in rows) else 1
@@ -90,18 +139,35 @@ def cmd_eval(args) -> int:
     resume_dir = args.resume
     if resume_dir is not None:
         from results.manifest import resume_settings
-        manifest, recorded = resume_settings(resume_dir, model=args.model, samples=args.samples,
-                                             temperature=args.temperature)  # the run's own settings win
+
+        manifest, recorded = resume_settings(
+            resume_dir, model=args.model, samples=args.samples, temperature=args.temperature
+        )  # the run's own settings win
         cfg = manifest.config
-        args.model, args.samples, args.temperature = recorded["model"], recorded["samples"], recorded["temperature"]
-        tasks = [t for t in load_suite(args.tasks if args.tasks != DEFAULT_SUITE else cfg.get("suite", DEFAULT_SUITE))
-                 if t.id in set(cfg.get("tasks", []))]
+        args.model, args.samples, args.temperature = (
+            recorded["model"],
+            recorded["samples"],
+            recorded["temperature"],
+        )
+        tasks = [
+            t
+            for t in load_suite(
+                args.tasks if args.tasks != DEFAULT_SUITE else cfg.get("suite", DEFAULT_SUITE)
+            )
+            if t.id in set(cfg.get("tasks", []))
+        ]
     else:
         args.model = args.model or DEFAULT_MODEL
         args.samples = 1 if args.samples is None else args.samples
         args.temperature = 0.0 if args.temperature is None else args.temperature
-        tasks = load_suite(args.tasks, domain=args.domain, difficulty=args.difficulty, tags=args.tags,
-                           split=args.split, glob=args.glob)
+        tasks = load_suite(
+            args.tasks,
+            domain=args.domain,
+            difficulty=args.difficulty,
+            tags=args.tags,
+            split=args.split,
+            glob=args.glob,
+        )
     if args.samples < 1 or args.concurrency < 1:
         raise UserError("--samples and --concurrency must be at least 1")
     from agent.models import parse_model_options
@@ -116,18 +182,47 @@ def cmd_eval(args) -> int:
     if args.base_url:
         options["base_url"] = args.base_url
     reply_tokens = args.max_reply_tokens or default_reply_tokens(args.model)
-    loop = LoopConfig(max_steps=args.max_steps, token_budget=args.token_budget, cost_limit=args.cost_limit,
-                      protocol=args.protocol, max_reply_tokens=reply_tokens)
+    loop = LoopConfig(
+        max_steps=args.max_steps,
+        token_budget=args.token_budget,
+        cost_limit=args.cost_limit,
+        protocol=args.protocol,
+        max_reply_tokens=reply_tokens,
+    )
     print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)
-    run_dir = asyncio.run(run_eval(
-        args.model, tasks, samples=args.samples, temperature=args.temperature, out_dir=resume_dir or args.out,
-        concurrency=args.concurrency, resume=resume_dir is not None, seed=args.seed, model_options=options,
-        loop=loop, model_concurrency=args.model_concurrency, suite=args.tasks, cluster=args.cluster,
-        sandbox=args.sandbox, sandbox_options={"image": args.k8s_image, "namespace": args.k8s_namespace,
-                                               "runtime_class": args.k8s_runtime_class, "connect": args.k8s_connect},
-        filters={"domain": args.domain, "difficulty": args.difficulty, "split": args.split, "tags": args.tags,
-                 "glob": args.glob}))
+    run_dir = asyncio.run(
+        run_eval(
+            args.model,
+            tasks,
+            samples=args.samples,
+            temperature=args.temperature,
+            out_dir=resume_dir or args.out,
+            concurrency=args.concurrency,
+            resume=resume_dir is not None,
+            seed=args.seed,
+            model_options=options,
+            loop=loop,
+            model_concurrency=args.model_concurrency,
+            suite=args.tasks,
+            cluster=args.cluster,
+            sandbox=args.sandbox,
+            sandbox_options={
+                "image": args.k8s_image,
+                "namespace": args.k8s_namespace,
+                "runtime_class": args.k8s_runtime_class,
+                "connect": args.k8s_connect,
+            },
+            filters={
+                "domain": args.domain,
+                "difficulty": args.difficulty,
+                "split": args.split,
+                "tags": args.tags,
+                "glob": args.glob,
+            },
+        )
+    )
     from results.report import print_summary
+
     print_summary(run_dir)
     print(f"run folder: {run_dir}")
     return 1 if all_errored(run_dir) else 0
@@ -139,7 +234,10 @@ def all_errored(run_dir: Path) -> bool:
 
     statuses = open_run(run_dir).read_attempts(["status"])["status"]
     if len(statuses) and (statuses == "error").all():
-        print("harness eval: every attempt ended in an infrastructure error; see the run folder's attempts.jsonl "
-              "(error field)", file=sys.stderr)
+        print(
+            "harness eval: every attempt ended in an infrastructure error; see the run folder's attempts.jsonl "
+            "(error field)",
+            file=sys.stderr,
+        )
         return True
     return False

@@ -19,6 +19,7 @@ when model_options names one) is served once by the driver (agent/serve/) and th
 HTTP as openai-compat: with return_token_ids, so the records carry the exact prompt and reply token ids
 that a single-machine run records and that `harness train --cluster` trains on.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,8 +48,10 @@ def import_ray():
 
 def check_address(address: str) -> str:
     if not _ADDRESS.match(address or ""):
-        raise UserError(f"--cluster {address!r}: give ray://HOST:PORT (Ray client), HOST:PORT (the head's GCS "
-                        "port, from a node of the cluster) or auto (the cluster this machine belongs to)")
+        raise UserError(
+            f"--cluster {address!r}: give ray://HOST:PORT (Ray client), HOST:PORT (the head's GCS "
+            "port, from a node of the cluster) or auto (the cluster this machine belongs to)"
+        )
     return address
 
 
@@ -61,15 +64,21 @@ def connect(address: str):
         return ray
     # Workers import harness from this checkout when it is on their disk (a local cluster); elsewhere
     # harness must be installed on every node (same version: checked in NodeWorker.hello).
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     try:
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False, logging_level="ERROR")
     except ModuleNotFoundError as e:  # ray:// needs the client extras (grpcio)
-        raise UserError(f"--cluster {address}: the Ray client needs {e.name}: pip install 'ray[client]==2.60.0'") from None
+        raise UserError(
+            f"--cluster {address}: the Ray client needs {e.name}: pip install 'ray[client]==2.60.0'"
+        ) from None
     except ConnectionError as e:
-        raise UserError(f"--cluster {address}: no Ray cluster answers ({str(e).splitlines()[0][:200]}); "
-                        "start one with `ray start --head` or check the address") from None
+        raise UserError(
+            f"--cluster {address}: no Ray cluster answers ({str(e).splitlines()[0][:200]}); "
+            "start one with `ray start --head` or check the address"
+        ) from None
     return ray
 
 
@@ -77,6 +86,7 @@ def node_label() -> str:
     """Which machine ran an attempt: host name and the Ray node id's head (nodes may share a host)."""
     try:
         import ray
+
         node = ray.get_runtime_context().get_node_id()[:8]
     except Exception:
         node = "local"
@@ -96,11 +106,14 @@ class NodeWorker:
 
     def hello(self) -> dict[str, str]:
         from results.manifest import current_harness_version
+
         return {"node": self.node, "version": current_harness_version()}
 
     def missing_images(self, image_ids: list[str]) -> list[str]:
         import docker
+
         from agent.sandbox import docker_client
+
         client, missing = docker_client(), []
         for i in image_ids:
             try:
@@ -111,6 +124,7 @@ class NodeWorker:
 
     def load_images(self, tarball: bytes, expected: list[str]) -> None:
         from agent.sandbox import docker_client
+
         docker_client().images.load(tarball)
         still = self.missing_images(expected)
         if still:
@@ -120,19 +134,30 @@ class NodeWorker:
         """Takes the task specs and warms the pool and the model, inside the actor's event loop."""
         from agent.models import get_model
         from agent.sandbox import SandboxPool
+
         self.tasks.update({t.id: t for t in tasks})
         if self.pool is None:
             s = self.spec
             self.model = get_model(s["actor_model"], **s["model_options"])
             self.model_slots = asyncio.Semaphore(s["model_slots"])
-            self.pool = SandboxPool(run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2)
+            self.pool = SandboxPool(
+                run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2
+            )
 
     async def attempt(self, task_id: str, sample: int, image: str) -> dict[str, Any]:
         from evaluators.runner import attempt_with_retries, loop_policy
+
         s, task = self.spec, self.tasks[task_id]
         rec = await attempt_with_retries(
-            task, lambda: loop_policy(self.model, s["loop"], self.model_slots, sample), self.pool, image,
-            run_id=s["run_id"], model_name=s["model"], sample=sample, temperature=s["temperature"])
+            task,
+            lambda: loop_policy(self.model, s["loop"], self.model_slots, sample),
+            self.pool,
+            image,
+            run_id=s["run_id"],
+            model_name=s["model"],
+            sample=sample,
+            temperature=s["temperature"],
+        )
         rec.node = self.node
         return rec.model_dump(mode="json")
 
@@ -157,14 +182,24 @@ def _actor_class():
 
 def _is_node_loss(exc: BaseException) -> bool:
     import ray.exceptions as rex
-    return isinstance(exc, (rex.RayActorError, rex.NodeDiedError, rex.LocalRayletDiedError,
-                            rex.WorkerCrashedError, rex.ObjectLostError))
+
+    return isinstance(
+        exc,
+        (
+            rex.RayActorError,
+            rex.NodeDiedError,
+            rex.LocalRayletDiedError,
+            rex.WorkerCrashedError,
+            rex.ObjectLostError,
+        ),
+    )
 
 
 def _save_image(image_id: str) -> bytes:
     """`docker save` of one image, with its tag (harness/base:..., harness/task:... are looked up by tag);
     loading it elsewhere yields the same id (the digest of its config)."""
     from agent.sandbox import docker_client
+
     return b"".join(docker_client().images.get(image_id).save(named=True))
 
 
@@ -173,10 +208,23 @@ def _split(total: int, parts: int) -> list[int]:
     return [max(1, total // parts + (i < total % parts)) for i in range(parts)]
 
 
-async def run_on_cluster(address: str, todo: list[tuple[Any, int]], *, tasks: list[Any], images: dict[str, str],
-                         run_id: str, model: str, model_obj: Any, model_options: dict, loop: Any,
-                         temperature: float, concurrency: int, model_concurrency: Optional[int],
-                         on_record: Callable[[Attempt], None], log: Optional[Callable[[str], None]] = None) -> None:
+async def run_on_cluster(
+    address: str,
+    todo: list[tuple[Any, int]],
+    *,
+    tasks: list[Any],
+    images: dict[str, str],
+    run_id: str,
+    model: str,
+    model_obj: Any,
+    model_options: dict,
+    loop: Any,
+    temperature: float,
+    concurrency: int,
+    model_concurrency: Optional[int],
+    on_record: Callable[[Attempt], None],
+    log: Optional[Callable[[str], None]] = None,
+) -> None:
     """Runs every (task, sample) of `todo` on the cluster's nodes; on_record(rec) once per finished attempt."""
     log = log or _log
     ray = connect(address)
@@ -190,8 +238,13 @@ async def run_on_cluster(address: str, todo: list[tuple[Any, int]], *, tasks: li
     actor_model = model
     if model.startswith("local:"):  # in-process weights, with model_options' adapter: served once, here
         from agent.serve import start_server
-        server = await asyncio.to_thread(start_server, model_obj, ray.util.get_node_ip_address(),
-                                         stop_after_block=getattr(model_obj, "stop_after_block", False))
+
+        server = await asyncio.to_thread(
+            start_server,
+            model_obj,
+            ray.util.get_node_ip_address(),
+            stop_after_block=getattr(model_obj, "stop_after_block", False),
+        )
         # The nodes' records then carry the served model's exact token ids, as one machine's do (training).
         actor_model = f"openai-compat:{server.base_url}/{server.name}"
         model_options = {"return_token_ids": True, "context_window": model_obj.context_window}
@@ -200,17 +253,30 @@ async def run_on_cluster(address: str, todo: list[tuple[Any, int]], *, tasks: li
     model_slots = _split(model_concurrency or concurrency, len(nodes))
     workers = []
     for n, k, mk in zip(nodes, slots, model_slots):
-        spec = {"run_id": run_id, "model": model, "actor_model": actor_model, "model_options": model_options,
-                "loop": loop, "temperature": temperature, "slots": k, "model_slots": mk}
-        a = Actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(spec)
+        spec = {
+            "run_id": run_id,
+            "model": model,
+            "actor_model": actor_model,
+            "model_options": model_options,
+            "loop": loop,
+            "temperature": temperature,
+            "slots": k,
+            "model_slots": mk,
+        }
+        a = Actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            spec
+        )
         workers.append((a, k))
     try:
         from results.manifest import current_harness_version
+
         hellos = await asyncio.gather(*(a.hello.remote() for a, _ in workers))
         for h in hellos:
             if h["version"] != current_harness_version():
-                raise UserError(f"node {h['node']} runs harness {h['version']}, the driver {current_harness_version()}: "
-                                "install the same version on every node")
+                raise UserError(
+                    f"node {h['node']} runs harness {h['version']}, the driver {current_harness_version()}: "
+                    "install the same version on every node"
+                )
         await _ship_images(ray, [a for a, _ in workers], sorted(set(images.values())), log)
         task_ref = ray.put(tasks)
         await asyncio.gather(*(a.start.remote(task_ref) for a, _ in workers))
@@ -230,12 +296,19 @@ async def _ship_images(ray, actors: list[Any], image_ids: list[str], log) -> Non
     log(f"cluster: sending {len(need)} images to {sum(1 for m in missing if m)} nodes")
     for image_id in need:  # one at a time: an image can be hundreds of MB
         blob = ray.put(await asyncio.to_thread(_save_image, image_id))
-        await asyncio.gather(*(a.load_images.remote(blob, [image_id]) for a, m in zip(actors, missing)
-                               if image_id in m))
+        await asyncio.gather(
+            *(a.load_images.remote(blob, [image_id]) for a, m in zip(actors, missing) if image_id in m)
+        )
 
 
-async def _drive(workers: list[tuple[Any, int]], labels: list[str], todo: list[tuple[Any, int]], images: dict[str, str],
-                 on_record: Callable[[Attempt], None], log: Callable[[str], None]) -> None:
+async def _drive(
+    workers: list[tuple[Any, int]],
+    labels: list[str],
+    todo: list[tuple[Any, int]],
+    images: dict[str, str],
+    on_record: Callable[[Attempt], None],
+    log: Callable[[str], None],
+) -> None:
     """Lanes (k per node) pull attempts from one queue; a lane whose node died puts its attempt back."""
     queue: asyncio.Queue = asyncio.Queue()
     for item in todo:
@@ -268,8 +341,10 @@ async def _drive(workers: list[tuple[Any, int]], labels: list[str], todo: list[t
                     if i not in dead:
                         dead.add(i)
                         # its own line, also in the middle of the progress bar
-                        log(f"\ncluster: lost node {labels[i]} ({type(e).__name__}); its attempts in flight run "
-                            "again on the other nodes")
+                        log(
+                            f"\ncluster: lost node {labels[i]} ({type(e).__name__}); its attempts in flight run "
+                            "again on the other nodes"
+                        )
                     queue.put_nowait((task, sample))  # runs again on a live node; no record was written
                     return
                 on_record(Attempt.model_validate(raw))
@@ -290,15 +365,18 @@ async def _drive(workers: list[tuple[Any, int]], labels: list[str], todo: list[t
         await asyncio.gather(*jobs, return_exceptions=True)
         raise
     if remaining:
-        raise InfraError(f"every node of the cluster was lost with {remaining} attempts to go; "
-                         "resume the run when the cluster is back")
+        raise InfraError(
+            f"every node of the cluster was lost with {remaining} attempts to go; "
+            "resume the run when the cluster is back"
+        )
 
 
 async def _close(ray, actors: list[Any]) -> None:
     async def one(a):
         try:
             await asyncio.wait_for(a.close.remote(), timeout=60)  # its pool removes its containers
-        except Exception:  # noqa: BLE001 -- a lost node's are removed by `harness sandbox prune --orphans` there
+        except Exception:
             pass
         ray.kill(a)
+
     await asyncio.gather(*(one(a) for a in actors))

@@ -13,21 +13,21 @@ evaluators/harbor_kind.py (snapshot and shared run in evaluators/runner.py, befo
 Anything that goes wrong while grading one attempt is that attempt's failed verdict with a reason; only
 the Docker engine failing is an infrastructure error (InfraError, retried by the runner).
 """
+
 from __future__ import annotations
 
 import json
 import math
-import re
 import secrets
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
-from results.errors import InfraError
 from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
 from evaluators import kinds, pytest_kind
 from evaluators.tamper import tamper_reason
+from results.errors import InfraError
 from results.schema import TestOutcome
 from tasks.model import Task
 
@@ -37,10 +37,12 @@ MAX_ANSWER_CHARS = 1 << 20
 MAX_JSON_DEPTH = 100
 REGEX_TIMEOUT_SEC = 5.0
 # On test.sh's PATH: runs the candidate's code as the candidate user with a clean environment.
-AS_CANDIDATE = (f"#!/bin/sh\n# Runs a command as the candidate user, with a clean environment.\n"
-                f"exec setpriv --reuid={CANDIDATE_UID} --regid={CANDIDATE_UID} --clear-groups -- "
-                f"env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace "
-                f"\"$@\"\n").encode()
+AS_CANDIDATE = (
+    f"#!/bin/sh\n# Runs a command as the candidate user, with a clean environment.\n"
+    f"exec setpriv --reuid={CANDIDATE_UID} --regid={CANDIDATE_UID} --clear-groups -- "
+    f"env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace "
+    f'"$@"\n'
+).encode()
 
 
 @dataclass
@@ -63,7 +65,7 @@ async def grade(task: Task, changes: Changes, pool: SandboxPool, image: str) -> 
         v = await kinds.grader(task.evaluator.kind)(task, changes, pool, image)
     except InfraError:
         raise
-    except Exception as e:  # noqa: BLE001 -- an attempt's grading never aborts the run
+    except Exception as e:
         v = Verdict(0.0, False, "grader_error", detail=f"{type(e).__name__}: {str(e)[:500]}")
     v.seconds = time.monotonic() - started
     return v
@@ -86,8 +88,13 @@ async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: s
     prepared = pytest_kind.prepare(task.test_files)
     timeout = task.verifier_timeout_sec
     files = {f"tests/{p}": d for p, d in prepared.files.items()}
-    files.update({"conftest.py": pytest_kind.GRADER_CONFTEST, "pytest.ini": pytest_kind.GRADER_INI,
-                  "_harness/_harness_candidate.py": pytest_kind.CANDIDATE_PROXY})
+    files.update(
+        {
+            "conftest.py": pytest_kind.GRADER_CONFTEST,
+            "pytest.ini": pytest_kind.GRADER_INI,
+            "_harness/_harness_candidate.py": pytest_kind.CANDIDATE_PROXY,
+        }
+    )
     argv, report = pytest_kind.command(timeout)
     folder = _private_folder()
     env = pytest_kind.clean_env(task.evaluator.import_mode, timeout, folder)
@@ -98,8 +105,9 @@ async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: s
         if isinstance(run, Verdict):
             return run
         report = await _read(sb, f"{folder}/{report}")
-    pv = pytest_kind.verdict(report, run["exit_code"], run["timed_out"], prepared.expected,
-                             prepared.canaries, prepared.names)
+    pv = pytest_kind.verdict(
+        report, run["exit_code"], run["timed_out"], prepared.expected, prepared.canaries, prepared.names
+    )
     tail = run["out_tail"].decode("utf-8", "replace")[-400:]
     return Verdict(pv.reward, pv.solved, pv.reason, pv.tests, pv.detail or tail)
 
@@ -115,15 +123,26 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
     reward_file = f"{folder}/reward.txt"
     files = {f"tests/{p}": d for p, d in task.test_files.items()}
     files["bin/as-candidate"] = AS_CANDIDATE
-    env = {"PATH": f"{folder}/bin:/usr/bin:/bin", "HOME": f"{folder}/home", "LANG": "C.UTF-8",
-           "WORKSPACE": "/workspace", "REWARD_FILE": reward_file, "HARNESS_TEST_SH": f"{folder}/tests/test.sh"}
+    env = {
+        "PATH": f"{folder}/bin:/usr/bin:/bin",
+        "HOME": f"{folder}/home",
+        "LANG": "C.UTF-8",
+        "WORKSPACE": "/workspace",
+        "REWARD_FILE": reward_file,
+        "HARNESS_TEST_SH": f"{folder}/tests/test.sh",
+    }
     async with _grading_sandbox(task, changes, pool, image) as sb:
         await _mkdirs(sb, f"{folder}/home")
         await sb.put_files(files, dest=folder, user="root", executable={"bin/as-candidate"})
         # Sourced by name from the environment, which only root can read: the command line (readable by
         # anyone) does not say where the hidden files are. ${BASH_SOURCE[0]} is the script's path.
-        run = await _run(sb, ["timeout", "-s", "KILL", str(int(timeout)), "bash", "-c", '. "$HARNESS_TEST_SH"'],
-                         timeout, env, cwd="/workspace")
+        run = await _run(
+            sb,
+            ["timeout", "-s", "KILL", str(int(timeout)), "bash", "-c", '. "$HARNESS_TEST_SH"'],
+            timeout,
+            env,
+            cwd="/workspace",
+        )
         if isinstance(run, Verdict):
             return run
         raw = await _read(sb, reward_file)
@@ -172,8 +191,11 @@ class _grading_sandbox:
         try:
             workspace = {p: d for p, d in self.task.workspace_files.items() if p not in self.changes.deleted}
             workspace.update(self.changes.files)
-            await sb.put_files(workspace, executable=(set(self.task.executable_files) - set(self.changes.files))
-                               | self.changes.executable)
+            await sb.put_files(
+                workspace,
+                executable=(set(self.task.executable_files) - set(self.changes.files))
+                | self.changes.executable,
+            )
         except BaseException:
             await self.cm.__aexit__(None, None, None)
             raise
@@ -199,12 +221,15 @@ async def _run(sb, argv, timeout, env, cwd):
         return await sb.exec_raw(argv, timeout=timeout + 5, env=env, cap=16 << 10, user="root", cwd=cwd)
     except SandboxDied:
         if await _death_cause(sb) == "oom":
-            return Verdict(0.0, False, "oom", detail="the code under test used the memory limit up while graded")
+            return Verdict(
+                0.0, False, "oom", detail="the code under test used the memory limit up while graded"
+            )
         raise
 
 
 async def _death_cause(sb) -> str | None:
     import asyncio
+
     return await asyncio.to_thread(sb.death_cause)
 
 
@@ -215,7 +240,7 @@ async def _read(sb, path: str) -> bytes | None:
         files = await sb.get_files([name], root=directory, max_bytes=pytest_kind.MAX_REPORT_BYTES)
     except SandboxDied:
         raise
-    except Exception:  # noqa: BLE001 -- missing or oversized: no report
+    except Exception:
         return None
     return files.get(name)
 
@@ -236,7 +261,9 @@ def answer_matches(got: str, expected, mode: str, tolerance: float = 1e-6) -> bo
             value = float(got.strip().replace(",", ""))
         except ValueError:
             return False
-        return math.isfinite(value) and abs(value - float(expected)) <= tolerance * max(1.0, abs(float(expected)))
+        return math.isfinite(value) and abs(value - float(expected)) <= tolerance * max(
+            1.0, abs(float(expected))
+        )
     if mode == "json":
         if json_depth(got) > MAX_JSON_DEPTH:
             return False
@@ -271,11 +298,17 @@ def json_depth(text: str) -> int:
 
 def _regex_fullmatch(pattern: str, text: str) -> bool:
     """In a child process with a time limit: a pathological answer cannot hang the grader."""
-    code = ("import json, re, sys\np, t = json.load(sys.stdin)\n"
-            "sys.exit(0 if re.fullmatch(p, t, flags=re.DOTALL) else 1)\n")
+    code = (
+        "import json, re, sys\np, t = json.load(sys.stdin)\n"
+        "sys.exit(0 if re.fullmatch(p, t, flags=re.DOTALL) else 1)\n"
+    )
     try:
-        r = subprocess.run([sys.executable, "-I", "-c", code], input=json.dumps([pattern, text]).encode(),
-                           capture_output=True, timeout=REGEX_TIMEOUT_SEC)
+        r = subprocess.run(
+            [sys.executable, "-I", "-c", code],
+            input=json.dumps([pattern, text]).encode(),
+            capture_output=True,
+            timeout=REGEX_TIMEOUT_SEC,
+        )
     except subprocess.TimeoutExpired:
         return False
     return r.returncode == 0

@@ -16,6 +16,7 @@ runs, so no reward file the agent planted survives. Remaining limits (Harbor's c
 in snapshot and shared modes test.sh runs on the filesystem the agent (root by default) left, so an agent that
 replaces system programs (bash, python, curl) can change what the verifier does; `fresh` avoids that.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,9 +27,9 @@ from typing import Optional
 
 import docker.errors
 
-from results.errors import InfraError, OracleFailed
 from agent.sandbox import Changes, Limits, SandboxPool
 from agent.sandbox.native import NativeSandbox, NativeSpec, commit, create_native, remove_image
+from results.errors import InfraError, OracleFailed
 
 REWARD_DIR = "/logs/verifier"
 MAX_REWARD_BYTES = 1 << 20
@@ -38,9 +39,15 @@ def limits(task, network: Optional[bool] = None) -> Limits:
     """The sandbox of a Harbor task: our resource limits, Harbor's working folder, users and writable root."""
     spec = task.harbor
     base = Limits.for_task(task.environment)
-    return Limits(memory_mb=base.memory_mb, cpus=base.cpus, pids=base.pids, workspace_mb=base.workspace_mb,
-                  network=base.network if network is None else network, read_only=False,
-                  native=NativeSpec(workdir=spec.workdir, user=spec.agent_user, env=spec.env))
+    return Limits(
+        memory_mb=base.memory_mb,
+        cpus=base.cpus,
+        pids=base.pids,
+        workspace_mb=base.workspace_mb,
+        network=base.network if network is None else network,
+        read_only=False,
+        native=NativeSpec(workdir=spec.workdir, user=spec.agent_user, env=spec.env),
+    )
 
 
 def verifier_limits(task) -> Limits:
@@ -49,6 +56,7 @@ def verifier_limits(task) -> Limits:
 
 
 # ---------------------------------------------------------------------------------------------- before the agent
+
 
 async def prepare(task, sb: NativeSandbox):
     """/logs/agent for the agent's logs; then the environment's healthcheck, as Docker runs one."""
@@ -75,7 +83,9 @@ async def oracle(task, sb: NativeSandbox):
     """Harbor's oracle: the solution folder at /solution, solve.sh run in the working folder as the agent's user."""
 
     await _root(sb, "rm -rf /solution && mkdir -p /solution")
-    await sb.put_files(task.solution_files, dest="/solution", user="root", executable=_scripts(task.solution_files))
+    await sb.put_files(
+        task.solution_files, dest="/solution", user="root", executable=_scripts(task.solution_files)
+    )
     env = {**sb.env, **dict(task.harbor.solution_env)}
     shell = "bash" if await _has_bash(sb) else "sh"
     r = await sb.exec([shell, "/solution/solve.sh"], timeout=task.agent.timeout_sec, env=env)
@@ -84,6 +94,7 @@ async def oracle(task, sb: NativeSandbox):
 
 
 # ---------------------------------------------------------------------------------------------- verification
+
 
 async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     """snapshot and shared modes, while the agent's container still exists. Returns a grade.Verdict."""
@@ -100,11 +111,17 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
         try:
             image = await asyncio.to_thread(commit, sb, pool.run_id, pool.pool_id)
         except docker.errors.NotFound:  # removed: its server stopped answering (a root agent can stop it)
-            return Verdict(0.0, False, "no_report", detail="the agent's container was gone before verification "
-                                                            "(its command server stopped answering)")
+            return Verdict(
+                0.0,
+                False,
+                "no_report",
+                detail="the agent's container was gone before verification "
+                "(its command server stopped answering)",
+            )
         try:
-            vb = await asyncio.to_thread(create_native, image, verifier_limits(task), pool.run_id, task.id,
-                                         pool.pool_id)
+            vb = await asyncio.to_thread(
+                create_native, image, verifier_limits(task), pool.run_id, task.id, pool.pool_id
+            )
             vb.image_user = sb.image_user  # the commit's USER is the container's 0:0, not the image's
             try:
                 v = await run_verifier(task, vb)
@@ -124,7 +141,9 @@ async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str):
     async with pool.sandbox(vimage, verifier_limits(task), task=task.id) as sb:
         files = {p: d for p, d in task.workspace_files.items() if p not in changes.deleted}
         files.update(changes.files)
-        await sb.put_files(files, executable=(set(task.executable_files) - set(changes.files)) | changes.executable)
+        await sb.put_files(
+            files, executable=(set(task.executable_files) - set(changes.files)) | changes.executable
+        )
         if changes.deleted:
             await sb.exec(["rm", "-f", "--", *changes.deleted], timeout=60, user="root")
         return await run_verifier(task, sb)
@@ -137,13 +156,21 @@ async def run_verifier(task, sb: NativeSandbox):
     spec = task.harbor
     user = spec.verifier_user or sb.image_user
     owner = "" if user in ("root", "0", "0:0") else f" && chown {user} {REWARD_DIR}"
-    await _root(sb, f"rm -rf /tests {REWARD_DIR} && mkdir -p /tests {REWARD_DIR} /logs/agent "
-                    f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}")
+    await _root(
+        sb,
+        f"rm -rf /tests {REWARD_DIR} && mkdir -p /tests {REWARD_DIR} /logs/agent "
+        f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}",
+    )
     await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
     env = {**sb.env, **dict(spec.verifier_env)}
     timeout = task.verifier_timeout_sec
-    run = await sb.exec(["bash", "/tests/test.sh"] if await _has_bash(sb) else ["sh", "/tests/test.sh"],
-                        timeout=timeout, user=user, env=env, cap=16 << 10)
+    run = await sb.exec(
+        ["bash", "/tests/test.sh"] if await _has_bash(sb) else ["sh", "/tests/test.sh"],
+        timeout=timeout,
+        user=user,
+        env=env,
+        cap=16 << 10,
+    )
     tail = run.output[-400:]
     if run.timed_out:
         return Verdict(0.0, False, "timeout", detail=f"test.sh ran out of time ({timeout:.0f}s)")
@@ -165,7 +192,9 @@ def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str
         except ValueError:
             return Verdict(0.0, False, "no_report", detail="reward.json is not JSON")
         data = data if isinstance(data, dict) else {"reward": data}
-        if not data or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
+        if not data or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()
+        ):
             return Verdict(0.0, False, "no_report", detail="reward.json must map names to numbers")
         rewards = {str(k): float(v) for k, v in data.items()}
     elif reward_txt is not None:
@@ -175,8 +204,12 @@ def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str
             return Verdict(0.0, False, "no_report", detail=f"reward.txt is not a number: {reward_txt[:40]!r}")
         rewards = {"reward": value}
     else:
-        return Verdict(0.0, False, "no_report",
-                       detail=f"test.sh wrote neither {REWARD_DIR}/reward.txt nor reward.json; output: {tail}")
+        return Verdict(
+            0.0,
+            False,
+            "no_report",
+            detail=f"test.sh wrote neither {REWARD_DIR}/reward.txt nor reward.json; output: {tail}",
+        )
     if not all(math.isfinite(v) for v in rewards.values()):
         return Verdict(0.0, False, "no_report", detail=f"non-finite reward in {rewards}")
     key = "reward" if "reward" in rewards else (next(iter(rewards)) if len(rewards) == 1 else None)
@@ -213,4 +246,3 @@ async def _root(sb: NativeSandbox, script: str):
     r = await sb.exec(["sh", "-c", script], timeout=60, user="root", cwd="/")
     if r.exit_code != 0:
         raise InfraError(f"preparing the Harbor sandbox failed ({script[:60]}...): {r.output[-300:]}")
-

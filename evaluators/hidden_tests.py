@@ -8,6 +8,7 @@ tests.<file as module>.<TestClass>.<method>; the cases of a parametrised test sh
 Records keep the ids with the task's own names; the grader renames every test function at random
 (evaluators/pytest_kind.py), and `task_id` turns its ids back into the task's.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,7 +24,9 @@ def is_test_file(path: str) -> bool:
     return name.startswith("test_") and name.endswith(".py")
 
 
-def collected_functions(tree: ast.Module) -> Iterator[tuple[Optional[str], ast.FunctionDef | ast.AsyncFunctionDef]]:
+def collected_functions(
+    tree: ast.Module,
+) -> Iterator[tuple[Optional[str], ast.FunctionDef | ast.AsyncFunctionDef]]:
     """(class name or None, function node) for every test function pytest collects by default."""
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
@@ -46,7 +49,9 @@ def parse(path: str, data: bytes) -> ast.Module:
         return ast.parse(data.decode("utf-8"), filename=path)
     except (SyntaxError, UnicodeDecodeError) as e:
         line = getattr(e, "lineno", None)
-        raise ValueError(f"{path}{f' line {line}' if line else ''}: {e.__class__.__name__}: {getattr(e, 'msg', e)}")
+        raise ValueError(
+            f"{path}{f' line {line}' if line else ''}: {e.__class__.__name__}: {getattr(e, 'msg', e)}"
+        ) from None
 
 
 def expected_ids(test_files: dict[str, bytes]) -> set[str]:

@@ -6,6 +6,7 @@ it. Each kind names its grade function, `async (task, changes, pool, image) -> g
 listing tasks (`harness tasks list`) should not pay for. Adding a kind: write its grade function and
 register it below.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -8,6 +8,7 @@ a fresh random name and the top-level ones a random order, so that a canary cann
 by its name or position (the names in the record are the task's own). Test ids and which are canaries:
 evaluators/hidden_tests.py.
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,6 +33,7 @@ MAX_REPORT_BYTES = 4 << 20
 @dataclass
 class Prepared:
     """The hidden tests as copied into one grading container."""
+
     files: dict[str, bytes]
     expected: set[str]  # ids as the grader will report them
     canaries: set[str]  # which of those are canaries
@@ -69,7 +71,9 @@ def prepare(test_files: dict[str, bytes], rng: random.Random | None = None) -> P
                 blocks.append((start, node.end_lineno))
         bodies = [lines[a:b] for a, b in blocks]
         rng.shuffle(bodies)
-        for (a, b), body in sorted(zip(blocks, bodies), key=lambda x: -x[0][0]):  # from the end: spans stay valid
+        for (a, b), body in sorted(
+            zip(blocks, bodies), key=lambda x: -x[0][0]
+        ):  # from the end: spans stay valid
             lines[a:b] = body
         files[path] = "".join(lines).encode("utf-8")
     expected = set(names)
@@ -81,17 +85,43 @@ def command(timeout: float) -> tuple[list[str], str]:
     relative to it. Every path in it is relative: /proc/<pid>/cmdline is readable by any user, and the
     candidate must not learn where the hidden files are (it could point a link in the workspace at them)."""
     report = f"out-{secrets.token_hex(8)}/report.xml"
-    argv = ["timeout", "-s", "KILL", str(int(timeout)), "/usr/bin/python3", "-I", "-m", "pytest",
-            "-p", "no:cacheprovider", "-c", "pytest.ini", "--rootdir=.", "--confcutdir=.",
-            "-o", "junit_family=xunit2", f"--junitxml={report}", "-q", "tests"]
+    argv = [
+        "timeout",
+        "-s",
+        "KILL",
+        str(int(timeout)),
+        "/usr/bin/python3",
+        "-I",
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        "pytest.ini",
+        "--rootdir=.",
+        "--confcutdir=.",
+        "-o",
+        "junit_family=xunit2",
+        f"--junitxml={report}",
+        "-q",
+        "tests",
+    ]
     return argv, report
 
 
 def clean_env(import_mode: str, call_timeout: float, folder: str = GRADER) -> dict[str, str]:
     """The test runner's environment: nothing the candidate could have set survives into it."""
-    return {"PATH": "/usr/bin:/bin", "HOME": f"{folder}/home", "TMPDIR": f"{folder}/tmp", "LANG": "C.UTF-8",
-            "WORKSPACE": "/workspace", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1",
-            "HARNESS_IMPORT_MODE": import_mode, "HARNESS_CALL_TIMEOUT": str(max(1, int(call_timeout)))}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": f"{folder}/home",
+        "TMPDIR": f"{folder}/tmp",
+        "LANG": "C.UTF-8",
+        "WORKSPACE": "/workspace",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "HARNESS_IMPORT_MODE": import_mode,
+        "HARNESS_CALL_TIMEOUT": str(max(1, int(call_timeout))),
+    }
 
 
 @dataclass
@@ -103,8 +133,14 @@ class PytestVerdict:
     detail: str = ""
 
 
-def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set[str],
-            canaries: set[str] | None = None, names: dict[str, str] | None = None) -> PytestVerdict:
+def verdict(
+    report: bytes | None,
+    exit_code: int,
+    timed_out: bool,
+    expected: set[str],
+    canaries: set[str] | None = None,
+    names: dict[str, str] | None = None,
+) -> PytestVerdict:
     """Decides from the report alone, failing closed on anything unexpected. `canaries` defaults to the
     ids named test_canary*; `names` maps reported ids back to the task's own for the record."""
     canaries = {i for i in expected if is_canary(i)} if canaries is None else canaries
@@ -133,16 +169,26 @@ def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set
         if prev is None or prev.outcome == "passed":
             outcomes[base] = TestOutcome(id=base, outcome=outcome, message=message)
     reported = set(outcomes)
-    tests = sorted((TestOutcome(id=task_id(t.id, names), outcome=t.outcome, message=t.message)
-                    for t in outcomes.values()), key=lambda t: t.id)
+    tests = sorted(
+        (
+            TestOutcome(id=task_id(t.id, names), outcome=t.outcome, message=t.message)
+            for t in outcomes.values()
+        ),
+        key=lambda t: t.id,
+    )
     real = [t for i, t in outcomes.items() if i not in canaries]
     score = sum(t.outcome == "passed" for t in real) / max(len(expected - canaries), 1)
     unexpected = reported - expected
     if unexpected and all(outcomes[i].outcome == "error" for i in unexpected):
         # pytest reports a file that failed to import as an error of its own (the candidate's module did not
         # load, say): an ordinary failure, not a manipulation
-        return PytestVerdict(0.0, False, "error_in_tests", tests,
-                             f"tests could not be collected: {outcomes[sorted(unexpected)[0]].message[:200]}")
+        return PytestVerdict(
+            0.0,
+            False,
+            "error_in_tests",
+            tests,
+            f"tests could not be collected: {outcomes[sorted(unexpected)[0]].message[:200]}",
+        )
     if unexpected:
         extra = sorted(task_id(i, names) for i in unexpected)
         return PytestVerdict(0.0, False, "tamper", tests, f"unexpected tests reported: {extra[:3]}")
@@ -150,7 +196,9 @@ def verdict(report: bytes | None, exit_code: int, timed_out: bool, expected: set
         missing = sorted(task_id(i, names) for i in expected - reported)
         return PytestVerdict(0.0, False, "missing_tests", tests, f"tests not run: {missing[:3]}")
     if any(outcomes[i].outcome != "failed" for i in canaries):
-        return PytestVerdict(0.0, False, "tamper", tests, "a canary test did not fail: the test run was manipulated")
+        return PytestVerdict(
+            0.0, False, "tamper", tests, "a canary test did not fail: the test run was manipulated"
+        )
     if canaries and exit_code != 1:
         return PytestVerdict(0.0, False, "tamper", tests, f"pytest exit {exit_code} contradicts the report")
     if any(t.outcome == "skipped" for t in real):

@@ -5,6 +5,7 @@ nothing) -> changes captured -> sandbox destroyed -> graded in a fresh container
 Model calls and sandbox work overlap under asyncio; separate limits bound concurrent attempts,
 model requests and containers.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,14 +19,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
-from results.errors import InfraError, OracleFailed, UserError
-from agent.sandbox.images import harbor_task_image, harbor_verifier_image, task_image
 from agent.config import LoopConfig
 from agent.loop import TOOLS, LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
 from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, SandboxUnresponsive, content_hash, prune
+from agent.sandbox.images import harbor_task_image, harbor_verifier_image, task_image
 from evaluators.grade import grade
+from results.errors import InfraError, OracleFailed, UserError
 from results.schema import Attempt, attempt_key
 from tasks.model import Task
 
@@ -42,6 +43,7 @@ async def oracle_policy(task: Task, sb: Sandbox) -> None:
     """Runs the task's solution/solve.sh in /workspace, as the agent would."""
     if task.harbor is not None:  # Harbor's oracle: /solution, the image's WORKDIR, [solution.env]
         from evaluators import harbor_kind
+
         return await harbor_kind.oracle(task, sb)
     await sb.put_files(task.solution_files, dest="/tmp/oracle")
     r = await sb.exec("bash /tmp/oracle/solve.sh", timeout=task.agent.timeout_sec)
@@ -62,13 +64,17 @@ def attempt_seed(seed: int, task_id: str, sample: int) -> int:
 
 def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, sample: int) -> Policy:
     async def act(task: Task, sb: Sandbox) -> LoopResult:
-        per_task = replace(cfg, max_steps=min(cfg.max_steps, task.agent.max_steps),
-                           wall_time=min(cfg.wall_time, task.agent.timeout_sec) if cfg.task_wall_time
-                           else cfg.wall_time,
-                           command_timeout=min(cfg.command_timeout, task.agent.command_timeout_sec),
-                           seed=None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample))
-        return await run_loop(_Limited(model_for_attempt(model, task.id, sample), model_slots), sb,
-                              task.instruction, per_task)
+        per_task = replace(
+            cfg,
+            max_steps=min(cfg.max_steps, task.agent.max_steps),
+            wall_time=min(cfg.wall_time, task.agent.timeout_sec) if cfg.task_wall_time else cfg.wall_time,
+            command_timeout=min(cfg.command_timeout, task.agent.command_timeout_sec),
+            seed=None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample),
+        )
+        return await run_loop(
+            _Limited(model_for_attempt(model, task.id, sample), model_slots), sb, task.instruction, per_task
+        )
+
     return act
 
 
@@ -86,11 +92,24 @@ class _Limited:
             return await self._model.complete(*args, **kwargs)
 
 
-REJECTED_STATUSES = (400, 413, 422)  # the provider refused the conversation's content: the attempt's own failure
+REJECTED_STATUSES = (
+    400,
+    413,
+    422,
+)  # the provider refused the conversation's content: the attempt's own failure
 
 
-async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str, *, run_id: str,
-                      model_name: str, sample: int = 0, temperature: float = 0.0) -> Attempt:
+async def run_attempt(
+    task: Task,
+    policy: Policy,
+    pool: SandboxPool,
+    image: str,
+    *,
+    run_id: str,
+    model_name: str,
+    sample: int = 0,
+    temperature: float = 0.0,
+) -> Attempt:
     """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries);
     nothing the agent does in its sandbox raises: it is graded."""
     started, t0 = now(), time.monotonic()
@@ -115,7 +134,9 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
             changes = Changes(rejected=["the sandbox died before its changes could be captured"])
         else:
             changes = await sb.changes()
-        if harbor and task.harbor.verifier_mode != "fresh":  # needs the agent's container: verified before release
+        if (
+            harbor and task.harbor.verifier_mode != "fresh"
+        ):  # needs the agent's container: verified before release
             verdict = await harbor.verify_in_place(task, sb, pool)
     if result is not None:
         rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
@@ -125,14 +146,21 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
         rec.cost = sum(s.cost for s in result.steps)
         rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
         if result.exit_reason == "model_error":
-            if result.model_error_status not in REJECTED_STATUSES:  # the provider failed, not the model: infra
+            if (
+                result.model_error_status not in REJECTED_STATUSES
+            ):  # the provider failed, not the model: infra
                 raise InfraError(result.model_error or "model error")
             rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
     rec.patch_files = len(changes.paths)
     if changes.rejected and not verdict:
         rec.detail = "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
     verdict = verdict or await grade(task, changes, pool, image)
-    rec.reward, rec.solved, rec.reason, rec.tests = verdict.reward, verdict.solved, verdict.reason, verdict.tests
+    rec.reward, rec.solved, rec.reason, rec.tests = (
+        verdict.reward,
+        verdict.solved,
+        verdict.reason,
+        verdict.tests,
+    )
     rec.status = "solved" if verdict.solved else "failed"
     rec.detail = (rec.detail + verdict.detail)[:1000]
     rec.durations.evaluation = verdict.seconds
@@ -143,13 +171,24 @@ async def run_attempt(task: Task, policy: Policy, pool: SandboxPool, image: str,
 
 def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: float, image: str) -> Attempt:
     """The record of one attempt, before anything happened (the one place an Attempt is started)."""
-    return Attempt(key=attempt_key(run_id, task.id, sample), run_id=run_id, task_id=task.id,
-                   task_version=task.version, domain=task.domain, difficulty=task.difficulty, split=task.split,
-                   sample=sample, model=model_name, temperature=temperature, image=image)
+    return Attempt(
+        key=attempt_key(run_id, task.id, sample),
+        run_id=run_id,
+        task_id=task.id,
+        task_version=task.version,
+        domain=task.domain,
+        difficulty=task.difficulty,
+        split=task.split,
+        sample=sample,
+        model=model_name,
+        temperature=temperature,
+        image=image,
+    )
 
 
-async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], pool: SandboxPool, image: str,
-                               **kw) -> Attempt:
+async def attempt_with_retries(
+    task: Task, make_policy: Callable[[], Policy], pool: SandboxPool, image: str, **kw
+) -> Attempt:
     """Retries infrastructure failures a bounded number of times; then records status=error. Any other
     exception (a bug, or something no check foresaw) is recorded as this attempt's failure: one attempt
     never aborts the run, and nothing an agent causes can turn its failure into an excluded error."""
@@ -163,7 +202,7 @@ async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], po
             unresponsive += isinstance(e, SandboxUnresponsive)
         except (UserError, asyncio.CancelledError):
             raise  # bad input stops the run with its one-line message; cancellation is the caller's
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             rec = _record(*rec_args)
             rec.status, rec.reason = "failed", "harness_error"
             rec.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"[:2000]
@@ -171,7 +210,12 @@ async def attempt_with_retries(task: Task, make_policy: Callable[[], Policy], po
             return rec
     rec = _record(*rec_args)
     if unresponsive == 1 + INFRA_RETRIES:  # every try: not a passing fault, the attempt's own doing
-        rec.status, rec.reason, rec.error, rec.finished_at = "failed", "sandbox_unresponsive", last[:2000], now()
+        rec.status, rec.reason, rec.error, rec.finished_at = (
+            "failed",
+            "sandbox_unresponsive",
+            last[:2000],
+            now(),
+        )
         return rec
     rec.status, rec.reason, rec.error, rec.finished_at = "error", "infra_error", last[:2000], now()
     return rec
@@ -183,15 +227,22 @@ async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
     out = {}
     for t in tasks:
         # The whole build context is part of the key: two tasks with one Dockerfile but different files differ.
-        key = content_hash(t.dockerfile or "", *[p + "\0" for p in sorted(t.build_context)],
-                           *[t.build_context[p] for p in sorted(t.build_context)],
-                           repr(t.harbor and (t.harbor.docker_image, t.harbor.verifier_docker_image,
-                                              t.harbor.verifier_dockerfile)))
+        key = content_hash(
+            t.dockerfile or "",
+            *[p + "\0" for p in sorted(t.build_context)],
+            *[t.build_context[p] for p in sorted(t.build_context)],
+            repr(
+                t.harbor
+                and (t.harbor.docker_image, t.harbor.verifier_docker_image, t.harbor.verifier_dockerfile)
+            ),
+        )
         if key not in cache:
             try:
                 if t.harbor is not None:
                     cache[key] = await asyncio.to_thread(harbor_task_image, t, log)
-                    await asyncio.to_thread(harbor_verifier_image, t, log)  # built now, found by grading later
+                    await asyncio.to_thread(
+                        harbor_verifier_image, t, log
+                    )  # built now, found by grading later
                 else:
                     cache[key] = await asyncio.to_thread(task_image, t.dockerfile, t.build_context, log)
             except UserError as e:
@@ -220,18 +271,35 @@ class Progress:
         eta = elapsed / self.done * (self.total - self.done) if self.done else 0
         width = 24
         filled = int(width * self.done / max(self.total, 1))
-        line = (f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} solved {self.solved} "
-                f"errors {self.errors} elapsed {elapsed:.0f}s ETA {eta:.0f}s spend ${self.cost:.4f}")
+        line = (
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} solved {self.solved} "
+            f"errors {self.errors} elapsed {elapsed:.0f}s ETA {eta:.0f}s spend ${self.cost:.4f}"
+        )
         print(line, end="" if self.done < self.total else "\n", file=self.stream, flush=True)
 
 
-async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperature: float = 0.0,
-                   out_dir: Optional[Path] = None, concurrency: int = 4, resume: bool = False, seed: int = 0,
-                   model_options: Optional[dict] = None, loop: Optional[LoopConfig] = None,
-                   model_concurrency: Optional[int] = None, max_sandboxes: Optional[int] = None,
-                   progress: bool = True, model_obj: Optional[Model] = None, suite: str = "",
-                   cluster: Optional[str] = None, sandbox: str = "docker",
-                   sandbox_options: Optional[dict] = None, filters: Optional[dict] = None) -> Path:
+async def run_eval(
+    model: str,
+    tasks: list[Task],
+    *,
+    samples: int = 1,
+    temperature: float = 0.0,
+    out_dir: Optional[Path] = None,
+    concurrency: int = 4,
+    resume: bool = False,
+    seed: int = 0,
+    model_options: Optional[dict] = None,
+    loop: Optional[LoopConfig] = None,
+    model_concurrency: Optional[int] = None,
+    max_sandboxes: Optional[int] = None,
+    progress: bool = True,
+    model_obj: Optional[Model] = None,
+    suite: str = "",
+    cluster: Optional[str] = None,
+    sandbox: str = "docker",
+    sandbox_options: Optional[dict] = None,
+    filters: Optional[dict] = None,
+) -> Path:
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
     With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
     sandbox="k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
@@ -247,17 +315,28 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     model_options = dict(model_options or {})
     cfg = loop or LoopConfig()
     cfg = replace(cfg, temperature=temperature, seed=seed)
-    config = {"model": model, "suite": suite, "tasks": sorted(ids), "samples": samples, "temperature": temperature,
-              "model_options": {k: str(v) for k, v in model_options.items()}, "loop": cfg.__dict__,
-              "tools": TOOLS, "concurrency": concurrency, "model_concurrency": model_concurrency or concurrency,
-              "filters": dict(filters or {})}  # recorded, not compared on resume (results/manifest.RESUME_KEYS)
+    config = {
+        "model": model,
+        "suite": suite,
+        "tasks": sorted(ids),
+        "samples": samples,
+        "temperature": temperature,
+        "model_options": {k: str(v) for k, v in model_options.items()},
+        "loop": cfg.__dict__,
+        "tools": TOOLS,
+        "concurrency": concurrency,
+        "model_concurrency": model_concurrency or concurrency,
+        "filters": dict(filters or {}),
+    }  # recorded, not compared on resume (results/manifest.RESUME_KEYS)
     if cluster:
         from evaluators.cluster import check_address, import_ray
+
         check_address(cluster), import_ray()
     # A bad model string, missing API key or adapter fails here: before images are built or a run folder is made.
     the_model = model_obj or get_model(model, **model_options)
     if sandbox == "k8s":
         from agent.sandbox.k8s import k8s_images, k8s_pool
+
         if cluster:
             raise UserError("--cluster and --sandbox k8s do not combine yet: pick one")
         images = k8s_images(tasks, sandbox_options or {})
@@ -285,27 +364,51 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
                 store.append(rec)  # durable before it counts as done
                 if bar:
                     bar.update(rec)
+
             try:
-                await run_on_cluster(cluster, todo, tasks=tasks, images=images, run_id=run_id, model=model,
-                                     model_obj=the_model, model_options=model_options, loop=cfg,
-                                     temperature=temperature, concurrency=concurrency,
-                                     model_concurrency=model_concurrency, on_record=record)
+                await run_on_cluster(
+                    cluster,
+                    todo,
+                    tasks=tasks,
+                    images=images,
+                    run_id=run_id,
+                    model=model,
+                    model_obj=the_model,
+                    model_options=model_options,
+                    loop=cfg,
+                    temperature=temperature,
+                    concurrency=concurrency,
+                    model_concurrency=model_concurrency,
+                    on_record=record,
+                )
             except BaseException:
                 if bar and bar.done < bar.total:
                     print(file=bar.stream)
                 raise
             store.finish()
             return out_dir
-        async with Pool(run_id=run_id, warm=concurrency + 1,  # an agent and a grader container each
-                        max_containers=max_sandboxes or 2 * concurrency + 2) as pool:
+        async with Pool(
+            run_id=run_id,
+            warm=concurrency + 1,  # an agent and a grader container each
+            max_containers=max_sandboxes or 2 * concurrency + 2,
+        ) as pool:
+
             async def one(task: Task, sample: int):
                 async with attempt_slots:
                     rec = await attempt_with_retries(
-                        task, lambda: loop_policy(the_model, cfg, model_slots, sample), pool, images[task.id],
-                        run_id=run_id, model_name=model, sample=sample, temperature=temperature)
+                        task,
+                        lambda: loop_policy(the_model, cfg, model_slots, sample),
+                        pool,
+                        images[task.id],
+                        run_id=run_id,
+                        model_name=model,
+                        sample=sample,
+                        temperature=temperature,
+                    )
                 store.append(rec)  # durable before it counts as done
                 if bar:
                     bar.update(rec)
+
             jobs = [asyncio.ensure_future(one(t, s)) for t, s in todo]
             try:
                 await asyncio.gather(*jobs)
@@ -325,13 +428,27 @@ async def run_eval(model: str, tasks: list[Task], *, samples: int = 1, temperatu
     return out_dir
 
 
-async def run_task(model: str, task: Task, *, sample: int = 0, temperature: float = 0.0,
-                   cfg: Optional[LoopConfig] = None, model_options: Optional[dict] = None) -> Attempt:
+async def run_task(
+    model: str,
+    task: Task,
+    *,
+    sample: int = 0,
+    temperature: float = 0.0,
+    cfg: Optional[LoopConfig] = None,
+    model_options: Optional[dict] = None,
+) -> Attempt:
     """One graded attempt of one task, without a run folder."""
     images = await build_images([task])
     the_model = get_model(model, **(model_options or {}))
     cfg = cfg or LoopConfig(temperature=temperature)
     async with SandboxPool(warm=0, max_containers=3) as pool:
-        return await run_attempt(task, loop_policy(the_model, cfg, asyncio.Semaphore(1), sample), pool,
-                                 images[task.id], run_id=pool.run_id, model_name=model, sample=sample,
-                                 temperature=temperature)
+        return await run_attempt(
+            task,
+            loop_policy(the_model, cfg, asyncio.Semaphore(1), sample),
+            pool,
+            images[task.id],
+            run_id=pool.run_id,
+            model_name=model,
+            sample=sample,
+            temperature=temperature,
+        )

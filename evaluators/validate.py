@@ -4,6 +4,7 @@ Per task: the schema loads; the image builds; the oracle is solved on every repe
 workspace (null agent) is not solved; hidden tests are unreachable from the agent's sandbox; the
 instruction does not quote the hidden tests. Runs concurrently through the warm pool.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +12,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from evaluators.runner import build_images, null_policy, oracle_policy, run_attempt
 from agent.sandbox import Sandbox, SandboxPool
+from evaluators.runner import build_images, null_policy, oracle_policy, run_attempt
 from tasks.model import Task
 
 
@@ -43,12 +44,20 @@ def leaked_lines(task: Task) -> list[str]:
 
 async def hidden_tests_unreachable(task: Task, sb: Sandbox) -> str:
     """From inside an agent sandbox: /grader is empty and no hidden test file can be found."""
-    for folder in ("/grader", "/tests", "/logs/verifier"):  # /tests and /logs/verifier: Harbor's verifier folders
+    for folder in (
+        "/grader",
+        "/tests",
+        "/logs/verifier",
+    ):  # /tests and /logs/verifier: Harbor's verifier folders
         r = await sb.exec(["sh", "-c", f"ls -A {folder} 2>/dev/null"], timeout=30)
         if r.stdout.strip():
             return f"{folder} is not empty in the agent sandbox: {r.stdout.strip()[:80]}"
-    probes = [line.strip() for data in task.test_files.values()
-              for line in data.decode("utf-8", "replace").splitlines() if len(line.strip()) >= 25][:1]
+    probes = [
+        line.strip()
+        for data in task.test_files.values()
+        for line in data.decode("utf-8", "replace").splitlines()
+        if len(line.strip()) >= 25
+    ][:1]
     for probe in probes:
         roots = [sb.workdir] if sb.workdir != "/" else []  # never grep / (its /proc holds the probe itself)
         r = await sb.exec(["grep", "-rlF", "--", probe, *roots, "/tmp", "/home", "/opt", "/srv"], timeout=60)
@@ -71,8 +80,12 @@ async def validate_task(task: Task, pool: SandboxPool, image: str, repeats: int)
         await oracle_policy(task, sb)
 
     kw = dict(run_id=pool.run_id, model_name="oracle")
-    runs = await asyncio.gather(*(run_attempt(task, oracle_and_probe if i == 0 else oracle_policy, pool, image,
-                                              sample=i, **kw) for i in range(repeats)))
+    runs = await asyncio.gather(
+        *(
+            run_attempt(task, oracle_and_probe if i == 0 else oracle_policy, pool, image, sample=i, **kw)
+            for i in range(repeats)
+        )
+    )
     solved = sum(r.solved for r in runs)
     row.oracle = f"{solved}/{repeats}"
     row.flaky = 0 < solved < repeats
@@ -90,14 +103,17 @@ async def validate_task(task: Task, pool: SandboxPool, image: str, repeats: int)
 async def validate(tasks: list[Task], repeats: int = 3, concurrency: int = 4) -> list[Row]:
     images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
     slots = asyncio.Semaphore(concurrency)
-    async with SandboxPool(run_id=f"validate-{int(time.time())}", warm=2,
-                           max_containers=concurrency * (repeats + 1) + 2) as pool:
+    async with SandboxPool(
+        run_id=f"validate-{int(time.time())}", warm=2, max_containers=concurrency * (repeats + 1) + 2
+    ) as pool:
+
         async def one(t: Task) -> Row:
             async with slots:
                 try:
                     return await validate_task(t, pool, images[t.id], repeats)
                 except Exception as e:  # report the task, keep validating the others
                     return Row(t.id, problems=[f"{type(e).__name__}: {e}"[:200]])
+
         return await asyncio.gather(*(one(t) for t in tasks))
 
 
@@ -110,8 +126,10 @@ def main(args) -> int:
     width = max(len(r.task) for r in rows)
     print(f"{'task':<{width}}  oracle  null        flaky  seconds  problems")
     for r in rows:
-        print(f"{r.task:<{width}}  {r.oracle:<6}  {r.null:<10}  {'yes' if r.flaky else 'no':<5}  "
-              f"{r.seconds:7.1f}  {'; '.join(r.problems)}")
+        print(
+            f"{r.task:<{width}}  {r.oracle:<6}  {r.null:<10}  {'yes' if r.flaky else 'no':<5}  "
+            f"{r.seconds:7.1f}  {'; '.join(r.problems)}"
+        )
     bad = [r for r in rows if not r.ok]
     print(f"{len(rows) - len(bad)}/{len(rows)} tasks valid in {time.monotonic() - t0:.0f}s")
     return 1 if bad else 0

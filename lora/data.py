@@ -5,6 +5,7 @@ The sequences are made of exactly the token ids the local model saw and produced
 templates are not always prefix-preserving and re-tokenising a reply can give other ids than the
 ones the model generated.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,6 +24,7 @@ IGNORE = -100  # label of a position that gets no loss (torch cross_entropy's ig
 
 # ---------------------------------------------------------------- filter
 
+
 @dataclass
 class FilterStats:
     seen: int = 0
@@ -39,7 +41,9 @@ def has_token_ids(a: Attempt) -> bool:
     return bool(a.steps) and all(s.prompt_ids is not None and s.completion_ids is not None for s in a.steps)
 
 
-def filter_attempts(attempts: Iterable[Attempt], per_task_cap: int | None = 2) -> tuple[list[Attempt], FilterStats]:
+def filter_attempts(
+    attempts: Iterable[Attempt], per_task_cap: int | None = 2
+) -> tuple[list[Attempt], FilterStats]:
     """Keep solved attempts with token ids, drop duplicate action sequences, keep at most
     `per_task_cap` per task (None or 0: no cap), preferring fewest steps, then fewest generated tokens."""
     stats = FilterStats()
@@ -83,6 +87,7 @@ def _generated(a: Attempt) -> int:
 
 # ---------------------------------------------------------------- dataset
 
+
 @dataclass
 class Example:
     input_ids: list[int]
@@ -105,7 +110,7 @@ def _extends(prev: Step, nxt: Step) -> bool:
     """True when step k's prompt + completion is a prefix of step k+1's prompt (the conversation was
     carried forward token for token, not elided or re-tokenised)."""
     head = prev.prompt_ids + prev.completion_ids
-    return len(nxt.prompt_ids) >= len(head) and nxt.prompt_ids[:len(head)] == head
+    return len(nxt.prompt_ids) >= len(head) and nxt.prompt_ids[: len(head)] == head
 
 
 def build_examples(a: Attempt, mask_errors: bool = False, end_of_turn: Optional[int] = None) -> list[Example]:
@@ -144,8 +149,12 @@ def build_examples(a: Attempt, mask_errors: bool = False, end_of_turn: Optional[
                 continue
             start = len(s.prompt_ids)
             end = start + len(s.completion_ids)
-            if (end_of_turn is not None and s.completion_ids[-1:] != [end_of_turn] and end < len(input_ids)
-                    and input_ids[end] == end_of_turn):
+            if (
+                end_of_turn is not None
+                and s.completion_ids[-1:] != [end_of_turn]
+                and end < len(input_ids)
+                and input_ids[end] == end_of_turn
+            ):
                 end += 1
             labels[start:end] = input_ids[start:end]
             trained.append(s.index)
@@ -154,8 +163,9 @@ def build_examples(a: Attempt, mask_errors: bool = False, end_of_turn: Optional[
     return examples
 
 
-def build_dataset(attempts: Iterable[Attempt], mask_errors: bool = False,
-                  end_of_turn: Optional[int] = None) -> list[Example]:
+def build_dataset(
+    attempts: Iterable[Attempt], mask_errors: bool = False, end_of_turn: Optional[int] = None
+) -> list[Example]:
     return [ex for a in attempts for ex in build_examples(a, mask_errors, end_of_turn)]
 
 

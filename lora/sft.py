@@ -11,6 +11,7 @@ same whatever micro-batch it falls in (a mean of per-batch means would over-weig
 The output layer is applied only where there is a target, which saves most of its compute and the
 memory of full-vocabulary logits.
 """
+
 from __future__ import annotations
 
 import gc
@@ -72,19 +73,29 @@ class TrainResult:
     seconds: float = 0.0
 
     def summary(self) -> dict:
-        return {"examples": self.examples, "dropped_too_long": self.dropped_too_long, "steps": self.steps,
-                "target_tokens": self.target_tokens, "tokens": self.tokens,
-                "first_loss": self.losses[0] if self.losses else None,
-                "final_loss": self.losses[-1] if self.losses else None, "seconds": round(self.seconds, 2)}
+        return {
+            "examples": self.examples,
+            "dropped_too_long": self.dropped_too_long,
+            "steps": self.steps,
+            "target_tokens": self.target_tokens,
+            "tokens": self.tokens,
+            "first_loss": self.losses[0] if self.losses else None,
+            "final_loss": self.losses[-1] if self.losses else None,
+            "seconds": round(self.seconds, 2),
+        }
 
 
 # ---------------------------------------------------------------- model
 
+
 def linear_targets(model: nn.Module) -> list[str]:
     """Names (last component) of every linear layer except the output layer: q,k,v,o,gate,up,down on Llama."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules()
-             if isinstance(m, nn.Linear) and m is not head and not name.endswith("lm_head")}
+    names = {
+        name.rsplit(".", 1)[-1]
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and m is not head and not name.endswith("lm_head")
+    }
     return sorted(names)
 
 
@@ -115,8 +126,14 @@ def prepare_model(base: nn.Module, cfg: SFTConfig, continue_from: Optional[Path]
         if continue_from:
             model = PeftModel.from_pretrained(base, str(continue_from), is_trainable=True)
         else:
-            lcfg = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias="none",
-                              target_modules=cfg.target_modules or linear_targets(base), task_type="CAUSAL_LM")
+            lcfg = LoraConfig(
+                r=cfg.rank,
+                lora_alpha=cfg.alpha,
+                lora_dropout=cfg.dropout,
+                bias="none",
+                target_modules=cfg.target_modules or linear_targets(base),
+                task_type="CAUSAL_LM",
+            )
             model = get_peft_model(base, lcfg)
     for p in model.parameters():
         if p.requires_grad and p.dtype != torch.float32:
@@ -145,6 +162,7 @@ def free_memory() -> None:
 
 
 # ---------------------------------------------------------------- batches
+
 
 def length_grouped_batches(lengths: list[int], batch_tokens: int, rng: random.Random) -> list[list[int]]:
     """Indices grouped into micro-batches of similar length (padded size <= batch_tokens, at least one
@@ -198,11 +216,19 @@ def collate(examples: list[Example], device: torch.device, pad_id: int = 0) -> B
     def put(t: torch.Tensor) -> torch.Tensor:  # pinned + non_blocking: the copy overlaps queued GPU work
         return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
 
-    return Batch(put(ids), put(mask) if padded else None, put(labels), len(target_index), n_tokens, mask.numel(),
-                 put(target_index))
+    return Batch(
+        put(ids),
+        put(mask) if padded else None,
+        put(labels),
+        len(target_index),
+        n_tokens,
+        mask.numel(),
+        put(target_index),
+    )
 
 
 # ---------------------------------------------------------------- loss and step
+
 
 def loss_sum(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Sum of next-token cross-entropy over the target positions of `batch`."""
@@ -221,8 +247,9 @@ def loss_sum(model: nn.Module, batch: Batch) -> torch.Tensor:
         # The head does more than a matmul on these architectures: use the model's own logits.
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
         return F.cross_entropy(at_targets(logits).float(), targets, reduction="sum")
-    hidden = base.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                use_cache=False).last_hidden_state
+    hidden = base.get_decoder()(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+    ).last_hidden_state
     logits = base.get_output_embeddings()(at_targets(hidden))  # only where there is a target
     return F.cross_entropy(logits.float(), targets, reduction="sum")
 
@@ -252,8 +279,9 @@ def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
     return cfg.lr * ratio
 
 
-def train(model: nn.Module, examples: list[Example], cfg: SFTConfig,
-          log: Callable[[str], None] = print) -> TrainResult:
+def train(
+    model: nn.Module, examples: list[Example], cfg: SFTConfig, log: Callable[[str], None] = print
+) -> TrainResult:
     """Train the LoRA weights of `model` (from prepare_model) on `examples`. Returns losses and timings."""
     device = next(p for p in model.parameters() if p.requires_grad).device
     autocast = device.type == "cuda" and any(p.dtype == torch.bfloat16 for p in model.parameters())
@@ -280,17 +308,20 @@ def train(model: nn.Module, examples: list[Example], cfg: SFTConfig,
     total_steps = math.ceil(n_micro / cfg.grad_accum)
 
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  fused=device.type == "cuda")
+    optimizer = torch.optim.AdamW(
+        params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda"
+    )
     model.train()
-    log(f"sft: {len(usable)} examples, {result.tokens} tokens ({result.target_tokens} trained) per epoch, "
-        f"{total_steps} steps on {device.type}{' bf16' if autocast else ' fp32'}")
+    log(
+        f"sft: {len(usable)} examples, {result.tokens} tokens ({result.target_tokens} trained) per epoch, "
+        f"{total_steps} steps on {device.type}{' bf16' if autocast else ' fp32'}"
+    )
     started = time.perf_counter()
     for step in range(total_steps):
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, total_steps, cfg)
-        chunk = schedule[step * cfg.grad_accum:(step + 1) * cfg.grad_accum]
+        chunk = schedule[step * cfg.grad_accum : (step + 1) * cfg.grad_accum]
         micro = [collate([usable[i] for i in idx], device) for idx in chunk]
         loss = accumulate_gradients(model, micro, autocast)
         if cfg.max_grad_norm:
@@ -304,7 +335,9 @@ def train(model: nn.Module, examples: list[Example], cfg: SFTConfig,
         result.step_tokens.append(sum(b.n_tokens for b in micro))
         result.step_padded_tokens.append(sum(b.n_padded for b in micro))
         if cfg.log_every and (step % cfg.log_every == 0 or step == total_steps - 1):
-            log(f"sft: step {step + 1}/{total_steps} loss {loss:.4f} lr {optimizer.param_groups[0]['lr']:.2e}")
+            log(
+                f"sft: step {step + 1}/{total_steps} loss {loss:.4f} lr {optimizer.param_groups[0]['lr']:.2e}"
+            )
     result.steps = total_steps
     result.seconds = time.perf_counter() - started
     model.eval()

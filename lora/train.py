@@ -19,6 +19,7 @@ each phase writes round_N/<phase>.done.json atomically when it is finished):
   round_N/dataset.jsonl, round_N/adapter/, round_N/metrics.json
   stopped.json               why and when the loop stopped early
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,9 +30,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from results.errors import UserError
 from lora.data import build_dataset, filter_attempts, read_dataset, write_dataset
 from lora.sft import SFTConfig
+from results.errors import UserError
 from results.jsonl import write_json_atomic
 from results.metrics import bootstrap_ci, per_task_pass
 from results.rounds import ROUNDS_FILE, append_rounds, load_rounds
@@ -52,8 +53,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_steps": 5,
         "max_reply_tokens": 64,  # shorter than the loop's default: a 135M model's useful replies are one command
         "concurrency": 16,
-        "sft": {"rank": 16, "alpha": 32, "dropout": 0.05, "lr": 1e-3, "epochs": 3, "batch_tokens": 2048,
-                "grad_accum": 1, "warmup_ratio": 0.1, "max_seq_len": 4096},
+        "sft": {
+            "rank": 16,
+            "alpha": 32,
+            "dropout": 0.05,
+            "lr": 1e-3,
+            "epochs": 3,
+            "batch_tokens": 2048,
+            "grad_accum": 1,
+            "warmup_ratio": 0.1,
+            "max_seq_len": 4096,
+        },
     },
 }
 
@@ -112,10 +122,12 @@ def config_from(preset: Optional[str] = None, **overrides: Any) -> TrainConfig:
 
 # ---------------------------------------------------------------- what train needs from the rest of harness
 
+
 @dataclass
 class Backend:
     """The three operations the loop uses. The defaults call the runner, the task loader and the
     local model; tests pass fakes."""
+
     load_tasks: Callable[[str, str], list]  # (suite spec, split) -> [Task]
     # (model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency, limits) -> run dir
     run_eval: Callable[..., Path]
@@ -125,31 +137,58 @@ class Backend:
 
 def _load_tasks(spec: str, split: str) -> list:
     from tasks.loader import load_suite
+
     return list(load_suite(spec, split=split))
 
 
-def _run_eval(model: str, tasks: list, *, samples: int, temperature: float, out_dir: Path,
-              adapter: Optional[Path], seed: int, concurrency: int, limits: dict,
-              cluster: Optional[str] = None) -> Path:
+def _run_eval(
+    model: str,
+    tasks: list,
+    *,
+    samples: int,
+    temperature: float,
+    out_dir: Path,
+    adapter: Optional[Path],
+    seed: int,
+    concurrency: int,
+    limits: dict,
+    cluster: Optional[str] = None,
+) -> Path:
     from evaluators.runner import run_eval
     from lora.sft import free_memory
+
     options = {"adapter": str(adapter)} if adapter else None
     extra = {}
     if limits:  # LoopConfig fields; the runner keeps the tighter of these and the task's own limits
         from agent.config import LoopConfig
+
         extra["loop"] = LoopConfig(**limits, task_wall_time=False, wall_time=1800.0)
     resume = (Path(out_dir) / "manifest.json").exists()  # an interrupted run of this phase: finish it
-    run_dir = asyncio.run(run_eval(model, tasks, samples=samples, temperature=temperature, out_dir=out_dir,
-                                   concurrency=concurrency, resume=resume, seed=seed, model_options=options,
-                                   cluster=cluster, **extra))
+    run_dir = asyncio.run(
+        run_eval(
+            model,
+            tasks,
+            samples=samples,
+            temperature=temperature,
+            out_dir=out_dir,
+            concurrency=concurrency,
+            resume=resume,
+            seed=seed,
+            model_options=options,
+            cluster=cluster,
+            **extra,
+        )
+    )
     free_memory()  # the runner's model copy is gone; give its memory back before training
     return Path(run_dir)
 
 
-def _fine_tune(model: str, examples: list, cfg: SFTConfig, out_dir: Path,
-               continue_from: Optional[Path]) -> dict:
+def _fine_tune(
+    model: str, examples: list, cfg: SFTConfig, out_dir: Path, continue_from: Optional[Path]
+) -> dict:
     from agent.models.local import load_hf
     from lora.sft import free_memory, prepare_model, save_adapter, train
+
     base, _tokenizer = load_hf(local_spec(model))
     peft_model = prepare_model(base, cfg, continue_from=continue_from)
     result = train(peft_model, examples, cfg)
@@ -164,21 +203,27 @@ def _end_of_turn(model: str) -> Optional[int]:
     """The token the chat template closes an assistant turn with (a GGUF model's tokenizer is on disk
     once the round-0 eval has loaded it)."""
     from agent.models.local import end_of_turn_id
+
     return end_of_turn_id(local_spec(model))
 
 
 def default_backend(cluster: Optional[str] = None) -> Backend:
-    return Backend(load_tasks=_load_tasks, run_eval=partial(_run_eval, cluster=cluster), fine_tune=_fine_tune,
-                   end_of_turn=_end_of_turn)
+    return Backend(
+        load_tasks=_load_tasks,
+        run_eval=partial(_run_eval, cluster=cluster),
+        fine_tune=_fine_tune,
+        end_of_turn=_end_of_turn,
+    )
 
 
 def local_spec(model: str) -> str:
-    if not model.startswith("local:") or not model[len("local:"):]:
+    if not model.startswith("local:") or not model[len("local:") :]:
         raise UserError(f"train needs a local model (local:NAME, e.g. local:smollm2-135m); got {model!r}")
-    return model[len("local:"):]
+    return model[len("local:") :]
 
 
 # ---------------------------------------------------------------- phase markers
+
 
 def _write_json(path: Path, data: Any) -> None:
     # atomic: a crash leaves the old file or none, never half of one
@@ -199,6 +244,7 @@ def mark_done(round_dir: Path, phase: str, info: dict) -> dict:
 
 # ---------------------------------------------------------------- metrics
 
+
 def metric_name(k: int, temperature: float) -> str:
     return "pass@1" if temperature == 0 else f"pass@{k}_t{temperature:g}"
 
@@ -217,9 +263,15 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
             per_task = per_task_pass(attempts, k, strict=True)
             values = [per_task[t] for t in sorted(per_task)]
             lo, hi = bootstrap_ci(values)
-            m = {"value": sum(values) / len(values) if values else float("nan"), "ci_low": lo, "ci_high": hi,
-                 "n_tasks": len(values), "n_errors": sum(a.status == "error" for a in attempts),
-                 "solved_tasks": sorted(t for t, v in per_task.items() if v > 0), "per_task": per_task}
+            m = {
+                "value": sum(values) / len(values) if values else float("nan"),
+                "ci_low": lo,
+                "ci_high": hi,
+                "n_tasks": len(values),
+                "n_errors": sum(a.status == "error" for a in attempts),
+                "solved_tasks": sorted(t for t, v in per_task.items() if v > 0),
+                "per_task": per_task,
+            }
             b = (base or {}).get(split, {}).get(metric)
             if b:
                 common = sorted(set(per_task) & set(b["per_task"]))
@@ -233,12 +285,14 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
 
 # ---------------------------------------------------------------- the loop
 
+
 def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str], None] = print) -> Path:
     """Run (or resume) the rounds of `cfg` in cfg.out. Returns the run folder."""
     backend = backend or default_backend(cfg.cluster)
     local_spec(cfg.model)
     if cfg.cluster:  # no Ray or a bad address: said before anything is written
         from evaluators.cluster import check_address, import_ray
+
         check_address(cfg.cluster), import_ray()
     out = Path(cfg.out)
     _check_config(out, cfg)
@@ -253,8 +307,10 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
         raise UserError(f"--tasks {cfg.tasks}: no tasks in its train split")
     if not heldout_tasks:
         raise UserError(f"--heldout {cfg.heldout or cfg.tasks}: no tasks in its heldout split")
-    log(f"train: {len(train_tasks)} train tasks, {len(heldout_tasks)} heldout tasks, up to {cfg.rounds} rounds, "
-        f"K={cfg.samples} at t={cfg.temperature:g}, in {out}")
+    log(
+        f"train: {len(train_tasks)} train tasks, {len(heldout_tasks)} heldout tasks, up to {cfg.rounds} rounds, "
+        f"K={cfg.samples} at t={cfg.temperature:g}, in {out}"
+    )
 
     for r in range(cfg.rounds + 1):
         rd = out / f"round_{r}"
@@ -300,8 +356,10 @@ def _check_config(out: Path, cfg: TrainConfig) -> None:
         diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         if diff:
             k = diff[0]
-            raise UserError(f"{out} holds a train run with other settings ({k}: {theirs.get(k)!r} there, "
-                            f"{mine.get(k)!r} now); use another --out or the same settings to resume")
+            raise UserError(
+                f"{out} holds a train run with other settings ({k}: {theirs.get(k)!r} there, "
+                f"{mine.get(k)!r} now); use another --out or the same settings to resume"
+            )
     else:
         _write_json(path, mine)
 
@@ -323,8 +381,15 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int])
     for i in range(1, r):
         before |= set(phase_done(out / f"round_{i}", "data")["tasks"])
     new = sorted(set(tasks) - before)
-    info = {"filter": asdict(stats), "examples": len(examples), "target_tokens": sum(e.n_targets for e in examples),
-            "tasks": tasks, "new_tasks": new, "from_rounds": rounds, "end_of_turn": end_of_turn}
+    info = {
+        "filter": asdict(stats),
+        "examples": len(examples),
+        "target_tokens": sum(e.n_targets for e in examples),
+        "tasks": tasks,
+        "new_tasks": new,
+        "from_rounds": rounds,
+        "end_of_turn": end_of_turn,
+    }
     if not examples:
         info["stop"] = "no solved train attempt with token ids to learn from"
     elif r >= 2 and not new:
@@ -336,15 +401,26 @@ def _sft_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, log: Calla
     rd = out / f"round_{r}"
     examples = read_dataset(rd / "dataset.jsonl")
     continue_from = out / f"round_{r - 1}" / "adapter" if cfg.continue_adapter and r >= 2 else None
-    log(f"train: round {r}: fine-tuning on {len(examples)} sequences"
-        + (f" on top of {continue_from}" if continue_from else " from the base model"))
-    stats = backend.fine_tune(cfg.model, examples, replace(cfg.sft, seed=cfg.sft.seed + r), rd / "adapter",
-                              continue_from)
+    log(
+        f"train: round {r}: fine-tuning on {len(examples)} sequences"
+        + (f" on top of {continue_from}" if continue_from else " from the base model")
+    )
+    stats = backend.fine_tune(
+        cfg.model, examples, replace(cfg.sft, seed=cfg.sft.seed + r), rd / "adapter", continue_from
+    )
     return mark_done(rd, "sft", dict(stats))
 
 
-def _eval_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, adapter: Optional[Path],
-                train_tasks: list, heldout_tasks: list, log: Callable[[str], None]) -> dict:
+def _eval_phase(
+    cfg: TrainConfig,
+    backend: Backend,
+    out: Path,
+    r: int,
+    adapter: Optional[Path],
+    train_tasks: list,
+    heldout_tasks: list,
+    log: Callable[[str], None],
+) -> dict:
     rd = out / f"round_{r}"
     rd.mkdir(parents=True, exist_ok=True)
     plan = {
@@ -353,19 +429,31 @@ def _eval_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, adapter: 
         "train-greedy": (train_tasks, 1, 0.0),
         "train-sample": (train_tasks, cfg.samples, cfg.temperature),  # also the next round's samples
     }
-    limits = {k: v for k, v in (("max_steps", cfg.max_steps), ("max_reply_tokens", cfg.max_reply_tokens)) if v}
+    limits = {
+        k: v for k, v in (("max_steps", cfg.max_steps), ("max_reply_tokens", cfg.max_reply_tokens)) if v
+    }
     runs: dict[str, tuple[Path, int, float]] = {}
     for name, (tasks, samples, temperature) in plan.items():
         log(f"train: round {r}: eval {name} ({len(tasks)} tasks x {samples} at t={temperature:g})")
-        run_dir = backend.run_eval(cfg.model, tasks, samples=samples, temperature=temperature,
-                                   out_dir=rd / "eval" / name, adapter=adapter, seed=cfg.seed + r,
-                                   concurrency=cfg.concurrency, limits=limits)
+        run_dir = backend.run_eval(
+            cfg.model,
+            tasks,
+            samples=samples,
+            temperature=temperature,
+            out_dir=rd / "eval" / name,
+            adapter=adapter,
+            seed=cfg.seed + r,
+            concurrency=cfg.concurrency,
+            limits=limits,
+        )
         runs[name] = (Path(run_dir), samples, temperature)
     base = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"] if r >= 1 else None
     metrics = summarize_runs(runs, base)
     extra = {p: phase_done(rd, p) for p in ("data", "sft")} if r >= 1 else {}
-    _write_json(rd / "metrics.json", {"round": r, "adapter": str(adapter) if adapter else None,
-                                      "metrics": metrics, **extra})
+    _write_json(
+        rd / "metrics.json",
+        {"round": r, "adapter": str(adapter) if adapter else None, "metrics": metrics, **extra},
+    )
     append_rounds(out, r, metrics)
     return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}})
 
@@ -376,6 +464,8 @@ def summary_table(out: Path) -> str:
     rows = load_rounds(out)
     lines = [f"{'round':>5}  {'split':<8} {'metric':<16} {'value':>6}  95% CI"]
     for row in sorted(rows, key=lambda x: (x["split"], x["metric"], x["round"])):
-        lines.append(f"{row['round']:>5}  {row['split']:<8} {row['metric']:<16} {row['value']:>6.3f}  "
-                     f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
+        lines.append(
+            f"{row['round']:>5}  {row['split']:<8} {row['metric']:<16} {row['value']:>6.3f}  "
+            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+        )
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 The report, the exporter and the post-training loop all decide these here, so they never disagree.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """CLI commands of the results package: report, compare, export."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,46 +10,81 @@ from results.store import open_run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("report", help="tables, plots and a trajectory viewer for one or more runs",
-                              description="Print summary tables and write report.html, summary.csv, "
-                                          "summary.parquet and summary.md.",
-                              epilog="example:\n  harness report runs/base runs/tuned --out reports/round1",
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run folder(s); the first is the baseline for comparisons")
-    p.add_argument("--out", metavar="DIR", type=Path,
-                   help="output folder (default: the run folder for one run, reports/<timestamp>/ for several)")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
+    p = subparsers.add_parser(
+        "report",
+        help="tables, plots and a trajectory viewer for one or more runs",
+        description="Print summary tables and write report.html, summary.csv, "
+        "summary.parquet and summary.md.",
+        epilog="example:\n  harness report runs/base runs/tuned --out reports/round1",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "runs", nargs="+", metavar="RUN", help="run folder(s); the first is the baseline for comparisons"
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        help="output folder (default: the run folder for one run, reports/<timestamp>/ for several)",
+    )
+    p.add_argument(
+        "--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
     p.set_defaults(func=cmd_report)
 
-    p = subparsers.add_parser("compare", help="paired comparison of two runs, task by task",
-                              description="B against A on the tasks both scored: difference in solved rate with "
-                                          "a bootstrap CI, a paired sign-flip permutation test, and flipped tasks.",
-                              epilog="example:\n  harness compare runs/base runs/tuned",
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "compare",
+        help="paired comparison of two runs, task by task",
+        description="B against A on the tasks both scored: difference in solved rate with "
+        "a bootstrap CI, a paired sign-flip permutation test, and flipped tasks.",
+        epilog="example:\n  harness compare runs/base runs/tuned",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("run_a", metavar="RUN_A", help="baseline run folder")
     p.add_argument("run_b", metavar="RUN_B", help="run folder compared with the baseline")
-    p.add_argument("--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)")
+    p.add_argument(
+        "--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
     p.set_defaults(func=cmd_compare)
 
-    p = subparsers.add_parser("export", help="trajectories as fine-tuning data (JSONL) or Inspect AI logs",
-                              description="Export a run's conversations for fine-tuning (see results/export/formats.py "
-                                          "for each format's fields). Infra errors are never exported; the worked "
-                                          "example turns are never a training target.",
-                              epilog="example:\n  harness export runs/A --format hf-chat --only-solved "
-                                     "--hf-dataset data/sft\n  harness export runs/A --format kto",
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "export",
+        help="trajectories as fine-tuning data (JSONL) or Inspect AI logs",
+        description="Export a run's conversations for fine-tuning (see results/export/formats.py "
+        "for each format's fields). Infra errors are never exported; the worked "
+        "example turns are never a training target.",
+        epilog="example:\n  harness export runs/A --format hf-chat --only-solved "
+        "--hf-dataset data/sft\n  harness export runs/A --format kto",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("run", metavar="RUN", help="run folder")
-    p.add_argument("--format", required=True, choices=export.FORMATS + ("inspect",),
-                   help="openai | hf-chat (TRL SFT) | sharegpt | prompt-completion | kto (unpaired preference) | "
-                        "inspect (an Inspect AI eval log, for inspect view; needs harness[inspect])")
-    p.add_argument("--hf-dataset", metavar="DIR", type=Path,
-                   help="also write the records as a local Hugging Face datasets folder (load_from_disk(DIR))")
+    p.add_argument(
+        "--format",
+        required=True,
+        choices=export.FORMATS + ("inspect",),
+        help="openai | hf-chat (TRL SFT) | sharegpt | prompt-completion | kto (unpaired preference) | "
+        "inspect (an Inspect AI eval log, for inspect view; needs harness[inspect])",
+    )
+    p.add_argument(
+        "--hf-dataset",
+        metavar="DIR",
+        type=Path,
+        help="also write the records as a local Hugging Face datasets folder (load_from_disk(DIR))",
+    )
     p.add_argument("--only-solved", action="store_true", help="only attempts that solved their task")
-    p.add_argument("--dedupe", action="store_true",
-                   help="drop attempts of the same task with the same sequence of actions")
-    p.add_argument("--out", metavar="FILE", type=Path, help="output file (default: RUN/export-<format>.jsonl; inspect: RUN/<run id>.eval)")
+    p.add_argument(
+        "--dedupe",
+        action="store_true",
+        help="drop attempts of the same task with the same sequence of actions",
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        type=Path,
+        help="output file (default: RUN/export-<format>.jsonl; inspect: RUN/<run id>.eval)",
+    )
     p.set_defaults(func=cmd_export)
 
 
@@ -62,10 +98,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a, b = open_run(args.run_a), open_run(args.run_b)
     c = metrics.compare(a.read_attempts(), b.read_attempts(), n_boot=args.bootstrap, seed=args.seed)
     print(f"A = {a.run_id} ({a.manifest.model})\nB = {b.run_id} ({b.manifest.model})")
-    print(report.format_table(c.per_task[c.per_task["diff"] != 0]) if c.n_tasks else "  no task scored in both runs")
-    print(f"\n{c.n_tasks} shared tasks: solved rate A {c.rate_a:.3f}, B {c.rate_b:.3f}, "
-          f"B - A = {c.diff:+.3f} (95% bootstrap CI {c.ci_low:+.3f} to {c.ci_high:+.3f}); "
-          f"{c.test}: p = {c.p_value:.4f}")
+    print(
+        report.format_table(c.per_task[c.per_task["diff"] != 0])
+        if c.n_tasks
+        else "  no task scored in both runs"
+    )
+    print(
+        f"\n{c.n_tasks} shared tasks: solved rate A {c.rate_a:.3f}, B {c.rate_b:.3f}, "
+        f"B - A = {c.diff:+.3f} (95% bootstrap CI {c.ci_low:+.3f} to {c.ci_high:+.3f}); "
+        f"{c.test}: p = {c.p_value:.4f}"
+    )
     print(f"improved (solved in B only): {report.id_list(c.improved, 30)}")
     print(f"regressed (solved in A only): {report.id_list(c.regressed, 30)}")
     if c.only_a or c.only_b:
@@ -80,8 +122,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         path, n = export_inspect(args.run, args.out)
         print(f"wrote an Inspect log of {n} samples to {path} (inspect view --log-dir {path.parent})")
         return 0
-    result = export.export_run(args.run, args.format, args.out, only_solved=args.only_solved, dedupe=args.dedupe,
-                               hf_dataset=args.hf_dataset)
+    result = export.export_run(
+        args.run,
+        args.format,
+        args.out,
+        only_solved=args.only_solved,
+        dedupe=args.dedupe,
+        hf_dataset=args.hf_dataset,
+    )
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(result.skipped.items())) or "none"
     print(f"wrote {result.written} {args.format} records to {result.path} (skipped: {skipped})")
     if result.first_invalid:

@@ -4,6 +4,7 @@ A JSON file written with write_json_atomic is seen old or new, never half-writte
 file can end in at most one torn line after a crash (a write cut short); iter_jsonl skips it without
 touching the file, and cut_torn_line removes it before anyone appends again.
 """
+
 from __future__ import annotations
 
 import errno
@@ -28,7 +29,7 @@ def fsync_dir(path: Path) -> None:
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -77,7 +78,8 @@ def iter_jsonl(path: Path, scan: Optional[JsonlScan] = None) -> Iterator[dict[st
             if bad is not None:
                 raise UserError(
                     f"{path} line {bad[0]} is not a complete JSON record but more lines follow it: the file "
-                    f"was changed outside harness; delete that line (the other records are intact)")
+                    f"was changed outside harness; delete that line (the other records are intact)"
+                )
             record = None
             if line.endswith(b"\n"):
                 try:

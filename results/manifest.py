@@ -4,6 +4,7 @@ a recorded run without mixing two experiments.
 The manifest holds config, model, task suite (id, version, content hash), images, versions and times;
 results.store writes it (always replaced whole) and reads it back.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -41,13 +42,25 @@ class Manifest(BaseModel):
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
-    def build(cls, model: str, config: dict[str, Any], tasks: Iterable[Any] = (),
-              images: Optional[dict[str, str]] = None, seed: Optional[int] = None,
-              harness_version: Optional[str] = None) -> "Manifest":
+    def build(
+        cls,
+        model: str,
+        config: dict[str, Any],
+        tasks: Iterable[Any] = (),
+        images: Optional[dict[str, str]] = None,
+        seed: Optional[int] = None,
+        harness_version: Optional[str] = None,
+    ) -> "Manifest":
         """A manifest for a new run; `tasks` are tasks.model.Task objects (id, version, content_hash())."""
         suite = [TaskEntry(id=t.id, version=str(t.version), hash=t.content_hash()) for t in tasks]
-        return cls(model=model, config=dict(config), task_suite=suite, images=dict(images or {}),
-                   seed=seed, harness_version=harness_version or current_harness_version())
+        return cls(
+            model=model,
+            config=dict(config),
+            task_suite=suite,
+            images=dict(images or {}),
+            seed=seed,
+            harness_version=harness_version or current_harness_version(),
+        )
 
 
 def current_harness_version() -> str:
@@ -98,26 +111,43 @@ def config_differences(old: Manifest, new: Manifest) -> list[str]:
         now = {t.id: (t.version, t.hash) for t in new.task_suite}
         changed = sorted(t for t in was.keys() & now.keys() if was[t] != now[t])
         added, removed = sorted(now.keys() - was.keys()), sorted(was.keys() - now.keys())
-        parts = [f"{label}: {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}"
-                 for label, ids in (("changed", changed), ("added", added), ("removed", removed)) if ids]
+        parts = [
+            f"{label}: {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}"
+            for label, ids in (("changed", changed), ("added", added), ("removed", removed))
+            if ids
+        ]
         if parts:
             diffs.append(f"task suite ({'; '.join(parts)})")
     return diffs
 
 
-def resume_settings(run_dir: str | os.PathLike, *, model: Optional[str] = None, samples: Optional[int] = None,
-                    temperature: Optional[float] = None) -> tuple[Manifest, dict[str, Any]]:
+def resume_settings(
+    run_dir: str | os.PathLike,
+    *,
+    model: Optional[str] = None,
+    samples: Optional[int] = None,
+    temperature: Optional[float] = None,
+) -> tuple[Manifest, dict[str, Any]]:
     """The manifest of the run to resume and the settings it continues with: its recorded model, samples
     and temperature (the run's own settings win on resume). A value asked for (None: not asked) that
     differs from the recorded one is refused, named as the `harness eval` option that asked for it.
     RunStore.open then compares the whole manifest (config_differences)."""
     manifest = read_manifest(run_dir)
     cfg = manifest.config
-    recorded = {"model": manifest.model, "samples": cfg.get("samples", 1), "temperature": cfg.get("temperature", 0.0)}
+    recorded = {
+        "model": manifest.model,
+        "samples": cfg.get("samples", 1),
+        "temperature": cfg.get("temperature", 0.0),
+    }
     asked = {"model": model, "samples": samples, "temperature": temperature}
-    changed = [f"--{k} {asked[k]} (the run has {v})" for k, v in recorded.items()
-               if asked[k] is not None and asked[k] != v]
+    changed = [
+        f"--{k} {asked[k]} (the run has {v})"
+        for k, v in recorded.items()
+        if asked[k] is not None and asked[k] != v
+    ]
     if changed:
-        raise UserError(f"cannot resume {run_dir} with other settings: {'; '.join(changed)}; leave them out "
-                        "to continue the run as recorded, or start a new run folder")
+        raise UserError(
+            f"cannot resume {run_dir} with other settings: {'; '.join(changed)}; leave them out "
+            "to continue the run as recorded, or start a new run folder"
+        )
     return manifest, recorded

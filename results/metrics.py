@@ -9,6 +9,7 @@ Conventions:
 - Confidence intervals resample tasks (the unit that varies between benchmarks), with a fixed seed,
   so they exist for groups of tasks, not for one task alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,8 +37,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def bootstrap_ci(values: np.ndarray | list[float], n_boot: int = 1000, seed: int = 0,
-                 level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ci(
+    values: np.ndarray | list[float], n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile CI of the mean of `values` (one value per task), resampling tasks with replacement."""
     v = np.asarray(values, dtype=float)
     if len(v) == 0 or n_boot <= 0:
@@ -49,7 +51,7 @@ def bootstrap_ci(values: np.ndarray | list[float], n_boot: int = 1000, seed: int
     chunk = max(1, 2_000_000 // len(v))  # bounded memory for large suites
     for start in range(0, n_boot, chunk):
         m = min(chunk, n_boot - start)
-        means[start:start + m] = v[rng.integers(0, len(v), size=(m, len(v)))].mean(axis=1)
+        means[start : start + m] = v[rng.integers(0, len(v), size=(m, len(v)))].mean(axis=1)
     alpha = (1 - level) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
     return float(lo), float(hi)
@@ -61,15 +63,18 @@ def task_table(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=cols, index=pd.Index([], name="task_id"))
     ok = df["status"] != "error"
-    work = df.assign(_ok=ok, _solved=ok & df["solved"].astype(bool),
-                     _reward=df["reward"].astype(float).where(ok))
+    work = df.assign(
+        _ok=ok, _solved=ok & df["solved"].astype(bool), _reward=df["reward"].astype(float).where(ok)
+    )
     g = work.groupby("task_id", sort=True)
-    t = pd.DataFrame({
-        "domain": g["domain"].first(),
-        "difficulty": g["difficulty"].first(),
-        "n": g["_ok"].sum().astype(int),
-        "solved": g["_solved"].sum().astype(int),
-    })
+    t = pd.DataFrame(
+        {
+            "domain": g["domain"].first(),
+            "difficulty": g["difficulty"].first(),
+            "n": g["_ok"].sum().astype(int),
+            "solved": g["_solved"].sum().astype(int),
+        }
+    )
     t["errors"] = g.size() - t["n"]
     t["rate"] = (t["solved"] / t["n"]).where(t["n"] > 0)
     t["reward"] = g["_reward"].mean()
@@ -83,33 +88,51 @@ def per_task_pass(attempts: Iterable[Attempt], k: int, strict: bool = False) -> 
     valid samples out of pass@k, such a task here gets pass@n over all n of them: the loop scores
     every task it sampled even when some of a task's K samples hit an infra error.
     """
-    rows = [{"task_id": a.task_id, "domain": a.domain, "difficulty": a.difficulty, "status": a.status,
-             "solved": is_solved(a, strict), "reward": a.reward} for a in attempts]
-    tasks = task_table(pd.DataFrame(rows, columns=["task_id", "domain", "difficulty", "status", "solved", "reward"]))
+    rows = [
+        {
+            "task_id": a.task_id,
+            "domain": a.domain,
+            "difficulty": a.difficulty,
+            "status": a.status,
+            "solved": is_solved(a, strict),
+            "reward": a.reward,
+        }
+        for a in attempts
+    ]
+    tasks = task_table(
+        pd.DataFrame(rows, columns=["task_id", "domain", "difficulty", "status", "solved", "reward"])
+    )
     scored = tasks[tasks["n"] > 0]
-    return {str(t): pass_at_k(int(n), int(c), min(k, int(n))) for t, n, c in zip(scored.index, scored["n"],
-                                                                                  scored["solved"])}
+    return {
+        str(t): pass_at_k(int(n), int(c), min(k, int(n)))
+        for t, n, c in zip(scored.index, scored["n"], scored["solved"])
+    }
 
 
 def _mean(series: pd.Series) -> float:
     return float(series.mean()) if len(series) else float("nan")
 
 
-def _group_row(tasks: pd.DataFrame, attempts: pd.DataFrame, max_k: int, with_ci: bool,
-               n_boot: int, seed: int) -> dict:
+def _group_row(
+    tasks: pd.DataFrame, attempts: pd.DataFrame, max_k: int, with_ci: bool, n_boot: int, seed: int
+) -> dict:
     scored = tasks[tasks["n"] > 0]
     rates = scored["rate"].to_numpy(dtype=float)
     rewards = scored["reward"].to_numpy(dtype=float)
     row: dict = {
-        "n_tasks": len(tasks), "n_attempts": int(tasks["n"].sum()), "n_solved": int(tasks["solved"].sum()),
+        "n_tasks": len(tasks),
+        "n_attempts": int(tasks["n"].sum()),
+        "n_solved": int(tasks["solved"].sum()),
         "n_errors": int(tasks["errors"].sum()),
         "solved_rate": float(rates.mean()) if len(rates) else float("nan"),
     }
     row["solved_ci_low"], row["solved_ci_high"] = (
-        bootstrap_ci(rates, n_boot, seed) if with_ci else (float("nan"), float("nan")))
+        bootstrap_ci(rates, n_boot, seed) if with_ci else (float("nan"), float("nan"))
+    )
     row["mean_reward"] = float(rewards.mean()) if len(rewards) else float("nan")
     row["reward_ci_low"], row["reward_ci_high"] = (
-        bootstrap_ci(rewards, n_boot, seed) if with_ci else (float("nan"), float("nan")))
+        bootstrap_ci(rewards, n_boot, seed) if with_ci else (float("nan"), float("nan"))
+    )
     for k in range(1, max_k + 1):
         # A task with fewer than k valid samples cannot estimate pass@k; it is left out of that k.
         vals = [pass_at_k(int(n), int(c), k) for n, c in zip(scored["n"], scored["solved"]) if n >= k]
@@ -125,8 +148,9 @@ def _group_row(tasks: pd.DataFrame, attempts: pd.DataFrame, max_k: int, with_ci:
     return row
 
 
-def summarize(df: pd.DataFrame, level: str = "overall", n_boot: int = 1000, seed: int = 0,
-              max_k: Optional[int] = None) -> pd.DataFrame:
+def summarize(
+    df: pd.DataFrame, level: str = "overall", n_boot: int = 1000, seed: int = 0, max_k: Optional[int] = None
+) -> pd.DataFrame:
     """Metrics per group at one level: 'overall', 'domain', 'difficulty' or 'task'.
 
     Columns: level, group, n_tasks, n_attempts, n_solved, n_errors, solved_rate, solved_ci_low/high,
@@ -151,8 +175,9 @@ def summarize(df: pd.DataFrame, level: str = "overall", n_boot: int = 1000, seed
         row = _group_row(group, attempts, max_k, with_ci=level != "task", n_boot=n_boot, seed=seed)
         rows.append({"level": level, "group": str(label), **row})
     if not rows:  # an empty run still has an overall row
-        rows.append({"level": level, "group": "all",
-                     **_group_row(tasks, df, 0, with_ci=False, n_boot=0, seed=seed)})
+        rows.append(
+            {"level": level, "group": "all", **_group_row(tasks, df, 0, with_ci=False, n_boot=0, seed=seed)}
+        )
     return pd.DataFrame(rows)
 
 
@@ -180,11 +205,17 @@ def error_summary(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["exit_reason", "error", "count"])
     first_line = errors["error"].fillna("").astype(str).str.split("\n").str[0].str.slice(0, 160)
     table = pd.DataFrame({"exit_reason": errors["exit_reason"].fillna("").astype(str), "error": first_line})
-    return (table.value_counts().rename("count").reset_index()
-            .sort_values("count", ascending=False, kind="stable").reset_index(drop=True))
+    return (
+        table.value_counts()
+        .rename("count")
+        .reset_index()
+        .sort_values("count", ascending=False, kind="stable")
+        .reset_index(drop=True)
+    )
 
 
 # ---------------------------------------------------------------- paired comparison
+
 
 def sign_flip_test(diffs: np.ndarray | list[float], n_perm: int = 20000, seed: int = 0) -> tuple[float, str]:
     """Two-sided paired permutation test of mean(diffs) == 0 by flipping each task's sign.
@@ -198,7 +229,7 @@ def sign_flip_test(diffs: np.ndarray | list[float], n_perm: int = 20000, seed: i
         return 1.0, "exact sign-flip permutation"
     observed = abs(d.sum()) - 1e-12
     if m <= 16:
-        signs = ((np.arange(2 ** m)[:, None] >> np.arange(m)) & 1) * 2 - 1
+        signs = ((np.arange(2**m)[:, None] >> np.arange(m)) & 1) * 2 - 1
         return float(np.mean(np.abs(signs @ d) >= observed)), "exact sign-flip permutation"
     rng = np.random.default_rng(seed)
     hits = 0
@@ -212,6 +243,7 @@ def sign_flip_test(diffs: np.ndarray | list[float], n_perm: int = 20000, seed: i
 @dataclass
 class Comparison:
     """B versus A on the tasks both scored. diff = B - A in mean per-task solved rate."""
+
     n_tasks: int
     rate_a: float
     rate_b: float
@@ -227,14 +259,20 @@ class Comparison:
     per_task: pd.DataFrame = field(default_factory=pd.DataFrame)  # task_id, rate_a, rate_b, diff
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
-            n_perm: int = 20000) -> Comparison:
+def compare(
+    a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0, n_perm: int = 20000
+) -> Comparison:
     """Paired comparison of two attempt tables by task (mean solved per task, errors excluded)."""
     ta, tb = task_table(a), task_table(b)
     ra, rb = ta["rate"].dropna(), tb["rate"].dropna()
     common = sorted(set(ra.index) & set(rb.index))
-    per_task = pd.DataFrame({"task_id": common, "rate_a": ra.reindex(common).to_numpy(dtype=float),
-                             "rate_b": rb.reindex(common).to_numpy(dtype=float)})
+    per_task = pd.DataFrame(
+        {
+            "task_id": common,
+            "rate_a": ra.reindex(common).to_numpy(dtype=float),
+            "rate_b": rb.reindex(common).to_numpy(dtype=float),
+        }
+    )
     per_task["diff"] = per_task["rate_b"] - per_task["rate_a"]
     diffs = per_task["diff"].to_numpy()
     lo, hi = bootstrap_ci(diffs, n_boot, seed)
@@ -245,8 +283,14 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
         n_tasks=len(common),
         rate_a=float(per_task["rate_a"].mean()) if common else nan,
         rate_b=float(per_task["rate_b"].mean()) if common else nan,
-        diff=float(diffs.mean()) if common else nan, ci_low=lo, ci_high=hi, p_value=p, test=test,
+        diff=float(diffs.mean()) if common else nan,
+        ci_low=lo,
+        ci_high=hi,
+        p_value=p,
+        test=test,
         improved=per_task.loc[~solved_a & solved_b, "task_id"].tolist(),
         regressed=per_task.loc[solved_a & ~solved_b, "task_id"].tolist(),
-        only_a=sorted(set(ra.index) - set(rb.index)), only_b=sorted(set(rb.index) - set(ra.index)),
-        per_task=per_task)
+        only_a=sorted(set(ra.index) - set(rb.index)),
+        only_b=sorted(set(rb.index) - set(ra.index)),
+        per_task=per_task,
+    )

@@ -6,6 +6,7 @@ and read by the report. This module is the one place that knows the file's layou
 
 A torn last line (a crash mid-append) is skipped by readers and cut off by the next append.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,13 +30,20 @@ def normalize_rounds(rows: Iterable[dict[str, Any]], source: str, run: str = "")
         try:
             metric = str(row["metric"]) if "metric" in row else "pass@1"
             value = row["value"] if "metric" in row else row["pass@1"]
-            clean = {"run": run, "round": int(row["round"]), "split": str(row.get("split", "") or "all"),
-                     "metric": metric, "value": float(value)}
+            clean = {
+                "run": run,
+                "round": int(row["round"]),
+                "split": str(row.get("split", "") or "all"),
+                "metric": metric,
+                "value": float(value),
+            }
             for key in ("ci_low", "ci_high"):
                 clean[key] = float(row[key]) if row.get(key) is not None else float("nan")
         except (KeyError, TypeError, ValueError) as e:
-            raise UserError(f"{source} row {n} is not a round record ({type(e).__name__}: {e}); expected "
-                            f"round, split, pass@1 (or metric and value), ci_low, ci_high") from None
+            raise UserError(
+                f"{source} row {n} is not a round record ({type(e).__name__}: {e}); expected "
+                f"round, split, pass@1 (or metric and value), ci_low, ci_high"
+            ) from None
         out.append(clean)
     return out
 
@@ -51,13 +59,21 @@ def append_rounds(folder: str | Path, round_: int, metrics: dict[str, dict[str, 
     skipping the rows already there (a resumed eval phase writes its round again)."""
     path = Path(folder) / ROUNDS_FILE
     scan = JsonlScan()
-    have = {(r["round"], r["split"], r["metric"]) for r in normalize_rounds(iter_jsonl(path, scan), str(path))}
+    have = {
+        (r["round"], r["split"], r["metric"]) for r in normalize_rounds(iter_jsonl(path, scan), str(path))
+    }
     if scan.torn_line:
         cut_torn_line(path, scan)
     with open(path, "a", encoding="utf-8") as f:
         for split, by_metric in metrics.items():
             for metric, m in by_metric.items():
                 if (round_, split, metric) not in have:
-                    row = {"round": round_, "split": split, "metric": metric, "value": m["value"],
-                           "ci_low": m["ci_low"], "ci_high": m["ci_high"]}
+                    row = {
+                        "round": round_,
+                        "split": split,
+                        "metric": metric,
+                        "value": m["value"],
+                        "ci_low": m["ci_low"],
+                        "ci_high": m["ci_high"],
+                    }
                     f.write(json.dumps(row) + "\n")

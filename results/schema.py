@@ -3,6 +3,7 @@
 Written by the eval loop (one JSON line per finished attempt), read by the report,
 the exporter and the post-training loop. Bump SCHEMA_VERSION when a field changes meaning.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
@@ -13,8 +14,16 @@ SCHEMA_VERSION = 1
 
 # Why an attempt ended (agent side) and why it scored what it did (evaluator side).
 ExitReason = Literal[
-    "submitted", "max_steps", "stuck", "wall_time", "token_budget", "cost_budget",
-    "context_exceeded", "sandbox_died", "model_error", "cancelled",
+    "submitted",
+    "max_steps",
+    "stuck",
+    "wall_time",
+    "token_budget",
+    "cost_budget",
+    "context_exceeded",
+    "sandbox_died",
+    "model_error",
+    "cancelled",
 ]
 Status = Literal["solved", "failed", "error"]  # error = the harness/infra failed, not the model
 
@@ -30,6 +39,7 @@ def clip(text: str, limit: int, head_share: float = 0.5) -> str:
 
 class Action(BaseModel):
     """What the model asked for in one step, after parsing."""
+
     kind: Literal["bash", "write", "submit", "format_error"]
     command: Optional[str] = None  # bash
     path: Optional[str] = None  # write

@@ -14,6 +14,7 @@ before appending, because appending after a partial line would corrupt the next 
 This module is the folder's reader (RunReader, open_run) and its one writer (RunStore, holding .lock);
 the manifest's model and the resume check are results.manifest, the file primitives results.jsonl.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -66,6 +67,7 @@ def default_run_dir(model: str, root: str | os.PathLike = "runs") -> Path:
 
 # ---------------------------------------------------------------- reading
 
+
 def iter_attempts(path: str | os.PathLike) -> Iterator[Attempt]:
     """The Attempts of an attempts.jsonl, one at a time (a torn last line is skipped)."""
     path = Path(path)
@@ -91,10 +93,35 @@ def load_attempts(path: str | os.PathLike) -> list[Attempt]:
 
 # Flat per-attempt columns for analysis. Trajectories (messages, steps) are never loaded into tables.
 TABLE_COLUMNS = (
-    "key", "run_id", "task_id", "task_version", "domain", "difficulty", "split", "sample", "model",
-    "temperature", "status", "solved", "reward", "reason", "exit_reason", "n_steps", "prompt_tokens",
-    "completion_tokens", "cost", "duration_model", "duration_sandbox", "duration_evaluation",
-    "duration_total", "n_tests", "n_tests_passed", "patch_files", "image", "error", "started_at",
+    "key",
+    "run_id",
+    "task_id",
+    "task_version",
+    "domain",
+    "difficulty",
+    "split",
+    "sample",
+    "model",
+    "temperature",
+    "status",
+    "solved",
+    "reward",
+    "reason",
+    "exit_reason",
+    "n_steps",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost",
+    "duration_model",
+    "duration_sandbox",
+    "duration_evaluation",
+    "duration_total",
+    "n_tests",
+    "n_tests_passed",
+    "patch_files",
+    "image",
+    "error",
+    "started_at",
     "finished_at",
 )
 _DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in Attempt.model_fields.items()}
@@ -157,6 +184,7 @@ def open_run(run_dir: str | os.PathLike) -> RunReader:
 
 # ---------------------------------------------------------------- writing
 
+
 def _acquire_lock(run_dir: Path) -> int:
     fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -164,8 +192,10 @@ def _acquire_lock(run_dir: Path) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise UserError(f"run folder {run_dir} is in use by another harness process (pid {holder}); "
-                        f"wait for it to finish or stop it first") from None
+        raise UserError(
+            f"run folder {run_dir} is in use by another harness process (pid {holder}); "
+            f"wait for it to finish or stop it first"
+        ) from None
     # The pid is only for the message above; the flock itself is what excludes (and dies with us).
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -204,13 +234,17 @@ class RunStore(RunReader):
         lock_fd = _acquire_lock(run_dir)
         try:
             if (run_dir / MANIFEST).exists() or (run_dir / ATTEMPTS).exists():
-                raise UserError(f"run folder {run_dir} already holds a run; resume it with --resume {run_dir} "
-                                f"or choose a new folder")
-            manifest = manifest.model_copy(update={
-                "run_id": manifest.run_id or run_dir.name,
-                "started_at": manifest.started_at or utc_now(),
-                "finished_at": None,
-            })
+                raise UserError(
+                    f"run folder {run_dir} already holds a run; resume it with --resume {run_dir} "
+                    f"or choose a new folder"
+                )
+            manifest = manifest.model_copy(
+                update={
+                    "run_id": manifest.run_id or run_dir.name,
+                    "started_at": manifest.started_at or utc_now(),
+                    "finished_at": None,
+                }
+            )
             write_json_atomic(run_dir / MANIFEST, manifest.model_dump(mode="json"))
         except BaseException:
             os.close(lock_fd)
@@ -232,8 +266,10 @@ class RunStore(RunReader):
             if manifest is not None:
                 diffs = config_differences(recorded, manifest)
                 if diffs:
-                    raise UserError(f"cannot resume {run_dir}: the new settings differ from the recorded run in "
-                                    f"{'; '.join(diffs)}; use the original settings or start a new run folder")
+                    raise UserError(
+                        f"cannot resume {run_dir}: the new settings differ from the recorded run in "
+                        f"{'; '.join(diffs)}; use the original settings or start a new run folder"
+                    )
         except BaseException:
             os.close(lock_fd)
             raise
@@ -260,14 +296,18 @@ class RunStore(RunReader):
         for record in iter_jsonl(self.attempts_path, scan):
             key = record.get("key")
             if not isinstance(key, str):
-                raise UserError(f"{self.attempts_path} record {scan.records} has no 'key': the file was changed "
-                                f"outside harness; delete that line")
+                raise UserError(
+                    f"{self.attempts_path} record {scan.records} has no 'key': the file was changed "
+                    f"outside harness; delete that line"
+                )
             self._keys.add(key)
         if scan.torn_line:
             cut_torn_line(self.attempts_path, scan)
-            self.repaired = (f"{self.attempts_path}: dropped a torn last line (line {scan.torn_line}, "
-                             f"{scan.torn_bytes} bytes) left by an interrupted run; the file now ends at the "
-                             f"last complete record ({scan.records} attempts); that attempt will run again")
+            self.repaired = (
+                f"{self.attempts_path}: dropped a torn last line (line {scan.torn_line}, "
+                f"{scan.torn_bytes} bytes) left by an interrupted run; the file now ends at the "
+                f"last complete record ({scan.records} attempts); that attempt will run again"
+            )
             log.warning(self.repaired)
 
     def _open_for_append(self) -> None:
@@ -319,7 +359,9 @@ class RunStore(RunReader):
         complete lines; a full disk becomes a UserError saying how many attempts are safe.
         """
         if attempt.run_id != self.run_id:
-            raise ValueError(f"attempt {attempt.key} has run_id {attempt.run_id!r}, this run is {self.run_id!r}")
+            raise ValueError(
+                f"attempt {attempt.key} has run_id {attempt.run_id!r}, this run is {self.run_id!r}"
+            )
         data = _encode(attempt)
         with self._mutex:
             if self._fd is None:
@@ -339,8 +381,10 @@ class RunStore(RunReader):
                 except OSError:
                     pass  # a torn tail left here is cut off on resume
                 if e.errno in DISK_FULL:
-                    raise UserError(f"disk full writing {self.attempts_path}: {len(self._keys)} attempts recorded, "
-                                    f"nothing lost; free space and resume with --resume {self.dir}") from None
+                    raise UserError(
+                        f"disk full writing {self.attempts_path}: {len(self._keys)} attempts recorded, "
+                        f"nothing lost; free space and resume with --resume {self.dir}"
+                    ) from None
                 raise
             self._keys.add(attempt.key)
             return True

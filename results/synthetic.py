@@ -4,6 +4,7 @@ An attempt here looks like one the agent loop writes: a system prompt and an ins
 that inspect files, write a fix, run the tests and submit, with either native tool calls (assistant
 tool_calls + tool messages) or the text protocol (a ```bash block, the observation as a user message).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,17 +23,37 @@ def _tool_call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-def make_attempt(run_id: str, task_id: str, sample: int = 0, *, solved: bool = True, model: str = "test/model",
-                 domain: str = "coding", difficulty: int = 1, n_steps: int = 3, native_tools: bool = True,
-                 status: Optional[str] = None, observation: Optional[str] = None, cost_per_step: float = 0.001,
-                 seed: int = 0) -> Attempt:
+def make_attempt(
+    run_id: str,
+    task_id: str,
+    sample: int = 0,
+    *,
+    solved: bool = True,
+    model: str = "test/model",
+    domain: str = "coding",
+    difficulty: int = 1,
+    n_steps: int = 3,
+    native_tools: bool = True,
+    status: Optional[str] = None,
+    observation: Optional[str] = None,
+    cost_per_step: float = 0.001,
+    seed: int = 0,
+) -> Attempt:
     """One attempt with `n_steps` steps (>= 1; the last one submits). status 'error' = an infra failure."""
     rng = random.Random(f"{seed}/{run_id}/{task_id}/{sample}")
     status = status or ("solved" if solved else "failed")
     solved = status == "solved"
     instruction = f"Fix the bug in {task_id}.py so that the hidden tests pass."
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": instruction}]
-    commands = ["ls -la", f"cat {task_id}.py", "python -m pytest -q tests/ 2>&1 | tail -5", "grep -n 'def ' *.py"]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": instruction},
+    ]
+    commands = [
+        "ls -la",
+        f"cat {task_id}.py",
+        "python -m pytest -q tests/ 2>&1 | tail -5",
+        "grep -n 'def ' *.py",
+    ]
     steps: list[Step] = []
     for i in range(n_steps):
         call_id = f"call_{i}_{rng.randrange(10**6)}"
@@ -43,7 +64,12 @@ def make_attempt(run_id: str, task_id: str, sample: int = 0, *, solved: bool = T
             obs, exit_code = "Submitted.", None
         elif i == n_steps - 2 and n_steps > 2:
             body = f"def solve(x):\n    return x + {rng.randrange(10)}\n"
-            action = Action(kind="write", path=f"{task_id}.py", content=body, tool_call_id=call_id if native_tools else None)
+            action = Action(
+                kind="write",
+                path=f"{task_id}.py",
+                content=body,
+                tool_call_id=call_id if native_tools else None,
+            )
             args = {"path": action.path, "content": body}
             obs, exit_code = f"wrote {len(body)} bytes to {task_id}.py", 0
         else:
@@ -51,8 +77,12 @@ def make_attempt(run_id: str, task_id: str, sample: int = 0, *, solved: bool = T
             action = Action(kind="bash", command=cmd, tool_call_id=call_id if native_tools else None)
             args = {"command": cmd}
             exit_code = 0 if rng.random() < 0.8 else 1
-            obs = observation if observation is not None and i == 0 else \
-                f"$ {cmd}\n" + "\n".join(f"line {j}: output of {cmd}" for j in range(rng.randrange(1, 6)))
+            obs = (
+                observation
+                if observation is not None and i == 0
+                else f"$ {cmd}\n"
+                + "\n".join(f"line {j}: output of {cmd}" for j in range(rng.randrange(1, 6)))
+            )
         thought = f"Step {i + 1}: I will {action.kind} next."
         if native_tools:
             call = _tool_call(call_id, action.kind, args)
@@ -60,56 +90,121 @@ def make_attempt(run_id: str, task_id: str, sample: int = 0, *, solved: bool = T
             messages.append({"role": "tool", "tool_call_id": call_id, "content": obs})
             raw, tool_calls = thought, [call]
         else:
-            block = "submit" if last else (action.command or f"cat > {action.path} <<'EOF'\n{action.content}EOF")
+            block = (
+                "submit" if last else (action.command or f"cat > {action.path} <<'EOF'\n{action.content}EOF")
+            )
             raw, tool_calls = f"{thought}\n```bash\n{block}\n```", []
             messages.append({"role": "assistant", "content": raw})
             messages.append({"role": "user", "content": f"Observation:\n{obs}"})
         pt, ct = 400 + 150 * i, 30 + rng.randrange(60)
-        steps.append(Step(index=i, raw_output=raw, tool_calls=tool_calls, actions=[action], observation=obs,
-                          exit_code=exit_code, model_seconds=0.5 + rng.random(), tool_seconds=0.1 * rng.random(),
-                          prompt_tokens=pt, completion_tokens=ct, cost=cost_per_step))
+        steps.append(
+            Step(
+                index=i,
+                raw_output=raw,
+                tool_calls=tool_calls,
+                actions=[action],
+                observation=obs,
+                exit_code=exit_code,
+                model_seconds=0.5 + rng.random(),
+                tool_seconds=0.1 * rng.random(),
+                prompt_tokens=pt,
+                completion_tokens=ct,
+                cost=cost_per_step,
+            )
+        )
     if status == "error":
         tests: list[TestOutcome] = []
-        reason, exit_reason, error, reward = "", "sandbox_died", "InfraError: container exited (137) during exec", 0.0
+        reason, exit_reason, error, reward = (
+            "",
+            "sandbox_died",
+            "InfraError: container exited (137) during exec",
+            0.0,
+        )
     else:
-        tests = [TestOutcome(id=f"tests/test_{task_id}.py::test_{j}",
-                             outcome="passed" if solved or j == 0 else "failed",
-                             message="" if solved or j == 0 else "assert 3 == 4") for j in range(3)]
+        tests = [
+            TestOutcome(
+                id=f"tests/test_{task_id}.py::test_{j}",
+                outcome="passed" if solved or j == 0 else "failed",
+                message="" if solved or j == 0 else "assert 3 == 4",
+            )
+            for j in range(3)
+        ]
         reason, exit_reason, error = ("pass" if solved else "fail"), "submitted", None
         reward = 1.0 if solved else sum(t.outcome == "passed" for t in tests) / len(tests)
     total_model = sum(s.model_seconds for s in steps)
     total_tool = sum(s.tool_seconds for s in steps)
     return Attempt(
-        key=attempt_key(run_id, task_id, sample), run_id=run_id, task_id=task_id, domain=domain,
-        difficulty=difficulty, sample=sample, model=model, temperature=0.7, messages=messages, steps=steps,
-        exit_reason=exit_reason, status=status, reward=reward, solved=solved, reason=reason, tests=tests,
-        n_steps=n_steps, prompt_tokens=sum(s.prompt_tokens for s in steps),
-        completion_tokens=sum(s.completion_tokens for s in steps), cost=sum(s.cost for s in steps),
-        durations=Durations(model=total_model, sandbox=total_tool, evaluation=1.5,
-                            total=total_model + total_tool + 1.5),
-        image="sha256:" + "ab" * 32, error=error, patch_files=1 if n_steps > 2 else 0,
-        started_at="2025-01-01T00:00:00Z", finished_at="2025-01-01T00:01:00Z")
+        key=attempt_key(run_id, task_id, sample),
+        run_id=run_id,
+        task_id=task_id,
+        domain=domain,
+        difficulty=difficulty,
+        sample=sample,
+        model=model,
+        temperature=0.7,
+        messages=messages,
+        steps=steps,
+        exit_reason=exit_reason,
+        status=status,
+        reward=reward,
+        solved=solved,
+        reason=reason,
+        tests=tests,
+        n_steps=n_steps,
+        prompt_tokens=sum(s.prompt_tokens for s in steps),
+        completion_tokens=sum(s.completion_tokens for s in steps),
+        cost=sum(s.cost for s in steps),
+        durations=Durations(
+            model=total_model, sandbox=total_tool, evaluation=1.5, total=total_model + total_tool + 1.5
+        ),
+        image="sha256:" + "ab" * 32,
+        error=error,
+        patch_files=1 if n_steps > 2 else 0,
+        started_at="2025-01-01T00:00:00Z",
+        finished_at="2025-01-01T00:01:00Z",
+    )
 
 
 TaskSpec = tuple[str, str, int]  # (task id, domain, difficulty)
 
 
-def make_run(run_dir: str | Path, model: str, tasks: Sequence[TaskSpec], samples: int = 1,
-             outcome: Callable[[str, int], str] = lambda task, sample: "solved", native_tools: bool = True,
-             seed: int = 0) -> Path:
+def make_run(
+    run_dir: str | Path,
+    model: str,
+    tasks: Sequence[TaskSpec],
+    samples: int = 1,
+    outcome: Callable[[str, int], str] = lambda task, sample: "solved",
+    native_tools: bool = True,
+    seed: int = 0,
+) -> Path:
     """Write a complete run folder. `outcome(task_id, sample)` -> 'solved' | 'failed' | 'error'."""
     run_dir = Path(run_dir)
-    manifest = Manifest(model=model, config={"model": model, "tasks": [t[0] for t in tasks], "samples": samples,
-                                              "temperature": 0.7},
-                        task_suite=[TaskEntry(id=t[0], version="1", hash=f"h{t[0]}") for t in tasks],
-                        images={t[0]: "sha256:" + "ab" * 32 for t in tasks}, harness_version="test", seed=seed)
+    manifest = Manifest(
+        model=model,
+        config={"model": model, "tasks": [t[0] for t in tasks], "samples": samples, "temperature": 0.7},
+        task_suite=[TaskEntry(id=t[0], version="1", hash=f"h{t[0]}") for t in tasks],
+        images={t[0]: "sha256:" + "ab" * 32 for t in tasks},
+        harness_version="test",
+        seed=seed,
+    )
     rng = random.Random(seed)
     with RunStore.create(run_dir, manifest) as store:
         for task_id, domain, difficulty in tasks:
             for sample in range(samples):
                 status = outcome(task_id, sample)
-                store.append(make_attempt(store.run_id, task_id, sample, status=status, model=model, domain=domain,
-                                          difficulty=difficulty, n_steps=rng.randrange(2, 7),
-                                          native_tools=native_tools, seed=seed))
+                store.append(
+                    make_attempt(
+                        store.run_id,
+                        task_id,
+                        sample,
+                        status=status,
+                        model=model,
+                        domain=domain,
+                        difficulty=difficulty,
+                        n_steps=rng.randrange(2, 7),
+                        native_tools=native_tools,
+                        seed=seed,
+                    )
+                )
         store.finish()
     return run_dir

@@ -1,4 +1,5 @@
 """`harness tasks ...`: list suites, import HumanEval, validate tasks in the sandbox."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,28 +20,48 @@ def register(subparsers) -> None:
 
     imp = sub.add_parser("import", help="write an external benchmark as task folders")
     imp.add_argument("source", choices=["humaneval"], help="what to import")
-    imp.add_argument("--out", type=Path, default=None,
-                     help="folder to write (default: tasks/humaneval, which `humaneval` as a suite refers to)")
+    imp.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder to write (default: tasks/humaneval, which `humaneval` as a suite refers to)",
+    )
     imp.set_defaults(func=cmd_import)
 
     exp = sub.add_parser("export", help="write a suite in another harness's task format")
-    exp.add_argument("--format", choices=["harbor"], required=True, help="harbor: Harbor / Terminal-Bench 2 tasks")
+    exp.add_argument(
+        "--format", choices=["harbor"], required=True, help="harbor: Harbor / Terminal-Bench 2 tasks"
+    )
     exp.add_argument("out", type=Path, help="folder to write (one task folder per task)")
-    exp.add_argument("suite", nargs="?", default="builtin",
-                     help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval" (default: builtin)')
+    exp.add_argument(
+        "suite",
+        nargs="?",
+        default="builtin",
+        help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval" (default: builtin)',
+    )
     exp.set_defaults(func=cmd_export)
 
     val = sub.add_parser("validate", help="run every task's oracle and a null agent in the sandbox")
-    val.add_argument("suite", nargs="?", default="builtin",
-                     help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"')
-    val.add_argument("--repeats", type=int, default=1, help="run each oracle this many times (flakiness check)")
+    val.add_argument(
+        "suite",
+        nargs="?",
+        default="builtin",
+        help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"',
+    )
+    val.add_argument(
+        "--repeats", type=int, default=1, help="run each oracle this many times (flakiness check)"
+    )
     val.add_argument("--concurrency", type=int, default=2, help="tasks checked at the same time")
     val.set_defaults(func=cmd_validate)
 
 
 def _add_suite_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("suite", nargs="?", default="builtin",
-                   help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval" (default: builtin)')
+    p.add_argument(
+        "suite",
+        nargs="?",
+        default="builtin",
+        help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval" (default: builtin)',
+    )
     p.add_argument("--domain", choices=DOMAINS)
     p.add_argument("--difficulty", help="N or N-M, e.g. 2 or 1-2")
     p.add_argument("--split", choices=SPLITS, help="family instances of this split only")
@@ -78,8 +99,10 @@ def cmd_export(args) -> int:
     from tasks.export import export_suite
 
     written = export_suite(load_suite(args.suite), args.out)
-    print(f"wrote {len(written)} Harbor tasks to {args.out} (images build FROM harness/base:latest: "
-          "`harness images build` makes it)")
+    print(
+        f"wrote {len(written)} Harbor tasks to {args.out} (images build FROM harness/base:latest: "
+        "`harness images build` makes it)"
+    )
     return 0
 
 

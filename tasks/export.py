@@ -10,16 +10,17 @@ Each task becomes OUT/<id>/ with:
                     /logs/verifier/reward.txt; tests/harness/ holds the hidden files, the expected test ids and
                     which are canaries (evaluators/hidden_tests.py), and verdict.py (stdlib only)
 """
+
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
 
-from results.errors import UserError
 from evaluators import pytest_kind
 from evaluators.grade import AS_CANDIDATE
 from evaluators.hidden_tests import expected_ids, is_canary
+from results.errors import UserError
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
@@ -165,17 +166,38 @@ def task_toml(task: Task) -> str:
     if task.family:
         meta.update(family=task.family, split=task.split)
     env = task.environment
-    lines = ['schema_version = "1.4"', "", "[task]", f'name = {_toml_value("harness/" + task.id)}',
-             f"keywords = {_toml_value(list(task.tags))}", "", "[metadata]"]
+    lines = [
+        'schema_version = "1.4"',
+        "",
+        "[task]",
+        f"name = {_toml_value('harness/' + task.id)}",
+        f"keywords = {_toml_value(list(task.tags))}",
+        "",
+        "[metadata]",
+    ]
     lines += [f"{k} = {_toml_value(v)}" for k, v in meta.items()]
-    lines += ["", "[agent]", f"timeout_sec = {task.agent.timeout_sec!r}", f"max_steps = {task.agent.max_steps}",
-              f"command_timeout_sec = {task.agent.command_timeout_sec!r}", 'user = "sandbox"',
-              "", "[verifier]", f"timeout_sec = {task.verifier_timeout_sec + 30!r}", 'user = "root"',
-              '# harness runs the verifier in a fresh container with the workspace changes (Harbor ignores this key)',
-              'isolation = "fresh"',
-              "", "[environment]", f"cpus = {env.cpus!r}", f"memory_mb = {env.memory_mb}",
-              f'network_mode = "{"public" if env.allow_internet else "no-network"}"', f"pids = {env.pids}",
-              'workdir = "/workspace"', ""]
+    lines += [
+        "",
+        "[agent]",
+        f"timeout_sec = {task.agent.timeout_sec!r}",
+        f"max_steps = {task.agent.max_steps}",
+        f"command_timeout_sec = {task.agent.command_timeout_sec!r}",
+        'user = "sandbox"',
+        "",
+        "[verifier]",
+        f"timeout_sec = {task.verifier_timeout_sec + 30!r}",
+        'user = "root"',
+        "# harness runs the verifier in a fresh container with the workspace changes (Harbor ignores this key)",
+        'isolation = "fresh"',
+        "",
+        "[environment]",
+        f"cpus = {env.cpus!r}",
+        f"memory_mb = {env.memory_mb}",
+        f'network_mode = "{"public" if env.allow_internet else "no-network"}"',
+        f"pids = {env.pids}",
+        'workdir = "/workspace"',
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -186,7 +208,9 @@ def dockerfile(task: Task) -> str:
     if task.workspace_files:
         out.append("COPY --chown=10001:10001 workspace/ /workspace/")
     if task.executable_files:
-        out.append("RUN chmod +x " + " ".join(json.dumps(f"/workspace/{p}") for p in sorted(task.executable_files)))
+        out.append(
+            "RUN chmod +x " + " ".join(json.dumps(f"/workspace/{p}") for p in sorted(task.executable_files))
+        )
     return "\n".join(out) + "\n"
 
 
@@ -216,13 +240,21 @@ def export_task(task: Task, out: Path) -> Path:
         files["tests/harness/expected.json"] = json.dumps(expected).encode()
         files["tests/harness/canaries.json"] = json.dumps([i for i in expected if is_canary(i)]).encode()
     elif ev.kind == "answer":
-        files["tests/harness/answer.json"] = json.dumps({"answer_file": ev.answer_file, "mode": ev.mode,
-                                                         "expected": ev.expected, "tolerance": ev.tolerance}).encode()
+        files["tests/harness/answer.json"] = json.dumps(
+            {
+                "answer_file": ev.answer_file,
+                "mode": ev.mode,
+                "expected": ev.expected,
+                "tolerance": ev.tolerance,
+            }
+        ).encode()
     elif ev.kind == "script":
         files.update({f"tests/harness/script/{p}": d for p, d in task.test_files.items()})
         files["tests/harness/bin/as-candidate"] = AS_CANDIDATE
     else:
-        raise UserError(f"task {task.id}: a {ev.kind} task is already in Harbor's format (copy its folder instead)")
+        raise UserError(
+            f"task {task.id}: a {ev.kind} task is already in Harbor's format (copy its folder instead)"
+        )
     for rel, data in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)

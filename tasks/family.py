@@ -13,11 +13,11 @@ names, expanded in memory (Task.path is None, Task.family and Task.split are set
 
 Every problem a user can fix raises UserError with one line naming the file, the field and the fix.
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Union
 
 from results.errors import UserError
 from tasks.fields import Where, check_id, check_keys, display, is_relative, parse_toml, show
@@ -27,7 +27,7 @@ from tasks.task_folder import build_task, read_tree
 PLACEHOLDER_RE = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 
 
-def load_family(path: Union[str, Path]) -> list[Task]:
+def load_family(path: str | Path) -> list[Task]:
     """Expand one family folder (holding family.toml) into its instances."""
     root = Path(path)
     if root.name == "family.toml":
@@ -41,18 +41,23 @@ def load_family(path: Union[str, Path]) -> list[Task]:
     check_keys(data, {"family", "instances"}, set(), ftoml_shown, "")
     fam = data.get("family")
     if not isinstance(fam, dict):
-        raise UserError(f"{ftoml_shown}: missing [family] table "
-                        "(add [family] with id = \"...\" and template = \"template\")")
+        raise UserError(
+            f'{ftoml_shown}: missing [family] table (add [family] with id = "..." and template = "template")'
+        )
     check_keys(fam, {"id", "template"}, set(), ftoml_shown, "[family] ")
     family_id = check_id(fam.get("id", root.name), f"{ftoml_shown}: [family] id")
     template = fam.get("template", "template")
     if not isinstance(template, str) or not is_relative(template):
-        raise UserError(f"{ftoml_shown}: [family] template must be a relative folder name inside {shown_root} "
-                        f"(got {show(template)})")
+        raise UserError(
+            f"{ftoml_shown}: [family] template must be a relative folder name inside {shown_root} "
+            f"(got {show(template)})"
+        )
     troot = root / template
     if not (troot / "task.toml").is_file():
-        raise UserError(f"{ftoml_shown}: [family] template = {show(template)} is not a task folder "
-                        f"(no {display(troot)}/task.toml)")
+        raise UserError(
+            f"{ftoml_shown}: [family] template = {show(template)} is not a task folder "
+            f"(no {display(troot)}/task.toml)"
+        )
     instances = data.get("instances")
     if not isinstance(instances, list) or not instances:
         raise UserError(f"{ftoml_shown}: no [[instances]] (add at least one with id, split and params)")
@@ -75,12 +80,13 @@ def load_family(path: Union[str, Path]) -> list[Task]:
             raise UserError(f"{label} ({iid}): split must be one of {', '.join(SPLITS)} (got {show(split)})")
         params = inst.get("params", {})
         if not isinstance(params, dict):
-            raise UserError(f"{label} ({iid}): params must be a table, e.g. params = {{ n = \"7\" }}")
+            raise UserError(f'{label} ({iid}): params must be a table, e.g. params = {{ n = "7" }}')
         text_params: dict[str, str] = {}
         for k, v in params.items():
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
                 raise UserError(f"{label} ({iid}): params.{k} must be a string or a number (got {show(v)})")
             text_params[k] = str(v)
+
         def where(f: str, iid: str = iid) -> str:
             return f"{shown_troot}/{f} (instance {iid})"
 
@@ -91,7 +97,9 @@ def load_family(path: Union[str, Path]) -> list[Task]:
     return tasks
 
 
-def _substitute(tree: dict[str, bytes], params: dict[str, str], *, where: Where, label: str) -> dict[str, bytes]:
+def _substitute(
+    tree: dict[str, bytes], params: dict[str, str], *, where: Where, label: str
+) -> dict[str, bytes]:
     """Replace {{key}} in file names and in the text of every UTF-8 file; unknown or unused keys are errors."""
     used: set[str] = set()
 
@@ -99,17 +107,22 @@ def _substitute(tree: dict[str, bytes], params: dict[str, str], *, where: Where,
         def one(m: re.Match) -> str:
             key = m.group(1)
             if key not in params:
-                raise UserError(f"{where(name)}: uses {{{{{key}}}}} but {label} has no params.{key} "
-                                f"(add {key} = \"...\" to its params)")
+                raise UserError(
+                    f"{where(name)}: uses {{{{{key}}}}} but {label} has no params.{key} "
+                    f'(add {key} = "..." to its params)'
+                )
             used.add(key)
             return params[key]
+
         return PLACEHOLDER_RE.sub(one, text)
 
     out: dict[str, bytes] = {}
     for name, content in tree.items():
         new_name = fill(name, name)
         if not is_relative(new_name):
-            raise UserError(f"{where(name)}: file name becomes {show(new_name)}, which leaves the task folder")
+            raise UserError(
+                f"{where(name)}: file name becomes {show(new_name)}, which leaves the task folder"
+            )
         try:
             text = content.decode("utf-8")
         except UnicodeDecodeError:  # binary files are copied as they are
@@ -118,5 +131,7 @@ def _substitute(tree: dict[str, bytes], params: dict[str, str], *, where: Where,
         out[new_name] = fill(text, name).encode("utf-8")
     unused = sorted(set(params) - used)
     if unused:
-        raise UserError(f"{label}: params.{unused[0]} is not used by the template (remove it or fix its name)")
+        raise UserError(
+            f"{label}: params.{unused[0]} is not used by the template (remove it or fix its name)"
+        )
     return out

@@ -2,6 +2,7 @@
 
 Every problem a user can fix raises UserError with one line naming the file, the field and the fix.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,9 @@ def parse_toml(loc: str, raw: Optional[bytes]) -> dict[str, Any]:
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise UserError(f"{loc}: not UTF-8 text (save it as UTF-8)")
+        raise UserError(f"{loc}: not UTF-8 text (save it as UTF-8)") from None
     except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{loc}: invalid TOML ({e})")
+        raise UserError(f"{loc}: invalid TOML ({e})") from None
 
 
 def check_keys(table: dict, ours: set[str], ignored: set[str], loc: str, prefix: str) -> None:
@@ -37,8 +38,12 @@ def check_keys(table: dict, ours: set[str], ignored: set[str], loc: str, prefix:
 
 def number(table: dict, key: str, default: float, loc: str, where: str, allow_zero: bool = False) -> float:
     value = table.get(key, default)
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and (value > 0 or (allow_zero and value == 0)))
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > 0 or (allow_zero and value == 0))
+    )
     if not ok:
         what = "a number >= 0" if allow_zero else "a positive number"
         raise UserError(f"{loc}: {where} {key} must be {what} (got {show(value)})")
@@ -61,15 +66,19 @@ def size_mb(table: dict, key: str, harbor_key: str, default: int, loc: str) -> i
     value = table[harbor_key]
     m = re.fullmatch(r"\s*(\d+)\s*([MmGg])[Bb]?\s*", value) if isinstance(value, str) else None
     if not m:
-        raise UserError(f"{loc}: [environment] {harbor_key} must look like \"2G\" or \"512M\"; better use "
-                        f"{key} = 2048 (got {show(value)})")
+        raise UserError(
+            f'{loc}: [environment] {harbor_key} must look like "2G" or "512M"; better use '
+            f"{key} = 2048 (got {show(value)})"
+        )
     return int(m.group(1)) * (1024 if m.group(2) in "Gg" else 1)
 
 
 def check_id(value: Any, loc: str) -> str:
     if not isinstance(value, str) or not ID_RE.match(value):
-        raise UserError(f"{loc} must be letters, digits, '.', '_' or '-', starting with a letter or digit "
-                        f"(got {show(value)})")
+        raise UserError(
+            f"{loc} must be letters, digits, '.', '_' or '-', starting with a letter or digit "
+            f"(got {show(value)})"
+        )
     return value
 
 

@@ -9,12 +9,13 @@ Unknown keys give one warning per task (printed to stderr, kept in HarborSpec.wa
 Fields we cannot honour (GPUs, TPUs, MCP servers, multi-container compose, multi-step tasks, network
 allowlists, Windows) raise UserError naming the field: never a silent wrong run.
 """
+
 from __future__ import annotations
 
 import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from results.errors import UserError
@@ -23,17 +24,70 @@ SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 VERIFIER_MODES = ("fresh", "snapshot", "shared")  # ours; Harbor's shared -> shared, separate -> fresh
 NETWORK_MODES = ("no-network", "public", "allowlist")
 
-TOP_KEYS = {"schema_version", "version", "task", "metadata", "verifier", "agent", "environment", "solution",
-            "source", "multi_step_reward_strategy", "steps", "artifacts"}
+TOP_KEYS = {
+    "schema_version",
+    "version",
+    "task",
+    "metadata",
+    "verifier",
+    "agent",
+    "environment",
+    "solution",
+    "source",
+    "multi_step_reward_strategy",
+    "steps",
+    "artifacts",
+}
 TASK_KEYS = {"name", "version", "description", "authors", "keywords"}
-AGENT_KEYS = {"timeout_sec", "user", "network_mode", "allowed_hosts",
-              "max_steps", "command_timeout_sec"}  # the last two: ours (the agent loop's limits)
-VERIFIER_KEYS = {"timeout_sec", "env", "user", "environment_mode", "environment", "collect", "network_mode",
-                 "allowed_hosts", "isolation"}  # isolation: ours, fresh | snapshot | shared
-ENV_KEYS = {"build_timeout_sec", "docker_image", "os", "cpus", "memory_mb", "storage_mb", "gpus", "gpu_types", "tpu",
-            "mcp_servers", "env", "skills_dir", "healthcheck", "workdir", "allow_internet", "network_mode",
-            "allowed_hosts", "memory", "storage", "pids"}  # memory/storage: Harbor's older spelling; pids: ours
-HEALTHCHECK_KEYS = {"command", "interval_sec", "timeout_sec", "start_period_sec", "start_interval_sec", "retries"}
+AGENT_KEYS = {
+    "timeout_sec",
+    "user",
+    "network_mode",
+    "allowed_hosts",
+    "max_steps",
+    "command_timeout_sec",
+}  # the last two: ours (the agent loop's limits)
+VERIFIER_KEYS = {
+    "timeout_sec",
+    "env",
+    "user",
+    "environment_mode",
+    "environment",
+    "collect",
+    "network_mode",
+    "allowed_hosts",
+    "isolation",
+}  # isolation: ours, fresh | snapshot | shared
+ENV_KEYS = {
+    "build_timeout_sec",
+    "docker_image",
+    "os",
+    "cpus",
+    "memory_mb",
+    "storage_mb",
+    "gpus",
+    "gpu_types",
+    "tpu",
+    "mcp_servers",
+    "env",
+    "skills_dir",
+    "healthcheck",
+    "workdir",
+    "allow_internet",
+    "network_mode",
+    "allowed_hosts",
+    "memory",
+    "storage",
+    "pids",
+}  # memory/storage: Harbor's older spelling; pids: ours
+HEALTHCHECK_KEYS = {
+    "command",
+    "interval_sec",
+    "timeout_sec",
+    "start_period_sec",
+    "start_interval_sec",
+    "retries",
+}
 
 _warned: set[str] = set()
 
@@ -51,12 +105,15 @@ class Healthcheck:
 @dataclass(frozen=True)
 class HarborSpec:
     """What a Harbor task asks of the runtime, beyond what Task already holds (limits, files, timeouts)."""
+
     schema_version: str = "1.4"
     name: str = ""  # [task] name, "org/name"
     description: str = ""
     authors: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
-    metadata: tuple[tuple[str, str], ...] = ()  # [metadata], any keys, values as TOML text (kept, not interpreted)
+    metadata: tuple[
+        tuple[str, str], ...
+    ] = ()  # [metadata], any keys, values as TOML text (kept, not interpreted)
     source: str = ""
     docker_image: Optional[str] = None  # a prebuilt image, used as given (must exist locally)
     workdir: Optional[str] = None  # None -> the image's WORKDIR
@@ -79,7 +136,9 @@ def is_harbor(data: dict, files: dict[str, bytes]) -> bool:
     return "evaluator" not in data and ("tests/test.sh" in files or "schema_version" in data)
 
 
-def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], str]) -> tuple[HarborSpec, dict]:
+def parse(
+    data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], str]
+) -> tuple[HarborSpec, dict]:
     """Reads a Harbor task.toml. Returns the spec and the plain values the loader puts on Task:
     {difficulty, domain, tags, agent: {...}, verifier_timeout, environment: {...}}."""
     warnings: list[str] = []
@@ -99,7 +158,7 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
     # -- schema version
     version = data.get("schema_version", data.get("version", "1.4"))
     if not isinstance(version, str):
-        raise UserError(f"{loc}: schema_version must be a string such as \"1.4\" (got {_show(version)})")
+        raise UserError(f'{loc}: schema_version must be a string such as "1.4" (got {_show(version)})')
     if "schema_version" in data and version not in SCHEMA_VERSIONS:
         warnings.append(f"schema_version {version!r} is newer than 1.4, the newest this harness knows")
 
@@ -115,8 +174,9 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
         elif isinstance(a, str):
             authors.append(a)
         else:
-            raise UserError(f"{loc}: [task] authors must be a list of {{ name = \"...\", email = \"...\" }} "
-                            f"(got {_show(a)})")
+            raise UserError(
+                f'{loc}: [task] authors must be a list of {{ name = "...", email = "..." }} (got {_show(a)})'
+            )
     keywords = _strings(task_t, "keywords", loc, "[task]")
 
     # -- [metadata]: free-form; a few conventional keys are read when they make sense
@@ -124,7 +184,9 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
     difficulty = {"easy": 1, "medium": 3, "hard": 5}.get(str(meta.get("difficulty", "")).lower())
     if difficulty is None and isinstance(meta.get("difficulty"), int) and 1 <= meta["difficulty"] <= 5:
         difficulty = meta["difficulty"]
-    tags = tuple(t for t in (meta.get("tags") if isinstance(meta.get("tags"), list) else []) if isinstance(t, str))
+    tags = tuple(
+        t for t in (meta.get("tags") if isinstance(meta.get("tags"), list) else []) if isinstance(t, str)
+    )
 
     # -- [agent]
     agent_t = table(data, "agent", "[agent]")
@@ -139,7 +201,9 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
     docker_image = _str(env_t, "docker_image", None, loc, "[environment]")
     workdir = _str(env_t, "workdir", None, loc, "[environment]")
     if workdir is not None and not workdir.startswith("/"):
-        raise UserError(f"{loc}: [environment] workdir must be an absolute path such as \"/app\" (got {_show(workdir)})")
+        raise UserError(
+            f'{loc}: [environment] workdir must be an absolute path such as "/app" (got {_show(workdir)})'
+        )
     env = _env(env_t, "env", loc, "[environment]")
     network = baseline_network = _network(env_t, loc, "[environment]")
     if agent_net is not None:
@@ -150,8 +214,10 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
         if env_t.get(key):
             warnings.append(f"[environment] {key} is not used by this harness (ignored)")
     if "storage_mb" in env_t or "storage" in env_t:
-        warnings.append("[environment] storage_mb is not enforced on the writable root filesystem "
-                        "(no overlay quota here); /tmp is still size-limited")
+        warnings.append(
+            "[environment] storage_mb is not enforced on the writable root filesystem "
+            "(no overlay quota here); /tmp is still size-limited"
+        )
     if env_t.get("build_timeout_sec", 600.0) != 600.0:
         warnings.append("[environment] build_timeout_sec is not enforced (images build without a time limit)")
 
@@ -167,33 +233,47 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
     _refuse_unsupported(venv_t, loc, "[verifier.environment]")
     mode_h = ver_t.get("environment_mode")
     if mode_h is not None and mode_h not in ("shared", "separate"):
-        raise UserError(f"{loc}: [verifier] environment_mode must be \"shared\" or \"separate\" (got {_show(mode_h)})")
+        raise UserError(
+            f'{loc}: [verifier] environment_mode must be "shared" or "separate" (got {_show(mode_h)})'
+        )
     if mode_h == "shared" and "environment" in ver_t:
-        raise UserError(f"{loc}: [verifier] environment_mode = \"shared\" conflicts with [verifier.environment] "
-                        "(remove one)")
+        raise UserError(
+            f'{loc}: [verifier] environment_mode = "shared" conflicts with [verifier.environment] '
+            "(remove one)"
+        )
     if mode_h is None and "environment" in ver_t:
         mode_h = "separate"
     mode = {"shared": "shared", "separate": "fresh", None: "snapshot"}[mode_h]
     if "isolation" in ver_t:
         mode = ver_t["isolation"]
         if mode not in VERIFIER_MODES:
-            raise UserError(f"{loc}: [verifier] isolation must be one of {', '.join(VERIFIER_MODES)} (got {_show(mode)})")
+            raise UserError(
+                f"{loc}: [verifier] isolation must be one of {', '.join(VERIFIER_MODES)} (got {_show(mode)})"
+            )
     if ver_t.get("collect"):
-        warnings.append("[verifier] collect is not run (it collects from compose sidecars, which are not supported)")
+        warnings.append(
+            "[verifier] collect is not run (it collects from compose sidecars, which are not supported)"
+        )
     verifier_dockerfile = None
-    if mode == "fresh" and "Dockerfile" in {n[len("tests/"):] for n in files if n.startswith("tests/")}:
+    if mode == "fresh" and "Dockerfile" in {n[len("tests/") :] for n in files if n.startswith("tests/")}:
         verifier_dockerfile = files["tests/Dockerfile"].decode("utf-8", "replace")
-    if mode == "shared" and bool(verifier_net if verifier_net is not None else baseline_network) != bool(network):
-        warnings.append("[verifier] network_mode differs from the agent's, but a shared verifier runs in the "
-                        "agent's container and keeps its network")
+    if mode == "shared" and bool(verifier_net if verifier_net is not None else baseline_network) != bool(
+        network
+    ):
+        warnings.append(
+            "[verifier] network_mode differs from the agent's, but a shared verifier runs in the "
+            "agent's container and keeps its network"
+        )
 
     # -- [solution], steps, artifacts
     sol_t = table(data, "solution", "[solution]")
     check(sol_t, {"env"}, "solution")
     solution_env = _env(sol_t, "env", loc, "[solution]")
     if data.get("steps"):
-        raise UserError(f"{loc}: steps: multi-step Harbor tasks are not supported by this harness "
-                        "(split them into single-step tasks)")
+        raise UserError(
+            f"{loc}: steps: multi-step Harbor tasks are not supported by this harness "
+            "(split them into single-step tasks)"
+        )
     if data.get("artifacts"):
         warnings.append("artifacts are not collected by this harness (ignored)")
     source = data.get("source") if isinstance(data.get("source"), str) else ""
@@ -207,38 +287,59 @@ def parse(data: dict, files: dict[str, bytes], loc: str, where: Callable[[str], 
             print(msg, file=sys.stderr)
 
     spec = HarborSpec(
-        schema_version=version, name=name, description=description, authors=tuple(authors),
-        keywords=tuple(keywords), metadata=tuple(sorted((str(k), _toml_text(v)) for k, v in meta.items())),
-        source=source, docker_image=docker_image, workdir=workdir, env=env, agent_user=agent_user,
-        verifier_user=verifier_user, verifier_env=verifier_env, verifier_mode=mode,
+        schema_version=version,
+        name=name,
+        description=description,
+        authors=tuple(authors),
+        keywords=tuple(keywords),
+        metadata=tuple(sorted((str(k), _toml_text(v)) for k, v in meta.items())),
+        source=source,
+        docker_image=docker_image,
+        workdir=workdir,
+        env=env,
+        agent_user=agent_user,
+        verifier_user=verifier_user,
+        verifier_env=verifier_env,
+        verifier_mode=mode,
         verifier_network=verifier_net if verifier_net is not None else bool(baseline_network),
-        verifier_docker_image=_str(venv_t, "docker_image", None, loc,
-                                                                  "[verifier.environment]"),
-        verifier_dockerfile=verifier_dockerfile, solution_env=solution_env, healthcheck=healthcheck,
-        build_timeout_sec=build_timeout, warnings=tuple(warnings))
+        verifier_docker_image=_str(venv_t, "docker_image", None, loc, "[verifier.environment]"),
+        verifier_dockerfile=verifier_dockerfile,
+        solution_env=solution_env,
+        healthcheck=healthcheck,
+        build_timeout_sec=build_timeout,
+        warnings=tuple(warnings),
+    )
     values = {
-        "difficulty": difficulty, "tags": tuple(dict.fromkeys(tags + tuple(keywords))),
+        "difficulty": difficulty,
+        "tags": tuple(dict.fromkeys(tags + tuple(keywords))),
         "agent": {k: agent_t[k] for k in ("timeout_sec", "max_steps", "command_timeout_sec") if k in agent_t},
         "verifier_timeout": verifier_timeout,
-        "environment": {**{k: env_t[k] for k in ("cpus", "memory_mb", "memory", "pids") if k in env_t},
-                        "allow_internet": bool(network)},
+        "environment": {
+            **{k: env_t[k] for k in ("cpus", "memory_mb", "memory", "pids") if k in env_t},
+            "allow_internet": bool(network),
+        },
     }
     return spec, values
 
 
 # ---------------------------------------------------------------------------------------------- refusals
 
+
 def _refuse_unsupported(t: dict, loc: str, label: str) -> None:
     if t.get("gpus"):
-        raise UserError(f"{loc}: {label} gpus = {_show(t['gpus'])}: this harness cannot give a task GPUs "
-                        "(run it under Harbor on a GPU machine, or set gpus = 0)")
+        raise UserError(
+            f"{loc}: {label} gpus = {_show(t['gpus'])}: this harness cannot give a task GPUs "
+            "(run it under Harbor on a GPU machine, or set gpus = 0)"
+        )
     if t.get("gpu_types"):
         raise UserError(f"{loc}: {label} gpu_types: this harness cannot give a task GPUs (remove it)")
     if t.get("tpu"):
         raise UserError(f"{loc}: {label} tpu: this harness cannot give a task TPUs (remove it)")
     if t.get("mcp_servers"):
-        raise UserError(f"{loc}: {label} mcp_servers: MCP servers are not supported by this harness's agent "
-                        "(remove them, or run the task under Harbor)")
+        raise UserError(
+            f"{loc}: {label} mcp_servers: MCP servers are not supported by this harness's agent "
+            "(remove them, or run the task under Harbor)"
+        )
     os_name = t.get("os", "linux")
     if not isinstance(os_name, str) or os_name.lower() != "linux":
         raise UserError(f"{loc}: {label} os = {_show(os_name)}: only linux tasks run here")
@@ -248,10 +349,14 @@ def _network(t: dict, loc: str, label: str) -> Optional[bool]:
     """True / False for public / no network; None when the table says nothing."""
     mode = t.get("network_mode")
     if mode is not None and mode not in NETWORK_MODES:
-        raise UserError(f"{loc}: {label} network_mode must be one of {', '.join(NETWORK_MODES)} (got {_show(mode)})")
+        raise UserError(
+            f"{loc}: {label} network_mode must be one of {', '.join(NETWORK_MODES)} (got {_show(mode)})"
+        )
     if mode == "allowlist" or t.get("allowed_hosts"):
-        raise UserError(f"{loc}: {label} network_mode = \"allowlist\" / allowed_hosts: this harness cannot limit "
-                        "a container to some hosts (use \"no-network\" or \"public\")")
+        raise UserError(
+            f'{loc}: {label} network_mode = "allowlist" / allowed_hosts: this harness cannot limit '
+            'a container to some hosts (use "no-network" or "public")'
+        )
     allow = t.get("allow_internet")
     if allow is not None and not isinstance(allow, bool):
         raise UserError(f"{loc}: {label} allow_internet must be true or false (got {_show(allow)})")
@@ -265,19 +370,24 @@ def _healthcheck(env_t: dict, loc: str, unknown: list[str]) -> Optional[Healthch
     if hc is None:
         return None
     if not isinstance(hc, dict) or not isinstance(hc.get("command"), str) or not hc["command"].strip():
-        raise UserError(f"{loc}: [environment.healthcheck] needs command = \"...\" (a shell command, exit 0 = healthy)")
+        raise UserError(
+            f'{loc}: [environment.healthcheck] needs command = "..." (a shell command, exit 0 = healthy)'
+        )
     unknown.extend(f"environment.healthcheck.{k}" for k in hc if k not in HEALTHCHECK_KEYS)
     d = Healthcheck(command="")
     label = "[environment.healthcheck]"
-    return Healthcheck(command=hc["command"],
-                       interval_sec=_num(hc, "interval_sec", d.interval_sec, loc, label, zero=True),
-                       timeout_sec=_num(hc, "timeout_sec", d.timeout_sec, loc, label),
-                       start_period_sec=_num(hc, "start_period_sec", d.start_period_sec, loc, label, zero=True),
-                       start_interval_sec=_num(hc, "start_interval_sec", d.start_interval_sec, loc, label, zero=True),
-                       retries=int(_num(hc, "retries", d.retries, loc, label)))
+    return Healthcheck(
+        command=hc["command"],
+        interval_sec=_num(hc, "interval_sec", d.interval_sec, loc, label, zero=True),
+        timeout_sec=_num(hc, "timeout_sec", d.timeout_sec, loc, label),
+        start_period_sec=_num(hc, "start_period_sec", d.start_period_sec, loc, label, zero=True),
+        start_interval_sec=_num(hc, "start_interval_sec", d.start_interval_sec, loc, label, zero=True),
+        retries=int(_num(hc, "retries", d.retries, loc, label)),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- small helpers
+
 
 def _str(t: dict, key: str, default, loc: str, label: str):
     value = t.get(key, default)
@@ -302,18 +412,24 @@ def _strings(t: dict, key: str, loc: str, label: str) -> list[str]:
 
 def _num(t: dict, key: str, default: float, loc: str, label: str, zero: bool = False) -> float:
     value = t.get(key, default)
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and (value > 0 or (zero and value == 0)))
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > 0 or (zero and value == 0))
+    )
     if not ok:
-        raise UserError(f"{loc}: {label} {key} must be a {'number >= 0' if zero else 'positive number'} "
-                        f"(got {_show(value)})")
+        raise UserError(
+            f"{loc}: {label} {key} must be a {'number >= 0' if zero else 'positive number'} "
+            f"(got {_show(value)})"
+        )
     return float(value)
 
 
 def _env(t: dict, key: str, loc: str, label: str) -> tuple[tuple[str, str], ...]:
     value = t.get(key, {})
     if not isinstance(value, dict):
-        raise UserError(f"{loc}: {label} {key} must be a table of NAME = \"value\" (got {_show(value)})")
+        raise UserError(f'{loc}: {label} {key} must be a table of NAME = "value" (got {_show(value)})')
     out = []
     for k, v in value.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
@@ -342,6 +458,7 @@ def _toml_text(v: Any) -> str:
 
 def _show(value: Any) -> str:
     import json
+
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):

@@ -13,6 +13,7 @@ returns True cannot pass, and code in solution.py cannot patch pytest's reports.
 with the first arguments the official check uses and expects a wrong value, computed at import time from the
 canonical solution. An honest solution fails it; a faked pass does not.
 """
+
 from __future__ import annotations
 
 import ast
@@ -189,8 +190,9 @@ def import_humaneval(out: Optional[Path] = None) -> Path:
     out = Path(out) if out is not None else HUMANEVAL_DIR
     problems = read_problems()
     if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file():
-        raise UserError(f"{out}: exists and was not written by `harness tasks import` (choose another --out or "
-                        "remove it)")
+        raise UserError(
+            f"{out}: exists and was not written by `harness tasks import` (choose another --out or remove it)"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -220,9 +222,15 @@ def task_files(problem: dict[str, Any]) -> dict[str, str]:
     if HEREDOC_END in oracle:
         raise UserError(f"{problem['task_id']}: canonical solution contains {HEREDOC_END}")
     first_args, first_kwargs, wrong = _canary_case(problem)
-    test = (TEST_FILE.replace("@ID@", tid).replace("@SOURCE@", problem["task_id"]).replace("@ENTRY@", repr(entry))
-            .replace("@PROMPT@", repr(prompt)).replace("@TEST@", repr(problem["test"]))
-            .replace("@FIRST_CALL@", repr((first_args, first_kwargs))).replace("@WRONG@", repr(wrong)))
+    test = (
+        TEST_FILE.replace("@ID@", tid)
+        .replace("@SOURCE@", problem["task_id"])
+        .replace("@ENTRY@", repr(entry))
+        .replace("@PROMPT@", repr(prompt))
+        .replace("@TEST@", repr(problem["test"]))
+        .replace("@FIRST_CALL@", repr((first_args, first_kwargs)))
+        .replace("@WRONG@", repr(wrong))
+    )
     return {
         "task.toml": TASK_TOML.replace("@ID@", tid),
         "instruction.md": INSTRUCTION.replace("@ENTRY@", entry).replace("@PROMPT@", prompt),

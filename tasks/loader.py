@@ -4,12 +4,13 @@ split and id.
 
 Every problem a user can fix raises UserError with one line naming the file, the field and the fix.
 """
+
 from __future__ import annotations
 
 import fnmatch
 import re
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Iterable, Optional
 
 from results.errors import UserError
 from tasks.family import load_family
@@ -23,9 +24,15 @@ HUMANEVAL_DIR = PACKAGE_DIR / "humaneval"  # written by `harness tasks import hu
 EASY = (1, 2)  # "builtin:easy"
 
 
-def load_suite(spec: Union[str, Path], *, domain: Optional[str] = None,
-               difficulty: Union[int, str, Iterable[int], None] = None, tags: Optional[Iterable[str]] = None,
-               split: Optional[str] = None, glob: Optional[str] = None) -> list[Task]:
+def load_suite(
+    spec: str | Path,
+    *,
+    domain: Optional[str] = None,
+    difficulty: int | str | Iterable[int] | None = None,
+    tags: Optional[Iterable[str]] = None,
+    split: Optional[str] = None,
+    glob: Optional[str] = None,
+) -> list[Task]:
     """All tasks of a suite, filtered.
 
     spec: a folder searched recursively for task and family folders, one task or family folder, "builtin",
@@ -36,7 +43,9 @@ def load_suite(spec: Union[str, Path], *, domain: Optional[str] = None,
     root, preset = _resolve_spec(spec)
     tasks = _discover(root)
     if not tasks:
-        raise UserError(f"{display(root)}: no tasks found (expected folders holding task.toml or family.toml)")
+        raise UserError(
+            f"{display(root)}: no tasks found (expected folders holding task.toml or family.toml)"
+        )
     _check_unique(tasks)
 
     wanted_difficulty = _difficulty_filter(difficulty)
@@ -47,15 +56,18 @@ def load_suite(spec: Union[str, Path], *, domain: Optional[str] = None,
     if split is not None and split not in SPLITS:
         raise UserError(f"unknown split {show(split)} (use train or heldout)")
     want_tags = set(tags or ())
-    return [t for t in tasks
-            if (domain is None or t.domain == domain)
-            and (wanted_difficulty is None or t.difficulty in wanted_difficulty)
-            and want_tags <= set(t.tags)
-            and (split is None or t.split == split)
-            and (glob is None or fnmatch.fnmatchcase(t.id, glob))]
+    return [
+        t
+        for t in tasks
+        if (domain is None or t.domain == domain)
+        and (wanted_difficulty is None or t.difficulty in wanted_difficulty)
+        and want_tags <= set(t.tags)
+        and (split is None or t.split == split)
+        and (glob is None or fnmatch.fnmatchcase(t.id, glob))
+    ]
 
 
-def _resolve_spec(spec: Union[str, Path]) -> tuple[Path, Optional[set[int]]]:
+def _resolve_spec(spec: str | Path) -> tuple[Path, Optional[set[int]]]:
     text = str(spec)
     if text == "builtin":
         return BUILTIN_DIR, None
@@ -67,8 +79,10 @@ def _resolve_spec(spec: Union[str, Path]) -> tuple[Path, Optional[set[int]]]:
         return HUMANEVAL_DIR, None
     path = Path(spec)
     if not path.exists():
-        raise UserError(f"{text}: no such suite (give a folder of tasks, a task folder, \"builtin\", "
-                        "\"builtin:easy\" or \"humaneval\")")
+        raise UserError(
+            f'{text}: no such suite (give a folder of tasks, a task folder, "builtin", '
+            '"builtin:easy" or "humaneval")'
+        )
     if path.is_file() and path.name in ("task.toml", "family.toml"):
         path = path.parent
     if not path.is_dir():
@@ -79,14 +93,21 @@ def _resolve_spec(spec: Union[str, Path]) -> tuple[Path, Optional[set[int]]]:
 def _discover(root: Path) -> list[Task]:
     has_task, has_family = (root / "task.toml").is_file(), (root / "family.toml").is_file()
     if has_task and has_family:
-        raise UserError(f"{display(root)}: holds both task.toml and family.toml (keep one: a task or a family)")
+        raise UserError(
+            f"{display(root)}: holds both task.toml and family.toml (keep one: a task or a family)"
+        )
     if has_task:
         return [load_task(root)]
     if has_family:
         return load_family(root)
     tasks: list[Task] = []
     for child in sorted(root.iterdir()):
-        if child.is_dir() and not child.is_symlink() and not child.name.startswith(".") and child.name != "__pycache__":
+        if (
+            child.is_dir()
+            and not child.is_symlink()
+            and not child.name.startswith(".")
+            and child.name != "__pycache__"
+        ):
             tasks += _discover(child)
     return tasks
 
@@ -96,7 +117,9 @@ def _check_unique(tasks: list[Task]) -> None:
     for t in tasks:
         if t.id in seen:
             a, b = _origin(seen[t.id]), _origin(t)
-            raise UserError(f"duplicate task id {show(t.id)} in {a} and {b} (task ids must be unique in a suite)")
+            raise UserError(
+                f"duplicate task id {show(t.id)} in {a} and {b} (task ids must be unique in a suite)"
+            )
         seen[t.id] = t
 
 
@@ -104,7 +127,7 @@ def _origin(t: Task) -> str:
     return display(t.path) if t.path else f"family {t.family}"
 
 
-def _difficulty_filter(value: Union[int, str, Iterable[int], None]) -> Optional[set[int]]:
+def _difficulty_filter(value: int | str | Iterable[int] | None) -> Optional[set[int]]:
     if value is None:
         return None
     if isinstance(value, bool):

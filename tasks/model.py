@@ -9,6 +9,7 @@ On disk (Harbor / Terminal-Bench 2 layout):
   tests/           hidden tests (pytest files, or test.sh for the script evaluator); never in the agent's sandbox
   solution/solve.sh  the oracle, run in /workspace
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,6 +19,7 @@ from typing import Any, Optional
 
 DOMAINS = ("coding", "data", "ops", "documents", "science")  # Task.domain
 SPLITS = ("train", "heldout")  # Task.split of a family instance
+
 
 @dataclass(frozen=True)
 class AgentLimits:
@@ -76,8 +78,20 @@ class Task:
     def content_hash(self) -> str:
         """Hash of everything that defines the task: changes when the task changes."""
         h = hashlib.sha256()
-        h.update(repr((self.id, self.version, self.instruction, self.dockerfile, self.evaluator,
-                       self.environment, self.agent) + ((self.harbor,) if self.harbor else ())).encode())
+        h.update(
+            repr(
+                (
+                    self.id,
+                    self.version,
+                    self.instruction,
+                    self.dockerfile,
+                    self.evaluator,
+                    self.environment,
+                    self.agent,
+                )
+                + ((self.harbor,) if self.harbor else ())
+            ).encode()
+        )
         for group in (self.workspace_files, self.test_files, self.solution_files, self.build_context):
             for name in sorted(group):
                 h.update(name.encode() + b"\0" + group[name] + b"\0")

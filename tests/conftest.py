@@ -3,6 +3,7 @@
 Every test that uses the `image` fixture (or is marked `docker`) needs a Docker engine: it gets the `docker`
 marker, and it is skipped with one clear reason when no engine answers.
 """
+
 import asyncio
 import functools
 import sys
@@ -17,21 +18,29 @@ if str(ROOT) not in sys.path:
 
 @functools.lru_cache(maxsize=1)
 def docker_problem() -> str:
-    """"" when a Docker engine answers, else why not (asked once per session)."""
+    """ "" when a Docker engine answers, else why not (asked once per session)."""
     try:
         import docker
+
         docker.from_env(timeout=10).ping()
         return ""
     except Exception as e:  # any failure to reach the engine: no engine for these tests
-        return f"no Docker engine answers ({type(e).__name__}): start one (sudo dockerd &) to run Docker tests"
+        return (
+            f"no Docker engine answers ({type(e).__name__}): start one (sudo dockerd &) to run Docker tests"
+        )
 
 
 def pytest_configure(config):
     # Registered here, not in pyproject.toml: a change there makes `make` reinstall the environment.
-    config.addinivalue_line("markers", "docker: needs a Docker engine (skipped when none answers); "
-                                       "given to every test that uses the `image` fixture")
-    config.addinivalue_line("markers", "suite: checks a whole task suite (every oracle and null agent); "
-                                       "left out of `make test-fast`")
+    config.addinivalue_line(
+        "markers",
+        "docker: needs a Docker engine (skipped when none answers); "
+        "given to every test that uses the `image` fixture",
+    )
+    config.addinivalue_line(
+        "markers",
+        "suite: checks a whole task suite (every oracle and null agent); left out of `make test-fast`",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -49,6 +58,7 @@ def pytest_runtest_setup(item):
 def image() -> str:
     """The base sandbox image id (built by `make test`'s setup; built here if missing)."""
     from agent.sandbox.images import ensure_base_image
+
     return ensure_base_image(log=lambda m: None)
 
 
@@ -61,11 +71,13 @@ def run(coro):
 def flaky():
     """Makes misbehaving HTTP servers (tests.helpers.FlakyServer) and closes them after the test."""
     from tests.helpers import FlakyServer
+
     servers = []
 
     def make(script):
         servers.append(FlakyServer(script))
         return servers[-1]
+
     yield make
     for s in servers:
         s.close()

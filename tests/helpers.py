@@ -3,6 +3,7 @@ stand-ins (a sandbox for the agent loop, a misbehaving HTTP server).
 
 One place for these, so no test module imports another test module.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,16 +39,24 @@ CORRECT = b"def add(a, b):\n    return a + b\n"
 WRONG = b"def add(a, b):\n    return a - b\n"
 
 # Replies of a scripted (replay) model for the `add` task, in the text protocol.
-WRITE_CORRECT = "I will implement it.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > solution.py\n```"
+WRITE_CORRECT = (
+    "I will implement it.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > solution.py\n```"
+)
 WRITE_WRONG = "```bash\nprintf 'def add(a, b):\\n    return a * b\\n' > solution.py\n```"
 SUBMIT = "Done.\n```bash\nsubmit\n```"
 
 
 def make_task(**kw) -> Task:
     """The `add` task: a stub solution.py, a visible test, hidden tests with a canary."""
-    return Task(id="add", path=None, instruction="Implement add(a, b) in /workspace/solution.py.",
-                workspace_files={"solution.py": STUB, "tests/test_public.py": PUBLIC},
-                test_files={"test_add.py": HIDDEN}, solution_files={"solve.sh": b"true\n"}, **kw)
+    return Task(
+        id="add",
+        path=None,
+        instruction="Implement add(a, b) in /workspace/solution.py.",
+        workspace_files={"solution.py": STUB, "tests/test_public.py": PUBLIC},
+        test_files={"test_add.py": HIDDEN},
+        solution_files={"solve.sh": b"true\n"},
+        **kw,
+    )
 
 
 # -- task folders on disk and the CLI as a subprocess ---------------------------------------------
@@ -76,8 +85,12 @@ expected = "ok"
 def write_task(root: Path, name: str = "t1", toml: str = GOOD_TOML, files: dict | None = None) -> Path:
     """A task folder in the on-disk format (tasks/model.py); `files` adds or (with None) removes files."""
     folder = root / name
-    content = {"task.toml": toml, "instruction.md": "Write ok to /workspace/answer.txt.\n",
-               "solution/solve.sh": "echo ok > answer.txt\n", **(files or {})}
+    content = {
+        "task.toml": toml,
+        "instruction.md": "Write ok to /workspace/answer.txt.\n",
+        "solution/solve.sh": "echo ok > answer.txt\n",
+        **(files or {}),
+    }
     for rel, text in content.items():
         if text is None:
             continue
@@ -87,14 +100,21 @@ def write_task(root: Path, name: str = "t1", toml: str = GOOD_TOML, files: dict 
     return folder
 
 
-def harness(*args: str, env: dict | None = None, cwd: Path = ROOT, timeout: float = 180) -> subprocess.CompletedProcess:
+def harness(
+    *args: str, env: dict | None = None, cwd: Path = ROOT, timeout: float = 180
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     for key, value in list(full_env.items()):
         if value is None:
             del full_env[key]
-    return subprocess.run([sys.executable, str(ROOT / "harness.py"), *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd, timeout=timeout)
-
+    return subprocess.run(
+        [sys.executable, str(ROOT / "harness.py"), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -111,7 +131,10 @@ def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> s
 
 # -- an OpenAI-compatible HTTP server that misbehaves on cue (loopback only) --------------------------
 OK_BODY = {
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "flaky",
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "flaky",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
 }
@@ -134,7 +157,7 @@ class FlakyServer:
             def log_message(self, *args) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 step = outer.script[min(outer.calls, len(outer.script) - 1)]
                 outer.calls += 1
@@ -151,7 +174,11 @@ class FlakyServer:
                     status, body = step, {"error": {"message": f"scripted {step}", "type": "x", "code": None}}
                 elif isinstance(step, tuple):
                     status, headers = step[0], step[1]
-                    body = step[2] if len(step) > 2 else {"error": {"message": f"scripted {status}", "type": "x"}}
+                    body = (
+                        step[2]
+                        if len(step) > 2
+                        else {"error": {"message": f"scripted {status}", "type": "x"}}
+                    )
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 for k, v in headers.items():
@@ -186,8 +213,14 @@ class FakeSandbox:
 
     workdir = "/workspace"
 
-    def __init__(self, script: dict | None = None, *, workdir: str = "/workspace", dies: tuple = (),
-                 dies_of: str | None = "oom"):
+    def __init__(
+        self,
+        script: dict | None = None,
+        *,
+        workdir: str = "/workspace",
+        dies: tuple = (),
+        dies_of: str | None = "oom",
+    ):
         self.script = {k: list(v) if isinstance(v, list) else [v] for k, v in (script or {}).items()}
         self.workdir, self.dies, self.dies_of = workdir, set(dies), dies_of
         self.files: dict[str, bytes] = {}
@@ -198,7 +231,9 @@ class FakeSandbox:
     def commands(self) -> list:
         return [c["cmd"] for c in self.calls]
 
-    async def exec(self, cmd: str | list[str], timeout: float = 60.0, *, stdin: bytes | None = None) -> ExecResult:
+    async def exec(
+        self, cmd: str | list[str], timeout: float = 60.0, *, stdin: bytes | None = None
+    ) -> ExecResult:
         self.calls.append({"cmd": cmd, "timeout": timeout, "stdin": stdin})
         if self.dead or (isinstance(cmd, str) and cmd in self.dies):
             self.dead = True
@@ -218,8 +253,9 @@ class FakeSandbox:
         return self.dies_of
 
     # -- what run_attempt uses around the loop
-    async def put_files(self, files: dict[str, bytes], dest: str = "/workspace", user: str = "agent",
-                        executable=()) -> None:
+    async def put_files(
+        self, files: dict[str, bytes], dest: str = "/workspace", user: str = "agent", executable=()
+    ) -> None:
         self.files.update({f"{dest}/{k}": v for k, v in files.items()})
 
     async def mark_baseline(self) -> None:

@@ -7,6 +7,7 @@ memory-backed volumes, CPU and memory limits -- on Docker's bridge, so the backe
 command server by "pod IP" exactly as in a cluster. What it does not do: enforce NetworkPolicy
 (checked in the manifest goldens), schedule, or pull images.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from agent.sandbox import docker_client
 
-_PATH = re.compile(r"^/apis?/(?:(?P<group>[^/]+)/)?(?P<version>v1(?:beta1)?)/namespaces/(?P<ns>[^/]+)/"
-                   r"(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?(?:\?(?P<query>.*))?$")
+_PATH = re.compile(
+    r"^/apis?/(?:(?P<group>[^/]+)/)?(?P<version>v1(?:beta1)?)/namespaces/(?P<ns>[^/]+)/"
+    r"(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?(?:\?(?P<query>.*))?$"
+)
 LABEL = "harness.fake-k8s"
 
 
@@ -56,20 +59,20 @@ class FakeCluster:
                     return None
                 return m
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 m = self._route()
                 if m:
                     body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                     code, out = outer.create(m["plural"], body)
                     self._reply(code, out)
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 m = self._route()
                 if m:
                     obj = outer.get(m["plural"], m["name"])
                     self._reply(200 if obj else 404, obj or {"kind": "Status", "code": 404})
 
-            def do_DELETE(self):  # noqa: N802
+            def do_DELETE(self):
                 m = self._route()
                 if m:
                     if self.headers.get("Content-Length"):
@@ -88,13 +91,19 @@ class FakeCluster:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     # -- the API and the controller ------------------------------------------------------------------
-    REQUIRED = {"sandboxtemplates": ("SandboxTemplate", ["podTemplate"]),
-                "sandboxwarmpools": ("SandboxWarmPool", ["sandboxTemplateRef"]),
-                "sandboxclaims": ("SandboxClaim", ["warmPoolRef"])}
+    REQUIRED = {
+        "sandboxtemplates": ("SandboxTemplate", ["podTemplate"]),
+        "sandboxwarmpools": ("SandboxWarmPool", ["sandboxTemplateRef"]),
+        "sandboxclaims": ("SandboxClaim", ["warmPoolRef"]),
+    }
 
     def create(self, plural: str, body: dict) -> tuple[int, dict]:
         kind, required = self.REQUIRED.get(plural, (None, []))
-        if kind is None or body.get("kind") != kind or body.get("apiVersion") != "extensions.agents.x-k8s.io/v1beta1":
+        if (
+            kind is None
+            or body.get("kind") != kind
+            or body.get("apiVersion") != "extensions.agents.x-k8s.io/v1beta1"
+        ):
             return 400, {"message": f"bad kind/apiVersion for {plural}"}
         missing = [f for f in required if f not in body.get("spec", {})]
         if missing:
@@ -128,9 +137,13 @@ class FakeCluster:
 
     def delete_matching(self, plural: str, key: str, value: str) -> None:
         with self.lock:
-            names = [n for (p, n), o in self.objects.items()
-                     if p == plural and key in o["metadata"].get("labels", {})
-                     and (value is None or o["metadata"]["labels"][key] == value)]
+            names = [
+                n
+                for (p, n), o in self.objects.items()
+                if p == plural
+                and key in o["metadata"].get("labels", {})
+                and (value is None or o["metadata"]["labels"][key] == value)
+            ]
         for n in names:
             self.delete(plural, n)
 
@@ -152,17 +165,31 @@ class FakeCluster:
         c = spec["containers"][0]
         sc, limits = c["securityContext"], c["resources"]["limits"]
         volumes = {v["name"]: v["emptyDir"] for v in spec["volumes"]}
-        tmpfs = {m["mountPath"]: f"size={_size(volumes[m['name']]['sizeLimit'])}m,mode=0777,exec"
-                 for m in c["volumeMounts"]}
+        tmpfs = {
+            m["mountPath"]: f"size={_size(volumes[m['name']]['sizeLimit'])}m,mode=0777,exec"
+            for m in c["volumeMounts"]
+        }
         container = docker_client().containers.run(
-            c["image"], command=c["command"], detach=True, name=name,  # no init: the launcher is PID 1, as in a pod
-            environment={e["name"]: e["value"] for e in c["env"]}, working_dir=c["workingDir"],
-            user=f"{sc['runAsUser']}:{sc['runAsGroup']}", cap_drop=sc["capabilities"]["drop"],
-            cap_add=sc["capabilities"]["add"], privileged=sc["privileged"],
+            c["image"],
+            command=c["command"],
+            detach=True,
+            name=name,  # no init: the launcher is PID 1, as in a pod
+            environment={e["name"]: e["value"] for e in c["env"]},
+            working_dir=c["workingDir"],
+            user=f"{sc['runAsUser']}:{sc['runAsGroup']}",
+            cap_drop=sc["capabilities"]["drop"],
+            cap_add=sc["capabilities"]["add"],
+            privileged=sc["privileged"],
             security_opt=[] if sc["allowPrivilegeEscalation"] else ["no-new-privileges"],
-            read_only=sc["readOnlyRootFilesystem"], tmpfs=tmpfs, mem_limit=f"{_size(limits['memory'])}m",
-            memswap_limit=f"{_size(limits['memory'])}m", nano_cpus=int(limits["cpu"].rstrip("m")) * 1_000_000,
-            network_mode="bridge", labels={LABEL: self.id}, log_config={"type": "none"})
+            read_only=sc["readOnlyRootFilesystem"],
+            tmpfs=tmpfs,
+            mem_limit=f"{_size(limits['memory'])}m",
+            memswap_limit=f"{_size(limits['memory'])}m",
+            nano_cpus=int(limits["cpu"].rstrip("m")) * 1_000_000,
+            network_mode="bridge",
+            labels={LABEL: self.id},
+            log_config={"type": "none"},
+        )
         end = time.monotonic() + 60
         while time.monotonic() < end:  # the readiness probe: the server's port accepts
             container.reload()
@@ -178,34 +205,62 @@ class FakeCluster:
 
     def _pod(self, name: str):
         import docker.errors
+
         try:
             c = docker_client().containers.get(name)
         except docker.errors.NotFound:
             return None
         st = c.attrs["State"]
-        state = {"running": {}} if st["Running"] else {"terminated": {
-            "reason": "OOMKilled" if st.get("OOMKilled") else ("Completed" if st["ExitCode"] == 0 else "Error"),
-            "exitCode": st["ExitCode"]}}
-        return {"kind": "Pod", "metadata": {"name": name}, "status": {"containerStatuses": [{"name": "sandbox",
-                                                                                            "state": state}]}}
+        state = (
+            {"running": {}}
+            if st["Running"]
+            else {
+                "terminated": {
+                    "reason": "OOMKilled"
+                    if st.get("OOMKilled")
+                    else ("Completed" if st["ExitCode"] == 0 else "Error"),
+                    "exitCode": st["ExitCode"],
+                }
+            }
+        )
+        return {
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "status": {"containerStatuses": [{"name": "sandbox", "state": state}]},
+        }
 
     def _remove_pod(self, name):
         if name:
             import docker.errors
+
             try:
                 docker_client().containers.get(name).remove(force=True)
             except docker.errors.NotFound:
                 pass
 
     def pods(self) -> list[str]:
-        return [c.name for c in docker_client().containers.list(all=True, filters={"label": f"{LABEL}={self.id}"})]
+        return [
+            c.name for c in docker_client().containers.list(all=True, filters={"label": f"{LABEL}={self.id}"})
+        ]
 
     def kubeconfig(self, path) -> str:
-        path.write_text(json.dumps({  # JSON is YAML
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "me", "user": {"token": "t0ken"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me", "namespace": self.namespace}}]}))
+        path.write_text(
+            json.dumps(
+                {  # JSON is YAML
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "me", "user": {"token": "t0ken"}}],
+                    "contexts": [
+                        {
+                            "name": "fake",
+                            "context": {"cluster": "fake", "user": "me", "namespace": self.namespace},
+                        }
+                    ],
+                }
+            )
+        )
         return str(path)
 
     def stop(self) -> None:

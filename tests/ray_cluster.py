@@ -8,6 +8,7 @@ Each node is a `ray start --block` in its own process group, so stopping one nev
 processes this module did not start (`ray stop` would stop every Ray on the machine).
 Needs root (unshare, nsenter); used by tests/test_cluster.py and bench/cluster.py.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,11 +42,18 @@ class LocalCluster:
     def __init__(self, cpus_per_node: int = 2):
         self.cpus = cpus_per_node
         self.tmp = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))  # short: Ray's unix socket paths
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN": secrets.token_hex(16),  # the cluster's token, shared with every node
-                    "PYTHONPATH": str(ROOT)}
-        self.holder = subprocess.Popen(["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep infinity"],
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        self.env = {
+            **os.environ,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(16),  # the cluster's token, shared with every node
+            "PYTHONPATH": str(ROOT),
+        }
+        self.holder = subprocess.Popen(
+            ["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep infinity"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.nodes: list[subprocess.Popen] = []
         self.address = f"127.0.0.1:{PORT}"
         self._ns = ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net"]
@@ -56,15 +64,35 @@ class LocalCluster:
 
     def _ray(self, *args: str, log: str) -> subprocess.Popen:
         out = open(self.tmp / log, "w")
-        return subprocess.Popen(self.wrap([str(Path(sys.executable).parent / "ray"), "start", "--block",
-                                           f"--num-cpus={self.cpus}", "--disable-usage-stats", *args]),
-                                env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            self.wrap(
+                [
+                    str(Path(sys.executable).parent / "ray"),
+                    "start",
+                    "--block",
+                    f"--num-cpus={self.cpus}",
+                    "--disable-usage-stats",
+                    *args,
+                ]
+            ),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def start(self, workers: int = 1, timeout: float = 90) -> "LocalCluster":
         time.sleep(0.2)  # the holder brings lo up
-        self.nodes.append(self._ray("--head", f"--port={PORT}", "--include-dashboard=false",
-                                    f"--temp-dir={self.tmp}/ray", log="head.log"))
+        self.nodes.append(
+            self._ray(
+                "--head",
+                f"--port={PORT}",
+                "--include-dashboard=false",
+                f"--temp-dir={self.tmp}/ray",
+                log="head.log",
+            )
+        )
         self.wait_nodes(1, timeout)
         for i in range(workers):
             self.nodes.append(self._ray(f"--address={self.address}", log=f"worker{i}.log"))
@@ -72,10 +100,13 @@ class LocalCluster:
         return self
 
     def alive_nodes(self) -> int:
-        code = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-                "print(sum(n['Alive'] for n in ray.nodes()))" % self.address)
-        r = subprocess.run(self.wrap([sys.executable, "-c", code]), env=self.env, capture_output=True, text=True,
-                           timeout=60)
+        code = (
+            "import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
+            "print(sum(n['Alive'] for n in ray.nodes()))" % self.address
+        )
+        r = subprocess.run(
+            self.wrap([sys.executable, "-c", code]), env=self.env, capture_output=True, text=True, timeout=60
+        )
         return int(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else 0
 
     def wait_nodes(self, n: int, timeout: float) -> None:
@@ -87,7 +118,9 @@ class LocalCluster:
             if self.alive_nodes() >= n:
                 return
             time.sleep(0.5)
-        raise RuntimeError(f"the local Ray cluster did not reach {n} nodes in {timeout:.0f}s (logs: {self.tmp})")
+        raise RuntimeError(
+            f"the local Ray cluster did not reach {n} nodes in {timeout:.0f}s (logs: {self.tmp})"
+        )
 
     def add_worker(self, timeout: float = 90) -> int:
         """Starts one more worker node; returns its index for kill_node."""

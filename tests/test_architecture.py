@@ -1,6 +1,7 @@
 """The import graph goes one way: each module imports only modules of lower layers (or of its own layer and
 package). The layers are the README's Architecture section; a module no layer claims fails here too, so a
 new module gets a place on purpose."""
+
 from __future__ import annotations
 
 import ast
@@ -18,15 +19,38 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("vocabulary", ["results.schema", "results.errors"]),  # and the packages' own __init__ (docstrings)
     ("records", ["results", "tasks.model"]),
     ("sandbox", ["agent.sandbox"]),
-    ("agent and graders", ["agent.config", "agent.loop", "agent.models", "agent.serve",
-                           "evaluators.grade", "evaluators.pytest_kind", "evaluators.harbor_kind",
-                           "evaluators.tamper", "evaluators.grader", "evaluators.hidden_tests",
-                           "evaluators.kinds"]),
+    (
+        "agent and graders",
+        [
+            "agent.config",
+            "agent.loop",
+            "agent.models",
+            "agent.serve",
+            "evaluators.grade",
+            "evaluators.pytest_kind",
+            "evaluators.harbor_kind",
+            "evaluators.tamper",
+            "evaluators.grader",
+            "evaluators.hidden_tests",
+            "evaluators.kinds",
+        ],
+    ),
     ("orchestrator and task loading", ["evaluators.runner", "evaluators.cluster", "tasks"]),
-    ("commands", ["evaluators.validate", "evaluators.selftest", "agent.workflow", "lora.data", "lora.sft",
-                  "lora.train"]),
-    ("entry", ["harness", "agent.cli", "agent.serve.cli", "evaluators.cli", "tasks.cli", "results.cli",
-               "lora.cli"]),
+    (
+        "commands",
+        [
+            "evaluators.validate",
+            "evaluators.selftest",
+            "agent.workflow",
+            "lora.data",
+            "lora.sft",
+            "lora.train",
+        ],
+    ),
+    (
+        "entry",
+        ["harness", "agent.cli", "agent.serve.cli", "evaluators.cli", "tasks.cli", "results.cli", "lora.cli"],
+    ),
 ]
 
 
@@ -91,7 +115,9 @@ def violations(known: dict[str, Path] | None = None) -> list[str]:
             elif theirs is None:
                 bad.append(f"{module} -> {target}: unknown module")
             elif theirs > mine or (theirs == mine and not same_package):
-                bad.append(f"{module} ({LAYERS[mine][0]}) -> {target} ({LAYERS[theirs][0]}): goes up or across")
+                bad.append(
+                    f"{module} ({LAYERS[mine][0]}) -> {target} ({LAYERS[theirs][0]}): goes up or across"
+                )
     return bad
 
 
@@ -99,13 +125,20 @@ def test_imports_go_one_way():
     assert violations() == []
 
 
-@pytest.mark.parametrize("victim, source, expected", [
-    ("results.errors", "from results.store import open_run", "the vocabulary imports nothing of ours"),
-    ("results.store", "from evaluators.runner import run_eval", "goes up or across"),
-    ("agent.loop", "from evaluators.grade import grade", "goes up or across"),      # across: agent -> grader
-    ("evaluators.grade", "import agent.loop", "goes up or across"),                 # across: grader -> agent
-    ("agent.sandbox", "def f():\n    from agent.models import get_model", "goes up or across"),  # lazy import
-])
+@pytest.mark.parametrize(
+    "victim, source, expected",
+    [
+        ("results.errors", "from results.store import open_run", "the vocabulary imports nothing of ours"),
+        ("results.store", "from evaluators.runner import run_eval", "goes up or across"),
+        ("agent.loop", "from evaluators.grade import grade", "goes up or across"),  # across: agent -> grader
+        ("evaluators.grade", "import agent.loop", "goes up or across"),  # across: grader -> agent
+        (
+            "agent.sandbox",
+            "def f():\n    from agent.models import get_model",
+            "goes up or across",
+        ),  # lazy import
+    ],
+)
 def test_the_check_catches_a_wrong_import(tmp_path, victim, source, expected):
     """The checker itself: one import against the graph, planted in a copy of a real module, is reported."""
     known = our_modules()

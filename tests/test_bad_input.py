@@ -3,6 +3,7 @@
 The CLI runs as a subprocess (`python harness.py ...`), as a user would run it. A seeded fuzz test feeds
 random task folders to the loader and asserts that only UserError comes out.
 """
+
 import json
 import os
 import random
@@ -24,26 +25,49 @@ def replay_script(tmp_path: Path) -> str:
 
 # ------------------------------------------------------------------------------- the CLI, one mistake each
 
+
 def test_malformed_task_toml(tmp_path):
     write_task(tmp_path / "suite", toml='version = "1\n[metadata\n')
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "task.toml", "invalid TOML")
 
 
-@pytest.mark.parametrize("missing, named", [("instruction.md", "instruction.md"),
-                                            ("solution/solve.sh", "solve.sh")])
+@pytest.mark.parametrize(
+    "missing, named", [("instruction.md", "instruction.md"), ("solution/solve.sh", "solve.sh")]
+)
 def test_missing_file(tmp_path, missing, named):
     write_task(tmp_path / "suite", files={missing: None})
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, named, "missing")
 
 
 def test_unknown_evaluator_kind(tmp_path):
     write_task(tmp_path / "suite", toml=GOOD_TOML.replace('kind = "answer"', 'kind = "magic"'))
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "kind", "magic", "pytest")  # names the bad value and the valid ones
 
 
@@ -53,75 +77,158 @@ def test_suite_that_does_not_exist(tmp_path):
 
 
 def test_duplicate_task_ids_are_refused(tmp_path):
-    write_task(tmp_path / "suite", "a", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"'))
-    write_task(tmp_path / "suite", "b", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"'))
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    write_task(
+        tmp_path / "suite", "a", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"')
+    )
+    write_task(
+        tmp_path / "suite", "b", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"')
+    )
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "same")
     assert not (tmp_path / "run").exists()
 
 
 def test_unknown_model_string(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness("eval", "--model", "no-such-provider/model-x", "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    proc = harness(
+        "eval",
+        "--model",
+        "no-such-provider/model-x",
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "no-such-provider/model-x")
 
 
 def test_missing_api_key_names_the_variable(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness("eval", "--model", "openai/gpt-4o-mini", "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"), env={"OPENAI_API_KEY": None})
+    proc = harness(
+        "eval",
+        "--model",
+        "openai/gpt-4o-mini",
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+        env={"OPENAI_API_KEY": None},
+    )
     assert_one_clear_line(proc, "OPENAI_API_KEY")
 
 
 def test_bad_model_fails_before_creating_a_run_folder(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness("eval", "--model", "openai/gpt-4o-mini", "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"), env={"OPENAI_API_KEY": None})
+    proc = harness(
+        "eval",
+        "--model",
+        "openai/gpt-4o-mini",
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+        env={"OPENAI_API_KEY": None},
+    )
     assert proc.returncode == 2
     assert not (tmp_path / "run").exists()
 
 
 def test_invalid_adapter_path(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness("eval", "--model", "local:smollm2-135m", "--adapter", str(tmp_path / "no-adapter"),
-                   "--tasks", str(tmp_path / "suite"), "--out", str(tmp_path / "run"))
+    proc = harness(
+        "eval",
+        "--model",
+        "local:smollm2-135m",
+        "--adapter",
+        str(tmp_path / "no-adapter"),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "no-adapter", "adapter_config.json")
 
 
 def test_unknown_replay_file(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness("eval", "--model", f"replay:{tmp_path / 'missing.json'}", "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    proc = harness(
+        "eval",
+        "--model",
+        f"replay:{tmp_path / 'missing.json'}",
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "missing.json")
 
 
 def test_unbuildable_dockerfile(tmp_path, image):
     write_task(tmp_path / "suite", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "Dockerfile")
 
 
 def test_unbuildable_dockerfile_names_its_task(tmp_path, image):
-    write_task(tmp_path / "suite", "broken-one", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    write_task(
+        tmp_path / "suite", "broken-one", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"}
+    )
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "broken-one", "Dockerfile")
 
 
 def test_non_finite_limit_is_refused(tmp_path, image):
     write_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", "pids = 64\ncpus = inf"))
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_clear_line(proc, "cpus")
 
 
 def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image):
-    write_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", f"pids = 64\ncpus = {4 * (os.cpu_count() or 1)}"))
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"))
+    write_task(
+        tmp_path / "suite",
+        toml=GOOD_TOML.replace("pids = 64", f"pids = 64\ncpus = {4 * (os.cpu_count() or 1)}"),
+    )
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((tmp_path / "run" / "attempts.jsonl").read_text())
     assert record["status"] == "solved", record["error"]
@@ -129,8 +236,16 @@ def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image)
 
 def test_missing_docker_engine(tmp_path):
     write_task(tmp_path / "suite")
-    proc = harness("eval", "--model", replay_script(tmp_path), "--tasks", str(tmp_path / "suite"),
-                   "--out", str(tmp_path / "run"), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    proc = harness(
+        "eval",
+        "--model",
+        replay_script(tmp_path),
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+        env={"DOCKER_HOST": "unix:///nonexistent.sock"},
+    )
     assert_one_clear_line(proc, "Docker")
 
 
@@ -142,22 +257,61 @@ def test_selftest_unknown_case_name():
 # ------------------------------------------------------------------------------- fuzzing the loader
 
 TOML_PIECES = [
-    'version = "1"', "version = 1", 'version = "1.0"\nversion = "2"', "[metadata]", "[metadata]\nid = 'ok-id'",
-    "[metadata]\nid = '../escape'", "[metadata]\nid = 7", "[metadata]\ndifficulty = 9", "[metadata]\ndifficulty = 'hard'",
-    "[metadata]\ndifficulty = true", "[metadata]\ndomain = 'cooking'", "[metadata]\ntags = 'x'", "[metadata]\ntags = [1, 2]",
-    "[metadata]\ndificulty = 2", "metadata = 3", "[agent]\ntimeout_sec = -1", "[agent]\nmax_steps = 1.5",
-    "[agent]\nmax_steps = 0", "[agent]\ncommand_timeout_sec = 'fast'", "[agent]\nuser = 'root'", "agent = []",
-    "[verifier]\ntimeout_sec = 0", "[verifier]\ntimeout_sec = 1e400", "[environment]\nmemory = '2G'",
-    "[environment]\nmemory = 'lots'", "[environment]\nmemory_mb = 512\nmemory = '1G'", "[environment]\nstorage = 12",
-    "[environment]\ncpus = nan", "[environment]\ncpus = inf", "[environment]\nallow_internet = 'yes'",
-    "[environment]\npids = -5", "[environment]\ngpus = 1", "[evaluator]\nkind = 'answer'\nexpected = 'x'",
-    "[evaluator]\nkind = 'answer'", "[evaluator]\nkind = 'answer'\nexpected = 3\nmode = 'exact'",
-    "[evaluator]\nkind = 'answer'\nexpected = 'x'\nmode = 'regex'", "[evaluator]\nkind = 'answer'\nexpected = '('\nmode = 'regex'",
-    "[evaluator]\nkind = 'answer'\nexpected = 1.5\nmode = 'numeric'\ntolerance = -1", "[evaluator]\nkind = 'answer'\nexpected = true\nmode = 'numeric'",
-    "[evaluator]\nkind = 'answer'\nexpected = 'x'\nanswer_file = '/etc/passwd'", "[evaluator]\nkind = 'answer'\nexpected = 'x'\nanswer_file = '../x'",
-    "[evaluator]\nkind = 'pytest'", "[evaluator]\nkind = 'pytest'\nprotected = 'tests/**'", "[evaluator]\nkind = 'pytest'\nprotected = ['/abs']",
-    "[evaluator]\nkind = 'pytest'\nexpected = 'x'", "[evaluator]\nkind = 'script'", "[evaluator]\nkind = 42", "[evaluator]\nmode = 'json'",
-    "[[evaluator]]\nkind = 'x'", "[unknown]\nx = 1", 'x = """unterminated', "[metadata\n", "= 3", "\x00\x01", "[metadata]\nid = ''",
+    'version = "1"',
+    "version = 1",
+    'version = "1.0"\nversion = "2"',
+    "[metadata]",
+    "[metadata]\nid = 'ok-id'",
+    "[metadata]\nid = '../escape'",
+    "[metadata]\nid = 7",
+    "[metadata]\ndifficulty = 9",
+    "[metadata]\ndifficulty = 'hard'",
+    "[metadata]\ndifficulty = true",
+    "[metadata]\ndomain = 'cooking'",
+    "[metadata]\ntags = 'x'",
+    "[metadata]\ntags = [1, 2]",
+    "[metadata]\ndificulty = 2",
+    "metadata = 3",
+    "[agent]\ntimeout_sec = -1",
+    "[agent]\nmax_steps = 1.5",
+    "[agent]\nmax_steps = 0",
+    "[agent]\ncommand_timeout_sec = 'fast'",
+    "[agent]\nuser = 'root'",
+    "agent = []",
+    "[verifier]\ntimeout_sec = 0",
+    "[verifier]\ntimeout_sec = 1e400",
+    "[environment]\nmemory = '2G'",
+    "[environment]\nmemory = 'lots'",
+    "[environment]\nmemory_mb = 512\nmemory = '1G'",
+    "[environment]\nstorage = 12",
+    "[environment]\ncpus = nan",
+    "[environment]\ncpus = inf",
+    "[environment]\nallow_internet = 'yes'",
+    "[environment]\npids = -5",
+    "[environment]\ngpus = 1",
+    "[evaluator]\nkind = 'answer'\nexpected = 'x'",
+    "[evaluator]\nkind = 'answer'",
+    "[evaluator]\nkind = 'answer'\nexpected = 3\nmode = 'exact'",
+    "[evaluator]\nkind = 'answer'\nexpected = 'x'\nmode = 'regex'",
+    "[evaluator]\nkind = 'answer'\nexpected = '('\nmode = 'regex'",
+    "[evaluator]\nkind = 'answer'\nexpected = 1.5\nmode = 'numeric'\ntolerance = -1",
+    "[evaluator]\nkind = 'answer'\nexpected = true\nmode = 'numeric'",
+    "[evaluator]\nkind = 'answer'\nexpected = 'x'\nanswer_file = '/etc/passwd'",
+    "[evaluator]\nkind = 'answer'\nexpected = 'x'\nanswer_file = '../x'",
+    "[evaluator]\nkind = 'pytest'",
+    "[evaluator]\nkind = 'pytest'\nprotected = 'tests/**'",
+    "[evaluator]\nkind = 'pytest'\nprotected = ['/abs']",
+    "[evaluator]\nkind = 'pytest'\nexpected = 'x'",
+    "[evaluator]\nkind = 'script'",
+    "[evaluator]\nkind = 42",
+    "[evaluator]\nmode = 'json'",
+    "[[evaluator]]\nkind = 'x'",
+    "[unknown]\nx = 1",
+    'x = """unterminated',
+    "[metadata\n",
+    "= 3",
+    "\x00\x01",
+    "[metadata]\nid = ''",
 ]
 TEST_FILES = [
     "def test_a():\n    assert True\n\ndef test_canary_x():\n    assert False\n",
@@ -180,7 +334,9 @@ def random_task_folder(rng: random.Random, root: Path, name: str) -> Path:
         data = toml.encode("utf-8", "surrogateescape") if rng.random() < 0.9 else b"\xff\xfe" + toml.encode()
         (folder / "task.toml").write_bytes(data)
     if rng.random() < 0.85:
-        (folder / "instruction.md").write_bytes(rng.choice([b"Do it.\n", b"", b"   \n", b"\xff\xfe", "é\n".encode()]))
+        (folder / "instruction.md").write_bytes(
+            rng.choice([b"Do it.\n", b"", b"   \n", b"\xff\xfe", "é\n".encode()])
+        )
     if rng.random() < 0.85:
         (folder / "solution").mkdir()
         (folder / "solution" / "solve.sh").write_text("true\n")
@@ -192,11 +348,15 @@ def random_task_folder(rng: random.Random, root: Path, name: str) -> Path:
             target.write_bytes(body if isinstance(body, bytes) else body.encode())
     if rng.random() < 0.2:
         (folder / "environment").mkdir()
-        (folder / "environment" / rng.choice(["Dockerfile", "docker-compose.yaml", "data.csv"])).write_text("x\n")
+        (folder / "environment" / rng.choice(["Dockerfile", "docker-compose.yaml", "data.csv"])).write_text(
+            "x\n"
+        )
     if rng.random() < 0.05:
         (folder / "link").symlink_to("/etc/passwd")
     if rng.random() < 0.05:
-        (folder / "family.toml").write_text(rng.choice(["[family]\nid='f'\n", "[[instances]]\nid='a'\n", "junk ["]))
+        (folder / "family.toml").write_text(
+            rng.choice(["[family]\nid='f'\n", "[[instances]]\nid='a'\n", "junk ["])
+        )
     return folder
 
 
@@ -212,7 +372,9 @@ def test_fuzzed_task_folders_raise_only_user_errors(tmp_path):
             except UserError as e:
                 assert str(e) and "\n" not in str(e).strip(), (folder, str(e))
                 outcomes["refused"] += 1
-            except Exception as e:  # noqa: BLE001 -- the finding: any other exception is a loader bug
-                files = {str(p.relative_to(folder)): p.read_bytes()[:200] for p in folder.rglob("*") if p.is_file()}
+            except Exception as e:
+                files = {
+                    str(p.relative_to(folder)): p.read_bytes()[:200] for p in folder.rglob("*") if p.is_file()
+                }
                 pytest.fail(f"{load.__name__}({folder.name}) raised {type(e).__name__}: {e}\nfiles: {files}")
     assert outcomes["loaded"] > 0 and outcomes["refused"] > 0  # the fuzzer reaches both sides

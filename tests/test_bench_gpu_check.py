@@ -1,6 +1,7 @@
 """bench/gpu_check.py --cpu: the GPU check's smoke mode, so the script cannot rot between the rare runs on a
 GPU. Each section must have run (nothing skipped or failed) with sane figures, the decoder's greedy tokens
 must equal model.generate's, and the train round must have trained an adapter and evaluated with it."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ SCRIPT = ROOT / "bench" / "gpu_check.py"
 
 def run_check(tmp_path: Path, *args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "check.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--cpu", "--out", str(out), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cpu", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     assert out.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(out.read_text())
 
@@ -43,8 +49,9 @@ def test_sft_rows_for_both_trainers_with_sane_figures(smoke):
     sft = smoke["sections"]["sft"]
     assert sft["peak_flops"] > 0
     rows = sft["rows"]
-    assert {(r["seq"], r["trainer"]) for r in rows} == {(seq, trainer) for seq in (64, 128)
-                                                        for trainer in ("ours", "baseline")}
+    assert {(r["seq"], r["trainer"]) for r in rows} == {
+        (seq, trainer) for seq in (64, 128) for trainer in ("ours", "baseline")
+    }
     for r in rows:
         assert "skipped" not in r and "error" not in r, r
         assert r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1 and r["peak_mem_bytes"] > 0
@@ -90,8 +97,12 @@ def test_budget_guard_stops_and_says_so(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sections = report["sections"]
     assert set(sections) == {"sft", "decode", "e2e"}
-    skipped = [name for name, s in sections.items() if "budget" in str(s.get("skipped", ""))
-               or any("budget" in str(r.get("skipped", "")) for r in s.get("rows", []))]
+    skipped = [
+        name
+        for name, s in sections.items()
+        if "budget" in str(s.get("skipped", ""))
+        or any("budget" in str(r.get("skipped", "")) for r in s.get("rows", []))
+    ]
     assert "e2e" in skipped and "decode" in skipped
 
 
@@ -100,9 +111,11 @@ def test_train_round_without_docker_as_on_a_bare_gpu_machine(tmp_path):
     """The e2e path a GPU machine takes: no Docker SDK importable, so each eval is the model's first reply
     compared with the oracle's; data -> SFT -> adapter -> eval with the adapter must still all run."""
     out = tmp_path / "e2e.json"
-    code = ("import runpy, sys; sys.modules['docker'] = None; "  # import docker -> ImportError
-            f"sys.argv = ['gpu_check.py', '--cpu', '--only', 'e2e', '--out', {str(out)!r}]; "
-            f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
+    code = (
+        "import runpy, sys; sys.modules['docker'] = None; "  # import docker -> ImportError
+        f"sys.argv = ['gpu_check.py', '--cpu', '--only', 'e2e', '--out', {str(out)!r}]; "
+        f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())

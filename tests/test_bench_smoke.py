@@ -1,5 +1,6 @@
 """Every benchmark under bench/ runs in its --smoke mode (tiny sizes), so none can rot unnoticed.
 The figures themselves are not checked (they depend on the machine); that each table is printed whole is."""
+
 from __future__ import annotations
 
 import re
@@ -24,22 +25,33 @@ def bench(*args: str, timeout: float = 900) -> str:
 
 def test_sandbox_bench_smoke(image):
     out = bench("bench/sandbox.py", "--smoke")
-    for row in ("acquire (warm pool) vs docker run -d", "cold start vs docker run -d", "exec `true` (argv) vs docker exec",
-                "exec `true` (bash -c) vs docker exec", "create+destroy cycle vs run -d + rm -f"):
-        assert re.search(re.escape(row) + rf"\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}x", out), out
+    for row in (
+        "acquire (warm pool) vs docker run -d",
+        "cold start vs docker run -d",
+        "exec `true` (argv) vs docker exec",
+        "exec `true` (bash -c) vs docker exec",
+        "create+destroy cycle vs run -d + rm -f",
+    ):
+        assert re.search(
+            re.escape(row) + rf"\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}x", out
+        ), out
     assert re.search(rf"per second: harness {NUMBER}, CLI {NUMBER}", out), out
 
 
 def test_loop_bench_smoke(image):
     out = bench("bench/loop.py", "--smoke")
-    assert re.search(rf"per step: loop {NUMBER} ms, sandbox exec {NUMBER} ms, harness overhead -?{NUMBER} ms", out), out
+    assert re.search(
+        rf"per step: loop {NUMBER} ms, sandbox exec {NUMBER} ms, harness overhead -?{NUMBER} ms", out
+    ), out
     rows = re.findall(rf"^\s+(\d+)\s+({NUMBER})\s+nan\s+-$", out, flags=re.M)
     assert [c for c, _ in rows] == ["1", "2"] and all(float(rate) > 0 for _, rate in rows), out
 
 
 def test_lora_bench_smoke():  # two processes importing torch + transformers + peft: ~2 min on a busy machine
     out = bench("bench/lora.py", "--smoke")
-    assert re.search(rf"tiny\s+64 ours\s+{NUMBER}", out) and re.search(rf"tiny\s+64 baseline\s+{NUMBER}", out), out
+    assert re.search(rf"tiny\s+64 ours\s+{NUMBER}", out) and re.search(
+        rf"tiny\s+64 baseline\s+{NUMBER}", out
+    ), out
     assert re.search(rf"ratio\s+{NUMBER}x", out), out
 
 
@@ -47,12 +59,16 @@ def test_lora_bench_smoke():  # two processes importing torch + transformers + p
 def test_local_decode_bench_smoke():
     out = bench("bench/local_decode.py", "--smoke")
     assert "2 conversations x 1 turns" in out
-    assert re.search(r"static batches \(before\)\s+\d+\s+\d+", out) and re.search(r"ours: continuous \+ reuse\s+\d+", out)
+    assert re.search(r"static batches \(before\)\s+\d+\s+\d+", out) and re.search(
+        r"ours: continuous \+ reuse\s+\d+", out
+    )
     assert re.search(rf"ratio \(ours / before\): generated tokens per second {NUMBER}x", out), out
 
 
 @pytest.mark.model
 def test_rft_bench_smoke(image, tmp_path):
     out = bench("bench/rft_smollm2.py", "--smoke", "--out", str(tmp_path / "rft"), timeout=1800)
-    assert re.search(rf"wall time {NUMBER} min; results in {re.escape(str(tmp_path / 'rft'))}/rounds.jsonl", out), out
+    assert re.search(
+        rf"wall time {NUMBER} min; results in {re.escape(str(tmp_path / 'rft'))}/rounds.jsonl", out
+    ), out
     assert (tmp_path / "rft" / "rounds.jsonl").read_text().strip()

@@ -1,6 +1,7 @@
 """The candidate proxy (evaluators/grader/candidate.py) in a real grading container: hidden tests that import the
 candidate see what they would see in-process for plain values, objects, exceptions, callbacks and packages,
 while nothing of the test runner is within the candidate's reach."""
+
 import random
 import textwrap
 
@@ -144,7 +145,7 @@ SHAPES = d('''
             f.write(text)
     ''')
 
-HIDDEN = d('''
+HIDDEN = d("""
     import datetime, decimal, fractions, subprocess
 
     import pytest
@@ -227,20 +228,27 @@ HIDDEN = d('''
 
     def test_canary_area():
         assert area(2, 3) == 7
-    ''')
+    """)
 
 WORKSPACE = {"shapes.py": SHAPES, "pkg/__init__.py": b"", "pkg/sub.py": b"def twice(x):\n    return 2 * x\n"}
 
 
 def task(import_mode: str = "proxy") -> Task:
-    return Task(id="shapes", path=None, instruction="x", workspace_files=WORKSPACE,
-                test_files={"test_shapes.py": HIDDEN}, evaluator=EvaluatorConfig(kind="pytest", import_mode=import_mode))
+    return Task(
+        id="shapes",
+        path=None,
+        instruction="x",
+        workspace_files=WORKSPACE,
+        test_files={"test_shapes.py": HIDDEN},
+        evaluator=EvaluatorConfig(kind="pytest", import_mode=import_mode),
+    )
 
 
 def grade_files(files: dict, t: Task, image: str):
     async def main():
         async with SandboxPool(warm=0) as pool:
             return await grade(t, Changes(files=files), pool, image)
+
     return run(main())
 
 
@@ -259,7 +267,7 @@ def test_direct_mode_imports_in_process(image):
 def test_direct_mode_report_patch_is_caught_by_random_canary_names(image):
     """Opting out of the proxy leaves canaries as the defence: a patch that spares tests named test_canary*
     finds none, because every test has a random name while graded."""
-    patch = d('''
+    patch = d("""
         import _pytest.reports as r
         orig = r.TestReport.from_item_and_call
         def fake(item, call):
@@ -269,7 +277,7 @@ def test_direct_mode_report_patch_is_caught_by_random_canary_names(image):
                 rep.longrepr = None
             return rep
         r.TestReport.from_item_and_call = staticmethod(fake)
-        ''')
+        """)
     wrong = SHAPES.replace(b"return w * h", b"return w + h") + patch
     v = grade_files({"shapes.py": wrong}, task("direct"), image)
     assert (v.solved, v.reward, v.reason) == (False, 0.0, "tamper"), v
@@ -279,34 +287,61 @@ def test_direct_mode_report_patch_is_caught_by_random_canary_names(image):
 
 
 def test_prepare_renames_and_shuffles_but_keeps_the_tasks_names():
-    files = {"test_a.py": b"import os\n\n\n@pytest.mark.x\ndef test_one():\n    pass\n\n\ndef test_canary_x():\n"
-                          b"    assert False\n\n\nclass TestK:\n    def test_two(self):\n        pass\n\n\n"
-                          b"def test_three():\n    pass\n", "data.txt": b"keep"}
+    files = {
+        "test_a.py": b"import os\n\n\n@pytest.mark.x\ndef test_one():\n    pass\n\n\ndef test_canary_x():\n"
+        b"    assert False\n\n\nclass TestK:\n    def test_two(self):\n        pass\n\n\n"
+        b"def test_three():\n    pass\n",
+        "data.txt": b"keep",
+    }
     orders = set()
     for seed in range(12):
         p = prepare(files, random.Random(seed))
         text = p.files["test_a.py"].decode()
         assert "test_one" not in text and "test_canary" not in text and "test_two" not in text
         assert p.files["data.txt"] == b"keep" and "@pytest.mark.x" in text
-        assert sorted(p.names.values()) == ["tests.test_a.TestK.test_two", "tests.test_a.test_canary_x",
-                                            "tests.test_a.test_one", "tests.test_a.test_three"]
+        assert sorted(p.names.values()) == [
+            "tests.test_a.TestK.test_two",
+            "tests.test_a.test_canary_x",
+            "tests.test_a.test_one",
+            "tests.test_a.test_three",
+        ]
         assert [p.names[c] for c in p.canaries] == ["tests.test_a.test_canary_x"]
         assert not any(is_canary(i) for i in p.expected)
         compile(text, "test_a.py", "exec")
-        orders.add(tuple(p.names[f"tests.test_a.{line[4:21]}"] for line in text.splitlines()
-                         if line.startswith("def test_")))
+        orders.add(
+            tuple(
+                p.names[f"tests.test_a.{line[4:21]}"]
+                for line in text.splitlines()
+                if line.startswith("def test_")
+            )
+        )
     assert len(orders) > 1  # the canary's position changes from one grading to the next
 
 
-@pytest.mark.parametrize("bad", [["I", 5], ["S"], ["L", "notalist"], ["Q", 1], "x", [], ["D", [[["N"]]]],
-                                 ["NT", "P", ["a"], "x"], ["DT", "nope", "2024-01-01"], ["F", "1e999x"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["I", 5],
+        ["S"],
+        ["L", "notalist"],
+        ["Q", 1],
+        "x",
+        [],
+        ["D", [[["N"]]]],
+        ["NT", "P", ["a"], "x"],
+        ["DT", "nope", "2024-01-01"],
+        ["F", "1e999x"],
+    ],
+)
 def test_malformed_values_from_the_child_are_refused(bad):
     with pytest.raises(candidate.ProtocolError):
         candidate._decode(bad, 1)
 
 
 def test_values_rebuilt_as_builtins():
-    v = candidate._decode(["L", [["I", "ff"], ["S", "x"], ["T", [["B", True], ["N"]]], ["Z", [["F", "1.5"]]]]], 1)
+    v = candidate._decode(
+        ["L", [["I", "ff"], ["S", "x"], ["T", [["B", True], ["N"]]], ["Z", [["F", "1.5"]]]]], 1
+    )
     assert v == [255, "x", (True, None), {1.5}] and type(v[2]) is tuple
     deep = ["L", []]
     for _ in range(candidate.MAX_DEPTH + 5):

@@ -1,5 +1,6 @@
 """The CLI exactly as the README writes it, run as a subprocess: `eval --resume DIR` (no --tasks), bare
 `harness eval`, `images build`, `sandbox prune --orphans`, and every `eval` flag reaching the run's manifest."""
+
 from __future__ import annotations
 
 import json
@@ -56,11 +57,45 @@ def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
     server = start_server(f"replay:{replies}")
     run = tmp_path / "run"
     try:
-        p = harness("eval", "--model", f"openai-compat:{server.name}", "--base-url", server.base_url,
-                    "--tasks", "builtin", "--domain", "data", "--difficulty", "1", "--split", "train",
-                    "--tag", "count", "--samples", "1", "--concurrency", "2", "--model-concurrency", "1",
-                    "--temperature", "0.5", "--max-steps", "7", "--max-reply-tokens", "99", "--token-budget", "5000",
-                    "--cost-limit", "0.25", "--protocol", "text", "--seed", "3", "--out", str(run))
+        p = harness(
+            "eval",
+            "--model",
+            f"openai-compat:{server.name}",
+            "--base-url",
+            server.base_url,
+            "--tasks",
+            "builtin",
+            "--domain",
+            "data",
+            "--difficulty",
+            "1",
+            "--split",
+            "train",
+            "--tag",
+            "count",
+            "--samples",
+            "1",
+            "--concurrency",
+            "2",
+            "--model-concurrency",
+            "1",
+            "--temperature",
+            "0.5",
+            "--max-steps",
+            "7",
+            "--max-reply-tokens",
+            "99",
+            "--token-budget",
+            "5000",
+            "--cost-limit",
+            "0.25",
+            "--protocol",
+            "text",
+            "--seed",
+            "3",
+            "--out",
+            str(run),
+        )
     finally:
         server.stop()
     assert p.returncode == 0, p.stderr[-2000:]
@@ -73,8 +108,13 @@ def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
     assert [t["id"] for t in m["task_suite"]] == cfg["tasks"]
     assert cfg["model_options"] == {"base_url": server.base_url}
     loop = cfg["loop"]
-    assert (loop["max_steps"], loop["max_reply_tokens"], loop["token_budget"], loop["cost_limit"], loop["protocol"]) \
-        == (7, 99, 5000, 0.25, "text")
+    assert (
+        loop["max_steps"],
+        loop["max_reply_tokens"],
+        loop["token_budget"],
+        loop["cost_limit"],
+        loop["protocol"],
+    ) == (7, 99, 5000, 0.25, "text")
     assert (loop["temperature"], loop["seed"]) == (0.5, 3)
     assert len(records(run)) == 4
 
@@ -83,14 +123,37 @@ def test_concurrency_and_filters_are_recorded_in_the_manifest(image, tmp_path):
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps({"*": [SUBMIT]}))
     run = tmp_path / "run"
-    p = harness("eval", "--model", f"replay:{replies}", "--tasks", "builtin", "--glob", "count-lines-01",
-                "--domain", "data", "--split", "train", "--tag", "count", "--concurrency", "2",
-                "--model-concurrency", "1", "--out", str(run))
+    p = harness(
+        "eval",
+        "--model",
+        f"replay:{replies}",
+        "--tasks",
+        "builtin",
+        "--glob",
+        "count-lines-01",
+        "--domain",
+        "data",
+        "--split",
+        "train",
+        "--tag",
+        "count",
+        "--concurrency",
+        "2",
+        "--model-concurrency",
+        "1",
+        "--out",
+        str(run),
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     cfg = manifest(run)["config"]
     assert (cfg.get("concurrency"), cfg.get("model_concurrency")) == (2, 1)
-    assert cfg.get("filters") == {"domain": "data", "difficulty": None, "split": "train", "tags": ["count"],
-                                  "glob": "count-lines-01"}
+    assert cfg.get("filters") == {
+        "domain": "data",
+        "difficulty": None,
+        "split": "train",
+        "tags": ["count"],
+        "glob": "count-lines-01",
+    }
 
 
 @pytest.mark.docker
@@ -117,13 +180,24 @@ os._exit(0)  # dies without cleaning up: its container is an orphan
 def test_sandbox_prune_orphans_removes_only_containers_of_dead_processes(image, tmp_path):
     def ours(run_id):
         return docker.from_env().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+
     orphan_run, live_run = f"orphan-{os.getpid()}-{time.time_ns()}", f"live-{os.getpid()}-{time.time_ns()}"
-    live = subprocess.Popen([sys.executable, "-c", ORPHAN.replace("os._exit(0)", "sys.stdin.read()"), image,
-                             live_run], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    live = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN.replace("os._exit(0)", "sys.stdin.read()"), image, live_run],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert live.stdout.readline().strip() == "created"
-        child = subprocess.run([sys.executable, "-c", ORPHAN, image, orphan_run], cwd=ROOT, capture_output=True,
-                               text=True, timeout=300)
+        child = subprocess.run(
+            [sys.executable, "-c", ORPHAN, image, orphan_run],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert "created" in child.stdout, child.stderr[-2000:]
         [alive] = ours(live_run)
         assert alive["Labels"][LABEL_PID] == str(live.pid)
@@ -146,16 +220,24 @@ def test_sandbox_prune_orphans_removes_only_containers_of_dead_processes(image, 
 def test_bare_eval_runs_the_embedded_default(image, tmp_path):
     """`harness eval` with no arguments (the demo): the embedded SmolLM2 on builtin:easy. Real, but bounded:
     the test stops it once its first attempt is recorded (the whole suite takes long on a CPU)."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "harness.py"), "eval"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "harness.py"), "eval"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     run = None
     try:
         deadline = time.monotonic() + 1500  # a bound on waiting, not a speed assertion
         while time.monotonic() < deadline and proc.poll() is None:
             runs = list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").is_dir() else []
-            if runs and (runs[0] / "attempts.jsonl").is_file() and \
-                    (runs[0] / "attempts.jsonl").read_text().endswith("\n"):
+            if (
+                runs
+                and (runs[0] / "attempts.jsonl").is_file()
+                and (runs[0] / "attempts.jsonl").read_text().endswith("\n")
+            ):
                 run = runs[0]
                 break
             time.sleep(1)
@@ -167,7 +249,11 @@ def test_bare_eval_runs_the_embedded_default(image, tmp_path):
     assert run is not None, out[-3000:]
     assert run.name.endswith("smollm2-135m")
     m = manifest(run)
-    assert (m["model"], m["config"]["suite"], len(m["config"]["tasks"])) == ("local:smollm2-135m", "builtin:easy", 75)
+    assert (m["model"], m["config"]["suite"], len(m["config"]["tasks"])) == (
+        "local:smollm2-135m",
+        "builtin:easy",
+        75,
+    )
     [first, *_] = records(run)
     assert first["model"] == "local:smollm2-135m" and first["n_steps"] >= 1
     assert first["steps"][0]["completion_ids"]  # tokens from the real local model

@@ -4,6 +4,7 @@ The cluster lives in a network namespace (tests/ray_cluster.py); the driver, `ha
 runs inside it too (nsenter), as it would on a node of a real cluster. Every node shares this
 machine's Docker engine.
 """
+
 import contextlib
 import json
 import subprocess
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from results.errors import UserError
 from evaluators.runner import run_eval
+from results.errors import UserError
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run
-from tests.ray_cluster import LocalCluster, available
 from tests.helpers import SUBMIT
+from tests.ray_cluster import LocalCluster, available
 
 why_not = available()
 needs_cluster = pytest.mark.skipif(bool(why_not), reason=why_not or "")
@@ -41,7 +42,11 @@ def script_for(tasks, tmp_path, pause: float = 0.0):
     wait = f"sleep {pause}; " if pause else ""
     s = {}
     for i, t in enumerate(tasks):
-        cmd = t.solution_files["solve.sh"].decode().strip().splitlines()[-1] if i % 2 == 0 else "echo no > wrong.txt"
+        cmd = (
+            t.solution_files["solve.sh"].decode().strip().splitlines()[-1]
+            if i % 2 == 0
+            else "echo no > wrong.txt"
+        )
         s[t.id] = [f"```bash\n{wait}{cmd}\n```", SUBMIT]
     path = tmp_path / "script.json"
     path.write_text(json.dumps(s))
@@ -49,12 +54,28 @@ def script_for(tasks, tmp_path, pause: float = 0.0):
 
 
 def cluster_eval(cluster, script, out, *extra, background=False):
-    argv = cluster.wrap([sys.executable, str(ROOT / "harness.py"), "eval", "--model", f"replay:{script}",
-                         "--tasks", "builtin", "--glob", "create-file-*", "--cluster", cluster.address,
-                         "--out", str(out), *extra])
+    argv = cluster.wrap(
+        [
+            sys.executable,
+            str(ROOT / "harness.py"),
+            "eval",
+            "--model",
+            f"replay:{script}",
+            "--tasks",
+            "builtin",
+            "--glob",
+            "create-file-*",
+            "--cluster",
+            cluster.address,
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     if background:
-        return subprocess.Popen(argv, cwd=ROOT, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        return subprocess.Popen(
+            argv, cwd=ROOT, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     return subprocess.run(argv, cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=600)
 
 
@@ -64,10 +85,27 @@ def records(out):
 
 def outcome(r):
     """What must not depend on where an attempt ran (times, keys and nodes may)."""
-    return {k: r[k] for k in ("task_id", "sample", "status", "reward", "solved", "reason", "exit_reason", "n_steps",
-                              "patch_files", "image", "prompt_tokens", "completion_tokens", "messages")} | \
-        {"tests": [(t["id"], t["outcome"]) for t in r["tests"]],
-         "steps": [(s["raw_output"], s["observation"], s["exit_code"]) for s in r["steps"]]}
+    return {
+        k: r[k]
+        for k in (
+            "task_id",
+            "sample",
+            "status",
+            "reward",
+            "solved",
+            "reason",
+            "exit_reason",
+            "n_steps",
+            "patch_files",
+            "image",
+            "prompt_tokens",
+            "completion_tokens",
+            "messages",
+        )
+    } | {
+        "tests": [(t["id"], t["outcome"]) for t in r["tests"]],
+        "steps": [(s["raw_output"], s["observation"], s["exit_code"]) for s in r["steps"]],
+    }
 
 
 def create_file_tasks():
@@ -82,13 +120,24 @@ def test_eval_spreads_attempts_over_both_nodes_and_equals_one_machine(ray_cluste
     p = cluster_eval(ray_cluster, script, tmp_path / "cluster", "--samples", "2", "--concurrency", "4")
     assert p.returncode == 0, p.stderr[-3000:]
     assert f"run folder: {tmp_path / 'cluster'}" in p.stdout
-    assert "solved" in p.stdout and f"{2 * len(tasks)}/{2 * len(tasks)}" in p.stderr  # summary and progress bar
+    assert (
+        "solved" in p.stdout and f"{2 * len(tasks)}/{2 * len(tasks)}" in p.stderr
+    )  # summary and progress bar
     on_cluster = records(tmp_path / "cluster")
     assert len({r["node"] for r in on_cluster}) == 2, Counter(r["node"] for r in on_cluster)
     assert all(r["node"] for r in on_cluster)
 
-    run(run_eval(f"replay:{script}", tasks, samples=2, concurrency=4, out_dir=tmp_path / "single", progress=False,
-                 suite="builtin"))
+    run(
+        run_eval(
+            f"replay:{script}",
+            tasks,
+            samples=2,
+            concurrency=4,
+            out_dir=tmp_path / "single",
+            progress=False,
+            suite="builtin",
+        )
+    )
     single = records(tmp_path / "single")
     assert all(r["node"] == "" for r in single)
     key = lambda r: (r["task_id"], r["sample"])  # noqa: E731
@@ -106,7 +155,9 @@ def test_a_node_lost_mid_run_loses_and_duplicates_nothing(ray_cluster, tmp_path)
     out = tmp_path / "run"
     samples = 3  # 30 attempts over 6 lanes: the killed node still has work in flight when it dies
     total = samples * len(tasks)
-    p = cluster_eval(ray_cluster, script, out, "--samples", str(samples), "--concurrency", "6", background=True)
+    p = cluster_eval(
+        ray_cluster, script, out, "--samples", str(samples), "--concurrency", "6", background=True
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and p.poll() is None:
@@ -132,6 +183,7 @@ def test_a_node_lost_mid_run_loses_and_duplicates_nothing(ray_cluster, tmp_path)
 
 def test_cluster_address_and_missing_ray_are_one_line_errors(monkeypatch):
     from evaluators import cluster
+
     with pytest.raises(UserError, match="ray://HOST:PORT"):
         cluster.check_address("http://head:6379")
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
@@ -140,8 +192,10 @@ def test_cluster_address_and_missing_ray_are_one_line_errors(monkeypatch):
 
 
 def test_cli_says_what_to_install_without_ray(tmp_path):
-    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['harness', 'eval', '--model', 'replay:x.json', "
-            "'--cluster', 'auto']; import harness; sys.exit(harness.main())")
+    code = (
+        "import sys; sys.modules['ray'] = None; sys.argv = ['harness', 'eval', '--model', 'replay:x.json', "
+        "'--cluster', 'auto']; import harness; sys.exit(harness.main())"
+    )
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
     errors = [line for line in p.stderr.splitlines() if "error" in line]
@@ -154,9 +208,10 @@ def test_a_node_without_an_image_gets_it_by_docker_load(image):
     import secrets
     import tarfile
 
-    from evaluators.cluster import NodeWorker, _save_image
-    from agent.sandbox.images import base_tag
     from agent.sandbox import docker_client
+    from agent.sandbox.images import base_tag
+    from evaluators.cluster import NodeWorker, _save_image
+
     client = docker_client()
     dockerfile = f"FROM {base_tag()}\nLABEL harness.test={secrets.token_hex(8)}\n".encode()
     buf = io.BytesIO()
@@ -185,10 +240,13 @@ def test_a_node_without_an_image_gets_it_by_docker_load(image):
 @pytest.mark.slow
 def test_bench_cluster_smoke():
     """bench/cluster.py --smoke: its own local cluster, the three paths, the driver's ceiling (no timing asserted)."""
-    p = subprocess.run([sys.executable, "bench/cluster.py", "--smoke"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
+    p = subprocess.run(
+        [sys.executable, "bench/cluster.py", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert p.returncode == 0, p.stderr[-3000:]
-    rows = [line.split() for line in p.stdout.splitlines() if line.startswith(("single machine", "ray --cluster"))]
+    rows = [
+        line.split() for line in p.stdout.splitlines() if line.startswith(("single machine", "ray --cluster"))
+    ]
     assert [r[0] for r in rows] == ["single", "ray", "single", "ray"]
     assert [r[2] for r in rows] == ["1", "1", "1", "2"]  # nodes the attempts landed on
     assert "records/s" in p.stdout and "driver ceiling" in p.stdout
@@ -199,23 +257,54 @@ def test_bench_cluster_smoke():
 @pytest.mark.slow
 def test_a_local_model_is_served_once_by_the_driver_and_called_from_the_nodes(ray_cluster, tmp_path):
     out = tmp_path / "run"
-    argv = ray_cluster.wrap([sys.executable, str(ROOT / "harness.py"), "eval", "--model", "local:smollm2-135m",
-                             "--tasks", "builtin", "--glob", "create-file-0[12]", "--max-steps", "1",
-                             "--max-reply-tokens", "16", "--concurrency", "2", "--cluster", ray_cluster.address,
-                             "--out", str(out)])
+    argv = ray_cluster.wrap(
+        [
+            sys.executable,
+            str(ROOT / "harness.py"),
+            "eval",
+            "--model",
+            "local:smollm2-135m",
+            "--tasks",
+            "builtin",
+            "--glob",
+            "create-file-0[12]",
+            "--max-steps",
+            "1",
+            "--max-reply-tokens",
+            "16",
+            "--concurrency",
+            "2",
+            "--cluster",
+            ray_cluster.address,
+            "--out",
+            str(out),
+        ]
+    )
     p = subprocess.run(argv, cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = records(out)
     assert sorted(r["task_id"] for r in recs) == ["create-file-01", "create-file-02"]
     for r in recs:
         assert r["model"] == "local:smollm2-135m" and r["status"] != "error", r["error"]
-        assert r["n_steps"] == 1 and r["completion_tokens"] > 0  # replies came over HTTP from the served model
+        assert (
+            r["n_steps"] == 1 and r["completion_tokens"] > 0
+        )  # replies came over HTTP from the served model
     # The same token ids as one machine: the served model ends a reply after its first ``` block, as the loop's
     # local model does (its replies here close a block within 16 tokens; past it they would differ).
     from agent.loop import LoopConfig
+
     tasks = [t for t in create_file_tasks() if t.id in ("create-file-01", "create-file-02")]
-    run(run_eval("local:smollm2-135m", tasks, out_dir=tmp_path / "single", concurrency=2, progress=False,
-                 loop=LoopConfig(max_steps=1, max_reply_tokens=16), suite="builtin"))
+    run(
+        run_eval(
+            "local:smollm2-135m",
+            tasks,
+            out_dir=tmp_path / "single",
+            concurrency=2,
+            progress=False,
+            loop=LoopConfig(max_steps=1, max_reply_tokens=16),
+            suite="builtin",
+        )
+    )
     on_cluster = token_ids(out)
     assert all(prompt and reply for steps in on_cluster.values() for prompt, reply in steps)
     assert on_cluster == token_ids(tmp_path / "single")
@@ -227,10 +316,12 @@ def random_adapter(folder):
     from peft import LoraConfig, get_peft_model
 
     from agent.models import local
+
     base, _ = local.load_hf("smollm2-135m")
     torch.manual_seed(0)
-    lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                                           init_lora_weights=False))
+    lora = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     lora.save_pretrained(str(folder))
     return folder
 
@@ -252,18 +343,46 @@ def test_the_served_model_has_the_adapter_and_nodes_record_one_machines_token_id
     from agent.models.local import LocalModel
 
     adapter = random_adapter(tmp_path / "adapter")
-    argv = ray_cluster.wrap([sys.executable, str(ROOT / "harness.py"), "eval", "--model", "local:smollm2-135m",
-                             "--adapter", str(adapter), "--tasks", "builtin", "--glob", "create-file-01",
-                             "--max-steps", "2", "--max-reply-tokens", "48", "--cluster", ray_cluster.address,
-                             "--out", str(tmp_path / "cluster")])
+    argv = ray_cluster.wrap(
+        [
+            sys.executable,
+            str(ROOT / "harness.py"),
+            "eval",
+            "--model",
+            "local:smollm2-135m",
+            "--adapter",
+            str(adapter),
+            "--tasks",
+            "builtin",
+            "--glob",
+            "create-file-01",
+            "--max-steps",
+            "2",
+            "--max-reply-tokens",
+            "48",
+            "--cluster",
+            ray_cluster.address,
+            "--out",
+            str(tmp_path / "cluster"),
+        ]
+    )
     p = subprocess.run(argv, cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     on_cluster = token_ids(tmp_path / "cluster")["create-file-01"]
     assert records(tmp_path / "cluster")[0]["node"]  # it ran on a node of the cluster
 
     tasks = [t for t in create_file_tasks() if t.id == "create-file-01"]
-    run(run_eval("local:smollm2-135m", tasks, out_dir=tmp_path / "single", model_options={"adapter": str(adapter)},
-                 loop=LoopConfig(max_steps=2, max_reply_tokens=48), progress=False, suite="builtin"))
+    run(
+        run_eval(
+            "local:smollm2-135m",
+            tasks,
+            out_dir=tmp_path / "single",
+            model_options={"adapter": str(adapter)},
+            loop=LoopConfig(max_steps=2, max_reply_tokens=48),
+            progress=False,
+            suite="builtin",
+        )
+    )
     single = token_ids(tmp_path / "single")["create-file-01"]
     assert all(prompt and reply for prompt, reply in on_cluster)
     assert on_cluster == single  # same prompts, same generated tokens, step by step
@@ -277,8 +396,10 @@ def test_the_served_model_has_the_adapter_and_nodes_record_one_machines_token_id
 
 
 def test_train_cli_says_what_to_install_without_ray(tmp_path):
-    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['harness', 'train', '--preset', 'rft-smollm2', "
-            f"'--out', {str(tmp_path / 'run')!r}, '--cluster', 'auto']; import harness; sys.exit(harness.main())")
+    code = (
+        "import sys; sys.modules['ray'] = None; sys.argv = ['harness', 'train', '--preset', 'rft-smollm2', "
+        f"'--out', {str(tmp_path / 'run')!r}, '--cluster', 'auto']; import harness; sys.exit(harness.main())"
+    )
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
     errors = [line for line in p.stderr.splitlines() if "error" in line]
@@ -294,12 +415,39 @@ def test_train_runs_a_round_on_the_cluster(ray_cluster, tmp_path):
     trains on them and evaluates its adapter there. Kept small and reproducible: the create-file family
     (1 train, 1 heldout task), one step of 16 tokens, t=0.05 (the base's near-greedy reply solves it)."""
     out = tmp_path / "run"
-    argv = ray_cluster.wrap([sys.executable, str(ROOT / "harness.py"), "train", "--preset", "rft-smollm2",
-                             "--tasks", str(ROOT / "tasks" / "builtin" / "families" / "create-file"),
-                             "--rounds", "1", "--samples", "2", "--eval-samples", "1", "--limit", "1",
-                             "--temperature", "0.05", "--max-steps", "1", "--max-reply-tokens", "16",
-                             "--concurrency", "2", "--epochs", "1", "--cluster", ray_cluster.address,
-                             "--out", str(out)])
+    argv = ray_cluster.wrap(
+        [
+            sys.executable,
+            str(ROOT / "harness.py"),
+            "train",
+            "--preset",
+            "rft-smollm2",
+            "--tasks",
+            str(ROOT / "tasks" / "builtin" / "families" / "create-file"),
+            "--rounds",
+            "1",
+            "--samples",
+            "2",
+            "--eval-samples",
+            "1",
+            "--limit",
+            "1",
+            "--temperature",
+            "0.05",
+            "--max-steps",
+            "1",
+            "--max-reply-tokens",
+            "16",
+            "--concurrency",
+            "2",
+            "--epochs",
+            "1",
+            "--cluster",
+            ray_cluster.address,
+            "--out",
+            str(out),
+        ]
+    )
     p = subprocess.run(argv, cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stderr[-3000:]
     for r in range(2):
@@ -307,7 +455,9 @@ def test_train_runs_a_round_on_the_cluster(ray_cluster, tmp_path):
         assert set(runs) == {"heldout-greedy", "heldout-sample", "train-greedy", "train-sample"}
         recs = {name: records(Path(run_dir)) for name, run_dir in runs.items()}
         assert all(r["node"] for rs in recs.values() for r in rs)  # every attempt ran on the cluster
-        assert all(s["prompt_ids"] and s["completion_ids"] for rs in recs.values() for r in rs for s in r["steps"])
+        assert all(
+            s["prompt_ids"] and s["completion_ids"] for rs in recs.values() for r in rs for s in r["steps"]
+        )
         manifest = json.loads((Path(runs["train-sample"]) / "manifest.json").read_text())
         adapter = {"adapter": str(out / "round_1" / "adapter")} if r else {}
         assert manifest["config"]["model_options"] == adapter  # round 1 samples with its adapter
@@ -317,4 +467,7 @@ def test_train_runs_a_round_on_the_cluster(ray_cluster, tmp_path):
     data = json.loads((out / "round_1" / "data.done.json").read_text())
     assert data["tasks"] == ["create-file-01"] and data["examples"] >= 1  # trained on the nodes' token ids
     assert (out / "round_1" / "adapter" / "adapter_model.safetensors").is_file()
-    assert {row["round"] for row in map(json.loads, (out / "rounds.jsonl").read_text().splitlines())} == {0, 1}
+    assert {row["round"] for row in map(json.loads, (out / "rounds.jsonl").read_text().splitlines())} == {
+        0,
+        1,
+    }

@@ -1,4 +1,5 @@
 """End to end: eval over HTTP against an OpenAI-compatible server, the real local model, `run`."""
+
 import json
 import subprocess
 import sys
@@ -6,9 +7,9 @@ import sys
 import pytest
 
 from agent.config import LoopConfig
-from evaluators.runner import run_eval
 from agent.serve import start_server
 from agent.workflow import apply_changes, run_workflow
+from evaluators.runner import run_eval
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run
 from tests.helpers import SUBMIT, WRITE_CORRECT, make_task
@@ -36,13 +37,33 @@ def test_cli_eval_runs_builtin_tasks_with_a_replay_model(image, tmp_path):
     cmd = task.solution_files["solve.sh"].decode().strip().splitlines()[-1]
     script.write_text(json.dumps({"create-file-01": [f"```bash\n{cmd}\n```", SUBMIT]}))
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "harness.py", "eval", "--model", f"replay:{script}", "--tasks", "builtin",
-                        "--glob", "create-file-01", "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "harness.py",
+            "eval",
+            "--model",
+            f"replay:{script}",
+            "--tasks",
+            "builtin",
+            "--glob",
+            "create-file-01",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert f"run folder: {out}" in p.stdout
     rec = json.loads((out / "attempts.jsonl").read_text())
-    assert (rec["task_id"], rec["solved"], rec["reason"], rec["n_steps"]) == ("create-file-01", True, "pass", 2), \
-        rec["detail"]
+    assert (rec["task_id"], rec["solved"], rec["reason"], rec["n_steps"]) == (
+        "create-file-01",
+        True,
+        "pass",
+        2,
+    ), rec["detail"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["tasks"] == ["create-file-01"]  # --glob selected exactly the one task
 
@@ -53,8 +74,14 @@ def test_run_workflow_returns_a_patch_and_applies_it(image, tmp_path):
     (repo / "solution.py").write_text("def add(a, b):\n    raise NotImplementedError\n")
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [WRITE_CORRECT, SUBMIT]}))
-    result = run(run_workflow(f"replay:{script}", repo, "implement add",
-                              verify=["python3 -c 'from solution import add; assert add(2, 3) == 5'"]))
+    result = run(
+        run_workflow(
+            f"replay:{script}",
+            repo,
+            "implement add",
+            verify=["python3 -c 'from solution import add; assert add(2, 3) == 5'"],
+        )
+    )
     assert result.verified and result.loop.exit_reason == "submitted"
     assert "+    return a + b" in result.diff
     assert "NotImplementedError" in (repo / "solution.py").read_text()  # untouched until applied
@@ -67,8 +94,15 @@ def test_run_workflow_returns_a_patch_and_applies_it(image, tmp_path):
 def test_local_model_completes_an_eval_of_easy_tasks(image, tmp_path):
     tasks = [t for t in load_suite("builtin:easy") if t.id in ("create-file-01", "rename-file-01")]
     out = tmp_path / "run"
-    run(run_eval("local:smollm2-135m", tasks, out_dir=out, progress=False,
-                 loop=LoopConfig(max_steps=2, max_reply_tokens=96)))
+    run(
+        run_eval(
+            "local:smollm2-135m",
+            tasks,
+            out_dir=out,
+            progress=False,
+            loop=LoopConfig(max_steps=2, max_reply_tokens=96),
+        )
+    )
     recs = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
     assert sorted(r["task_id"] for r in recs) == ["create-file-01", "rename-file-01"]
     for r in recs:

@@ -1,5 +1,6 @@
 """Exports judged by the tools that consume them: no record trains on the worked example, a local
 `datasets` folder loads back, and TRL's own SFT preparation reads our hf-chat records (offline)."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,13 @@ def read(path: Path) -> list[dict]:
 @pytest.fixture
 def run(tmp_path) -> Path:
     """Native-tool attempts, and text-protocol attempts that carry the worked example as the loop writes it."""
-    folder = make_run(tmp_path / "run", "m", [("fix-add", "coding", 1)], samples=2,
-                      outcome=lambda t, s: ["solved", "failed"][s])
+    folder = make_run(
+        tmp_path / "run",
+        "m",
+        [("fix-add", "coding", 1)],
+        samples=2,
+        outcome=lambda t, s: ["solved", "failed"][s],
+    )
     with RunStore.open(folder) as store:
         for sample, solved in ((5, True), (6, False)):
             a = make_attempt(store.run_id, "sum", sample, native_tools=False, n_steps=3, solved=solved)
@@ -44,7 +50,9 @@ def test_no_record_trains_on_the_demonstration(run, tmp_path, fmt):
         if fmt == "openai":  # kept as context, weight 0: never a target
             demo = [m for m in r["messages"] if m["role"] == "assistant" and m["content"] in DEMO_REPLIES]
             assert all(m.get("weight") == 0 for m in demo)
-            assert all(m.get("weight", 1) == 1 for m in r["messages"] if m["role"] == "assistant" and m not in demo)
+            assert all(
+                m.get("weight", 1) == 1 for m in r["messages"] if m["role"] == "assistant" and m not in demo
+            )
         elif fmt == "hf-chat":
             assert not DEMO_TEXTS & {m["content"] for m in r["messages"]}
         elif fmt == "sharegpt":
@@ -53,12 +61,18 @@ def test_no_record_trains_on_the_demonstration(run, tmp_path, fmt):
             assert r["completion"][0]["content"] not in DEMO_REPLIES
     if fmt in ("prompt-completion", "kto"):  # the example is still context where the model saw it
         text = [r for r in records if r["task_id"] == "sum"]
-        assert text and all(r["prompt"][1:1 + len(DEMO)] == DEMO for r in text)
+        assert text and all(r["prompt"][1 : 1 + len(DEMO)] == DEMO for r in text)
     if fmt == "kto":
-        assert {(r["task_id"], r["label"]) for r in records} == {("fix-add", True), ("fix-add", False),
-                                                                ("sum", True), ("sum", False)}
+        assert {(r["task_id"], r["label"]) for r in records} == {
+            ("fix-add", True),
+            ("fix-add", False),
+            ("sum", True),
+            ("sum", False),
+        }
     if fmt == "openai":
-        assert any(m.get("weight") == 0 for r in records for m in r["messages"])  # the demonstration was there
+        assert any(
+            m.get("weight") == 0 for r in records for m in r["messages"]
+        )  # the demonstration was there
 
 
 def test_trl_renders_prompt_completion_without_the_demonstration_in_completions(run, tmp_path):
@@ -69,7 +83,9 @@ def test_trl_renders_prompt_completion_without_the_demonstration_in_completions(
         if r["tools"] is not None:
             continue  # SmolLM2's own template has no tool calls; the hf-chat test renders those
         rendered = apply_chat_template({"prompt": r["prompt"], "completion": r["completion"]}, tokenizer)
-        assert rendered["completion"] == r["completion"][0]["content"] + "<|im_end|>\n"  # the target: one turn
+        assert (
+            rendered["completion"] == r["completion"][0]["content"] + "<|im_end|>\n"
+        )  # the target: one turn
         assert r["completion"][0]["content"] not in DEMO_REPLIES
         if r["task_id"] == "sum":
             assert all(d in rendered["prompt"] for d in DEMO_REPLIES)
@@ -98,7 +114,9 @@ def test_hf_dataset_folder_loads_back_with_structured_tool_calls(run, tmp_path):
     calls = [c for m in ds[0]["messages"] for c in m.get("tool_calls", [])]
     assert {tuple(sorted(c["function"]["arguments"])) for c in calls} >= {("command",), ("content", "path")}
     kto = export.export_run(run, "kto", tmp_path / "k.jsonl", hf_dataset=tmp_path / "kto")
-    assert sorted(load_from_disk(str(tmp_path / "kto"))["label"]) == sorted(r["label"] for r in read(kto.path))
+    assert sorted(load_from_disk(str(tmp_path / "kto"))["label"]) == sorted(
+        r["label"] for r in read(kto.path)
+    )
 
 
 def test_trl_sft_trainer_prepares_our_export_offline(run, tmp_path):
@@ -111,13 +129,33 @@ def test_trl_sft_trainer_prepares_our_export_offline(run, tmp_path):
 
     export.export_run(run, "hf-chat", tmp_path / "h.jsonl", hf_dataset=tmp_path / "ds")
     tokenizer = _smol_tokenizer()
-    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5_training.jinja").read_text()
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-    config = trl.SFTConfig(output_dir=str(tmp_path / "out"), report_to=[], assistant_only_loss=True, max_length=4096,
-                           dataset_num_proc=None, use_cpu=True)
-    trainer = trl.SFTTrainer(model=model, args=config, train_dataset=load_from_disk(str(tmp_path / "ds")),
-                             processing_class=tokenizer)
+    tokenizer.chat_template = (
+        Path(trl.__file__).parent / "chat_templates" / "qwen2_5_training.jinja"
+    ).read_text()
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )
+    config = trl.SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        report_to=[],
+        assistant_only_loss=True,
+        max_length=4096,
+        dataset_num_proc=None,
+        use_cpu=True,
+    )
+    trainer = trl.SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=load_from_disk(str(tmp_path / "ds")),
+        processing_class=tokenizer,
+    )
     data = trainer.train_dataset
     assert len(data) == 4
     trained = []
@@ -126,6 +164,8 @@ def test_trl_sft_trainer_prepares_our_export_offline(run, tmp_path):
         assert targets
         trained.append(tokenizer.decode(targets))
     everything = "\n".join(trained)
-    assert '{"name": "bash", "arguments": {"command": "ls -la"}}' in everything  # dict arguments, rendered once
+    assert (
+        '{"name": "bash", "arguments": {"command": "ls -la"}}' in everything
+    )  # dict arguments, rendered once
     assert not any(d in everything for d in DEMO_UNIQUE)
     assert "Fix the bug in" not in everything  # user turns are not targets

@@ -1,4 +1,5 @@
 """`harness export --format inspect`: written by inspect_ai's own writer, read back by inspect_ai."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,13 @@ TASKS = [("fix-add", "coding", 1), ("sum", "math", 2)]
 
 @pytest.fixture
 def run(tmp_path) -> Path:
-    folder = make_run(tmp_path / "run", "test/model", TASKS, samples=2,
-                      outcome=lambda t, s: "solved" if (t, s) != ("sum", 1) else "failed")
+    folder = make_run(
+        tmp_path / "run",
+        "test/model",
+        TASKS,
+        samples=2,
+        outcome=lambda t, s: "solved" if (t, s) != ("sum", 1) else "failed",
+    )
     with RunStore.open(folder) as store:
         store.append(make_attempt(store.run_id, "sum", 2, status="error"))
         store.append(make_attempt(store.run_id, "fix-add", 2, native_tools=False, n_steps=2, solved=False))
@@ -32,8 +38,13 @@ def test_inspect_reads_back_our_log(run, tmp_path, suffix):
     from inspect_ai.log import read_eval_log
 
     out = tmp_path / f"log{suffix}"
-    proc = subprocess.run([sys.executable, "harness.py", "export", str(run), "--format", "inspect", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "harness.py", "export", str(run), "--format", "inspect", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "6 samples" in proc.stdout
     log = read_eval_log(str(out))

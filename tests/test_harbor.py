@@ -3,17 +3,18 @@
 The fixture corpus (tests/fixtures/harbor) is written from Harbor's task template and task-format docs. Docker
 tests build their images locally: tasks FROM our base image, and a Python-less Debian minbase (debootstrap).
 """
+
 import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 
-from results.errors import UserError
-from evaluators.runner import build_images, null_policy, oracle_policy, run_attempt
 from agent.sandbox import SandboxPool
 from evaluators import harbor_kind
+from evaluators.runner import build_images, null_policy, oracle_policy, run_attempt
 from evaluators.validate import validate
+from results.errors import UserError
 from tasks.loader import load_suite
 from tasks.task_folder import load_task
 from tests.conftest import run
@@ -21,11 +22,21 @@ from tests.conftest import run
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 
 
-def harbor_task(tmp_path: Path, toml: str, name: str = "t", dockerfile: str = "FROM harness/base:latest\n",
-                test_sh: str = "echo 1 > /logs/verifier/reward.txt\n") -> Path:
+def harbor_task(
+    tmp_path: Path,
+    toml: str,
+    name: str = "t",
+    dockerfile: str = "FROM harness/base:latest\n",
+    test_sh: str = "echo 1 > /logs/verifier/reward.txt\n",
+) -> Path:
     root = tmp_path / name
-    for rel, text in {"task.toml": toml, "instruction.md": "Do it.\n", "solution/solve.sh": "true\n",
-                      "tests/test.sh": test_sh, "environment/Dockerfile": dockerfile}.items():
+    for rel, text in {
+        "task.toml": toml,
+        "instruction.md": "Do it.\n",
+        "solution/solve.sh": "true\n",
+        "tests/test.sh": test_sh,
+        "environment/Dockerfile": dockerfile,
+    }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
@@ -39,29 +50,47 @@ def error_of(toml: str, tmp_path: Path, **kw) -> str:
 
 # ---------------------------------------------------------------------------------------------- schema (fast)
 
+
 def test_fixture_corpus_loads_every_field():
     tasks = {t.id: t for t in load_suite(FIXTURES)}
     assert set(tasks) == {"hello-world", "no-python", "shared-mode", "separate-mode", "busybox-only"}
     bb = tasks["busybox-only"].harbor
-    assert (bb.docker_image, bb.verifier_user, bb.verifier_mode) == ("harness/busybox:latest", "65534", "shared")
+    assert (bb.docker_image, bb.verifier_user, bb.verifier_mode) == (
+        "harness/busybox:latest",
+        "65534",
+        "shared",
+    )
     hw = tasks["hello-world"]
     spec = hw.harbor
     assert hw.evaluator.kind == "harbor" and hw.version == "1.4"
-    assert (spec.name, spec.description, spec.source) == ("harness/fixtures__hello-world",
-                                                          "Write a greeting file in the working folder.", "fixtures")
+    assert (spec.name, spec.description, spec.source) == (
+        "harness/fixtures__hello-world",
+        "Write a greeting file in the working folder.",
+        "fixtures",
+    )
     assert spec.authors == ("Harness Team <team@example.invalid>",) and spec.keywords == ("fixture", "files")
     assert hw.tags == ("fixture", "files") and hw.difficulty == 1
     assert dict(spec.metadata)["category"] == "programming" and "anything" in dict(spec.metadata)["extra"]
     assert (hw.agent.timeout_sec, hw.verifier_timeout_sec) == (120.0, 120.0)
-    assert dict(spec.verifier_env) == {"GREETING": "Hello, world!"} and dict(spec.env) == {"APP_MODE": "fixture"}
+    assert dict(spec.verifier_env) == {"GREETING": "Hello, world!"} and dict(spec.env) == {
+        "APP_MODE": "fixture"
+    }
     assert dict(spec.solution_env) == {"SOLVER": "oracle"}
     assert spec.healthcheck.command == "test -f /app/config.ini" and spec.healthcheck.retries == 3
-    assert (hw.environment.cpus, hw.environment.memory_mb, hw.environment.allow_internet) == (1.0, 1024, False)
+    assert (hw.environment.cpus, hw.environment.memory_mb, hw.environment.allow_internet) == (
+        1.0,
+        1024,
+        False,
+    )
     # The build context stays out of the workspace: files reach the image only through the Dockerfile's COPY
     assert hw.workspace_files == {} and set(hw.build_context) == {"config.ini", "not-copied.txt"}
     assert spec.verifier_mode == "snapshot" and spec.workdir is None and spec.agent_user is None
     np = tasks["no-python"].harbor
-    assert (np.docker_image, np.verifier_user, tasks["no-python"].difficulty) == ("harness/minbase:latest", "nobody", 3)
+    assert (np.docker_image, np.verifier_user, tasks["no-python"].difficulty) == (
+        "harness/minbase:latest",
+        "nobody",
+        3,
+    )
     sm = tasks["shared-mode"].harbor
     assert (sm.verifier_mode, sm.agent_user, sm.workdir) == ("shared", "sandbox", "/home/work")
     sep = tasks["separate-mode"].harbor
@@ -70,7 +99,7 @@ def test_fixture_corpus_loads_every_field():
 
 def test_harbor_template_as_shipped_loads(tmp_path):
     """Harbor's own template task.toml (schema_version 1.0, comments and all), only the TODOs filled in."""
-    toml = '''schema_version = "1.0"
+    toml = """schema_version = "1.0"
 [task]
 name = "org/bench__t1"
 authors = [{ name = "A", email = "a@b.c" }]
@@ -84,13 +113,17 @@ timeout_sec = 120.0
 timeout_sec = 120.0
 [environment]
 build_timeout_sec = 600.0
-'''
+"""
     task = load_task(harbor_task(tmp_path, toml))
-    assert task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "snapshot" and task.version == "1.0"
+    assert (
+        task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "snapshot" and task.version == "1.0"
+    )
 
 
 def test_unknown_keys_give_one_warning_not_an_error(tmp_path, capsys):
-    toml = 'schema_version = "1.4"\nfuture_field = 1\n[agent]\nthinking = true\n[environment]\nshiny = "yes"\n'
+    toml = (
+        'schema_version = "1.4"\nfuture_field = 1\n[agent]\nthinking = true\n[environment]\nshiny = "yes"\n'
+    )
     task = load_task(harbor_task(tmp_path, toml))
     err = capsys.readouterr().err
     assert err.count("unknown keys ignored") == 1
@@ -98,18 +131,27 @@ def test_unknown_keys_give_one_warning_not_an_error(tmp_path, capsys):
     assert any("unknown keys ignored" in w for w in task.harbor.warnings)
 
 
-@pytest.mark.parametrize("fragment,field", [
-    ("[environment]\ngpus = 1\n", "gpus"),
-    ('[environment]\ngpu_types = ["H100"]\n', "gpu_types"),
-    ('[environment]\ntpu = { type = "v5e", topology = "2x2" }\n', "tpu"),
-    ('[[environment.mcp_servers]]\nname = "fs"\ntransport = "stdio"\ncommand = "mcp-fs"\n', "mcp_servers"),
-    ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allowlist"),
-    ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "[agent] network_mode"),
-    ('[environment]\nos = "windows"\n', "os"),
-    ('[[steps]]\nname = "one"\n', "steps"),
-    ('[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"\n', "environment_mode"),
-    ('[verifier.environment]\ngpus = 2\n', "[verifier.environment] gpus"),
-])
+@pytest.mark.parametrize(
+    "fragment,field",
+    [
+        ("[environment]\ngpus = 1\n", "gpus"),
+        ('[environment]\ngpu_types = ["H100"]\n', "gpu_types"),
+        ('[environment]\ntpu = { type = "v5e", topology = "2x2" }\n', "tpu"),
+        (
+            '[[environment.mcp_servers]]\nname = "fs"\ntransport = "stdio"\ncommand = "mcp-fs"\n',
+            "mcp_servers",
+        ),
+        ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allowlist"),
+        ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "[agent] network_mode"),
+        ('[environment]\nos = "windows"\n', "os"),
+        ('[[steps]]\nname = "one"\n', "steps"),
+        (
+            '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"\n',
+            "environment_mode",
+        ),
+        ("[verifier.environment]\ngpus = 2\n", "[verifier.environment] gpus"),
+    ],
+)
 def test_fields_we_cannot_honour_are_refused_by_name(tmp_path, fragment, field):
     msg = error_of('schema_version = "1.4"\n' + fragment, tmp_path)
     assert field in msg and "task.toml" in msg and "\n" not in msg
@@ -122,47 +164,69 @@ def test_compose_tasks_are_refused(tmp_path):
         load_task(root)
 
 
-@pytest.mark.parametrize("fragment,mode", [
-    ("", "snapshot"),
-    ('[verifier]\nenvironment_mode = "shared"\n', "shared"),
-    ('[verifier]\nenvironment_mode = "separate"\n', "fresh"),
-    ('[verifier.environment]\ndocker_image = "harness/base:latest"\n', "fresh"),
-    ('[verifier]\nisolation = "fresh"\n', "fresh"),
-    ('[verifier]\nenvironment_mode = "separate"\nisolation = "snapshot"\n', "snapshot"),
-])
+@pytest.mark.parametrize(
+    "fragment,mode",
+    [
+        ("", "snapshot"),
+        ('[verifier]\nenvironment_mode = "shared"\n', "shared"),
+        ('[verifier]\nenvironment_mode = "separate"\n', "fresh"),
+        ('[verifier.environment]\ndocker_image = "harness/base:latest"\n', "fresh"),
+        ('[verifier]\nisolation = "fresh"\n', "fresh"),
+        ('[verifier]\nenvironment_mode = "separate"\nisolation = "snapshot"\n', "snapshot"),
+    ],
+)
 def test_verifier_modes_map_from_harbor(tmp_path, fragment, mode):
-    assert load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment)).harbor.verifier_mode == mode
+    assert (
+        load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment)).harbor.verifier_mode == mode
+    )
 
 
-@pytest.mark.parametrize("fragment,net", [
-    ("", False), ('[environment]\nallow_internet = true\n', True), ('[environment]\nnetwork_mode = "public"\n', True),
-    ('[environment]\nnetwork_mode = "no-network"\n', False),
-    ('[environment]\nnetwork_mode = "public"\n[agent]\nnetwork_mode = "no-network"\n', False),
-])
+@pytest.mark.parametrize(
+    "fragment,net",
+    [
+        ("", False),
+        ("[environment]\nallow_internet = true\n", True),
+        ('[environment]\nnetwork_mode = "public"\n', True),
+        ('[environment]\nnetwork_mode = "no-network"\n', False),
+        ('[environment]\nnetwork_mode = "public"\n[agent]\nnetwork_mode = "no-network"\n', False),
+    ],
+)
 def test_network_policy(tmp_path, fragment, net):
-    assert load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment)).environment.allow_internet is net
+    assert (
+        load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment)).environment.allow_internet
+        is net
+    )
 
 
-@pytest.mark.parametrize("fragment,verifier_net", [
-    ("", False),
-    ('[environment]\nnetwork_mode = "public"\n[agent]\nnetwork_mode = "no-network"\n', True),  # the baseline
-    ('[verifier]\nnetwork_mode = "public"\n', True),
-    ('[environment]\nnetwork_mode = "public"\n[verifier]\nnetwork_mode = "no-network"\n', False),
-])
+@pytest.mark.parametrize(
+    "fragment,verifier_net",
+    [
+        ("", False),
+        (
+            '[environment]\nnetwork_mode = "public"\n[agent]\nnetwork_mode = "no-network"\n',
+            True,
+        ),  # the baseline
+        ('[verifier]\nnetwork_mode = "public"\n', True),
+        ('[environment]\nnetwork_mode = "public"\n[verifier]\nnetwork_mode = "no-network"\n', False),
+    ],
+)
 def test_verifier_network_policy(tmp_path, fragment, verifier_net):
     task = load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment))
     assert task.harbor.verifier_network is verifier_net
     assert harbor_kind.verifier_limits(task).network is verifier_net
 
 
-@pytest.mark.parametrize("fragment,expected", [
-    ('[environment]\nworkdir = "app"\n', "workdir must be an absolute path"),
-    ('[verifier]\nenv = { "1X" = "a" }\n', "not a valid environment variable name"),
-    ('[agent]\nuser = true\n', "[agent] user must be a user name or a uid"),
-    ('[verifier]\nenvironment_mode = "elsewhere"\n', "environment_mode must be"),
-    ('[environment.healthcheck]\ninterval_sec = 1\n', "healthcheck] needs command"),
-    ('[task]\nauthors = [3]\n', "[task] authors"),
-])
+@pytest.mark.parametrize(
+    "fragment,expected",
+    [
+        ('[environment]\nworkdir = "app"\n', "workdir must be an absolute path"),
+        ('[verifier]\nenv = { "1X" = "a" }\n', "not a valid environment variable name"),
+        ("[agent]\nuser = true\n", "[agent] user must be a user name or a uid"),
+        ('[verifier]\nenvironment_mode = "elsewhere"\n', "environment_mode must be"),
+        ("[environment.healthcheck]\ninterval_sec = 1\n", "healthcheck] needs command"),
+        ("[task]\nauthors = [3]\n", "[task] authors"),
+    ],
+)
 def test_bad_values_name_the_field(tmp_path, fragment, expected):
     assert expected in error_of('schema_version = "1.4"\n' + fragment, tmp_path)
 
@@ -172,20 +236,25 @@ def test_without_a_dockerfile_environment_files_start_in_the_workdir(tmp_path):
     (root / "environment" / "Dockerfile").unlink()
     (root / "environment" / "data.txt").write_text("x\n")
     task = load_task(root)
-    assert task.dockerfile is None and task.workspace_files == {"data.txt": b"x\n"} and task.build_context == {}
+    assert (
+        task.dockerfile is None and task.workspace_files == {"data.txt": b"x\n"} and task.build_context == {}
+    )
 
 
-@pytest.mark.parametrize("txt,js,reward,reason,detail", [
-    (b"1\n", None, 1.0, "pass", '{"reward": 1.0}'),
-    (b"0.25", b'{"reward": 1}', 1.0, "pass", "task reward = 'reward'"),  # reward.json wins, as in Harbor
-    (None, b'{"reward": 1, "style": 0.5}', 1.0, "pass", '"style": 0.5'),
-    (None, b'{"accuracy": 0.5}', 0.5, "fail", "task reward = 'accuracy'"),
-    (None, b'{"a": 1, "b": 0}', 0.5, "fail", "mean of all"),
-    (None, b'{"reward": "1"}', 0.0, "no_report", "names to numbers"),
-    (b"NaN", None, 0.0, "no_report", "non-finite"),
-    (b"yes", None, 0.0, "no_report", "not a number"),
-    (None, None, 0.0, "no_report", "wrote neither"),
-])
+@pytest.mark.parametrize(
+    "txt,js,reward,reason,detail",
+    [
+        (b"1\n", None, 1.0, "pass", '{"reward": 1.0}'),
+        (b"0.25", b'{"reward": 1}', 1.0, "pass", "task reward = 'reward'"),  # reward.json wins, as in Harbor
+        (None, b'{"reward": 1, "style": 0.5}', 1.0, "pass", '"style": 0.5'),
+        (None, b'{"accuracy": 0.5}', 0.5, "fail", "task reward = 'accuracy'"),
+        (None, b'{"a": 1, "b": 0}', 0.5, "fail", "mean of all"),
+        (None, b'{"reward": "1"}', 0.0, "no_report", "names to numbers"),
+        (b"NaN", None, 0.0, "no_report", "non-finite"),
+        (b"yes", None, 0.0, "no_report", "not a number"),
+        (None, None, 0.0, "no_report", "wrote neither"),
+    ],
+)
 def test_reward_files(txt, js, reward, reason, detail):
     v = harbor_kind.verdict(txt, js)
     assert (v.reward, v.reason) == (reward, reason) and detail in v.detail
@@ -193,12 +262,15 @@ def test_reward_files(txt, js, reward, reason, detail):
 
 # ---------------------------------------------------------------------------------------------- in Docker
 
+
 @pytest.fixture(scope="module")
 def minbase(image):
     from agent.sandbox.images import ensure_minbase_image
+
     if shutil.which("debootstrap") is None:
         pytest.skip("debootstrap is not installed (make setup installs it)")
     from agent.sandbox.images import ensure_busybox_image
+
     ensure_busybox_image(log=lambda m: None)  # the corpus's libc-less image
     return ensure_minbase_image(log=lambda m: None)
 
@@ -207,14 +279,18 @@ def test_fixture_corpus_validates(minbase):
     """`harness tasks validate`: every oracle solved, every null agent not, hidden tests unreachable."""
     rows = run(validate(load_suite(FIXTURES), repeats=1, concurrency=2))
     assert [(r.task, r.oracle, r.null, r.problems) for r in rows] == [
-        (r.task, "1/1", "not solved", []) for r in rows]
+        (r.task, "1/1", "not solved", []) for r in rows
+    ]
 
 
 def _attempt(task, policy=oracle_policy):
     async def go():
         images = await build_images([task], log=lambda m: None)
         async with SandboxPool(run_id="harbor-test", warm=0) as pool:
-            return await run_attempt(task, policy, pool, images[task.id], run_id="harbor-test", model_name="t")
+            return await run_attempt(
+                task, policy, pool, images[task.id], run_id="harbor-test", model_name="t"
+            )
+
     return run(go())
 
 
@@ -254,6 +330,7 @@ def test_planted_rewards_and_background_writers_do_not_count(image, mode):
         assert seen.stdout.strip() == "", "hidden tests were visible to the agent"
         r = await sb.exec(CHEAT, timeout=30)
         assert r.exit_code == 0, r.output
+
     task = _with_mode(load_task(FIXTURES / "hello-world"), mode)
     rec = _attempt(task, cheat)
     assert (rec.solved, rec.reward, rec.reason) == (False, 0.0, "fail"), rec.detail
@@ -275,8 +352,12 @@ def test_image_cache_key_covers_the_whole_build_context(image, tmp_path):
     """Two tasks with the same Dockerfile but different environment/ files get different images."""
     tasks = []
     for name, content in (("a", "first\n"), ("b", "second\n")):
-        root = harbor_task(tmp_path, 'schema_version = "1.4"\n', name=name,
-                           dockerfile="FROM harness/base:latest\nCOPY data.txt /data.txt\n")
+        root = harbor_task(
+            tmp_path,
+            'schema_version = "1.4"\n',
+            name=name,
+            dockerfile="FROM harness/base:latest\nCOPY data.txt /data.txt\n",
+        )
         (root / "environment" / "data.txt").write_text(content)
         tasks.append(load_task(root))
     images = run(build_images(tasks, log=lambda m: None))
@@ -285,8 +366,10 @@ def test_image_cache_key_covers_the_whole_build_context(image, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- export
 
+
 def _exported(tmp_path, tasks):
     from tasks.export import export_suite
+
     export_suite(tasks, tmp_path / "out")
     return load_suite(tmp_path / "out")
 
@@ -298,9 +381,18 @@ def test_export_round_trip_keeps_what_defines_a_task(tmp_path):
     for t in ours:
         b = back[t.id]
         assert b.evaluator.kind == "harbor" and b.harbor.verifier_mode == "fresh"
-        assert (b.domain, b.difficulty, b.tags, b.family, b.split) == (t.domain, t.difficulty, t.tags, t.family, t.split)
+        assert (b.domain, b.difficulty, b.tags, b.family, b.split) == (
+            t.domain,
+            t.difficulty,
+            t.tags,
+            t.family,
+            t.split,
+        )
         assert (b.agent, b.environment.memory_mb, b.environment.allow_internet) == (
-            t.agent, t.environment.memory_mb, t.environment.allow_internet)
+            t.agent,
+            t.environment.memory_mb,
+            t.environment.allow_internet,
+        )
         assert b.instruction == t.instruction and b.solution_files == t.solution_files
         assert b.build_context == {f"workspace/{p}": d for p, d in t.workspace_files.items()}
         assert b.dockerfile.startswith("FROM harness/base:latest") and b.harbor.agent_user == "sandbox"
@@ -329,6 +421,7 @@ def test_exported_builtin_suite_validates(image, tmp_path):
 
 def test_export_cli(tmp_path, capsys):
     import harness
+
     assert harness.main(["tasks", "export", "--format", "harbor", str(tmp_path / "x"), "builtin:easy"]) == 0
     assert "Harbor tasks" in capsys.readouterr().out
     assert (tmp_path / "x" / "fizzbuzz" / "tests" / "test.sh").stat().st_mode & 0o111
@@ -337,16 +430,22 @@ def test_export_cli(tmp_path, capsys):
 def test_bench_sandbox_smoke_prints_the_python_less_figure(minbase):
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "bench/sandbox.py", "--smoke"], capture_output=True, text=True, timeout=600,
-                         cwd=Path(__file__).resolve().parent.parent)
+
+    out = subprocess.run(
+        [sys.executable, "bench/sandbox.py", "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert out.returncode == 0, out.stderr[-500:]
     assert "exec `true` in a Python-less image (static helper): p50" in out.stdout and "ratio" in out.stdout
 
 
 def test_change_capture_in_a_python_less_image(minbase):
     """The static helper walks the working folder itself: added, modified, deleted, executable, symlinks."""
-    from agent.sandbox.native import NativeSpec
     from agent.sandbox import Limits
+    from agent.sandbox.native import NativeSpec
 
     async def go():
         async with SandboxPool(run_id="harbor-test", warm=0) as pool:
@@ -355,10 +454,14 @@ def test_change_capture_in_a_python_less_image(minbase):
                 assert (await sb.exec("command -v python3 python || echo none", 10)).stdout.strip() == "none"
                 await sb.put_files({"keep.txt": b"k\n", "edit.txt": b"old\n", "gone.txt": b"x\n"})
                 await sb.mark_baseline()
-                r = await sb.exec("echo new > edit.txt; rm gone.txt; mkdir -p sub; printf '#!/bin/sh\\n' > sub/run.sh;"
-                                  " chmod +x sub/run.sh; ln -s /etc/passwd link; echo outside > /etc/elsewhere", 10)
+                r = await sb.exec(
+                    "echo new > edit.txt; rm gone.txt; mkdir -p sub; printf '#!/bin/sh\\n' > sub/run.sh;"
+                    " chmod +x sub/run.sh; ln -s /etc/passwd link; echo outside > /etc/elsewhere",
+                    10,
+                )
                 assert r.exit_code == 0, r.output
                 return await sb.changes()
+
     ch = run(go())
     assert ch.files == {"edit.txt": b"new\n", "sub/run.sh": b"#!/bin/sh\n"}
     assert ch.executable == {"sub/run.sh"} and ch.deleted == ["gone.txt"] and ch.rejected == ["symlink link"]
@@ -366,10 +469,13 @@ def test_change_capture_in_a_python_less_image(minbase):
 
 @pytest.mark.parametrize("mode", ["snapshot", "fresh", "shared"])
 def test_users_default_to_the_images_user(image, tmp_path, mode):
-    root = harbor_task(tmp_path, f'schema_version = "1.4"\n[verifier]\nisolation = "{mode}"\n',
-                       dockerfile="FROM harness/base:latest\nRUN mkdir /w && chown sandbox /w\nUSER sandbox\nWORKDIR /w\n",
-                       test_sh='[ "$(cat /w/who)" = sandbox ] && [ "$(id -un)" = sandbox ] && r=1 || r=0\n'
-                               'echo $r > /logs/verifier/reward.txt\n')
+    root = harbor_task(
+        tmp_path,
+        f'schema_version = "1.4"\n[verifier]\nisolation = "{mode}"\n',
+        dockerfile="FROM harness/base:latest\nRUN mkdir /w && chown sandbox /w\nUSER sandbox\nWORKDIR /w\n",
+        test_sh='[ "$(cat /w/who)" = sandbox ] && [ "$(id -un)" = sandbox ] && r=1 || r=0\n'
+        "echo $r > /logs/verifier/reward.txt\n",
+    )
     (root / "solution" / "solve.sh").write_text("id -un > who\n")
     rec = _attempt(load_task(root))
     assert rec.solved, rec.detail
@@ -383,29 +489,49 @@ def test_harbor_sandbox_keeps_the_hardening(image, tmp_path):
     async def go():
         async with SandboxPool(run_id="harbor-test", warm=0) as pool:
             async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
-                r = await sb.exec("id -u; ls /sys/class/net; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status;"
-                                  " touch /etc/x && echo rw", 10)
+                r = await sb.exec(
+                    "id -u; ls /sys/class/net; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status;"
+                    " touch /etc/x && echo rw",
+                    10,
+                )
                 sb.container.reload()
                 return r, sb.container.attrs["HostConfig"]
+
     r, host = run(go())
     out = r.stdout.split()
     assert out[0] == "0" and out[1] == "lo" and out[-1] == "rw"
     assert out[out.index("NoNewPrivs:") + 1] == "1"
-    assert int(out[out.index("CapEff:") + 1], 16) & ~0xa80425fb == 0
-    assert (host["Memory"], host["MemorySwap"], host["PidsLimit"], host["NetworkMode"]) == (512 << 20, 512 << 20, 256, "none")
-    assert host["Privileged"] is False and not host.get("CapAdd") and "no-new-privileges" in host["SecurityOpt"]
+    assert int(out[out.index("CapEff:") + 1], 16) & ~0xA80425FB == 0
+    assert (host["Memory"], host["MemorySwap"], host["PidsLimit"], host["NetworkMode"]) == (
+        512 << 20,
+        512 << 20,
+        256,
+        "none",
+    )
+    assert (
+        host["Privileged"] is False and not host.get("CapAdd") and "no-new-privileges" in host["SecurityOpt"]
+    )
 
 
 def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
     """`harness eval` on a Harbor task: the loop works in the WORKDIR (/app) and its prompt says so."""
     import json
+
     from evaluators.runner import run_eval
-    reply = ("```bash\necho 'Hello, world!' > hello.txt && echo \"$APP_MODE\" > mode.txt\n```")
+
+    reply = "```bash\necho 'Hello, world!' > hello.txt && echo \"$APP_MODE\" > mode.txt\n```"
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"hello-world": [reply, "Done.\n```bash\nsubmit\n```"]}))
     out = tmp_path / "run"
-    run(run_eval(f"replay:{script}", [load_task(FIXTURES / "hello-world")], out_dir=out, concurrency=1,
-                 progress=False))
+    run(
+        run_eval(
+            f"replay:{script}",
+            [load_task(FIXTURES / "hello-world")],
+            out_dir=out,
+            concurrency=1,
+            progress=False,
+        )
+    )
     rec = json.loads((out / "attempts.jsonl").read_text().splitlines()[0])
     assert rec["solved"], (rec["status"], rec["reason"], rec["error"], rec["detail"])
     assert "/app" in rec["messages"][0]["content"] and "/workspace" not in rec["messages"][0]["content"]
@@ -413,14 +539,24 @@ def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
 
 
 def test_our_tasks_are_graded_fresh_only(tmp_path):
-    from tests.test_tasks_loader import TOML, task_folder as make_task  # task_folder: the loader tests' folder builder
-    assert load_task(make_task(tmp_path / "a", TOML.replace("[verifier]\n", '[verifier]\nisolation = "fresh"\n'))).harbor is None
+    from tests.test_tasks_loader import TOML  # task_folder: the loader tests' folder builder
+    from tests.test_tasks_loader import task_folder as make_task
+
+    assert (
+        load_task(
+            make_task(tmp_path / "a", TOML.replace("[verifier]\n", '[verifier]\nisolation = "fresh"\n'))
+        ).harbor
+        is None
+    )
     with pytest.raises(UserError, match="graded in a fresh container only"):
-        load_task(make_task(tmp_path / "b", TOML.replace("[verifier]\n", '[verifier]\nisolation = "snapshot"\n')))
+        load_task(
+            make_task(tmp_path / "b", TOML.replace("[verifier]\n", '[verifier]\nisolation = "snapshot"\n'))
+        )
 
 
 def test_exported_humaneval_tasks_validate(image, tmp_path):
     from tasks.humaneval import import_humaneval
+
     suite = load_suite(import_humaneval(tmp_path / "he"))[:2]
     rows = run(validate(_exported(tmp_path, suite), repeats=1, concurrency=2))
     assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])] * 2
@@ -428,8 +564,12 @@ def test_exported_humaneval_tasks_validate(image, tmp_path):
 
 def test_a_failing_healthcheck_is_an_infrastructure_error(image, tmp_path):
     from results.errors import InfraError
-    root = harbor_task(tmp_path, 'schema_version = "1.4"\n[environment.healthcheck]\ncommand = "test -e /ready"\n'
-                                 'interval_sec = 0.1\nretries = 2\n')
+
+    root = harbor_task(
+        tmp_path,
+        'schema_version = "1.4"\n[environment.healthcheck]\ncommand = "test -e /ready"\n'
+        "interval_sec = 0.1\nretries = 2\n",
+    )
     with pytest.raises(InfraError, match="healthcheck"):
         _attempt(load_task(root))
 
@@ -437,8 +577,10 @@ def test_a_failing_healthcheck_is_an_infrastructure_error(image, tmp_path):
 def test_snapshot_images_are_pruned_with_their_run(image):
     """A commit left behind by a crash between commit and removal goes with the run's containers."""
     import docker.errors
+
     from agent.sandbox import Limits, create_sandbox, docker_client, prune
     from agent.sandbox.native import NativeSpec, commit
+
     sb = create_sandbox(image, Limits(native=NativeSpec()), "harbor-prune-test")
     try:
         snap = commit(sb, "harbor-prune-test")
@@ -452,17 +594,22 @@ def test_snapshot_images_are_pruned_with_their_run(image):
 
 def test_public_network_mode_gives_an_interface(image, tmp_path):
     """network_mode = "public" joins the pool's own network (no traffic is sent: only the interfaces are listed)."""
-    task = load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n[environment]\nnetwork_mode = "public"\n'))
+    task = load_task(
+        harbor_task(tmp_path, 'schema_version = "1.4"\n[environment]\nnetwork_mode = "public"\n')
+    )
 
     async def go():
         async with SandboxPool(run_id="harbor-test", warm=0) as pool:
             async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
                 return (await sb.exec("ls /sys/class/net", 10)).stdout.split()
+
     assert "lo" in (nets := run(go())) and len(nets) >= 2
 
 
 def test_a_dockerfile_from_an_image_not_here_is_a_clear_error(image, tmp_path):
-    root = harbor_task(tmp_path, 'schema_version = "1.4"\n', dockerfile="FROM nowhere.invalid/none:24.04\nWORKDIR /app\n")
+    root = harbor_task(
+        tmp_path, 'schema_version = "1.4"\n', dockerfile="FROM nowhere.invalid/none:24.04\nWORKDIR /app\n"
+    )
     with pytest.raises(UserError, match="FROM nowhere.invalid/none:24.04 is not on this machine"):
         run(build_images([load_task(root)], log=lambda m: None))
 
@@ -482,8 +629,10 @@ def test_an_agent_that_ends_its_own_container_is_still_verified(image, mode):
             if sb.dead:
                 break
             import asyncio
+
             await asyncio.sleep(0.1)
         assert sb.dead
+
     rec = _attempt(_with_mode(load_task(FIXTURES / "hello-world"), mode), solve_then_stop)
     assert rec.solved, (rec.reason, rec.detail)
 
@@ -491,15 +640,19 @@ def test_an_agent_that_ends_its_own_container_is_still_verified(image, mode):
 def test_an_agent_that_freezes_the_command_server_scores_zero_without_crashing_the_run(image):
     """A root agent can SIGSTOP the helper: the host gives up on that sandbox; the attempt is graded 0."""
     import asyncio
+
     from agent.sandbox import SandboxDied
 
     async def freeze(task, sb):
         await sb.exec("echo 'Hello, world!' > hello.txt", timeout=10)
         try:
-            await sb._request({"cmd": "kill -STOP $PPID; sleep 100", "timeout": 200, "user": "agent",
-                               "cwd": "/app"}, host_timeout=2)
+            await sb._request(
+                {"cmd": "kill -STOP $PPID; sleep 100", "timeout": 200, "user": "agent", "cwd": "/app"},
+                host_timeout=2,
+            )
         except SandboxDied:
             pass
         await asyncio.sleep(0.5)
+
     rec = _attempt(_with_mode(load_task(FIXTURES / "hello-world"), "snapshot"), freeze)
     assert (rec.solved, rec.reason) == (False, "no_report") and "gone before verification" in rec.detail

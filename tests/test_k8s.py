@@ -1,6 +1,7 @@
 """`--sandbox k8s` in layers: golden manifests; the backend against a fake API server whose pods are
 Docker containers started from the rendered pod spec (so the command server runs in the exact image
 and configuration a pod would); and, behind the `k8s` marker, a real cluster when KUBECONFIG is set."""
+
 import asyncio
 import json
 import os
@@ -9,15 +10,22 @@ from datetime import datetime, timezone
 
 import pytest
 
-from results.errors import UserError
-from agent.sandbox.k8s import (EXEC_SERVER, LAUNCHER, SERVER_PORT, K8sApi, K8sSandboxPool, render_claim, render_template,
-                       render_warm_pool)
-from evaluators.runner import loop_policy, run_attempt
 from agent.sandbox import SERVER_SOURCE, Limits
+from agent.sandbox.k8s import (
+    EXEC_SERVER,
+    LAUNCHER,
+    SERVER_PORT,
+    K8sApi,
+    K8sSandboxPool,
+    render_claim,
+    render_template,
+    render_warm_pool,
+)
+from evaluators.runner import loop_policy, run_attempt
+from results.errors import UserError
 from tests.conftest import ROOT, run
+from tests.helpers import SUBMIT, WRITE_CORRECT, make_task
 from tests.k8s_fake import FakeCluster
-from tests.helpers import make_task
-from tests.helpers import SUBMIT, WRITE_CORRECT
 
 LABELS = {"harness.run": "r1", "harness.pool": "p1"}
 
@@ -37,9 +45,24 @@ def _sources_named(obj):
 def test_rendered_manifests_match_the_goldens():
     golden = json.loads((ROOT / "tests/golden/k8s_manifests.json").read_text())
     image = "registry.example/harness/base:abc"
-    assert _sources_named(render_template("harness-t1", "evals", image, Limits(), "TOKEN", LABELS)) == golden["template"]
-    assert _sources_named(render_template("harness-t2", "evals", image, Limits(network=True, cpus=2, memory_mb=2048),
-                                          "TOKEN", LABELS, runtime_class="gvisor")) == golden["template_internet_gvisor"]
+    assert (
+        _sources_named(render_template("harness-t1", "evals", image, Limits(), "TOKEN", LABELS))
+        == golden["template"]
+    )
+    assert (
+        _sources_named(
+            render_template(
+                "harness-t2",
+                "evals",
+                image,
+                Limits(network=True, cpus=2, memory_mb=2048),
+                "TOKEN",
+                LABELS,
+                runtime_class="gvisor",
+            )
+        )
+        == golden["template_internet_gvisor"]
+    )
     assert render_warm_pool("harness-t1", "evals", "harness-t1", 3, LABELS) == golden["warm_pool"]
     when = datetime(2026, 12, 1, 3, 0, 0, tzinfo=timezone.utc)
     assert render_claim("harness-t1-0a1b2c3d", "evals", "harness-t1", when, LABELS) == golden["claim"]
@@ -53,7 +76,10 @@ def test_the_hardening_is_in_the_pod_spec():
     sc = c["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
     assert sc["readOnlyRootFilesystem"] is True
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]}  # as on Docker
+    assert sc["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"],
+    }  # as on Docker
     assert c["resources"]["limits"]["memory"] == "512Mi" and c["resources"]["limits"]["cpu"] == "500m"
     assert spec["automountServiceAccountToken"] is False and "runtimeClassName" not in spec
     assert tpl["spec"]["networkPolicy"]["egress"] == []  # deny all egress
@@ -67,8 +93,16 @@ def test_kubeconfig_errors_name_the_file_and_the_fix(tmp_path):
     with pytest.raises(UserError, match="no kubeconfig at .*set KUBECONFIG"):
         K8sApi.from_kubeconfig(str(tmp_path / "missing"))
     bad = tmp_path / "config"
-    bad.write_text(json.dumps({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "x", "user": "u"}}],
-                               "clusters": [], "users": []}))
+    bad.write_text(
+        json.dumps(
+            {
+                "current-context": "c",
+                "contexts": [{"name": "c", "context": {"cluster": "x", "user": "u"}}],
+                "clusters": [],
+                "users": [],
+            }
+        )
+    )
     with pytest.raises(UserError, match=f"{bad}: cluster 'x' of the current context is not defined"):
         K8sApi.from_kubeconfig(str(bad))
 
@@ -91,8 +125,9 @@ def test_a_claimed_sandbox_runs_commands_hardened_and_is_deleted_after(fake_clus
             assert pool.api.namespace == "evals" and pool.api.http.headers["Authorization"] == "Bearer t0ken"
             async with pool.sandbox(image, Limits()) as sb:
                 assert (await sb.exec("id -u")).stdout.strip() == "10001"
-                assert (await sb.exec("env | grep -cE '^HARNESS_(TOKEN|SERVER|LAUNCHER|PORT)=' || true"
-                                      )).stdout.split() == ["0"]  # the launcher's environment is gone
+                assert (
+                    await sb.exec("env | grep -cE '^HARNESS_(TOKEN|SERVER|LAUNCHER|PORT)=' || true")
+                ).stdout.split() == ["0"]  # the launcher's environment is gone
                 assert (await sb.exec("touch /grader/x")).exit_code != 0  # root-owned, not writable
                 assert (await sb.exec("ls /grader")).exit_code != 0  # nor readable
                 assert (await sb.exec("touch /etc/x")).exit_code != 0  # read-only root
@@ -106,7 +141,10 @@ def test_a_claimed_sandbox_runs_commands_hardened_and_is_deleted_after(fake_clus
                 assert (await sb.exec("echo still here")).stdout == "still here\n"
                 claim = sb.id
                 pod = fake_cluster.get("sandboxclaims", claim)["status"]["sandbox"]["name"]
-                assert fake_cluster.get("sandboxclaims", claim)["spec"]["lifecycle"]["shutdownPolicy"] == "Delete"
+                assert (
+                    fake_cluster.get("sandboxclaims", claim)["spec"]["lifecycle"]["shutdownPolicy"]
+                    == "Delete"
+                )
                 # a second client cannot take the server over: the launcher took one connection and stopped listening
                 ip = fake_cluster.get("sandboxclaims", claim)["status"]["sandbox"]["podIPs"][0]
                 with pytest.raises(OSError):
@@ -119,6 +157,7 @@ def test_a_claimed_sandbox_runs_commands_hardened_and_is_deleted_after(fake_clus
         kinds = {p for m, p, _ in fake_cluster.log if m == "POST"}
         assert kinds == {"sandboxtemplates", "sandboxwarmpools", "sandboxclaims"}
         assert not [k for k in fake_cluster.objects if k[0] != "pods"]  # close() deleted everything it made
+
     run(go())
 
 
@@ -135,6 +174,7 @@ def test_an_attempt_runs_and_is_graded_on_k8s_sandboxes(fake_cluster, image, tmp
             model = ReplayModel.from_file(str(script))
             policy = loop_policy(model, LoopConfig(), asyncio.Semaphore(1), 0)
             return await run_attempt(make_task(), policy, pool, image, run_id="r-k8s", model_name="replay")
+
     rec = run(go())
     assert rec.solved and rec.reason == "pass", rec.detail
     claims = [n for m, p, n in fake_cluster.log if m == "POST" and p == "sandboxclaims"]
@@ -153,6 +193,7 @@ def test_the_exec_stream_fallback_runs_the_same_server(fake_cluster, image, tmp_
                 assert (await sb.exec("id -u; echo $HARNESS_TOKEN")).stdout.split() == ["10001"]
                 await sb.put_files({"x.txt": b"data"})
                 assert await sb.get_files(["x.txt"]) == {"x.txt": b"data"}
+
     run(go())
 
 
@@ -160,28 +201,51 @@ def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
     """A harness killed mid-run leaves its warm pool (pods kept running) and template: `sandbox prune --k8s`."""
     import subprocess
     import sys
+
     env = {**os.environ, "KUBECONFIG": fake_cluster.kubeconfig(tmp_path / "kubeconfig")}
     labels = {"harness.run": "r-dead", "harness.pool": "deadbeef"}
-    fake_cluster.create("sandboxtemplates", render_template("harness-dead", "evals", image, Limits(), "T", labels))
-    fake_cluster.create("sandboxwarmpools", render_warm_pool("harness-dead", "evals", "harness-dead", 2, labels))
+    fake_cluster.create(
+        "sandboxtemplates", render_template("harness-dead", "evals", image, Limits(), "T", labels)
+    )
+    fake_cluster.create(
+        "sandboxwarmpools", render_warm_pool("harness-dead", "evals", "harness-dead", 2, labels)
+    )
     other = render_warm_pool("someone-else", "evals", "harness-dead", 1, {"app": "other"})
     fake_cluster.create("sandboxwarmpools", other)
-    p = subprocess.run([sys.executable, "harness.py", "sandbox", "prune", "--k8s"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "harness.py", "sandbox", "prune", "--k8s"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert set(fake_cluster.objects) == {("sandboxwarmpools", "someone-else")}  # only what is not ours stays
 
 
 @pytest.mark.k8s
-@pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a cluster with agent-sandbox: set KUBECONFIG "
-                    "and HARNESS_K8S_IMAGE (the base image in a registry the cluster pulls from)")
+@pytest.mark.skipif(
+    not os.environ.get("KUBECONFIG"),
+    reason="needs a cluster with agent-sandbox: set KUBECONFIG "
+    "and HARNESS_K8S_IMAGE (the base image in a registry the cluster pulls from)",
+)
 def test_real_cluster_runs_and_grades_an_attempt(tmp_path):
     from evaluators.runner import run_eval
+
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [WRITE_CORRECT, SUBMIT]}))
     out = tmp_path / "run"
-    run(run_eval(f"replay:{script}", [make_task()], out_dir=out, progress=False, sandbox="k8s",
-                 sandbox_options={"image": os.environ["HARNESS_K8S_IMAGE"]}))
+    run(
+        run_eval(
+            f"replay:{script}",
+            [make_task()],
+            out_dir=out,
+            progress=False,
+            sandbox="k8s",
+            sandbox_options={"image": os.environ["HARNESS_K8S_IMAGE"]},
+        )
+    )
     rec = json.loads((out / "attempts.jsonl").read_text())
     assert rec["solved"], rec["detail"]
 
@@ -192,15 +256,39 @@ def test_cli_eval_with_k8s_sandboxes(fake_cluster, image, tmp_path):
     import sys
 
     from tasks.loader import load_suite
+
     task = next(t for t in load_suite("builtin") if t.id == "create-file-01")
     cmd = task.solution_files["solve.sh"].decode().strip().splitlines()[-1]
     script = tmp_path / "s.json"
-    script.write_text(json.dumps({"create-file-01": [f"```bash\n{cmd}\n```", SUBMIT], "*": ["```bash\nls\n```", SUBMIT]}))
+    script.write_text(
+        json.dumps({"create-file-01": [f"```bash\n{cmd}\n```", SUBMIT], "*": ["```bash\nls\n```", SUBMIT]})
+    )
     env = {**os.environ, "KUBECONFIG": fake_cluster.kubeconfig(tmp_path / "kubeconfig")}
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "harness.py", "eval", "--model", f"replay:{script}", "--tasks", "builtin",
-                        "--glob", "create-file-0[12]", "--sandbox", "k8s", "--k8s-image", image, "--out", str(out)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "harness.py",
+            "eval",
+            "--model",
+            f"replay:{script}",
+            "--tasks",
+            "builtin",
+            "--glob",
+            "create-file-0[12]",
+            "--sandbox",
+            "k8s",
+            "--k8s-image",
+            image,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     recs = {r["task_id"]: r for r in map(json.loads, (out / "attempts.jsonl").read_text().splitlines())}
     assert recs["create-file-01"]["solved"] and not recs["create-file-02"]["solved"]
@@ -212,9 +300,15 @@ def test_cli_eval_with_k8s_sandboxes(fake_cluster, image, tmp_path):
 def test_cli_k8s_without_an_image_is_a_one_line_error(tmp_path):
     import subprocess
     import sys
+
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [SUBMIT]}))
-    p = subprocess.run([sys.executable, "harness.py", "eval", "--model", f"replay:{script}", "--sandbox", "k8s"],
-                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HARNESS_K8S_IMAGE": ""})
+    p = subprocess.run(
+        [sys.executable, "harness.py", "eval", "--model", f"replay:{script}", "--sandbox", "k8s"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HARNESS_K8S_IMAGE": ""},
+    )
     assert p.returncode == 2
     assert "--k8s-image" in p.stderr.strip().splitlines()[-1]

@@ -1,5 +1,6 @@
 """Continuous batching and prefix reuse in the local backend (agent/models/local_decoding.py): every
 request gets what it would get decoded alone, whenever it joins and whatever it shares a batch with."""
+
 import asyncio
 import shutil
 
@@ -25,9 +26,19 @@ def tiny_folder(tmp_path_factory):
         if (smol / name).is_file():
             shutil.copy(smol / name, folder / name)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         initializer_range=0.2, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        initializer_range=0.2,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder
 
@@ -54,13 +65,18 @@ def conv(text):
     return [{"role": "system", "content": "You are a terse shell agent."}, {"role": "user", "content": text}]
 
 
-PROMPTS = ["List the files.", "Count the lines of data.txt and write the number to count.txt please.",
-           "Hi", "Sort names.txt into sorted.txt, keeping duplicates, and do not change names.txt."]
+PROMPTS = [
+    "List the files.",
+    "Count the lines of data.txt and write the number to count.txt please.",
+    "Hi",
+    "Sort names.txt into sorted.txt, keeping duplicates, and do not change names.txt.",
+]
 
 
 def test_concurrent_greedy_requests_match_decoding_alone(tiny):
     async def together():
         return await asyncio.gather(*(tiny.complete(conv(p), max_tokens=12) for p in PROMPTS))
+
     got = [out[0].completion_ids for out in asyncio.run(together())]
     assert got == [alone(tiny, conv(p), 12) for p in PROMPTS]
 
@@ -70,15 +86,19 @@ def test_requests_joining_a_running_batch_match_decoding_alone(tiny):
         async def later(i, p):
             await asyncio.sleep(0.05 * i)  # joins while the others are mid-decode
             return await tiny.complete(conv(p), max_tokens=24)
+
         return await asyncio.gather(*(later(i, p) for i, p in enumerate(PROMPTS)))
+
     got = [out[0].completion_ids for out in asyncio.run(staggered())]
     assert got == [alone(tiny, conv(p), 24) for p in PROMPTS]
 
 
 def test_a_conversations_next_turn_reuses_its_prefix_and_matches_decoding_alone(tiny):
     first = asyncio.run(tiny.complete(conv(PROMPTS[1]), max_tokens=10))[0]
-    follow = conv(PROMPTS[1]) + [{"role": "assistant", "content": first.content},
-                                 {"role": "user", "content": "exit code: 0\n(no output)"}]
+    follow = conv(PROMPTS[1]) + [
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": "exit code: 0\n(no output)"},
+    ]
     reused_before = tiny.prefix.reused_tokens
     second = asyncio.run(tiny.complete(follow, max_tokens=10))[0]
     reused = tiny.prefix.reused_tokens - reused_before
@@ -92,9 +112,12 @@ def test_seeded_samples_do_not_depend_on_the_batch(tiny):
     solo = asyncio.run(tiny.complete(msg, n=3, temperature=1.0, max_tokens=10, seed=7))
 
     async def crowded():
-        others = [tiny.complete(conv(p), n=2, temperature=1.0, max_tokens=10, seed=i) for i, p in enumerate(PROMPTS)]
+        others = [
+            tiny.complete(conv(p), n=2, temperature=1.0, max_tokens=10, seed=i) for i, p in enumerate(PROMPTS)
+        ]
         mine = tiny.complete(msg, n=3, temperature=1.0, max_tokens=10, seed=7)
         return (await asyncio.gather(mine, *others))[0]
+
     assert [c.completion_ids for c in asyncio.run(crowded())] == [c.completion_ids for c in solo]
     assert len({tuple(c.completion_ids) for c in solo}) > 1  # three different samples, not one copied
 
@@ -106,11 +129,13 @@ def test_a_cancelled_request_leaves_the_others_intact(tiny):
         await asyncio.sleep(0.1)
         victim.cancel()
         return await others
+
     got = [out[0].completion_ids for out in asyncio.run(main())]
     assert got == [alone(tiny, conv(p), 12) for p in (PROMPTS[0], PROMPTS[2])]
 
 
 # ---------------------------------------------------------------- the prefix cache itself
+
 
 def kv(n, value=0.0):
     return [(torch.full((2, n, 4), value), torch.full((2, n, 4), value))]

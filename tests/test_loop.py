@@ -1,6 +1,7 @@
 """The agent loop with the replay model: exact, known outcomes. Most tests run the loop as the runner starts it
 (loop_policy) on an in-memory sandbox (tests/helpers.py FakeSandbox); a few run whole attempts and evals in
 real Docker sandboxes, graded, end to end."""
+
 import asyncio
 import inspect
 import json
@@ -30,21 +31,28 @@ def replay(replies, tmp_path, **model_kw):
     return get_model(f"replay:{path}", **model_kw)
 
 
-def on_fake(replies, tmp_path, cfg=LoopConfig(), sb=None, **model_kw) -> tuple[LoopResult, FakeSandbox]:
+def on_fake(replies, tmp_path, cfg=None, sb=None, **model_kw) -> tuple[LoopResult, FakeSandbox]:
     """The loop as the runner starts it for the `add` task (its limits merged in), on an in-memory sandbox."""
     sb = sb or FakeSandbox()
-    policy = loop_policy(replay(replies, tmp_path, **model_kw), cfg, asyncio.Semaphore(1), 0)
+    policy = loop_policy(replay(replies, tmp_path, **model_kw), cfg or LoopConfig(), asyncio.Semaphore(1), 0)
     return run(policy(make_task(), sb)), sb
 
 
-def attempt(replies, image, tmp_path, cfg=LoopConfig(), task=None, **model_kw):
+def attempt(replies, image, tmp_path, cfg=None, task=None, **model_kw):
     """One whole attempt in a real sandbox, graded."""
     model = replay(replies, tmp_path, **model_kw)
 
     async def main():
         async with SandboxPool(warm=0) as pool:
-            return await run_attempt(task or make_task(), loop_policy(model, cfg, asyncio.Semaphore(1), 0), pool,
-                                     image, run_id="t", model_name="replay")
+            return await run_attempt(
+                task or make_task(),
+                loop_policy(model, cfg or LoopConfig(), asyncio.Semaphore(1), 0),
+                pool,
+                image,
+                run_id="t",
+                model_name="replay",
+            )
+
     return run(main())
 
 
@@ -93,13 +101,14 @@ def test_the_real_sandboxes_and_the_fake_have_what_the_loop_uses():
             assert inspect.iscoroutinefunction(have) == inspect.iscoroutinefunction(want), (cls, name)
             wanted, has = inspect.signature(want).parameters, inspect.signature(have).parameters
             positional = [p for p in wanted.values() if p.kind == p.POSITIONAL_OR_KEYWORD]
-            assert list(has)[:len(positional)] == [p.name for p in positional], (cls, name, list(has))
+            assert list(has)[: len(positional)] == [p.name for p in positional], (cls, name, list(has))
             for p in wanted.values():
                 q = has.get(p.name)
                 assert q is not None and (q.kind, q.default) == (p.kind, p.default), (cls, name, p, q)
             extra = [q for q in has.values() if q.name not in wanted]
-            assert all(q.default is not q.empty or q.kind in (q.VAR_POSITIONAL, q.VAR_KEYWORD) for q in extra), \
-                (cls, name, extra)
+            assert all(
+                q.default is not q.empty or q.kind in (q.VAR_POSITIONAL, q.VAR_KEYWORD) for q in extra
+            ), (cls, name, extra)
 
 
 def test_the_clis_loop_options_take_their_help_and_defaults_from_loopconfig():
@@ -111,37 +120,65 @@ def test_the_clis_loop_options_take_their_help_and_defaults_from_loopconfig():
     parser = harness.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     helps = {f.name: f.metadata["help"] for f in fields(LoopConfig)}
-    loop_options = {"eval": {"temperature", "max_steps", "max_reply_tokens", "token_budget", "cost_limit", "protocol",
-                             "seed"},
-                    "run": {"max_steps"}, "train": {"max_steps", "max_reply_tokens"}}  # train: seed is TrainConfig's
+    loop_options = {
+        "eval": {
+            "temperature",
+            "max_steps",
+            "max_reply_tokens",
+            "token_budget",
+            "cost_limit",
+            "protocol",
+            "seed",
+        },
+        "run": {"max_steps"},
+        "train": {"max_steps", "max_reply_tokens"},
+    }  # train: seed is TrainConfig's
     for command, names in loop_options.items():
         options = {a.dest: a for a in commands[command]._actions}
         for name in names:
             assert options[name].option_strings == ["--" + name.replace("_", "-")]
             assert options[name].help.startswith(helps[name]), (command, options[name].help)
     ev = parser.parse_args(["eval"])
-    assert (ev.max_steps, ev.max_reply_tokens, ev.token_budget, ev.cost_limit, ev.protocol, ev.temperature, ev.seed) \
-        == (30, None, None, None, "auto", None, 0)
+    assert (
+        ev.max_steps,
+        ev.max_reply_tokens,
+        ev.token_budget,
+        ev.cost_limit,
+        ev.protocol,
+        ev.temperature,
+        ev.seed,
+    ) == (30, None, None, None, "auto", None, 0)
     assert parser.parse_args(["run", "x", "--workspace", "."]).max_steps == LoopConfig().max_steps == 30
     tr = parser.parse_args(["train"])
     assert (tr.max_steps, tr.max_reply_tokens) == (None, None)  # the preset's, else LoopConfig's
     ev = parser.parse_args(["eval", "--max-steps", "7", "--cost-limit", "0.25", "--protocol", "text"])
     assert (ev.max_steps, ev.cost_limit, ev.protocol) == (7, 0.25, "text")
-    assert (default_reply_tokens("local:smollm2-135m"), default_reply_tokens("openai/gpt-4o-mini")) == (256, 1024)
+    assert (default_reply_tokens("local:smollm2-135m"), default_reply_tokens("openai/gpt-4o-mini")) == (
+        256,
+        1024,
+    )
 
 
 def test_the_clis_and_the_server_import_the_loop_config_without_the_docker_sdk():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['docker'] = None; import harness, agent.serve, agent.loop; "
-            "harness.build_parser(); print('ok')")  # import docker -> ImportError, as on a bare GPU machine
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parent.parent)
+    code = (
+        "import sys; sys.modules['docker'] = None; import harness, agent.serve, agent.loop; "
+        "harness.build_parser(); print('ok')"
+    )  # import docker -> ImportError, as on a bare GPU machine
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
 # ---- on the in-memory sandbox -------------------------------------------------------------------------
+
 
 def test_solving_steps_write_then_submit(tmp_path):
     res, sb = on_fake([WRITE_CORRECT, SUBMIT], tmp_path)
@@ -156,9 +193,16 @@ def test_observation_shows_real_output_then_agent_corrects(tmp_path):
     assert res.steps[1].observation.splitlines()[:2] == ["exit code: 0", "6"]
     assert res.steps[3].observation.splitlines()[:2] == ["exit code: 0", "5"]
     assert res.exit_reason == "submitted"
-    assert sb.commands == [WRITE_WRONG_CMD, CHECK_CMD, WRITE_CORRECT_CMD, CHECK_CMD]  # the correction ran last
+    assert sb.commands == [
+        WRITE_WRONG_CMD,
+        CHECK_CMD,
+        WRITE_CORRECT_CMD,
+        CHECK_CMD,
+    ]  # the correction ran last
     # each observation went back to the model before its next reply
-    assert [m["content"] for m in res.messages if m["role"] == "user"][-4:] == [s.observation for s in res.steps[:4]]
+    assert [m["content"] for m in res.messages if m["role"] == "user"][-4:] == [
+        s.observation for s in res.steps[:4]
+    ]
 
 
 def test_malformed_reply_gets_a_format_hint_and_counts_as_a_step(tmp_path):
@@ -169,15 +213,23 @@ def test_malformed_reply_gets_a_format_hint_and_counts_as_a_step(tmp_path):
 
 
 def test_step_limit(tmp_path):
-    res, sb = on_fake(["```bash\nls\n```", "```bash\npwd\n```", WRITE_CORRECT, SUBMIT], tmp_path,
-                      cfg=LoopConfig(max_steps=2))
-    assert (res.exit_reason, len(res.steps), sb.commands) == ("max_steps", 2, ["ls", "pwd"])  # the fix never ran
+    res, sb = on_fake(
+        ["```bash\nls\n```", "```bash\npwd\n```", WRITE_CORRECT, SUBMIT],
+        tmp_path,
+        cfg=LoopConfig(max_steps=2),
+    )
+    assert (res.exit_reason, len(res.steps), sb.commands) == (
+        "max_steps",
+        2,
+        ["ls", "pwd"],
+    )  # the fix never ran
 
 
 def test_command_timeout_is_reported_and_loop_goes_on(tmp_path):
     sb = FakeSandbox({"sleep 100": ExecResult(exit_code=0, stdout="", stderr="", duration=100.0)})
-    res, _ = on_fake(["```bash\nsleep 100\n```", WRITE_CORRECT, SUBMIT], tmp_path, cfg=LoopConfig(command_timeout=1),
-                     sb=sb)
+    res, _ = on_fake(
+        ["```bash\nsleep 100\n```", WRITE_CORRECT, SUBMIT], tmp_path, cfg=LoopConfig(command_timeout=1), sb=sb
+    )
     assert res.steps[0].timed_out and "did not finish within 1" in res.steps[0].observation
     assert sb.calls[0]["timeout"] == 1
     assert (res.exit_reason, sb.commands[1:]) == ("submitted", [WRITE_CORRECT_CMD])
@@ -191,7 +243,10 @@ def test_same_action_three_times_ends_as_stuck(tmp_path):
 def test_native_tool_protocol(tmp_path):
     content = "def add(a, b):\n    return a + b\n"
     replies = [
-        {"content": "", "tool_calls": [{"name": "write_file", "arguments": {"path": "solution.py", "content": content}}]},
+        {
+            "content": "",
+            "tool_calls": [{"name": "write_file", "arguments": {"path": "solution.py", "content": content}}],
+        },
         {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "cat solution.py"}}]},
         {"content": "", "tool_calls": [{"name": "submit", "arguments": {}}]},
     ]
@@ -204,14 +259,22 @@ def test_native_tool_protocol(tmp_path):
 
 
 def test_cost_limit_stops_a_priced_model(tmp_path):
-    res, _ = on_fake(["```bash\nls\n```", "```bash\npwd\n```", WRITE_CORRECT, SUBMIT], tmp_path,
-                     cfg=LoopConfig(cost_limit=1e-9), price_in=1000.0, price_out=1000.0)
+    res, _ = on_fake(
+        ["```bash\nls\n```", "```bash\npwd\n```", WRITE_CORRECT, SUBMIT],
+        tmp_path,
+        cfg=LoopConfig(cost_limit=1e-9),
+        price_in=1000.0,
+        price_out=1000.0,
+    )
     assert res.exit_reason == "cost_budget" and len(res.steps) == 1 and sum(s.cost for s in res.steps) > 0
 
 
 def test_token_budget_works_without_prices(tmp_path):
-    res, _ = on_fake(["```bash\nls\n```", "```bash\npwd\n```", WRITE_CORRECT, SUBMIT], tmp_path,
-                     cfg=LoopConfig(token_budget=1))
+    res, _ = on_fake(
+        ["```bash\nls\n```", "```bash\npwd\n```", WRITE_CORRECT, SUBMIT],
+        tmp_path,
+        cfg=LoopConfig(token_budget=1),
+    )
     assert res.exit_reason == "token_budget" and len(res.steps) == 1
 
 
@@ -223,6 +286,7 @@ def test_context_window_elides_old_observations(tmp_path, monkeypatch):
         m = for_task(self, *a, **kw)
         m.context_window = 1500  # tokens; the clipped seq output alone is ~ 2000
         return m
+
     monkeypatch.setattr(type(model), "for_task", small_context)
     sb = FakeSandbox({"seq 1 3000": "\n".join(str(i) for i in range(1, 3001)) + "\n"})
     res = run(loop_policy(model, LoopConfig(max_reply_tokens=100), asyncio.Semaphore(1), 0)(make_task(), sb))
@@ -231,8 +295,11 @@ def test_context_window_elides_old_observations(tmp_path, monkeypatch):
 
 
 def test_a_sandbox_dead_of_its_memory_limit_ends_the_attempt_other_deaths_raise(tmp_path):
-    res, _ = on_fake(["```bash\nls\n```", "```bash\nfill memory\n```", SUBMIT], tmp_path,
-                     sb=FakeSandbox(dies={"fill memory"}, dies_of="oom"))
+    res, _ = on_fake(
+        ["```bash\nls\n```", "```bash\nfill memory\n```", SUBMIT],
+        tmp_path,
+        sb=FakeSandbox(dies={"fill memory"}, dies_of="oom"),
+    )
     assert (res.exit_reason, len(res.steps)) == ("sandbox_died", 2)
     assert res.steps[1].observation == "[the sandbox ran out of memory and stopped]"
     with pytest.raises(SandboxDied):  # killed from outside: an infrastructure error for the runner to retry
@@ -243,13 +310,22 @@ def test_model_errors_are_infra_errors_not_model_failures(tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"other-task": [SUBMIT]}))  # no script for "add": every call fails
     model, pool = get_model(f"replay:{script}"), FakePool()
-    rec = run(attempt_with_retries(make_task(), lambda: loop_policy(model, LoopConfig(), asyncio.Semaphore(1), 0),
-                                   pool, "image", run_id="t", model_name="replay"))
+    rec = run(
+        attempt_with_retries(
+            make_task(),
+            lambda: loop_policy(model, LoopConfig(), asyncio.Semaphore(1), 0),
+            pool,
+            "image",
+            run_id="t",
+            model_name="replay",
+        )
+    )
     assert rec.status == "error" and rec.reason == "infra_error" and "no scripted replies" in rec.error
     assert len(pool.sandboxes) == 3  # tried, then retried as infrastructure errors are (INFRA_RETRIES)
 
 
 # ---- end to end in real sandboxes ---------------------------------------------------------------------
+
 
 def test_attempts_in_real_sandboxes_are_graded(image, tmp_path):
     rec = attempt([WRITE_CORRECT, SUBMIT], image, tmp_path)
@@ -260,12 +336,23 @@ def test_attempts_in_real_sandboxes_are_graded(image, tmp_path):
     rec = attempt([WRITE_WRONG, CHECK, SUBMIT], image, tmp_path)  # real output of the real file
     assert (rec.solved, rec.exit_reason, rec.reason) == (False, "submitted", "fail")
     assert rec.steps[1].observation.splitlines()[:2] == ["exit code: 0", "6"]
-    rec = attempt([  # the tools protocol's write_file through the real sandbox
-        {"content": "", "tool_calls": [{"name": "write_file", "arguments": {
-            "path": "solution.py", "content": "def add(a, b):\n    return a + b\n"}}]},
-        {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "cat solution.py"}}]},
-        {"content": "", "tool_calls": [{"name": "submit", "arguments": {}}]},
-    ], image, tmp_path)
+    rec = attempt(
+        [  # the tools protocol's write_file through the real sandbox
+            {
+                "content": "",
+                "tool_calls": [
+                    {
+                        "name": "write_file",
+                        "arguments": {"path": "solution.py", "content": "def add(a, b):\n    return a + b\n"},
+                    }
+                ],
+            },
+            {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "cat solution.py"}}]},
+            {"content": "", "tool_calls": [{"name": "submit", "arguments": {}}]},
+        ],
+        image,
+        tmp_path,
+    )
     assert rec.solved and rec.exit_reason == "submitted"
     assert [m["role"] for m in rec.messages].count("tool") == 3
     assert "return a + b" in rec.steps[1].observation
@@ -278,9 +365,15 @@ def test_run_eval_records_every_attempt_and_resume_runs_nothing_twice(image, tmp
     out = tmp_path / "run"
     run(run_eval(f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, progress=False))
     lines = (out / "attempts.jsonl").read_text().splitlines()
-    recs = [json.loads(l) for l in lines]
-    assert len(recs) == 3 and all(r["solved"] for r in recs), [(r["status"], r["reason"], r["error"], r["detail"]) for r in recs]
-    run(run_eval(f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, resume=True, progress=False))
+    recs = [json.loads(line) for line in lines]
+    assert len(recs) == 3 and all(r["solved"] for r in recs), [
+        (r["status"], r["reason"], r["error"], r["detail"]) for r in recs
+    ]
+    run(
+        run_eval(
+            f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, resume=True, progress=False
+        )
+    )
     assert len((out / "attempts.jsonl").read_text().splitlines()) == 3
 
 
@@ -304,9 +397,21 @@ def test_each_sample_and_step_gets_its_own_seed_and_a_rerun_the_same(image, tmp_
 
     def seeds(out):
         model = Recorder()
-        run(run_eval("recorder", [make_task()], samples=3, temperature=0.7, seed=5, out_dir=out, concurrency=1,
-                     progress=False, model_obj=model))
+        run(
+            run_eval(
+                "recorder",
+                [make_task()],
+                samples=3,
+                temperature=0.7,
+                seed=5,
+                out_dir=out,
+                concurrency=1,
+                progress=False,
+                model_obj=model,
+            )
+        )
         return model.seeds
+
     first = seeds(tmp_path / "a")
     assert len(first) == 6 and None not in first and len(set(first)) == 6  # 3 samples x 2 steps, all distinct
     assert seeds(tmp_path / "b") == first  # the same run again: the same seeds

@@ -1,6 +1,7 @@
 """The loop's exit reasons that end an attempt early (wall time, context window), the protocol choice, and how
 a task's own limits merge with the run's (CLI) limits. Models here are small in-process objects or a real
 HTTP server; the sandbox is an in-memory fake (tests/helpers.py FakeSandbox), none of these needs Docker."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +14,8 @@ from agent.loop import TOOLS, run_loop
 from agent.models import RetryPolicy
 from agent.models.base import Completion
 from agent.models.openai_compat import OpenAICompatModel
-from evaluators.runner import loop_policy
 from agent.sandbox import ExecResult
+from evaluators.runner import loop_policy
 from tasks.model import AgentLimits
 from tests.helpers import FakeSandbox, make_task
 
@@ -28,8 +29,13 @@ class Scripted:
 
     name, context_window = "scripted", 100_000
 
-    def __init__(self, reply: str | None | tuple = (NO_BLOCK, TWO_BLOCKS), delay: float = 0.0,
-                 supports_tools: bool = False, tokens_per_message: int = 10):
+    def __init__(
+        self,
+        reply: str | None | tuple = (NO_BLOCK, TWO_BLOCKS),
+        delay: float = 0.0,
+        supports_tools: bool = False,
+        tokens_per_message: int = 10,
+    ):
         self.replies = reply if isinstance(reply, tuple) else (reply,)  # taken in turn
         self.delay, self.supports_tools = delay, supports_tools
         self.tokens_per_message = tokens_per_message
@@ -57,6 +63,7 @@ def loop(model, cfg: LoopConfig):
 
 # ---- wall_time ------------------------------------------------------------------------------------
 
+
 def test_a_model_that_never_answers_ends_with_wall_time():
     res = loop(Scripted(reply=None), LoopConfig(wall_time=0.5))  # the model call gets at least 1 s
     assert (res.exit_reason, len(res.steps)) == ("wall_time", 0)
@@ -69,6 +76,7 @@ def test_wall_time_checked_after_each_step():
 
 
 # ---- context_exceeded -----------------------------------------------------------------------------
+
 
 def test_prompt_that_cannot_fit_the_window_ends_before_calling_the_model():
     model = Scripted(tokens_per_message=10_000)
@@ -85,12 +93,15 @@ def test_window_filling_up_ends_the_attempt_when_nothing_is_left_to_elide():
     assert (res.exit_reason, len(res.steps)) == ("context_exceeded", 3)
 
 
-
-
 def test_the_providers_context_length_error_ends_the_attempt(flaky):
-    body = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages "
-                                 "resulted in 9000 tokens.", "type": "invalid_request_error",
-                      "code": "context_length_exceeded"}}
+    body = {
+        "error": {
+            "message": "This model's maximum context length is 8192 tokens. However, your messages "
+            "resulted in 9000 tokens.",
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        }
+    }
     srv = flaky([(400, {}, body)])
     model = OpenAICompatModel("small", srv.base_url, retry=RetryPolicy(timeout=30.0))
     res = loop(model, LoopConfig(protocol="text"))
@@ -99,14 +110,19 @@ def test_the_providers_context_length_error_ends_the_attempt(flaky):
 
 def test_other_provider_errors_are_model_errors_not_context(flaky):
     srv = flaky([403])
-    res = loop(OpenAICompatModel("small", srv.base_url, retry=RetryPolicy(timeout=30.0)), LoopConfig(protocol="text"))
+    res = loop(
+        OpenAICompatModel("small", srv.base_url, retry=RetryPolicy(timeout=30.0)), LoopConfig(protocol="text")
+    )
     assert res.exit_reason == "model_error" and "403" in res.model_error
 
 
 # ---- --protocol -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("protocol,supports_tools,sends_tools", [
-    ("auto", True, True), ("auto", False, False), ("tools", False, True), ("text", True, False)])
+
+@pytest.mark.parametrize(
+    "protocol,supports_tools,sends_tools",
+    [("auto", True, True), ("auto", False, False), ("tools", False, True), ("text", True, False)],
+)
 def test_protocol_decides_whether_tools_are_offered(protocol, supports_tools, sends_tools):
     model = Scripted(supports_tools=supports_tools)
     loop(model, LoopConfig(protocol=protocol, max_steps=1))
@@ -128,6 +144,7 @@ def test_the_tools_protocol_reads_tool_calls_not_text():
 
 # ---- task limits merged with the run's limits -----------------------------------------------------
 
+
 def act(model, cfg: LoopConfig, limits: AgentLimits, sb: FakeSandbox | None = None):
     """The loop as the runner starts it for a task with these limits; without `sb` no command may run."""
     fake = sb or FakeSandbox()
@@ -146,16 +163,26 @@ def test_the_tasks_wall_time_applies_unless_the_run_turns_it_off():
     slow = dict(reply="```bash\nsubmit\n```", delay=2.0)  # answers after 2 s; the task allows 1 s
     limits = AgentLimits(timeout_sec=1.0)
     assert act(Scripted(**slow), LoopConfig(wall_time=600), limits).exit_reason == "wall_time"
-    assert act(Scripted(**slow), LoopConfig(wall_time=600, task_wall_time=False), limits).exit_reason == "submitted"
+    assert (
+        act(Scripted(**slow), LoopConfig(wall_time=600, task_wall_time=False), limits).exit_reason
+        == "submitted"
+    )
     # and the run's wall time applies when it is the smaller one
-    assert act(Scripted(**slow), LoopConfig(wall_time=1.0), AgentLimits(timeout_sec=600)).exit_reason == "wall_time"
+    assert (
+        act(Scripted(**slow), LoopConfig(wall_time=1.0), AgentLimits(timeout_sec=600)).exit_reason
+        == "wall_time"
+    )
 
 
 def test_command_timeout_is_the_smaller_of_task_and_run():
     sleeper = "```bash\nsleep 30; echo woke\n```"
-    for cfg, limits in ((LoopConfig(max_steps=1, command_timeout=60), AgentLimits(command_timeout_sec=1)),
-                        (LoopConfig(max_steps=1, command_timeout=1), AgentLimits(command_timeout_sec=60))):
-        sb = FakeSandbox({"sleep 30; echo woke": ExecResult(exit_code=0, stdout="woke\n", stderr="", duration=30.0)})
+    for cfg, limits in (
+        (LoopConfig(max_steps=1, command_timeout=60), AgentLimits(command_timeout_sec=1)),
+        (LoopConfig(max_steps=1, command_timeout=1), AgentLimits(command_timeout_sec=60)),
+    ):
+        sb = FakeSandbox(
+            {"sleep 30; echo woke": ExecResult(exit_code=0, stdout="woke\n", stderr="", duration=30.0)}
+        )
         res = act(Scripted(reply=sleeper), cfg, limits, sb)
         [step] = res.steps
         assert [c["timeout"] for c in sb.calls] == [1]

@@ -1,12 +1,13 @@
 """lora/data.py: which attempts are kept, and the exact token masks of the training sequences."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from lora_fakes import CharTokenizer, attempt, rollout
 
 from lora.data import IGNORE, build_dataset, build_examples, filter_attempts, read_dataset, write_dataset
-from lora_fakes import CharTokenizer, attempt, rollout
 from results.store import load_attempts
 
 
@@ -26,6 +27,7 @@ def trained_spans(labels: list[int]) -> list[list[int]]:
 
 
 # ---------------------------------------------------------------- filter
+
 
 def test_filter_keeps_only_honest_solved_attempts_with_token_ids():
     no_ids = attempt("t5")
@@ -90,8 +92,10 @@ def test_elided_conversation_gives_one_sequence_per_broken_link():
     # steps 0-1 chain; step 2's prompt was elided (breaks the chain); step 3 extends step 2.
     assert [ex.steps for ex in examples] == [[0, 1], [2, 3]]
     decoded = [[tok.decode(s) for s in trained_spans(ex.labels)] for ex in examples]
-    assert decoded == [[REPLIES[0] + "<|im_end|>", REPLIES[1] + "<|im_end|>"],
-                       [REPLIES[2] + "<|im_end|>", REPLIES[3] + "<|im_end|>"]]
+    assert decoded == [
+        [REPLIES[0] + "<|im_end|>", REPLIES[1] + "<|im_end|>"],
+        [REPLIES[2] + "<|im_end|>", REPLIES[3] + "<|im_end|>"],
+    ]
     assert "[earlier turns elided]" not in tok.decode(examples[0].input_ids)
     assert "[earlier turns elided]" in tok.decode(examples[1].input_ids)
 
@@ -126,8 +130,11 @@ def test_mask_errors_gives_no_loss_to_failed_commands():
     [plain] = build_examples(a)
     [masked] = build_examples(a, mask_errors=True)
     assert plain.input_ids == masked.input_ids
-    assert [tok.decode(s) for s in trained_spans(masked.labels)] == \
-        [REPLIES[0] + "<|im_end|>", REPLIES[2] + "<|im_end|>", REPLIES[3] + "<|im_end|>"]
+    assert [tok.decode(s) for s in trained_spans(masked.labels)] == [
+        REPLIES[0] + "<|im_end|>",
+        REPLIES[2] + "<|im_end|>",
+        REPLIES[3] + "<|im_end|>",
+    ]
     assert masked.steps == [0, 2, 3]
 
 
@@ -145,15 +152,26 @@ def test_dataset_jsonl_round_trip(tmp_path):
 def test_masks_with_the_real_smollm2_tokenizer():
     """Same decode check through SmolLM2's own chat template and tokenizer ."""
     import agent.models.local as local  # our own module: a broken import fails, never skips
+
     _, tok = local.load_hf("smollm2-135m")
     eot = tok.convert_tokens_to_ids("<|im_end|>")
-    messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
+    messages = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the bug."},
+    ]
     steps = []
     for i, (reply, obs) in enumerate(zip(REPLIES, OBS)):
         prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
-        steps.append(rollout(CharTokenizer(), [reply], [obs])[0].model_copy(update={
-            "index": i, "prompt_ids": prompt, "completion_ids": tok.encode(reply, add_special_tokens=False) + [eot]}))
+        steps.append(
+            rollout(CharTokenizer(), [reply], [obs])[0].model_copy(
+                update={
+                    "index": i,
+                    "prompt_ids": prompt,
+                    "completion_ids": tok.encode(reply, add_special_tokens=False) + [eot],
+                }
+            )
+        )
         messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}]
     examples = build_examples(attempt(steps=steps))
     spans = [tok.decode(s) for ex in examples for s in trained_spans(ex.labels)]

@@ -1,4 +1,5 @@
 """lora/sft.py on a tiny randomly initialised Llama (CPU, fast)."""
+
 from __future__ import annotations
 
 import json
@@ -6,11 +7,21 @@ import random
 
 import pytest
 import torch
+from lora_fakes import tiny_llama
 
 from lora.data import IGNORE, Example
-from lora.sft import (SFTConfig, accumulate_gradients, collate, length_grouped_batches, linear_targets, loss_sum,
-                      lr_at, prepare_model, save_adapter, train)
-from lora_fakes import tiny_llama
+from lora.sft import (
+    SFTConfig,
+    accumulate_gradients,
+    collate,
+    length_grouped_batches,
+    linear_targets,
+    loss_sum,
+    lr_at,
+    prepare_model,
+    save_adapter,
+    train,
+)
 
 VOCAB = 128
 
@@ -27,8 +38,17 @@ def make_examples(n: int, seed: int = 0, lo: int = 12, hi: int = 40) -> list[Exa
 
 
 def cfg(**kw) -> SFTConfig:
-    base = dict(rank=4, alpha=8, dropout=0.0, lr=1e-3, warmup_ratio=0.0, grad_accum=1, batch_tokens=256,
-                log_every=0, device="cpu")
+    base = dict(
+        rank=4,
+        alpha=8,
+        dropout=0.0,
+        lr=1e-3,
+        warmup_ratio=0.0,
+        grad_accum=1,
+        batch_tokens=256,
+        log_every=0,
+        device="cpu",
+    )
     base.update(kw)
     return SFTConfig(**base)
 
@@ -40,8 +60,15 @@ def mean_loss(model, examples) -> float:
 
 
 def test_linear_targets_are_the_llama_projections_not_the_head():
-    assert linear_targets(tiny_llama()) == ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj",
-                                            "v_proj"]
+    assert linear_targets(tiny_llama()) == [
+        "down_proj",
+        "gate_proj",
+        "k_proj",
+        "o_proj",
+        "q_proj",
+        "up_proj",
+        "v_proj",
+    ]
 
 
 def test_one_step_lowers_the_loss_on_its_batch():

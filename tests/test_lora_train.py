@@ -1,4 +1,5 @@
 """lora/train.py: the round loop, its phase markers and resume, early stop, rows; lora/cli.py."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,10 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from lora_fakes import CharTokenizer, attempt, rollout
 
 import lora.train as lt
 from results.errors import UserError
-from lora_fakes import CharTokenizer, attempt, rollout
 
 
 class FakeBackend:
@@ -34,7 +35,9 @@ class FakeBackend:
         if self.fail_eval_at is not None and len(self.evals) == self.fail_eval_at:
             self.fail_eval_at = None
             raise RuntimeError("sandbox exploded")
-        self.evals.append((Path(out_dir).parent.parent.name, Path(out_dir).name, adapter and Path(adapter).name))
+        self.evals.append(
+            (Path(out_dir).parent.parent.name, Path(out_dir).name, adapter and Path(adapter).name)
+        )
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         lines = []
@@ -42,8 +45,13 @@ class FakeBackend:
             for s in range(samples):
                 ok = self.solves(t.id, s, adapter)
                 cmds = [f"fix {t.id} v{s}", "submit"]
-                a = attempt(t.id, s, steps=rollout(self.tok, cmds, ["ok", "done"]),
-                            status="solved" if ok else "failed", reward=1.0 if ok else 0.0)
+                a = attempt(
+                    t.id,
+                    s,
+                    steps=rollout(self.tok, cmds, ["ok", "done"]),
+                    status="solved" if ok else "failed",
+                    reward=1.0 if ok else 0.0,
+                )
                 lines.append(a.model_dump_json())
         (out_dir / "attempts.jsonl").write_text("\n".join(lines) + "\n")
         return out_dir
@@ -52,15 +60,19 @@ class FakeBackend:
         if self.fail_sft_once:
             self.fail_sft_once = False
             raise RuntimeError("out of memory")
-        self.sfts.append((Path(out_dir).parent.name, len(examples), continue_from and Path(continue_from).parent.name))
+        self.sfts.append(
+            (Path(out_dir).parent.name, len(examples), continue_from and Path(continue_from).parent.name)
+        )
         out_dir.mkdir(parents=True)
         (out_dir / "adapter_config.json").write_text("{}")
         return {"steps": 3, "examples": len(examples)}
 
 
 def config(tmp_path, **kw) -> lt.TrainConfig:
-    return lt.config_from(None, **{"model": "local:tiny", "tasks": "suite", "out": tmp_path / "run",
-                                   "rounds": 2, "samples": 2, **kw})
+    return lt.config_from(
+        None,
+        **{"model": "local:tiny", "tasks": "suite", "out": tmp_path / "run", "rounds": 2, "samples": 2, **kw},
+    )
 
 
 def rows(out: Path) -> list[dict]:
@@ -81,14 +93,20 @@ def test_full_run_layout_rows_and_reuse_of_samples(tmp_path):
     assert [s[0] for s in fake.sfts] == ["round_1", "round_2"] and all(s[2] is None for s in fake.sfts)
     d1 = json.loads((out / "round_1" / "data.done.json").read_text())
     d2 = json.loads((out / "round_2" / "data.done.json").read_text())
-    assert d1["tasks"] == ["train-0"] and d2["tasks"] == ["train-0", "train-1"] and d2["new_tasks"] == ["train-1"]
+    assert (
+        d1["tasks"] == ["train-0"]
+        and d2["tasks"] == ["train-0", "train-1"]
+        and d2["new_tasks"] == ["train-1"]
+    )
     assert d2["from_rounds"] == [0, 1]  # ReST-EM: the union so far, from the base
     for r in range(3):
         assert (out / f"round_{r}" / "metrics.json").exists()
     assert (out / "round_1" / "dataset.jsonl").exists() and (out / "round_2" / "adapter").is_dir()
     rs = rows(out)
     # 3 rounds x 2 splits x (pass@1 at t=0, pass@1 and pass@2 at t=0.7)
-    assert len(rs) == 18 and all(set(r) == {"round", "split", "metric", "value", "ci_low", "ci_high"} for r in rs)
+    assert len(rs) == 18 and all(
+        set(r) == {"round", "split", "metric", "value", "ci_low", "ci_high"} for r in rs
+    )
     value = {(r["round"], r["split"], r["metric"]): r["value"] for r in rs}
     for (r, split, metric), v in value.items():
         if metric == "pass@1_t0.7":  # the chance one sample solves <= the chance one of two does
@@ -111,8 +129,9 @@ def test_the_rounds_the_loop_writes_are_read_back_by_the_results_reader(tmp_path
     assert len(read) == len(written) == 12
     assert read == [{"run": "rft", **r} for r in written]  # every row, every value, nothing renamed
     m0 = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"]
-    assert {(r["split"], r["metric"]): r["value"] for r in read if r["round"] == 0} == \
-        {(split, metric): m["value"] for split, by in m0.items() for metric, m in by.items()}
+    assert {(r["split"], r["metric"]): r["value"] for r in read if r["round"] == 0} == {
+        (split, metric): m["value"] for split, by in m0.items() for metric, m in by.items()
+    }
     table = logged[-1].splitlines()  # summary_table reads them through the same reader
     assert len(table) == 13 and table[1].split()[:4] == ["0", "heldout", "pass@1", "0.333"]
 
@@ -125,8 +144,11 @@ def test_end_of_turn_comes_from_the_tokenizer_files_alone(tmp_path, monkeypatch)
 
     def folder(name: str, vocab: dict, eos: str) -> str:
         path = tmp_path / name
-        tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-                                      eos_token=eos, unk_token="<unk>")
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+            eos_token=eos,
+            unk_token="<unk>",
+        )
         tok.save_pretrained(str(path))
         (path / "config.json").write_text("{}")  # resolve() takes a folder with config.json as a HF model
         return f"local:{path}"
@@ -222,12 +244,32 @@ def test_cli_merges_preset_and_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(lt, "run", lambda cfg: seen.setdefault("cfg", cfg))
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["train", "--preset", "rft-smollm2", "--samples", "2", "--limit", "2",
-                              "--mask-errors", "--lr", "1e-3", "--out", str(tmp_path / "x")])
+    args = parser.parse_args(
+        [
+            "train",
+            "--preset",
+            "rft-smollm2",
+            "--samples",
+            "2",
+            "--limit",
+            "2",
+            "--mask-errors",
+            "--lr",
+            "1e-3",
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     assert args.func(args) == 0
     c = seen["cfg"]
-    assert (c.model, c.tasks, c.samples, c.limit, c.mask_errors, c.rounds) == \
-        ("local:smollm2-135m", "builtin:easy", 2, 2, True, 2)
+    assert (c.model, c.tasks, c.samples, c.limit, c.mask_errors, c.rounds) == (
+        "local:smollm2-135m",
+        "builtin:easy",
+        2,
+        2,
+        True,
+        2,
+    )
     assert c.sft.lr == 1e-3 and c.sft.epochs == lt.PRESETS["rft-smollm2"]["sft"]["epochs"]
     assert c.continue_adapter is False and c.per_task_cap == 2
 
@@ -240,12 +282,23 @@ def test_cli_merges_preset_and_flags(tmp_path, monkeypatch):
 @pytest.mark.model
 def test_train_end_to_end_with_smollm2(tmp_path):
     """2 tasks x 2 samples x 1 round with the real model, runner and sandbox (Docker)."""
-    cfg = lt.config_from("rft-smollm2", rounds=1, samples=2, eval_samples=2, limit=2, concurrency=2,
-                         out=tmp_path / "run", sft={"epochs": 1})
+    cfg = lt.config_from(
+        "rft-smollm2",
+        rounds=1,
+        samples=2,
+        eval_samples=2,
+        limit=2,
+        concurrency=2,
+        out=tmp_path / "run",
+        sft={"epochs": 1},
+    )
     out = lt.run(cfg)
     rs = rows(out)
-    assert {(r["split"], r["metric"]) for r in rs if r["round"] == 0} == \
-        {(split, metric) for split in ("heldout", "train") for metric in ("pass@1", "pass@1_t0.7", "pass@2_t0.7")}
+    assert {(r["split"], r["metric"]) for r in rs if r["round"] == 0} == {
+        (split, metric)
+        for split in ("heldout", "train")
+        for metric in ("pass@1", "pass@1_t0.7", "pass@2_t0.7")
+    }
     data = json.loads((out / "round_1" / "data.done.json").read_text())
     # Which way round 1 goes is decided by an independent record: the base's own train samples (their
     # attempts.jsonl), not by the data phase's count that is under test.
@@ -279,11 +332,17 @@ def test_fine_tune_smollm2_gives_an_adapter_the_local_model_loads(tmp_path):
     prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
     reply = "```bash\necho hi > hello.txt\n```"
     steps = rollout(CharTokenizer(), [reply], ["ok"])
-    steps[0] = steps[0].model_copy(update={"prompt_ids": prompt,
-                                           "completion_ids": tok.encode(reply, add_special_tokens=False)})
+    steps[0] = steps[0].model_copy(
+        update={"prompt_ids": prompt, "completion_ids": tok.encode(reply, add_special_tokens=False)}
+    )
     examples = build_examples(attempt(steps=steps), end_of_turn=eot)
-    stats = lt._fine_tune("local:smollm2-135m", examples,
-                          SFTConfig(max_steps=3, lr=1e-3, dropout=0.0, log_every=0), tmp_path / "adapter", None)
+    stats = lt._fine_tune(
+        "local:smollm2-135m",
+        examples,
+        SFTConfig(max_steps=3, lr=1e-3, dropout=0.0, log_every=0),
+        tmp_path / "adapter",
+        None,
+    )
     assert stats["steps"] == 3 and stats["final_loss"] < stats["first_loss"]
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     model = local.LocalModel("smollm2-135m", adapter=str(tmp_path / "adapter"))

@@ -1,20 +1,20 @@
 """The in-process backend: SmolLM2 loads offline from the GGUF, caches, generates; LoRA adapters load."""
+
 from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
 import pytest
 
+from agent.models import get_model, local
 from results.errors import UserError
-from agent.models import get_model
-from agent.models import local
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 
 
 # --- no real model needed ---
+
 
 def test_unknown_local_model_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="not a known model"):
@@ -45,7 +45,9 @@ def test_invalid_adapter_path_is_a_user_error_naming_it(tmp_path):
 def test_corrupt_adapter_is_a_user_error(tmp_path):
     import torch
 
-    (tmp_path / "adapter_config.json").write_text('{"peft_type": "LORA", "target_modules": ["nothing"], "r": 2}')
+    (tmp_path / "adapter_config.json").write_text(
+        '{"peft_type": "LORA", "target_modules": ["nothing"], "r": 2}'
+    )
     with pytest.raises(UserError, match=str(tmp_path)):
         local.load_adapter(torch.nn.Linear(2, 2), str(tmp_path))
 
@@ -53,8 +55,15 @@ def test_corrupt_adapter_is_a_user_error(tmp_path):
 def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(config)
 
 
@@ -75,12 +84,14 @@ def test_a_crash_while_caching_leaves_no_cache_and_no_debris(tmp_path):
 
 def test_cache_round_trip_on_a_tiny_model(tmp_path):
     import torch
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"x" * 10)
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")))
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
+    )
     model = _tiny_llama().eval()
     target = tmp_path / "cache" / "m"
     local._write_cache(model, tok, gguf, target)
@@ -92,6 +103,7 @@ def test_cache_round_trip_on_a_tiny_model(tmp_path):
 
 
 # --- the real SmolLM2 ---
+
 
 @pytest.fixture(scope="module")
 def smol():
@@ -167,8 +179,9 @@ def test_lora_adapter_loads_and_changes_the_logits(smol, tmp_path):
     from peft import LoraConfig, get_peft_model
 
     base, _ = local.load_hf("smollm2-135m")
-    lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                                           init_lora_weights=False))  # random B: the adapter changes outputs
+    lora = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )  # random B: the adapter changes outputs
     lora.save_pretrained(str(tmp_path / "adapter"))
 
     adapted = get_model("local:smollm2-135m", adapter=str(tmp_path / "adapter"))

@@ -1,4 +1,5 @@
 """ReplayModel: scripted per-task replies and exact replays of recorded attempts."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,8 +7,8 @@ import json
 
 import pytest
 
-from results.errors import UserError
 from agent.models import ModelError, get_model, model_for_attempt
+from results.errors import UserError
 from results.schema import Attempt, Step
 
 MSGS = [{"role": "user", "content": "go"}]
@@ -54,20 +55,29 @@ def test_n_copies_and_unbound_model_plays_the_default(tmp_path):
 
 
 def test_scripted_tool_calls_turn_on_supports_tools(tmp_path):
-    reply = {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}},
-                                           {"id": "c9", "type": "function",
-                                            "function": {"name": "write", "arguments": "{\"path\": \"a\"}"}}]}
+    reply = {
+        "content": "",
+        "tool_calls": [
+            {"name": "bash", "arguments": {"command": "ls"}},
+            {"id": "c9", "type": "function", "function": {"name": "write", "arguments": '{"path": "a"}'}},
+        ],
+    }
     model = get_model("replay:" + script_file(tmp_path, {"t": [reply]}))
     assert model.supports_tools is True
     [c] = ask(model_for_attempt(model, "t"))
-    assert [(t.name, t.arguments) for t in c.tool_calls] == [("bash", {"command": "ls"}), ("write", {"path": "a"})]
+    assert [(t.name, t.arguments) for t in c.tool_calls] == [
+        ("bash", {"command": "ls"}),
+        ("write", {"path": "a"}),
+    ]
     assert c.tool_calls[1].id == "c9" and c.finish_reason == "tool_calls"
 
 
 def test_prices_apply_to_replies(tmp_path):
     path = tmp_path / "a.jsonl"
     step = Step(index=0, raw_output="hi", prompt_tokens=1000, completion_tokens=500)
-    path.write_text(Attempt(key="r/t/0", run_id="r", task_id="t", model="m", steps=[step]).model_dump_json() + "\n")
+    path.write_text(
+        Attempt(key="r/t/0", run_id="r", task_id="t", model="m", steps=[step]).model_dump_json() + "\n"
+    )
     model = get_model(f"replay:{path}", price_in="2", price_out=10)
     [c] = ask(model_for_attempt(model, "t"))
     assert c.cost == pytest.approx((1000 * 2 + 500 * 10) / 1e6)
@@ -79,20 +89,37 @@ def _attempt(task, sample, steps):
 
 def test_recorded_attempts_replay_exactly(tmp_path):
     steps0 = [
-        Step(index=0, raw_output="```bash\nls\n```", prompt_tokens=10, completion_tokens=3,
-             prompt_ids=[1, 2, 3], completion_ids=[7, 8, 2]),
-        Step(index=1, raw_output="", tool_calls=[{"id": "call_1", "name": "bash", "arguments": {"command": "pwd"}}]),
+        Step(
+            index=0,
+            raw_output="```bash\nls\n```",
+            prompt_tokens=10,
+            completion_tokens=3,
+            prompt_ids=[1, 2, 3],
+            completion_ids=[7, 8, 2],
+        ),
+        Step(
+            index=1,
+            raw_output="",
+            tool_calls=[{"id": "call_1", "name": "bash", "arguments": {"command": "pwd"}}],
+        ),
     ]
     steps1 = [Step(index=0, raw_output="sample one")]
     path = tmp_path / "attempts.jsonl"
-    path.write_text("\n".join(a.model_dump_json() for a in [_attempt("t", 0, steps0), _attempt("t", 1, steps1)]) + "\n")
+    path.write_text(
+        "\n".join(a.model_dump_json() for a in [_attempt("t", 0, steps0), _attempt("t", 1, steps1)]) + "\n"
+    )
     model = get_model(f"replay:{path}")
     assert model.supports_tools is True
 
     s0 = model_for_attempt(model, "t", 0)
     [c1] = ask(s0)
-    assert (c1.content, c1.prompt_ids, c1.completion_ids, c1.prompt_tokens, c1.completion_tokens) == \
-        ("```bash\nls\n```", [1, 2, 3], [7, 8, 2], 10, 3)
+    assert (c1.content, c1.prompt_ids, c1.completion_ids, c1.prompt_tokens, c1.completion_tokens) == (
+        "```bash\nls\n```",
+        [1, 2, 3],
+        [7, 8, 2],
+        10,
+        3,
+    )
     [c2] = ask(s0)
     assert c2.tool_calls[0].name == "bash" and c2.tool_calls[0].arguments == {"command": "pwd"}
     assert c2.tool_calls[0].id == "call_1"

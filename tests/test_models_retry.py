@@ -1,4 +1,5 @@
 """The retry layer against a real local HTTP server that misbehaves on cue, then succeeds."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,8 +11,6 @@ from agent.models import ContextLengthError, ModelError, RetryPolicy
 from agent.models.openai_compat import OpenAICompatModel
 from agent.models.retry import call_with_retries, is_retryable, retry_after
 from tests.helpers import FlakyServer
-
-
 
 
 class Sleeps:
@@ -42,7 +41,7 @@ def test_recovers_from_500_503_429_and_a_dropped_connection(flaky):
     assert len(sleeps.waits) == 4
     # full jitter: each wait in [0, min(cap, initial * 2^k)]
     for k, wait in enumerate(sleeps.waits):
-        assert 0 <= wait <= min(8.0, 1.0 * 2 ** k)
+        assert 0 <= wait <= min(8.0, 1.0 * 2**k)
 
 
 def test_retry_after_seconds_and_http_date_are_honoured(flaky):
@@ -80,8 +79,13 @@ def test_unauthorized_names_the_key_to_check(flaky):
 
 
 def test_context_length_error_is_final_and_typed(flaky):
-    body = {"error": {"message": "This model's maximum context length is 8192 tokens", "type": "invalid_request_error",
-                      "code": "context_length_exceeded"}}
+    body = {
+        "error": {
+            "message": "This model's maximum context length is 8192 tokens",
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        }
+    }
     server = flaky([(400, {}, body), "ok"])
     with pytest.raises(ContextLengthError):
         ask(make_model(server, Sleeps()))
@@ -95,7 +99,9 @@ def test_attempts_are_bounded_and_the_error_says_what_failed(flaky):
         ask(make_model(server, sleeps, max_attempts=4))
     assert server.calls == 4 and len(sleeps.waits) == 3
     message = str(err.value)
-    assert "'flaky'" in message and server.base_url in message and "503" in message and "4 attempts" in message
+    assert (
+        "'flaky'" in message and server.base_url in message and "503" in message and "4 attempts" in message
+    )
 
 
 def test_a_hung_request_hits_its_timeout_then_is_retried(flaky):
@@ -120,8 +126,12 @@ def test_litellm_backend_uses_the_same_retry_layer(flaky):
 
     server = flaky([(429, {"Retry-After": "3"}), 500, "ok"])
     sleeps = Sleeps()
-    model = LiteLLMModel("openai/flaky", api_base=server.base_url, api_key="k",
-                         retry=RetryPolicy(sleep=sleeps, timeout=10.0, initial_wait=0.5, max_wait=1.0))
+    model = LiteLLMModel(
+        "openai/flaky",
+        api_base=server.base_url,
+        api_key="k",
+        retry=RetryPolicy(sleep=sleeps, timeout=10.0, initial_wait=0.5, max_wait=1.0),
+    )
     out = ask(model)
     assert out[0].content == "fine"
     assert server.calls == 3
@@ -132,13 +142,16 @@ def test_litellm_backend_does_not_retry_401(flaky):
     from agent.models.litellm_model import LiteLLMModel
 
     server = flaky([401])
-    model = LiteLLMModel("openai/flaky", api_base=server.base_url, api_key="bad", retry=RetryPolicy(sleep=Sleeps()))
+    model = LiteLLMModel(
+        "openai/flaky", api_base=server.base_url, api_key="bad", retry=RetryPolicy(sleep=Sleeps())
+    )
     with pytest.raises(ModelError, match="OPENAI_API_KEY"):
         ask(model)
     assert server.calls == 1
 
 
 # --- the classification itself, without a server ---
+
 
 class FakeStatusError(Exception):
     def __init__(self, status: int, headers: dict | None = None) -> None:
@@ -147,9 +160,22 @@ class FakeStatusError(Exception):
         self.response = type("R", (), {"headers": headers or {}, "status_code": status})()
 
 
-@pytest.mark.parametrize("status,expected", [(408, True), (409, True), (429, True), (500, True), (502, True),
-                                             (503, True), (400, False), (401, False), (403, False), (404, False),
-                                             (422, False)])
+@pytest.mark.parametrize(
+    "status,expected",
+    [
+        (408, True),
+        (409, True),
+        (429, True),
+        (500, True),
+        (502, True),
+        (503, True),
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (422, False),
+    ],
+)
 def test_retryable_statuses(status, expected):
     assert is_retryable(FakeStatusError(status)) is expected
 
@@ -163,7 +189,10 @@ def test_transport_errors_are_retryable():
 def test_retry_after_forms():
     assert retry_after(FakeStatusError(429, {"Retry-After": "12"})) == 12.0
     assert retry_after(FakeStatusError(429, {"retry-after-ms": "1500"})) == 1.5
-    assert retry_after(FakeStatusError(429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}), now=1445412470.0) == 10.0
+    assert (
+        retry_after(FakeStatusError(429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}), now=1445412470.0)
+        == 10.0
+    )
     assert retry_after(FakeStatusError(429, {"Retry-After": "soon"})) is None
     assert retry_after(FakeStatusError(429)) is None
 
@@ -178,5 +207,8 @@ def test_call_with_retries_counts_attempts_without_http():
         return "done"
 
     sleeps = Sleeps()
-    assert asyncio.run(call_with_retries(request, what="model 'm' at x", policy=RetryPolicy(sleep=sleeps))) == "done"
+    assert (
+        asyncio.run(call_with_retries(request, what="model 'm' at x", policy=RetryPolicy(sleep=sleeps)))
+        == "done"
+    )
     assert len(calls) == 3 and len(sleeps.waits) == 2

@@ -1,13 +1,14 @@
 """get_model: spec strings pick the backend; options are checked; LiteLLM models fail early and clearly."""
+
 from __future__ import annotations
 
 import pytest
 
-from results.errors import UserError
 from agent.models import RetryPolicy, get_model
 from agent.models.common import apply_prices, completions_of
 from agent.models.litellm_model import LiteLLMModel
 from agent.models.openai_compat import OpenAICompatModel, parse_target
+from results.errors import UserError
 
 KEY_VARS = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY"]
 
@@ -18,29 +19,44 @@ def no_keys(monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
-@pytest.mark.parametrize("target,expected", [
-    ("http://127.0.0.1:8000/v1/smollm2-135m", ("http://127.0.0.1:8000/v1", "smollm2-135m")),
-    ("http://gpu:8000/v1/meta-llama/Llama-3.1-8B", ("http://gpu:8000/v1", "meta-llama/Llama-3.1-8B")),
-    ("https://host/api/openai/v1/m:7b", ("https://host/api/openai/v1", "m:7b")),
-])
+@pytest.mark.parametrize(
+    "target,expected",
+    [
+        ("http://127.0.0.1:8000/v1/smollm2-135m", ("http://127.0.0.1:8000/v1", "smollm2-135m")),
+        ("http://gpu:8000/v1/meta-llama/Llama-3.1-8B", ("http://gpu:8000/v1", "meta-llama/Llama-3.1-8B")),
+        ("https://host/api/openai/v1/m:7b", ("https://host/api/openai/v1", "m:7b")),
+    ],
+)
 def test_openai_compat_targets(target, expected):
     assert parse_target(target) == expected
 
 
 def test_openai_compat_spec_and_options():
-    model = get_model("openai-compat:http://127.0.0.1:9/v1/qwen/Qwen2.5-7B", context_window="32768",
-                      supports_tools="true", timeout=5, max_attempts="2", price_in=1, price_out=2)
+    model = get_model(
+        "openai-compat:http://127.0.0.1:9/v1/qwen/Qwen2.5-7B",
+        context_window="32768",
+        supports_tools="true",
+        timeout=5,
+        max_attempts="2",
+        price_in=1,
+        price_out=2,
+    )
     assert isinstance(model, OpenAICompatModel)
     assert (model.base_url, model.model) == ("http://127.0.0.1:9/v1", "qwen/Qwen2.5-7B")
     assert model.name == "openai-compat:http://127.0.0.1:9/v1/qwen/Qwen2.5-7B"
     assert model.context_window == 32768 and model.supports_tools is True
     assert (model.retry.timeout, model.retry.max_attempts) == (5.0, 2)
     by_option = get_model("openai-compat:llama3", base_url="http://127.0.0.1:11434/v1/")
-    assert (by_option.base_url, by_option.model, by_option.supports_tools) == ("http://127.0.0.1:11434/v1", "llama3", False)
+    assert (by_option.base_url, by_option.model, by_option.supports_tools) == (
+        "http://127.0.0.1:11434/v1",
+        "llama3",
+        False,
+    )
 
 
-@pytest.mark.parametrize("spec", ["openai-compat:http://127.0.0.1:8000/smollm2", "openai-compat:llama3",
-                                  "openai-compat:"])
+@pytest.mark.parametrize(
+    "spec", ["openai-compat:http://127.0.0.1:8000/smollm2", "openai-compat:llama3", "openai-compat:"]
+)
 def test_openai_compat_without_server_or_model_is_a_user_error(spec):
     with pytest.raises(UserError, match="openai-compat"):
         get_model(spec)
@@ -63,9 +79,14 @@ def test_unknown_model_string_names_the_fix(no_keys):
     assert "openai/gpt-4o-mini" in str(err.value) and "local:smollm2-135m" in str(err.value)
 
 
-@pytest.mark.parametrize("spec,var", [("openai/gpt-4o-mini", "OPENAI_API_KEY"),
-                                      ("anthropic/claude-3-5-haiku-latest", "ANTHROPIC_API_KEY"),
-                                      ("openrouter/meta-llama/llama-3.1-8b-instruct", "OPENROUTER_API_KEY")])
+@pytest.mark.parametrize(
+    "spec,var",
+    [
+        ("openai/gpt-4o-mini", "OPENAI_API_KEY"),
+        ("anthropic/claude-3-5-haiku-latest", "ANTHROPIC_API_KEY"),
+        ("openrouter/meta-llama/llama-3.1-8b-instruct", "OPENROUTER_API_KEY"),
+    ],
+)
 def test_missing_api_key_names_the_env_var(no_keys, spec, var):
     with pytest.raises(UserError, match=var):
         get_model(spec)
@@ -97,8 +118,10 @@ def test_unmapped_litellm_model_gets_safe_defaults(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     model = get_model("openai/some-private-finetune-xyz")
     assert model.supports_tools is False and model.context_window == 8192
-    response = {"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    response = {
+        "choices": [{"message": {"content": "x"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
     assert model._cost(response) == 0.0  # unknown price: free, never an exception
 
 
@@ -108,12 +131,22 @@ def test_ollama_needs_no_key(no_keys, monkeypatch):
 
 
 def test_completions_of_splits_usage_and_parses_tool_calls():
-    response = {"choices": [
-        {"message": {"content": "a"}, "finish_reason": "stop"},
-        {"message": {"content": None, "tool_calls": [
-            {"id": "c1", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}},
-            {"id": "c2", "function": {"name": "bash", "arguments": "{not json"}}]}, "finish_reason": "tool_calls"},
-    ], "usage": {"prompt_tokens": 10, "completion_tokens": 7}}
+    response = {
+        "choices": [
+            {"message": {"content": "a"}, "finish_reason": "stop"},
+            {
+                "message": {
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c1", "function": {"name": "bash", "arguments": '{"command": "ls"}'}},
+                        {"id": "c2", "function": {"name": "bash", "arguments": "{not json"}},
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            },
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 7},
+    }
     a, b = completions_of(response)
     assert (a.prompt_tokens, a.completion_tokens, b.completion_tokens) == (10, 4, 3)
     assert b.content == "" and b.tool_calls[0].arguments == {"command": "ls"}

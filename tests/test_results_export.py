@@ -1,4 +1,5 @@
 """Export: each fine-tuning format passes its schema check; only-solved, dedupe, tools, infra errors."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from results.errors import UserError
 from results import export
+from results.errors import UserError
 from results.manifest import Manifest
 from results.store import RunStore
 from results.synthetic import make_attempt, make_run
@@ -22,8 +23,9 @@ def read(path: Path) -> list[dict]:
 @pytest.fixture
 def mixed_run(tmp_path) -> Path:
     """Native-tool and text-protocol attempts; solved, failed and infra errors."""
-    run = make_run(tmp_path / "run", "m", TASKS, samples=3,
-                   outcome=lambda t, s: ["solved", "failed", "error"][s])
+    run = make_run(
+        tmp_path / "run", "m", TASKS, samples=3, outcome=lambda t, s: ["solved", "failed", "error"][s]
+    )
     with RunStore.open(run) as store:
         store.append(make_attempt(store.run_id, "sum", 3, native_tools=False, n_steps=4))
     return run
@@ -35,8 +37,15 @@ def test_every_exported_record_passes_its_format_check(mixed_run, tmp_path, fmt)
     records = read(result.path)
     conversations = read(export.export_run(mixed_run, "openai", tmp_path / "o.jsonl").path)
     if fmt in ("prompt-completion", "kto"):  # one record per assistant turn that is a training target
-        assert result.written == len(records) == sum(m["role"] == "assistant" and m.get("weight", 1) == 1
-                                                     for c in conversations for m in c["messages"])
+        assert (
+            result.written
+            == len(records)
+            == sum(
+                m["role"] == "assistant" and m.get("weight", 1) == 1
+                for c in conversations
+                for m in c["messages"]
+            )
+        )
     else:
         assert result.written == len(records) == 7  # 3 tasks x (solved, failed) + the text-protocol one
     assert result.skipped == {"infra error": 3}
@@ -62,9 +71,17 @@ def test_openai_records_keep_native_tool_calls_and_end_on_the_assistant(mixed_ru
 
 
 def test_tools_recorded_in_the_manifest_are_used(tmp_path):
-    offered = [{"type": "function", "function": {"name": n, "description": f"{n} tool",
-                                                  "parameters": {"type": "object", "properties": {}}}}
-               for n in ("bash", "write", "submit", "read")]
+    offered = [
+        {
+            "type": "function",
+            "function": {
+                "name": n,
+                "description": f"{n} tool",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+        for n in ("bash", "write", "submit", "read")
+    ]
     manifest = Manifest(model="m", config={"model": "m", "tools": offered})
     with RunStore.create(tmp_path / "run", manifest) as store:
         store.append(make_attempt(store.run_id, "t", 0, n_steps=4))
@@ -77,8 +94,9 @@ def test_hf_chat_keeps_tool_calls_structured_and_sharegpt_writes_them_into_the_t
     (chat, *_) = read(export.export_run(mixed_run, "hf-chat", tmp_path / "h.jsonl").path)
     first_reply = chat["messages"][2]
     assert first_reply["role"] == "assistant" and first_reply["content"] == "Step 1: I will bash next."
-    assert first_reply["tool_calls"] == [{"type": "function", "function": {"name": "bash",
-                                                                           "arguments": {"command": "ls -la"}}}]
+    assert first_reply["tool_calls"] == [
+        {"type": "function", "function": {"name": "bash", "arguments": {"command": "ls -la"}}}
+    ]
     assert chat["messages"][3]["role"] == "tool"
     assert {t["function"]["name"] for t in chat["tools"]} == {"bash", "write", "submit"}
     assert (chat["task_id"], chat["reward"], chat["split"]) == ("fix-add", 1.0, "")
@@ -89,7 +107,9 @@ def test_hf_chat_keeps_tool_calls_structured_and_sharegpt_writes_them_into_the_t
 
 
 def test_only_solved_and_dedupe(tmp_path):
-    run = make_run(tmp_path / "run", "m", TASKS, samples=2, outcome=lambda t, s: "solved" if t != "sum" else "failed")
+    run = make_run(
+        tmp_path / "run", "m", TASKS, samples=2, outcome=lambda t, s: "solved" if t != "sum" else "failed"
+    )
     with RunStore.open(run) as store:  # two attempts of one task with the same actions: one is a duplicate
         for sample in (5, 6):
             dup = make_attempt(store.run_id, "fix-add", sample, n_steps=1)
@@ -103,12 +123,21 @@ def test_only_solved_and_dedupe(tmp_path):
 
 
 def test_validators_reject_malformed_records():
-    good = {"messages": [{"role": "user", "content": "hi"},
-                         {"role": "assistant", "content": None, "tool_calls": [
-                             {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
-                         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-                         {"role": "assistant", "content": "done"}],
-            "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
+    good = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "assistant", "content": "done"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+    }
     assert export.validate_openai(good) == []
     bad_id = json.loads(json.dumps(good))
     bad_id["messages"][2]["tool_call_id"] = "c9"
@@ -119,26 +148,59 @@ def test_validators_reject_malformed_records():
     bad_args["messages"][1]["tool_calls"][0]["function"]["arguments"] = "{not json"
     assert any("not JSON" in p for p in export.validate_openai(bad_args))
     assert export.validate_openai({"messages": [{"role": "user", "content": "hi"}]}) == [
-        "no assistant message to train on"]
+        "no assistant message to train on"
+    ]
     cols = {"tools": None, "task_id": "t", "reward": 0.0, "split": ""}
-    assert export.validate_hf_chat({"messages": [{"role": "user", "content": "q"},
-                                                 {"role": "assistant", "content": "a"}], **cols}) == []
-    assert export.validate_hf_chat({"messages": [{"role": "user", "content": "q"},
-                                                 {"role": "assistant", "content": "a", "tool_calls": []}], **cols})
-    assert export.validate_hf_chat({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "",
-                                    "tool_calls": [{"type": "function", "function": {"name": "f",
-                                                                                    "arguments": "{}"}}]}], **cols})
+    assert (
+        export.validate_hf_chat(
+            {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], **cols}
+        )
+        == []
+    )
+    assert export.validate_hf_chat(
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "a", "tool_calls": []},
+            ],
+            **cols,
+        }
+    )
+    assert export.validate_hf_chat(
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                },
+            ],
+            **cols,
+        }
+    )
     assert export.validate_hf_chat({"messages": [{"role": "robot", "content": "a"}], **cols})
-    assert export.validate_hf_chat({"messages": [{"role": "user", "content": "q"},
-                                                 {"role": "assistant", "content": "a"}]})  # columns missing
-    pc = {"prompt": [{"role": "user", "content": "q"}], "completion": [{"role": "assistant", "content": "a"}], **cols}
+    assert export.validate_hf_chat(
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    )  # columns missing
+    pc = {
+        "prompt": [{"role": "user", "content": "q"}],
+        "completion": [{"role": "assistant", "content": "a"}],
+        **cols,
+    }
     assert export.validate_prompt_completion(pc) == [] and export.validate_kto(dict(pc, label=False)) == []
     assert export.validate_kto(pc) and export.validate_kto(dict(pc, label="no"))
     assert export.validate_prompt_completion(dict(pc, completion=[{"role": "user", "content": "a"}]))
-    assert export.validate_sharegpt({"conversations": [{"from": "human", "value": "q"},
-                                                       {"from": "gpt", "value": "a"}]}) == []
+    assert (
+        export.validate_sharegpt(
+            {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
+        )
+        == []
+    )
     assert export.validate_sharegpt({"conversations": [{"from": "user", "value": "q"}]})
-    assert export.validate_sharegpt({"conversations": [{"from": "human", "value": 3}, {"from": "gpt", "value": "a"}]})
+    assert export.validate_sharegpt(
+        {"conversations": [{"from": "human", "value": 3}, {"from": "gpt", "value": "a"}]}
+    )
 
 
 def test_unknown_format_and_bad_folder_are_user_errors(tmp_path):
@@ -149,6 +211,7 @@ def test_unknown_format_and_bad_folder_are_user_errors(tmp_path):
 
 
 # ---- judged by real consumers of each format, not by export.VALIDATORS --------------------------------
+
 
 def test_openai_records_validate_against_the_openai_sdks_own_types(mixed_run, tmp_path):
     """The OpenAI SDK's request types (TypedDicts), validated strictly by pydantic: what the chat and
@@ -193,7 +256,9 @@ def test_hf_chat_records_render_with_a_real_chat_template(mixed_run, tmp_path, s
         # Every message is rendered, in order, under its own role header.
         position = 0
         for message in record["messages"]:
-            assert message["role"] in ("system", "user", "assistant", "tool") and isinstance(message["content"], str)
+            assert message["role"] in ("system", "user", "assistant", "tool") and isinstance(
+                message["content"], str
+            )
             block = f"<|im_start|>{message['role']}\n{message['content']}<|im_end|>"
             found = text.find(block, position)
             assert found >= 0, (message["role"], message["content"][:80])
@@ -204,11 +269,21 @@ def test_hf_chat_records_render_with_a_real_chat_template(mixed_run, tmp_path, s
 SHAREGPT_SCHEMA = {  # the ShareGPT layout as trainers read it (e.g. axolotl / LLaMA-Factory), written here
     "type": "object",
     "required": ["conversations"],
-    "properties": {"conversations": {
-        "type": "array", "minItems": 2,
-        "items": {"type": "object", "required": ["from", "value"], "additionalProperties": False,
-                  "properties": {"from": {"enum": ["system", "human", "gpt", "tool"]},
-                                 "value": {"type": "string"}}}}},
+    "properties": {
+        "conversations": {
+            "type": "array",
+            "minItems": 2,
+            "items": {
+                "type": "object",
+                "required": ["from", "value"],
+                "additionalProperties": False,
+                "properties": {
+                    "from": {"enum": ["system", "human", "gpt", "tool"]},
+                    "value": {"type": "string"},
+                },
+            },
+        }
+    },
 }
 
 

@@ -1,4 +1,5 @@
 """Metrics: pass@k against brute force, errors kept out of denominators, bootstrap CIs, paired comparison."""
+
 from __future__ import annotations
 
 import itertools
@@ -23,13 +24,19 @@ def test_pass_at_k_equals_brute_force_over_all_subsets():
     for n in range(1, 9):
         for c in range(n + 1):
             for k in range(1, n + 1):
-                assert metrics.pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k), abs=1e-12), (n, c, k)
+                assert metrics.pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k), abs=1e-12), (
+                    n,
+                    c,
+                    k,
+                )
 
 
 def test_pass_at_k_is_stable_for_large_n():
     # 1 - C(199,100)/C(200,100) = 1 - 100/200, with binomials far beyond float range.
     assert metrics.pass_at_k(200, 1, 100) == pytest.approx(0.5, abs=1e-12)
-    assert metrics.pass_at_k(1000, 3, 10) == pytest.approx(1 - math.comb(997, 10) / math.comb(1000, 10), rel=1e-9)
+    assert metrics.pass_at_k(1000, 3, 10) == pytest.approx(
+        1 - math.comb(997, 10) / math.comb(1000, 10), rel=1e-9
+    )
     with pytest.raises(ValueError):
         metrics.pass_at_k(3, 4, 1)
     with pytest.raises(ValueError):
@@ -38,21 +45,43 @@ def test_pass_at_k_is_stable_for_large_n():
 
 def frame(rows: list[tuple]) -> pd.DataFrame:
     """Attempt-table rows: (task, domain, difficulty, status, reward, steps, cost)."""
-    return pd.DataFrame([{"task_id": t, "domain": d, "difficulty": lvl, "status": s, "solved": s == "solved",
-                          "reward": r, "n_steps": steps, "prompt_tokens": 100, "completion_tokens": 10,
-                          "cost": cost, "duration_total": 2.0, "reason": "pass" if s == "solved" else "fail",
-                          "exit_reason": "submitted", "error": "boom\ntrace" if s == "error" else None}
-                         for t, d, lvl, s, r, steps, cost in rows])
+    return pd.DataFrame(
+        [
+            {
+                "task_id": t,
+                "domain": d,
+                "difficulty": lvl,
+                "status": s,
+                "solved": s == "solved",
+                "reward": r,
+                "n_steps": steps,
+                "prompt_tokens": 100,
+                "completion_tokens": 10,
+                "cost": cost,
+                "duration_total": 2.0,
+                "reason": "pass" if s == "solved" else "fail",
+                "exit_reason": "submitted",
+                "error": "boom\ntrace" if s == "error" else None,
+            }
+            for t, d, lvl, s, r, steps, cost in rows
+        ]
+    )
 
 
 def test_errors_are_counted_apart_and_excluded_from_rates_and_pass_at_k():
-    df = frame([
-        ("a", "coding", 1, "solved", 1.0, 4, 0.01), ("a", "coding", 1, "solved", 1.0, 6, 0.01),
-        ("a", "coding", 1, "failed", 0.5, 10, 0.03), ("a", "coding", 1, "error", 0.0, 1, 0.02),
-        ("b", "math", 2, "failed", 0.0, 8, 0.01), ("b", "math", 2, "failed", 0.0, 8, 0.01),
-        ("b", "math", 2, "failed", 0.0, 8, 0.01),
-        ("c", "math", 2, "error", 0.0, 0, 0.0), ("c", "math", 2, "error", 0.0, 0, 0.0),
-    ])
+    df = frame(
+        [
+            ("a", "coding", 1, "solved", 1.0, 4, 0.01),
+            ("a", "coding", 1, "solved", 1.0, 6, 0.01),
+            ("a", "coding", 1, "failed", 0.5, 10, 0.03),
+            ("a", "coding", 1, "error", 0.0, 1, 0.02),
+            ("b", "math", 2, "failed", 0.0, 8, 0.01),
+            ("b", "math", 2, "failed", 0.0, 8, 0.01),
+            ("b", "math", 2, "failed", 0.0, 8, 0.01),
+            ("c", "math", 2, "error", 0.0, 0, 0.0),
+            ("c", "math", 2, "error", 0.0, 0, 0.0),
+        ]
+    )
     tasks = metrics.task_table(df)
     assert tasks.loc["a", ["n", "solved", "errors"]].tolist() == [3, 2, 1]
     assert math.isnan(tasks.loc["c", "rate"])  # only errors: no score at all, not a zero
@@ -76,8 +105,10 @@ def test_errors_are_counted_apart_and_excluded_from_rates_and_pass_at_k():
     assert math.isnan(per_task.loc["a", "solved_ci_low"])  # CIs resample tasks: none for one task
 
     reasons = metrics.failure_reasons(df)
-    assert reasons.set_index(["field", "value"])["count"].to_dict() == {("reason", "fail"): 4,
-                                                                         ("exit_reason", "submitted"): 4}
+    assert reasons.set_index(["field", "value"])["count"].to_dict() == {
+        ("reason", "fail"): 4,
+        ("exit_reason", "submitted"): 4,
+    }
     errors = metrics.error_summary(df)
     assert errors.to_dict("records") == [{"exit_reason": "submitted", "error": "boom", "count": 3}]
 
@@ -85,7 +116,12 @@ def test_errors_are_counted_apart_and_excluded_from_rates_and_pass_at_k():
 def test_run_summary_has_every_level_and_handles_an_empty_run():
     df = frame([("a", "coding", 1, "solved", 1.0, 3, 0.0), ("b", "text", 3, "failed", 0.0, 3, 0.0)])
     summary = metrics.run_summary(df, n_boot=100)
-    assert summary.groupby("level").size().to_dict() == {"overall": 1, "domain": 2, "difficulty": 2, "task": 2}
+    assert summary.groupby("level").size().to_dict() == {
+        "overall": 1,
+        "domain": 2,
+        "difficulty": 2,
+        "task": 2,
+    }
     empty = metrics.run_summary(frame([]).reindex(columns=frame([("a", "x", 1, "solved", 1, 1, 0)]).columns))
     assert empty.iloc[0]["n_tasks"] == 0 and math.isnan(empty.iloc[0]["solved_rate"])
 
@@ -106,7 +142,9 @@ def test_bootstrap_ci_is_seeded_and_brackets_the_mean():
 def brute_sign_flip(diffs: list[float]) -> float:
     observed = abs(sum(diffs))
     patterns = list(itertools.product((-1, 1), repeat=len(diffs)))
-    return sum(abs(sum(s * d for s, d in zip(p, diffs))) >= observed - 1e-12 for p in patterns) / len(patterns)
+    return sum(abs(sum(s * d for s, d in zip(p, diffs))) >= observed - 1e-12 for p in patterns) / len(
+        patterns
+    )
 
 
 def test_sign_flip_test_exact_and_monte_carlo():
@@ -121,10 +159,20 @@ def test_sign_flip_test_exact_and_monte_carlo():
 def test_compare_two_synthetic_runs(tmp_path):
     tasks = [(f"t{i:02d}", "coding" if i % 2 else "math", 1 + i % 3) for i in range(20)]
     # A solves t00-t09; B solves t01-t17 (t00 regressed, t10-t17 improved); t19 is an infra error in A.
-    run_a = make_run(tmp_path / "a", "m-a", tasks, samples=2,
-                     outcome=lambda t, s: "error" if t == "t19" else ("solved" if int(t[1:]) < 10 else "failed"))
-    run_b = make_run(tmp_path / "b", "m-b", tasks, samples=2,
-                     outcome=lambda t, s: "solved" if 1 <= int(t[1:]) <= 17 else "failed")
+    run_a = make_run(
+        tmp_path / "a",
+        "m-a",
+        tasks,
+        samples=2,
+        outcome=lambda t, s: "error" if t == "t19" else ("solved" if int(t[1:]) < 10 else "failed"),
+    )
+    run_b = make_run(
+        tmp_path / "b",
+        "m-b",
+        tasks,
+        samples=2,
+        outcome=lambda t, s: "solved" if 1 <= int(t[1:]) <= 17 else "failed",
+    )
     a, b = open_run(run_a).read_attempts(), open_run(run_b).read_attempts()
     c = metrics.compare(a, b, n_boot=1000, seed=0)
     assert c.n_tasks == 19 and c.only_b == ["t19"] and c.only_a == []
@@ -141,14 +189,31 @@ def test_compare_two_synthetic_runs(tmp_path):
 def test_per_task_pass_from_attempts_matches_the_task_table_and_scores_short_tasks_on_all_samples():
     from results.synthetic import make_attempt
 
-    outcomes = {"a": ["solved", "failed", "failed", "error"], "b": ["failed", "failed", "failed", "failed"],
-                "c": ["error", "error"], "d": ["solved", "error", "error", "error"]}
+    outcomes = {
+        "a": ["solved", "failed", "failed", "error"],
+        "b": ["failed", "failed", "failed", "failed"],
+        "c": ["error", "error"],
+        "d": ["solved", "error", "error", "error"],
+    }
     attempts = [make_attempt("r", t, i, status=s) for t, ss in outcomes.items() for i, s in enumerate(ss)]
-    assert metrics.per_task_pass(attempts, 1) == pytest.approx({"a": 1 / 3, "b": 0.0, "d": 1.0})  # c: no valid sample
+    assert metrics.per_task_pass(attempts, 1) == pytest.approx(
+        {"a": 1 / 3, "b": 0.0, "d": 1.0}
+    )  # c: no valid sample
     # pass@3: task d has one valid sample, so it is scored on it (pass@1), not left out as summarize() does.
     assert metrics.per_task_pass(attempts, 3) == pytest.approx({"a": 1.0, "b": 0.0, "d": 1.0})
-    df = pd.DataFrame([{"task_id": a.task_id, "domain": a.domain, "difficulty": a.difficulty, "status": a.status,
-                        "solved": a.solved, "reward": a.reward} for a in attempts])
+    df = pd.DataFrame(
+        [
+            {
+                "task_id": a.task_id,
+                "domain": a.domain,
+                "difficulty": a.difficulty,
+                "status": a.status,
+                "solved": a.solved,
+                "reward": a.reward,
+            }
+            for a in attempts
+        ]
+    )
     assert metrics.task_table(df).loc[["a", "b", "d"], "rate"].tolist() == pytest.approx([1 / 3, 0.0, 1.0])
 
 

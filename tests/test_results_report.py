@@ -1,4 +1,5 @@
 """Report: every attempt in the page, untrusted text escaped, self-contained, summaries, rounds, screenshot."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from results.errors import UserError
 from results import cli, report, rounds
+from results.errors import UserError
 from results.store import RunStore, open_run
 from results.synthetic import make_attempt, make_run
 
@@ -26,11 +27,23 @@ TASKS = [(f"task-{i}", ["coding", "math", "text"][i % 3], 1 + i % 3) for i in ra
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("runs")
-    base = make_run(root / "base", "local/smollm2", TASKS, samples=2, native_tools=False,
-                    outcome=lambda t, s: "error" if (t, s) == ("task-5", 1) else
-                    ("solved" if int(t[-1]) % 2 == 0 else "failed"))
-    tuned = make_run(root / "tuned", "local/smollm2+lora", TASKS, samples=2,
-                     outcome=lambda t, s: "failed" if t == "task-4" else "solved")
+    base = make_run(
+        root / "base",
+        "local/smollm2",
+        TASKS,
+        samples=2,
+        native_tools=False,
+        outcome=lambda t, s: (
+            "error" if (t, s) == ("task-5", 1) else ("solved" if int(t[-1]) % 2 == 0 else "failed")
+        ),
+    )
+    tuned = make_run(
+        root / "tuned",
+        "local/smollm2+lora",
+        TASKS,
+        samples=2,
+        outcome=lambda t, s: "failed" if t == "task-4" else "solved",
+    )
     with RunStore.open(tuned) as store:  # model output and observations are untrusted text
         hostile = make_attempt(store.run_id, "task-0", 2, observation=EVIL, model="local/smollm2+lora")
         hostile.steps[1].raw_output = EVIL
@@ -49,8 +62,14 @@ def built(runs, tmp_path_factory):
 
 def test_terminal_tables(built):
     _, text = built
-    for heading in ("== overview", "== by domain", "== by difficulty", "== compared with the baseline",
-                    "== failure reasons", "== infra errors"):
+    for heading in (
+        "== overview",
+        "== by domain",
+        "== by difficulty",
+        "== compared with the baseline",
+        "== failure reasons",
+        "== infra errors",
+    ):
         assert heading in text
     assert "base" in text and "tuned" in text and "sandbox_died" in text
 
@@ -95,7 +114,10 @@ def test_page_inlines_the_packaged_style_and_script(built):
     paths, _ = built
     page = paths["html"].read_text(encoding="utf-8")
     static = Path(report.__file__).parent / "static"  # shipped as package data (pyproject.toml)
-    css, js = (static / "report.css").read_text(encoding="utf-8"), (static / "report.js").read_text(encoding="utf-8")
+    css, js = (
+        (static / "report.css").read_text(encoding="utf-8"),
+        (static / "report.js").read_text(encoding="utf-8"),
+    )
     assert "details.attempt" in css and "getElementById('f-status')" in js  # the real files, not stubs
     assert f"<style>\n{css}</style>" in page
     assert re.search(r"<script nonce='[^']+'>\n" + re.escape(js) + "</script>", page)
@@ -127,7 +149,13 @@ def test_summary_files(built, runs):
     overall = parquet[parquet["level"] == "overall"].set_index("run")
     assert overall.loc["base", "n_errors"] == 1
     assert overall.loc["base", "solved_rate"] == pytest.approx(
-        open_run(runs[0]).read_attempts().query("status != 'error'").groupby("task_id")["solved"].mean().mean())
+        open_run(runs[0])
+        .read_attempts()
+        .query("status != 'error'")
+        .groupby("task_id")["solved"]
+        .mean()
+        .mean()
+    )
     md = paths["md"].read_text()
     assert md.startswith("## harness results") and "| run | model |" in md
     assert "**tuned** vs **base**" in md and "### By domain" in md
@@ -137,14 +165,26 @@ def test_rounds_plot_only_when_round_metrics_exist(runs, tmp_path):
     base = runs[0]
     paths = report.build_report([base], tmp_path / "plain", n_boot=50, echo=lambda s: None)
     assert "Pass rate by round" not in paths["html"].read_text()
-    extra = [{"round": r, "split": "heldout", "pass@1": 0.3 + 0.1 * r, "ci_low": 0.2 + 0.1 * r,
-              "ci_high": 0.4 + 0.1 * r} for r in range(3)]
-    paths = report.build_report([base], tmp_path / "extra", extra_rounds=extra, n_boot=50, echo=lambda s: None)
+    extra = [
+        {
+            "round": r,
+            "split": "heldout",
+            "pass@1": 0.3 + 0.1 * r,
+            "ci_low": 0.2 + 0.1 * r,
+            "ci_high": 0.4 + 0.1 * r,
+        }
+        for r in range(3)
+    ]
+    paths = report.build_report(
+        [base], tmp_path / "extra", extra_rounds=extra, n_boot=50, echo=lambda s: None
+    )
     assert "Pass rate by round" in paths["html"].read_text()
 
     with_file = tmp_path / "with-rounds"
     shutil.copytree(base, with_file)
-    (with_file / rounds.ROUNDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in extra) + '{"round": 3, "spl')
+    (with_file / rounds.ROUNDS_FILE).write_text(
+        "".join(json.dumps(r) + "\n" for r in extra) + '{"round": 3, "spl'
+    )
     assert [r["round"] for r in rounds.load_rounds(with_file)] == [0, 1, 2]  # torn tail ignored
     paths = report.build_report([with_file], None, n_boot=50, echo=lambda s: None)
     assert paths["html"].parent == with_file  # one run: the report goes into its folder
@@ -158,9 +198,14 @@ def test_post_training_folder_contributes_its_rounds(tmp_path):
     # The training loop's folder: no manifest.json, rounds.jsonl in the long form (metric, value).
     train = tmp_path / "train-run"
     train.mkdir()
-    rows = [{"round": r, "split": split, "metric": metric, "value": v, "ci_low": v - 0.1, "ci_high": v + 0.1}
-            for r in range(3) for split, metric, v in (("heldout", "pass@1", 0.2 + 0.1 * r),
-                                                       ("train", "pass@8_t0.7", 0.5 + 0.1 * r))]
+    rows = [
+        {"round": r, "split": split, "metric": metric, "value": v, "ci_low": v - 0.1, "ci_high": v + 0.1}
+        for r in range(3)
+        for split, metric, v in (
+            ("heldout", "pass@1", 0.2 + 0.1 * r),
+            ("train", "pass@8_t0.7", 0.5 + 0.1 * r),
+        )
+    ]
     (train / rounds.ROUNDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
     printed: list[str] = []
     paths = report.build_report([train], None, n_boot=10, echo=printed.append)
@@ -198,8 +243,11 @@ def test_cli_commands(runs, tmp_path, capsys):
     assert "B - A = " in out and "improved (solved in B only): task-1, task-3" in out
     assert run_cli(["export", str(runs[1]), "--format", "sharegpt", "--out", str(tmp_path / "x.jsonl")]) == 0
     assert "wrote 13 sharegpt records" in capsys.readouterr().out
-    for argv in (["report", str(tmp_path / "nope")], ["compare", str(runs[0]), str(tmp_path)],
-                 ["export", str(tmp_path), "--format", "openai"]):
+    for argv in (
+        ["report", str(tmp_path / "nope")],
+        ["compare", str(runs[0]), str(tmp_path)],
+        ["export", str(tmp_path), "--format", "openai"],
+    ):
         with pytest.raises(UserError) as err:
             run_cli(argv)
         assert "\n" not in str(err.value) and str(tmp_path) in str(err.value)
@@ -215,16 +263,31 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (Debian package 'chromium') "
-                                                   "to render report.html headless")
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="needs /usr/bin/chromium (Debian package 'chromium') to render report.html headless",
+)
 def test_report_screenshot_in_headless_chromium(built, tmp_path):
     paths, _ = built
     shot = tmp_path / "report.png"
-    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,2000",
-           paths["html"].resolve().as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(tmp_path)})
+    cmd = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        "--window-size=1280,2000",
+        paths["html"].resolve().as_uri(),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(tmp_path)}
+    )
     assert shot.exists(), f"chromium wrote no screenshot (rc={proc.returncode}): {proc.stderr[-2000:]}"
     data = shot.read_bytes()
     assert png_size(data) == (1280, 2000)

@@ -1,4 +1,5 @@
 """results/rounds.py: the rounds.jsonl of a post-training run, written by the loop and read by the report."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,13 @@ import pytest
 from results.errors import UserError
 from results.rounds import ROUNDS_FILE, append_rounds, load_rounds, normalize_rounds
 
-METRICS = {"heldout": {"pass@1": {"value": 0.25, "ci_low": 0.0, "ci_high": 0.5, "n_tasks": 4}},
-           "train": {"pass@1": {"value": 0.5, "ci_low": 0.25, "ci_high": 0.75},
-                     "pass@2_t0.7": {"value": 0.75, "ci_low": float("nan"), "ci_high": float("nan")}}}
+METRICS = {
+    "heldout": {"pass@1": {"value": 0.25, "ci_low": 0.0, "ci_high": 0.5, "n_tasks": 4}},
+    "train": {
+        "pass@1": {"value": 0.5, "ci_low": 0.25, "ci_high": 0.75},
+        "pass@2_t0.7": {"value": 0.75, "ci_low": float("nan"), "ci_high": float("nan")},
+    },
+}
 
 
 def test_rows_are_written_in_the_existing_layout_once_each(tmp_path):
@@ -28,8 +33,11 @@ def test_rows_are_written_in_the_existing_layout_once_each(tmp_path):
     ]
     rows = load_rounds(tmp_path, run="r")
     assert [(r["run"], r["round"], r["split"], r["metric"], r["value"]) for r in rows] == [
-        ("r", 0, "heldout", "pass@1", 0.25), ("r", 0, "train", "pass@1", 0.5),
-        ("r", 0, "train", "pass@2_t0.7", 0.75), ("r", 1, "train", "pass@1", 1.0)]
+        ("r", 0, "heldout", "pass@1", 0.25),
+        ("r", 0, "train", "pass@1", 0.5),
+        ("r", 0, "train", "pass@2_t0.7", 0.75),
+        ("r", 1, "train", "pass@1", 1.0),
+    ]
     assert math.isnan(rows[2]["ci_low"]) and rows[3]["ci_high"] == 1.0
 
 

@@ -1,4 +1,5 @@
 """Run store: append/read, torn lines, crash-resume under SIGKILL, the single-writer lock, disk full."""
+
 from __future__ import annotations
 
 import errno
@@ -25,8 +26,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def manifest(**config) -> Manifest:
     cfg = {"model": "test/model", "tasks": ["t1", "t2"], "samples": 1, "temperature": 0.0, **config}
-    return Manifest(model=cfg["model"], config=cfg, task_suite=[TaskEntry(id="t1", hash="a"), TaskEntry(id="t2", hash="b")],
-                    images={"t1": "sha256:00"}, harness_version="test", seed=1)
+    return Manifest(
+        model=cfg["model"],
+        config=cfg,
+        task_suite=[TaskEntry(id="t1", hash="a"), TaskEntry(id="t2", hash="b")],
+        images={"t1": "sha256:00"},
+        harness_version="test",
+        seed=1,
+    )
 
 
 def lines(path: Path) -> list[bytes]:
@@ -157,9 +164,11 @@ def test_resume_settings_are_the_recorded_ones_and_other_asked_values_are_refuse
     assert settings == recorded and got.config["tasks"] == ["t1", "t2"]
     with pytest.raises(UserError) as err:
         resume_settings(run, model="other", samples=3, temperature=0.7)
-    assert str(err.value) == (f"cannot resume {run} with other settings: --model other (the run has test/model); "
-                              "--temperature 0.7 (the run has 0.5); leave them out to continue the run as "
-                              "recorded, or start a new run folder")
+    assert str(err.value) == (
+        f"cannot resume {run} with other settings: --model other (the run has test/model); "
+        "--temperature 0.7 (the run has 0.5); leave them out to continue the run as "
+        "recorded, or start a new run folder"
+    )
     # A manifest from before samples/temperature were recorded: the defaults of `harness eval`.
     old = tmp_path / "old"
     old.mkdir()
@@ -193,6 +202,7 @@ def test_bad_run_folders_are_user_errors(tmp_path):
 
 # ---------------------------------------------------------------- single writer
 
+
 def test_second_writer_in_same_process_is_refused(tmp_path):
     with RunStore.create(tmp_path / "run", manifest()):
         with pytest.raises(UserError, match=rf"in use by another harness process \(pid {os.getpid()}\)"):
@@ -202,8 +212,15 @@ def test_second_writer_in_same_process_is_refused(tmp_path):
 
 def _python(code: str, *args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def test_second_writer_process_is_refused_with_holder_pid(tmp_path):
@@ -220,7 +237,9 @@ def test_second_writer_process_is_refused_with_holder_pid(tmp_path):
     """)
     with RunStore.create(tmp_path / "run", manifest()):
         out, err = _python(code, str(tmp_path / "run")).communicate(timeout=120)
-    assert f"run folder {tmp_path / 'run'} is in use by another harness process (pid {os.getpid()})" in out, err
+    assert f"run folder {tmp_path / 'run'} is in use by another harness process (pid {os.getpid()})" in out, (
+        err
+    )
     out, err = _python(code, str(tmp_path / "run")).communicate(timeout=120)
     assert out.strip() == "opened", err
 
@@ -273,7 +292,9 @@ def test_sigkill_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_
     rng = random.Random(1234)
     torn = 0
     for round_ in range(8):
-        if round_ % 2:  # killed from outside at a random moment of the append loop (or just after its 4 appends)
+        if (
+            round_ % 2
+        ):  # killed from outside at a random moment of the append loop (or just after its 4 appends)
             child = _python(WRITER, str(run), str(n), "-1", "0", "hold:4", stdin=subprocess.PIPE)
             assert child.stdout.readline().startswith("ready"), child.stderr.read()
             for _ in range(rng.randrange(4)):
@@ -287,7 +308,7 @@ def test_sigkill_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_
         # Between crashes: every complete line is a whole record; at most the last line is torn.
         data = (run / ATTEMPTS).read_bytes()
         torn += not data.endswith(b"\n")
-        for line in data[:data.rfind(b"\n") + 1].splitlines():
+        for line in data[: data.rfind(b"\n") + 1].splitlines():
             json.loads(line)
     assert torn >= 4  # every mid-write crash left a torn line for the next resume to cut off
     child = _python(WRITER, str(run), str(n), "-1", "0")
@@ -302,6 +323,7 @@ def test_sigkill_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_
 
 
 # ---------------------------------------------------------------- disk full
+
 
 def _disk_full_on_our_fd(monkeypatch, store, mode):
     real_write, real_fsync = os.write, os.fsync
@@ -337,8 +359,10 @@ def test_disk_full_leaves_only_complete_lines_and_says_how_to_resume(tmp_path, m
         _disk_full_on_our_fd(m, store, mode)
         with pytest.raises(UserError) as err:
             store.append(make_attempt("run", "t4", n_steps=6))
-    assert str(err.value) == (f"disk full writing {run / ATTEMPTS}: 3 attempts recorded, nothing lost; "
-                              f"free space and resume with --resume {run}")
+    assert str(err.value) == (
+        f"disk full writing {run / ATTEMPTS}: 3 attempts recorded, nothing lost; "
+        f"free space and resume with --resume {run}"
+    )
     assert (run / ATTEMPTS).read_bytes() == before
     assert "run/t4/0" not in store.done_keys()
     # Space is back: the same store (or a resumed one) carries on cleanly.

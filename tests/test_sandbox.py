@@ -1,4 +1,5 @@
 """The hardened sandbox against a real Docker engine."""
+
 import asyncio
 import resource
 import subprocess
@@ -27,6 +28,7 @@ async def one_sandbox(image, body, limits=SMALL):
 def test_runs_as_unprivileged_user_without_capabilities(image):
     async def body(sb):
         return await sb.exec("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status", 10)
+
     r = run(one_sandbox(image, body))
     lines = r.stdout.split()
     assert lines[0] == "10001"
@@ -40,6 +42,7 @@ def test_network_is_isolated(image):
         # Resolution only: no packet is ever sent to an address outside this machine.
         dns = await sb.exec("python3 -c \"import socket; socket.getaddrinfo('example.com', 80)\"", 20)
         return ifaces, dns
+
     ifaces, dns = run(one_sandbox(image, body))
     assert ifaces.stdout.split() == ["lo"]
     assert dns.exit_code != 0 and "gaierror" in dns.stderr
@@ -49,10 +52,13 @@ def test_fork_bomb_is_contained_and_sandbox_recovers(image):
     async def body(sb):
         await sb.exec("bomb() { bomb | bomb & }; bomb", timeout=5)
         return await sb.exec("echo alive; ps -e --no-headers | wc -l", timeout=10)
+
     after = run(one_sandbox(image, body))
     alive, processes = after.stdout.split()
     assert after.exit_code == 0 and alive == "alive"
-    assert int(processes) < 10  # the bomb's processes ended with its command; only the server and this are left
+    assert (
+        int(processes) < 10
+    )  # the bomb's processes ended with its command; only the server and this are left
     # The host can still start processes: the bomb was held to the container's pids limit.
     assert subprocess.run(["true"], timeout=60).returncode == 0
 
@@ -60,6 +66,7 @@ def test_fork_bomb_is_contained_and_sandbox_recovers(image):
 def test_memory_bomb_is_killed_and_reported(image):
     async def body(sb):
         return await sb.exec("python3 -c \"x=[]\nwhile True: x.append(' ' * 10**6)\"", timeout=60)
+
     r = run(one_sandbox(image, body))
     assert r.exit_code != 0
     assert r.oom, r
@@ -70,6 +77,7 @@ def test_timeout_kills_the_process_tree(image):
         r = await sb.exec("sleep 1000 & sleep 1000; echo finished", timeout=2)
         ps = await sb.exec("ps -eo comm", 10)
         return r, ps
+
     r, ps = run(one_sandbox(image, body))
     assert r.timed_out and "finished" not in r.stdout
     assert "sleep" not in ps.stdout  # both sleeps (the background one too) were killed
@@ -79,6 +87,7 @@ def test_background_process_does_not_outlive_its_command(image):
     async def body(sb):
         await sb.exec("setsid sleep 500 >/dev/null 2>&1 < /dev/null & echo started", 10)
         return await sb.exec("ps -eo comm", 10)
+
     assert "sleep" not in run(one_sandbox(image, body)).stdout
 
 
@@ -87,6 +96,7 @@ def test_output_flood_is_truncated_with_bounded_memory(image):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         r = await sb.exec("head -c 50000000 /dev/zero | tr '\\0' x; echo END", timeout=60)
         return r, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+
     r, grown_kb = run(one_sandbox(image, body))
     assert r.dropped_bytes > 49_000_000
     assert len(r.stdout) < 200_000
@@ -97,8 +107,10 @@ def test_output_flood_is_truncated_with_bounded_memory(image):
 
 def test_writes_outside_workspace_and_tmp_fail(image):
     async def body(sb):
-        return [await sb.exec(f"touch {p}", 10) for p in ("/etc/x", "/usr/x", "/x", "/grader/x")] + \
-               [await sb.exec("touch /workspace/ok /tmp/ok", 10)]
+        return [await sb.exec(f"touch {p}", 10) for p in ("/etc/x", "/usr/x", "/x", "/grader/x")] + [
+            await sb.exec("touch /workspace/ok /tmp/ok", 10)
+        ]
+
     *bad, good = run(one_sandbox(image, body))
     assert all(r.exit_code != 0 for r in bad)
     assert good.exit_code == 0
@@ -107,6 +119,7 @@ def test_writes_outside_workspace_and_tmp_fail(image):
 def test_workspace_size_is_limited(image):
     async def body(sb):
         return await sb.exec("dd if=/dev/zero of=/workspace/big bs=1M count=100", 30)
+
     r = run(one_sandbox(image, body))
     assert r.exit_code != 0 and "No space left" in r.stderr
 
@@ -119,6 +132,7 @@ def test_fresh_state_per_attempt(image):
             await asyncio.sleep(0.5)
             async with pool.sandbox(image, SMALL) as sb:
                 return await sb.exec("cat /workspace/left.txt /tmp/left.txt", 10)
+
     r = run(main())
     assert r.exit_code != 0 and "secret" not in r.stdout
 
@@ -129,6 +143,7 @@ def test_files_in_and_out_and_changes(image):
         await sb.mark_baseline()
         await sb.exec("echo two >> a.txt; rm sub/b.py; echo new > c.txt; ln -s /etc/passwd link", 10)
         return await sb.changes(), await sb.diff()
+
     changes, diff = run(one_sandbox(image, body))
     assert changes.files == {"a.txt": b"one\ntwo\n", "c.txt": b"new\n"}
     assert changes.deleted == ["sub/b.py"]
@@ -141,13 +156,16 @@ def test_pool_under_concurrent_users_leaks_nothing(image):
 
     async def main():
         async with SandboxPool(run_id=run_id, warm=2, max_containers=6) as pool:
+
             async def user(i):
                 for _ in range(2):
                     async with pool.sandbox(image, SMALL) as sb:
                         r = await sb.exec(f"echo {i}", 10)
                         assert r.stdout.strip() == str(i)
+
             await asyncio.gather(*(user(i) for i in range(8)))
             assert len(containers(run_id)) <= 6
+
     run(main())
     assert containers(run_id) == []
 
@@ -161,6 +179,7 @@ def test_warm_acquire_takes_a_ready_container_and_creates_none(image, monkeypatc
         sb = real_create(*args, **kw)
         created.append(sb.id)
         return sb
+
     monkeypatch.setattr(pool_module, "create_sandbox", counting_create)
 
     async def main():
@@ -175,6 +194,7 @@ def test_warm_acquire_takes_a_ready_container_and_creates_none(image, monkeypatc
             second = await pool.acquire(image, SMALL)
             await pool.release(second)
             return first.id, warm_ids, second.id
+
     first, warm_ids, second = run(main())
     assert warm_ids[0] == first and len(warm_ids) == 2
     assert second == warm_ids[1]  # the container made in advance, not a new one
@@ -186,6 +206,7 @@ def test_prune_removes_leftovers(image):
     async def leave_one():
         pool = SandboxPool(run_id=run_id, warm=0)
         await pool.acquire(image, SMALL)  # never released: a leftover
+
     run(leave_one())
     assert len(containers(run_id)) == 1
     assert prune(run_id) == 1

@@ -1,4 +1,5 @@
 """`harness serve` over real HTTP: the openai client, litellm and our own OpenAICompatModel as callers."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,16 @@ from agent.serve import start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MSGS = [{"role": "user", "content": "hello"}]
-TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
-                                           "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "run a command",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    }
+]
 
 
 @pytest.fixture
@@ -42,8 +51,9 @@ def client(server) -> openai.OpenAI:
 
 
 def post(server, path: str, body: bytes) -> tuple[int, dict]:
-    req = urllib.request.Request(server.base_url.removesuffix("/v1") + path, data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.base_url.removesuffix("/v1") + path, data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
@@ -53,7 +63,9 @@ def post(server, path: str, body: bytes) -> tuple[int, dict]:
 
 def test_response_has_the_openai_schema(serve_script):
     server = serve_script(["first reply"])
-    status, body = post(server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS}).encode())
+    status, body = post(
+        server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS}).encode()
+    )
     assert status == 200
     assert set(body) == {"id", "object", "created", "model", "choices", "usage", "system_fingerprint"}
     assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
@@ -76,7 +88,9 @@ def test_openai_client_lists_and_calls_the_model(serve_script):
 
 
 def test_tool_calls_come_back_in_openai_format(serve_script):
-    server = serve_script([{"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "ls -la"}}]}])
+    server = serve_script(
+        [{"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "ls -la"}}]}]
+    )
     reply = client(server).chat.completions.create(model=server.name, messages=MSGS, tools=TOOLS)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -86,10 +100,13 @@ def test_tool_calls_come_back_in_openai_format(serve_script):
 
 
 def test_adapter_flags_split_named_and_unnamed(tmp_path):
-    from results.errors import UserError
     from agent.serve import parse_adapters
+    from results.errors import UserError
 
-    assert parse_adapters(["runs/a", "tuned=runs/b", "v2=/x/y"]) == ("runs/a", {"tuned": "runs/b", "v2": "/x/y"})
+    assert parse_adapters(["runs/a", "tuned=runs/b", "v2=/x/y"]) == (
+        "runs/a",
+        {"tuned": "runs/b", "v2": "/x/y"},
+    )
     odd = tmp_path / "a=b"  # a folder whose name has "=" is a folder, not a name
     odd.mkdir()
     assert parse_adapters([str(odd)]) == (str(odd), {})
@@ -106,15 +123,23 @@ def test_unknown_model_is_404_and_api_key_is_required(tmp_path):
     try:
         with pytest.raises(openai.AuthenticationError) as e:
             openai.OpenAI(base_url=server.base_url, api_key="wrong", max_retries=0).models.list()
-        assert e.value.body["code"] == "invalid_api_key" and set(e.value.body) == {"message", "type", "param", "code"}
-        status, _ = post(server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS}).encode())
+        assert e.value.body["code"] == "invalid_api_key" and set(e.value.body) == {
+            "message",
+            "type",
+            "param",
+            "code",
+        }
+        status, _ = post(
+            server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS}).encode()
+        )
         assert status == 401  # no Authorization header at all
         good = openai.OpenAI(base_url=server.base_url, api_key="sekret", max_retries=0)
         with pytest.raises(openai.NotFoundError) as e:
             good.chat.completions.create(model="gpt-4o", messages=MSGS)
         assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
-        reply = good.chat.completions.create(model=server.name, messages=MSGS,
-                                             extra_body={"top_k": 5, "some_new_field": {"x": 1}})  # ignored
+        reply = good.chat.completions.create(
+            model=server.name, messages=MSGS, extra_body={"top_k": 5, "some_new_field": {"x": 1}}
+        )  # ignored
         assert reply.choices[0].message.content == "a"
     finally:
         server.stop()
@@ -122,12 +147,18 @@ def test_unknown_model_is_404_and_api_key_is_required(tmp_path):
 
 def test_streaming_sends_the_whole_reply(serve_script):
     server = serve_script(["streamed text"])
-    chunks = list(client(server).chat.completions.create(model=server.name, messages=MSGS, stream=True,
-                                                         stream_options={"include_usage": True}))
+    chunks = list(
+        client(server).chat.completions.create(
+            model=server.name, messages=MSGS, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "streamed text"
     assert chunks[-2].choices[0].finish_reason == "stop"
-    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == chunks[-1].usage.prompt_tokens + \
-        chunks[-1].usage.completion_tokens
+    assert (
+        chunks[-1].choices == []
+        and chunks[-1].usage.total_tokens
+        == chunks[-1].usage.prompt_tokens + chunks[-1].usage.completion_tokens
+    )
     assert all(ch.usage is None for ch in chunks[:-1])
 
 
@@ -137,8 +168,9 @@ def test_bad_requests_get_openai_style_errors(serve_script):
         client(server).chat.completions.create(model=server.name, messages=[])
     status, body = post(server, "/v1/chat/completions", b"{not json")
     assert status == 400 and "JSON" in body["error"]["message"]
-    status, body = post(server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS,
-                                                                     "n": 0}).encode())
+    status, body = post(
+        server, "/v1/chat/completions", json.dumps({"model": server.name, "messages": MSGS, "n": 0}).encode()
+    )
     assert status == 400 and "'n'" in body["error"]["message"] and body["error"]["param"] == "n"
     status, body = post(server, "/v1/chat/completions", json.dumps({"messages": MSGS}).encode())
     assert status == 400 and body["error"]["param"] == "model"
@@ -161,37 +193,57 @@ def test_litellm_calls_serve(serve_script):
 
     server = serve_script(["via litellm"])
     litellm = import_litellm()
-    reply = asyncio.run(litellm.acompletion(model=f"openai/{server.name}", api_base=server.base_url,
-                                            api_key="unused", messages=MSGS, num_retries=0))
+    reply = asyncio.run(
+        litellm.acompletion(
+            model=f"openai/{server.name}",
+            api_base=server.base_url,
+            api_key="unused",
+            messages=MSGS,
+            num_retries=0,
+        )
+    )
     assert reply.choices[0].message.content == "via litellm"
 
 
 def test_our_backends_call_serve_end_to_end(serve_script):
-    server = serve_script(["plain", {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "pwd"}}]},
-                           "via litellm backend"])
+    server = serve_script(
+        [
+            "plain",
+            {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "pwd"}}]},
+            "via litellm backend",
+        ]
+    )
     model = get_model(f"openai-compat:{server.base_url}/{server.name}", supports_tools=True)
     [c] = asyncio.run(model.complete(MSGS))
     assert c.content == "plain" and c.finish_reason == "stop"
     [t] = asyncio.run(model.complete(MSGS, tools=TOOLS))
     assert t.tool_calls[0].name == "bash" and t.tool_calls[0].arguments == {"command": "pwd"}
     lite = get_model(f"openai/{server.name}", api_base=server.base_url)
-    [l] = asyncio.run(lite.complete(MSGS))
-    assert l.content == "via litellm backend" and l.cost == 0.0
+    [c] = asyncio.run(lite.complete(MSGS))
+    assert c.content == "via litellm backend" and c.cost == 0.0
 
 
 def test_cli_serve_command_serves_until_stopped(tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": ["from the cli"]}))
-    code = ("import argparse, sys; from agent.serve import cli; p = argparse.ArgumentParser(); "
-            "cli.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
-    proc = subprocess.Popen([sys.executable, "-u", "-c", code, "serve", "--model", f"replay:{script}", "--port", "0"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    code = (
+        "import argparse, sys; from agent.serve import cli; p = argparse.ArgumentParser(); "
+        "cli.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", code, "serve", "--model", f"replay:{script}", "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert "serving" in line, line
         base_url = line.split(" at ")[1].split()[0]
         reply = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0).chat.completions.create(
-            model="s.json", messages=MSGS)
+            model="s.json", messages=MSGS
+        )
         assert reply.choices[0].message.content == "from the cli"
     finally:
         proc.terminate()
@@ -215,11 +267,20 @@ def test_serve_smollm2_to_the_openai_client_and_litellm():
     server = start_server("local:smollm2-135m")
     try:
         assert server.name == "smollm2-135m"
-        reply = client(server).chat.completions.create(model=server.name, messages=MSGS, max_tokens=6, temperature=0)
+        reply = client(server).chat.completions.create(
+            model=server.name, messages=MSGS, max_tokens=6, temperature=0
+        )
         text = reply.choices[0].message.content
         assert text and reply.usage.prompt_tokens > 5 and 1 <= reply.usage.completion_tokens <= 6
-        again = import_litellm().completion(model=f"openai/{server.name}", api_base=server.base_url, api_key="x",
-                                            messages=MSGS, max_tokens=6, temperature=0, num_retries=0)
+        again = import_litellm().completion(
+            model=f"openai/{server.name}",
+            api_base=server.base_url,
+            api_key="x",
+            messages=MSGS,
+            max_tokens=6,
+            temperature=0,
+            num_retries=0,
+        )
         assert again.choices[0].message.content == text  # greedy: the same reply through either client
     finally:
         server.stop()
@@ -238,7 +299,12 @@ def test_openai_compat_token_ids_are_the_served_local_model_own():
     """return_token_ids over HTTP gives the very ids the local model records in-process; a server started
     with stop_after_block ends the reply where the local model's own complete() does (the loop's rule)."""
     local = get_model("local:smollm2-135m")
-    ask = [{"role": "user", "content": "Write a bash command in a ```bash block that creates hello.txt containing hi."}]
+    ask = [
+        {
+            "role": "user",
+            "content": "Write a bash command in a ```bash block that creates hello.txt containing hi.",
+        }
+    ]
     [direct] = asyncio.run(local.complete(ask, max_tokens=48))
     assert direct.content.startswith("```") and direct.content.endswith("```")  # the block rule cut it
     servers = [start_server(local, stop_after_block=True), start_server(local)]

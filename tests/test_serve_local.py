@@ -1,6 +1,7 @@
 """`harness serve` with the real embedded SmolLM2 over HTTP, through the real openai client (and litellm):
 streaming token by token, stop inside the decoder, logprobs from the logits, /v1/completions, tools,
 response_format, named adapters and 16 concurrent streaming clients."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,12 +20,32 @@ pytestmark = pytest.mark.model
 KEY = "test-key"
 HAIKU = [{"role": "user", "content": "Write a haiku about the sea."}]
 WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
-    {"type": "function", "function": {
-        "name": "get_time", "description": "Current time in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Current time in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +55,9 @@ def server(tmp_path_factory):
     from agent.models import local
 
     base, _ = local.load_hf("smollm2-135m")
-    lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                                           init_lora_weights=False))  # random B: it changes the outputs
+    lora = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )  # random B: it changes the outputs
     folder = tmp_path_factory.mktemp("adapter") / "tuned"
     lora.save_pretrained(str(folder))
     srv = start_server("local:smollm2-135m", adapters={"tuned": str(folder)}, api_key=KEY)
@@ -59,12 +81,21 @@ def test_stream_flows_while_decoding_and_equals_the_plain_reply(server, api):
             break
         time.sleep(0.1)
     assert not server.model._current  # nothing is decoding now
-    stream = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=60, temperature=0,
-                                         stream=True, stream_options={"include_usage": True})
+    stream = api.chat.completions.create(
+        model=server.name,
+        messages=HAIKU,
+        max_tokens=60,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = []
     for ch in stream:
-        if ch.choices and ch.choices[0].delta.content and not any(c.choices and c.choices[0].delta.content
-                                                                  for c in chunks):
+        if (
+            ch.choices
+            and ch.choices[0].delta.content
+            and not any(c.choices and c.choices[0].delta.content for c in chunks)
+        ):
             # the first text arrived: the decoder must still be working on this request
             assert server.model._current, "the first token came after generation had ended"
         chunks.append(ch)
@@ -79,31 +110,54 @@ def test_stream_flows_while_decoding_and_equals_the_plain_reply(server, api):
 
 def test_stop_ends_generation_in_the_decoder_and_is_not_counted(server, api):
     tok = server.model.tokenizer
-    full = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=30, temperature=0,
-                                       extra_body={"return_token_ids": True})
+    full = api.chat.completions.create(
+        model=server.name, messages=HAIKU, max_tokens=30, temperature=0, extra_body={"return_token_ids": True}
+    )
     text = full.choices[0].message.content
     assert "\n" in text, text  # the haiku has more than one line
-    cut = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=30, temperature=0, stop=["\n"],
-                                      extra_body={"return_token_ids": True})
+    cut = api.chat.completions.create(
+        model=server.name,
+        messages=HAIKU,
+        max_tokens=30,
+        temperature=0,
+        stop=["\n"],
+        extra_body={"return_token_ids": True},
+    )
     assert cut.choices[0].message.content == text[: text.index("\n")]
     assert cut.choices[0].finish_reason == "stop"
     ids = ids_of(cut)
-    assert ids == ids_of(full)[: len(ids)] and cut.usage.completion_tokens == len(ids) < full.usage.completion_tokens
+    assert (
+        ids == ids_of(full)[: len(ids)]
+        and cut.usage.completion_tokens == len(ids) < full.usage.completion_tokens
+    )
     assert tok.decode(ids).startswith(cut.choices[0].message.content)
     assert "\n" not in tok.decode(ids[:-1])  # no token made only of the stop string is counted
-    streamed = "".join(ch.choices[0].delta.content or "" for ch in api.chat.completions.create(
-        model=server.name, messages=HAIKU, max_tokens=30, temperature=0, stop=["\n"], stream=True) if ch.choices)
+    streamed = "".join(
+        ch.choices[0].delta.content or ""
+        for ch in api.chat.completions.create(
+            model=server.name, messages=HAIKU, max_tokens=30, temperature=0, stop=["\n"], stream=True
+        )
+        if ch.choices
+    )
     assert streamed == cut.choices[0].message.content  # the stop string is never streamed
 
 
 def test_max_tokens_n_and_seed(server, api):
-    short = api.chat.completions.create(model=server.name, messages=HAIKU, max_completion_tokens=3, temperature=0)
+    short = api.chat.completions.create(
+        model=server.name, messages=HAIKU, max_completion_tokens=3, temperature=0
+    )
     assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
     short2 = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=2, temperature=0)
     assert short2.usage.completion_tokens == 2
-    a = api.chat.completions.create(model=server.name, messages=HAIKU, n=3, temperature=1.0, seed=5, max_tokens=10)
-    b = api.chat.completions.create(model=server.name, messages=HAIKU, n=3, temperature=1.0, seed=5, max_tokens=10)
-    c = api.chat.completions.create(model=server.name, messages=HAIKU, n=3, temperature=1.0, seed=6, max_tokens=10)
+    a = api.chat.completions.create(
+        model=server.name, messages=HAIKU, n=3, temperature=1.0, seed=5, max_tokens=10
+    )
+    b = api.chat.completions.create(
+        model=server.name, messages=HAIKU, n=3, temperature=1.0, seed=5, max_tokens=10
+    )
+    c = api.chat.completions.create(
+        model=server.name, messages=HAIKU, n=3, temperature=1.0, seed=6, max_tokens=10
+    )
     assert [ch.index for ch in a.choices] == [0, 1, 2]
     texts = [ch.message.content for ch in a.choices]
     assert texts == [ch.message.content for ch in b.choices]  # same seed, same samples
@@ -115,8 +169,15 @@ def test_max_tokens_n_and_seed(server, api):
 def test_logprobs_are_the_model_own(server, api):
     import torch
 
-    reply = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=6, temperature=0,
-                                        logprobs=True, top_logprobs=3, extra_body={"return_token_ids": True})
+    reply = api.chat.completions.create(
+        model=server.name,
+        messages=HAIKU,
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"return_token_ids": True},
+    )
     entries = reply.choices[0].logprobs.content
     assert "".join(e.token for e in entries) == reply.choices[0].message.content
     prompt, out = reply.model_extra["prompt_token_ids"], ids_of(reply)
@@ -126,8 +187,12 @@ def test_logprobs_are_the_model_own(server, api):
     for i, e in enumerate(entries):
         row = logp[len(prompt) - 1 + i]
         assert e.logprob == pytest.approx(float(row[out[i]]), abs=2e-3)
-        assert len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token  # greedy: the top one was taken
-        assert [t.logprob for t in e.top_logprobs] == sorted((t.logprob for t in e.top_logprobs), reverse=True)
+        assert (
+            len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token
+        )  # greedy: the top one was taken
+        assert [t.logprob for t in e.top_logprobs] == sorted(
+            (t.logprob for t in e.top_logprobs), reverse=True
+        )
         assert e.top_logprobs[1].logprob == pytest.approx(float(row.topk(2).values[1]), abs=2e-3)
         assert bytes(e.bytes).decode() == e.token
     none = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=2, temperature=0)
@@ -137,79 +202,146 @@ def test_logprobs_are_the_model_own(server, api):
 def test_errors_have_the_reference_shape(server, api):
     with pytest.raises(openai.NotFoundError) as e:
         api.chat.completions.create(model="gpt-4o", messages=HAIKU)
-    assert set(e.value.body) == {"message", "type", "param", "code"} and e.value.body["code"] == "model_not_found"
+    assert (
+        set(e.value.body) == {"message", "type", "param", "code"}
+        and e.value.body["code"] == "model_not_found"
+    )
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.base_url, api_key="nope", max_retries=0).chat.completions.create(
-            model=server.name, messages=HAIKU, max_tokens=1)
+            model=server.name, messages=HAIKU, max_tokens=1
+        )
     with pytest.raises(openai.BadRequestError) as e:
         api.chat.completions.create(model=server.name, messages=[{"role": "wizard", "content": "x"}])
     assert e.value.body["param"] == "messages[0].role"
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
         api.chat.completions.create(model=server.name, messages=HAIKU, top_logprobs=2)
     with pytest.raises(openai.BadRequestError, match="tool_choice"):
-        api.chat.completions.create(model=server.name, messages=HAIKU, tools=TOOLS,
-                                    tool_choice={"type": "function", "function": {"name": "nope"}})
-    ok = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=1,
-                                     extra_body={"frequency_penalty_v9": 1, "top_k": 3})  # unknown: ignored
+        api.chat.completions.create(
+            model=server.name,
+            messages=HAIKU,
+            tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+        )
+    ok = api.chat.completions.create(
+        model=server.name, messages=HAIKU, max_tokens=1, extra_body={"frequency_penalty_v9": 1, "top_k": 3}
+    )  # unknown: ignored
     assert ok.usage.completion_tokens == 1
 
 
 def test_completions_endpoint_and_token_ids(server, api):
     tok = server.model.tokenizer
     prompt = "The capital of France is"
-    text = api.completions.create(model=server.name, prompt=prompt, max_tokens=5, temperature=0, logprobs=2,
-                                  extra_body={"return_token_ids": True})
+    text = api.completions.create(
+        model=server.name,
+        prompt=prompt,
+        max_tokens=5,
+        temperature=0,
+        logprobs=2,
+        extra_body={"return_token_ids": True},
+    )
     choice = text.choices[0]
     assert choice.model_extra["prompt_token_ids"] == tok(prompt)["input_ids"]
     assert tok.decode(choice.model_extra["token_ids"]) == choice.text and text.usage.completion_tokens == 5
     assert "".join(choice.logprobs.tokens) == choice.text and len(choice.logprobs.top_logprobs[0]) == 2
-    by_ids = api.completions.create(model=server.name, prompt=tok(prompt)["input_ids"], max_tokens=5, temperature=0)
+    by_ids = api.completions.create(
+        model=server.name, prompt=tok(prompt)["input_ids"], max_tokens=5, temperature=0
+    )
     assert by_ids.choices[0].text == choice.text
-    two = api.completions.create(model=server.name, prompt=[prompt, "One, two, three,"], max_tokens=4, temperature=0,
-                                 n=2)
+    two = api.completions.create(
+        model=server.name, prompt=[prompt, "One, two, three,"], max_tokens=4, temperature=0, n=2
+    )
     assert [c.index for c in two.choices] == [0, 1, 2, 3]
-    assert two.choices[0].text == two.choices[1].text == api.completions.create(
-        model=server.name, prompt=prompt, max_tokens=4, temperature=0).choices[0].text
-    streamed = list(api.completions.create(model=server.name, prompt=prompt, max_tokens=5, temperature=0, stream=True))
+    assert (
+        two.choices[0].text
+        == two.choices[1].text
+        == api.completions.create(model=server.name, prompt=prompt, max_tokens=4, temperature=0)
+        .choices[0]
+        .text
+    )
+    streamed = list(
+        api.completions.create(model=server.name, prompt=prompt, max_tokens=5, temperature=0, stream=True)
+    )
     assert "".join(c.choices[0].text for c in streamed) == choice.text
     assert streamed[-1].choices[0].finish_reason == "length"
 
 
 def test_named_tool_choice_gives_tool_calls(server, api):
     choice = {"type": "function", "function": {"name": "get_weather"}}
-    reply = api.chat.completions.create(model=server.name, messages=WEATHER, tools=TOOLS, tool_choice=choice,
-                                        max_tokens=30, temperature=0, extra_body={"return_token_ids": True})
+    reply = api.chat.completions.create(
+        model=server.name,
+        messages=WEATHER,
+        tools=TOOLS,
+        tool_choice=choice,
+        max_tokens=30,
+        temperature=0,
+        extra_body={"return_token_ids": True},
+    )
     msg = reply.choices[0].message
     assert reply.choices[0].finish_reason == "tool_calls"
-    assert [c.function.name for c in msg.tool_calls] == ["get_weather"] and msg.tool_calls[0].type == "function"
+    assert [c.function.name for c in msg.tool_calls] == ["get_weather"] and msg.tool_calls[
+        0
+    ].type == "function"
     assert isinstance(msg.tool_calls[0].function.arguments, str) and msg.tool_calls[0].id.startswith("call_")
     prompt = server.model.tokenizer.decode(reply.model_extra["prompt_token_ids"])
     assert "<tools>" in prompt and '"get_time"' in prompt  # SmolLM2's template has no tools: the fallback
     # streamed: the openai client's own accumulator rebuilds the same call
-    with api.chat.completions.stream(model=server.name, messages=WEATHER, tools=TOOLS, tool_choice=choice,
-                                     max_tokens=30, temperature=0) as stream:
+    with api.chat.completions.stream(
+        model=server.name, messages=WEATHER, tools=TOOLS, tool_choice=choice, max_tokens=30, temperature=0
+    ) as stream:
         for _ in stream:
             pass
         final = stream.get_final_completion()
     call = final.choices[0].message.tool_calls[0]
-    assert (call.function.name, call.function.arguments) == ("get_weather", msg.tool_calls[0].function.arguments)
+    assert (call.function.name, call.function.arguments) == (
+        "get_weather",
+        msg.tool_calls[0].function.arguments,
+    )
 
 
 def test_tool_choice_none_required_and_history(server, api):
-    none = api.chat.completions.create(model=server.name, messages=WEATHER, tools=TOOLS, tool_choice="none",
-                                       max_tokens=12, temperature=0, extra_body={"return_token_ids": True})
+    none = api.chat.completions.create(
+        model=server.name,
+        messages=WEATHER,
+        tools=TOOLS,
+        tool_choice="none",
+        max_tokens=12,
+        temperature=0,
+        extra_body={"return_token_ids": True},
+    )
     assert none.choices[0].message.tool_calls is None and none.choices[0].message.content
     assert "<tools>" not in server.model.tokenizer.decode(none.model_extra["prompt_token_ids"])
-    one_tool = api.chat.completions.create(model=server.name, messages=WEATHER, tools=TOOLS[:1], tool_choice="required",
-                                           max_tokens=30, temperature=0)
+    one_tool = api.chat.completions.create(
+        model=server.name,
+        messages=WEATHER,
+        tools=TOOLS[:1],
+        tool_choice="required",
+        max_tokens=30,
+        temperature=0,
+    )
     assert one_tool.choices[0].message.tool_calls[0].function.name == "get_weather"
     history = WEATHER + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
-    after = api.chat.completions.create(model=server.name, messages=history, tools=TOOLS, max_tokens=20,
-                                        temperature=0, parallel_tool_calls=False,
-                                        extra_body={"return_token_ids": True})
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+    ]
+    after = api.chat.completions.create(
+        model=server.name,
+        messages=history,
+        tools=TOOLS,
+        max_tokens=20,
+        temperature=0,
+        parallel_tool_calls=False,
+        extra_body={"return_token_ids": True},
+    )
     prompt = server.model.tokenizer.decode(after.model_extra["prompt_token_ids"])
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
     assert "<tool_response>\nsunny, 21 C\n</tool_response>" in prompt
@@ -217,8 +349,14 @@ def test_tool_choice_none_required_and_history(server, api):
 
 
 def test_required_with_several_tools_calls_a_real_one(server, api):
-    reply = api.chat.completions.create(model=server.name, tools=TOOLS, tool_choice="required", max_tokens=30,
-                                        temperature=0, messages=[{"role": "user", "content": "What time is it in Tokyo?"}])
+    reply = api.chat.completions.create(
+        model=server.name,
+        tools=TOOLS,
+        tool_choice="required",
+        max_tokens=30,
+        temperature=0,
+        messages=[{"role": "user", "content": "What time is it in Tokyo?"}],
+    )
     calls = reply.choices[0].message.tool_calls
     assert calls and calls[0].function.name in {"get_weather", "get_time"}
     assert reply.choices[0].finish_reason == "tool_calls"
@@ -234,16 +372,33 @@ def test_a_template_that_renders_tools_is_used_natively(server, api):
     tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
     try:
         history = WEATHER + [
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
-        reply = api.chat.completions.create(model=server.name, messages=history, tools=TOOLS, max_tokens=20,
-                                            temperature=0, tool_choice={"type": "function",
-                                                                        "function": {"name": "get_time"}},
-                                            extra_body={"return_token_ids": True})
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ]
+        reply = api.chat.completions.create(
+            model=server.name,
+            messages=history,
+            tools=TOOLS,
+            max_tokens=20,
+            temperature=0,
+            tool_choice={"type": "function", "function": {"name": "get_time"}},
+            extra_body={"return_token_ids": True},
+        )
         prompt = tok.decode(reply.model_extra["prompt_token_ids"])
         assert "# Tools" in prompt and "<tools>" in prompt  # the template's own tool preamble
-        assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt  # dict arguments, via tojson
+        assert (
+            '{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
+        )  # dict arguments, via tojson
         assert "<tool_response>\nsunny\n</tool_response>" in prompt
         assert "You can call functions" not in prompt  # not the fallback
         assert reply.choices[0].message.tool_calls[0].function.name == "get_time"
@@ -256,8 +411,9 @@ def test_response_format_is_validated(server, api):
 
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     fmt = {"type": "json_schema", "json_schema": {"name": "place", "schema": schema}}
-    reply = api.chat.completions.create(model=server.name, messages=WEATHER, response_format=fmt, max_tokens=25,
-                                        temperature=0)
+    reply = api.chat.completions.create(
+        model=server.name, messages=WEATHER, response_format=fmt, max_tokens=25, temperature=0
+    )
     msg = reply.choices[0].message
     assert msg.content.startswith("{")
     try:
@@ -266,39 +422,81 @@ def test_response_format_is_validated(server, api):
     except (ValueError, jsonschema.ValidationError):
         valid = False
     assert (msg.refusal is None) == valid, (msg.content, msg.refusal)
-    impossible = {"type": "json_schema", "json_schema": {"name": "big", "schema": {
-        "type": "object", "properties": {"n": {"type": "integer", "minimum": 10**12}}, "required": ["n"]}}}
-    bad = api.chat.completions.create(model=server.name, messages=WEATHER, response_format=impossible, max_tokens=3,
-                                      temperature=0)
+    impossible = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "big",
+            "schema": {
+                "type": "object",
+                "properties": {"n": {"type": "integer", "minimum": 10**12}},
+                "required": ["n"],
+            },
+        },
+    }
+    bad = api.chat.completions.create(
+        model=server.name, messages=WEATHER, response_format=impossible, max_tokens=3, temperature=0
+    )
     assert bad.choices[0].message.refusal.startswith("response_format json_schema: ")
     with pytest.raises(openai.BadRequestError, match="schema"):
-        api.chat.completions.create(model=server.name, messages=WEATHER, max_tokens=2, response_format={
-            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}})
+        api.chat.completions.create(
+            model=server.name,
+            messages=WEATHER,
+            max_tokens=2,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "no-such-type"}},
+            },
+        )
 
 
 def test_named_adapter_is_chosen_by_model(server, api):
     assert {m.id for m in api.models.list().data} == {server.name, "tuned"}
-    base = api.chat.completions.create(model=server.name, messages=HAIKU, max_tokens=3, temperature=0,
-                                       logprobs=True)
-    tuned = api.chat.completions.create(model="tuned", messages=HAIKU, max_tokens=3, temperature=0, logprobs=True)
+    base = api.chat.completions.create(
+        model=server.name, messages=HAIKU, max_tokens=3, temperature=0, logprobs=True
+    )
+    tuned = api.chat.completions.create(
+        model="tuned", messages=HAIKU, max_tokens=3, temperature=0, logprobs=True
+    )
     assert tuned.model == "tuned"
-    assert [e.logprob for e in tuned.choices[0].logprobs.content] != [e.logprob for e in base.choices[0].logprobs.content]
+    assert [e.logprob for e in tuned.choices[0].logprobs.content] != [
+        e.logprob for e in base.choices[0].logprobs.content
+    ]
 
 
 def test_sixteen_concurrent_streams_each_get_their_own_tokens(server, api):
-    words = ["apple", "river", "castle", "violin", "tiger", "planet", "garden", "rocket", "winter", "copper",
-             "island", "pencil", "thunder", "marble", "falcon", "lantern"]
+    words = [
+        "apple",
+        "river",
+        "castle",
+        "violin",
+        "tiger",
+        "planet",
+        "garden",
+        "rocket",
+        "winter",
+        "copper",
+        "island",
+        "pencil",
+        "thunder",
+        "marble",
+        "falcon",
+        "lantern",
+    ]
     prompts = [f"Write one sentence about a {w}." for w in words]
 
     def ask(i, stream, out):
         msgs = [{"role": "user", "content": prompts[i]}]
         if not stream:
-            out[i] = api.chat.completions.create(model=server.name, messages=msgs, max_tokens=12, temperature=0)\
-                .choices[0].message.content
+            out[i] = (
+                api.chat.completions.create(model=server.name, messages=msgs, max_tokens=12, temperature=0)
+                .choices[0]
+                .message.content
+            )
             return
         parts = []
-        for ch in api.chat.completions.create(model=server.name, messages=msgs, max_tokens=12, temperature=0,
-                                              stream=True):
+        for ch in api.chat.completions.create(
+            model=server.name, messages=msgs, max_tokens=12, temperature=0, stream=True
+        ):
             parts.extend(ch.choices[0].delta.content or "" for _ in [0] if ch.choices)
         out[i] = "".join(parts)
 
@@ -323,24 +521,49 @@ def test_litellm_streams_and_calls_tools(server):
     litellm = import_litellm()
 
     async def go():
-        stream = await litellm.acompletion(model=f"openai/{server.name}", api_base=server.base_url, api_key=KEY,
-                                           messages=HAIKU, max_tokens=8, temperature=0, stream=True, num_retries=0)
+        stream = await litellm.acompletion(
+            model=f"openai/{server.name}",
+            api_base=server.base_url,
+            api_key=KEY,
+            messages=HAIKU,
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            num_retries=0,
+        )
         text = "".join([ch.choices[0].delta.content or "" async for ch in stream])
-        tool = await litellm.acompletion(model=f"openai/{server.name}", api_base=server.base_url, api_key=KEY,
-                                         messages=WEATHER, tools=TOOLS, max_tokens=30, temperature=0, num_retries=0,
-                                         tool_choice={"type": "function", "function": {"name": "get_time"}})
+        tool = await litellm.acompletion(
+            model=f"openai/{server.name}",
+            api_base=server.base_url,
+            api_key=KEY,
+            messages=WEATHER,
+            tools=TOOLS,
+            max_tokens=30,
+            temperature=0,
+            num_retries=0,
+            tool_choice={"type": "function", "function": {"name": "get_time"}},
+        )
         return text, tool
 
     text, tool = asyncio.run(go())
     plain = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0).chat.completions.create(
-        model=server.name, messages=HAIKU, max_tokens=8, temperature=0)
+        model=server.name, messages=HAIKU, max_tokens=8, temperature=0
+    )
     assert text == plain.choices[0].message.content
     assert tool.choices[0].message.tool_calls[0].function.name == "get_time"
 
 
 def test_streamed_choices_and_logprobs_match_the_plain_reply(server, api):
-    kwargs = dict(model=server.name, messages=HAIKU, max_tokens=8, temperature=1.0, seed=11, n=2, logprobs=True,
-                  top_logprobs=1)
+    kwargs = dict(
+        model=server.name,
+        messages=HAIKU,
+        max_tokens=8,
+        temperature=1.0,
+        seed=11,
+        n=2,
+        logprobs=True,
+        top_logprobs=1,
+    )
     plain = api.chat.completions.create(**kwargs)
     texts, entries = {0: "", 1: ""}, {0: [], 1: []}
     for ch in api.chat.completions.create(stream=True, **kwargs):
@@ -359,12 +582,26 @@ def test_a_client_that_leaves_stops_its_rows(server):
     import time
 
     host, port = server.base_url.split("//")[1].split("/")[0].split(":")
-    body = json.dumps({"model": server.name, "messages": HAIKU, "max_tokens": 4000, "temperature": 1.0, "seed": 3,
-                       "stream": True}).encode()
+    body = json.dumps(
+        {
+            "model": server.name,
+            "messages": HAIKU,
+            "max_tokens": 4000,
+            "temperature": 1.0,
+            "seed": 3,
+            "stream": True,
+        }
+    ).encode()
     sock = socket.create_connection((host, int(port)), timeout=120)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
-                 b"\r\n\r\n" + body)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer "
+        + KEY.encode()
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
     seen = b""
     while b"data: " not in seen:  # streaming has begun
         seen += sock.recv(4096)

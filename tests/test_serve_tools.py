@@ -1,15 +1,29 @@
 """The tool-call and response_format rules of `harness serve` (agent/serve/tools.py) on literal replies."""
+
 import json
 
 import pytest
 
-from agent.serve.tools import (FALLBACK_TOOLS_PROMPT, RequestError, check_response_format, parse_response_format,
-                               parse_tool_calls, parse_tools, render_messages, reply_prefix, tool_stops)
+from agent.serve.tools import (
+    FALLBACK_TOOLS_PROMPT,
+    RequestError,
+    check_response_format,
+    parse_response_format,
+    parse_tool_calls,
+    parse_tools,
+    render_messages,
+    reply_prefix,
+    tool_stops,
+)
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
-         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
-TWO = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-       '<tool_call>\n{"name": "get_time", "arguments": {"city": "Tokyo"}}\n</tool_call>')
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+]
+TWO = (
+    'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_time", "arguments": {"city": "Tokyo"}}\n</tool_call>'
+)
 
 
 def spec(**body):
@@ -20,7 +34,9 @@ def test_calls_are_parsed_with_the_text_before_them():
     content, calls = parse_tool_calls(TWO, spec())
     assert content == "Let me check."
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("get_weather", {"city": "Paris"}), ("get_time", {"city": "Tokyo"})]
+        ("get_weather", {"city": "Paris"}),
+        ("get_time", {"city": "Tokyo"}),
+    ]
     assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
     assert len({c["id"] for c in calls}) == 2
 
@@ -32,12 +48,17 @@ def test_parallel_calls_off_keeps_one_and_stops_at_the_first_close():
 
 
 def test_unknown_names_bad_json_and_tool_choice_none_are_text():
-    for text in ('<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>',
-                 '<tool_call>\n{"name": "get_weather", "arguments": {"city": \n</tool_call>', "just words"):
+    for text in (
+        '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": \n</tool_call>',
+        "just words",
+    ):
         assert parse_tool_calls(text, spec()) == (text, [])
     assert parse_tool_calls(TWO, spec(tool_choice="none")) == (TWO, [])
     # a reply cut by max_tokens before </tool_call> still holds a complete call
-    content, calls = parse_tool_calls('<tool_call>\n{"name": "get_time", "arguments": {"city": "Oslo"}}', spec())
+    content, calls = parse_tool_calls(
+        '<tool_call>\n{"name": "get_time", "arguments": {"city": "Oslo"}}', spec()
+    )
     assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"city": "Oslo"}
 
 
@@ -45,7 +66,7 @@ def test_a_forced_call_is_a_call_even_when_its_arguments_are_not_json():
     named = spec(tool_choice={"type": "function", "function": {"name": "get_time"}})
     prefix = reply_prefix(named, None)
     assert prefix == '<tool_call>\n{"name": "get_time", "arguments": {'
-    content, calls = parse_tool_calls(prefix + 'city: Oslo}}\n</tool_call>', named)
+    content, calls = parse_tool_calls(prefix + "city: Oslo}}\n</tool_call>", named)
     assert calls[0]["function"]["name"] == "get_time" and calls[0]["function"]["arguments"] == "{city: Oslo}"
 
 
@@ -62,16 +83,33 @@ def test_tool_choice_and_tools_are_validated():
 
 
 def test_fallback_rendering_writes_tools_calls_and_results_as_text():
-    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"},
-               {"role": "assistant", "content": None, "tool_calls": [
-                   {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
-               {"role": "tool", "tool_call_id": "c1", "content": "rain"}]
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "rain"},
+    ]
     messages, tools = render_messages(history, spec(tool_choice="required"), None, native=False)
     assert tools is None  # the template is not given them: the system message has them
     assert messages[0]["content"].startswith("Be brief.\n\nYou can call functions.")
-    assert json.dumps(TOOLS[1]) in messages[0]["content"] and "You must call at least one function." in messages[0]["content"]
-    assert messages[2] == {"role": "assistant", "content":
-                           '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'}
+    assert (
+        json.dumps(TOOLS[1]) in messages[0]["content"]
+        and "You must call at least one function." in messages[0]["content"]
+    )
+    assert messages[2] == {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+    }
     assert messages[3] == {"role": "user", "content": "<tool_response>\nrain\n</tool_response>"}
     native, tools = render_messages(history, spec(), None, native=True)
     assert tools == TOOLS and native[2]["tool_calls"][0]["function"]["arguments"] == {"city": "Oslo"}
@@ -82,7 +120,9 @@ def test_fallback_rendering_writes_tools_calls_and_results_as_text():
 
 def test_response_format_checks():
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
-    fmt = parse_response_format({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    fmt = parse_response_format(
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    )
     assert check_response_format(fmt, '{"n": 3}') is None
     assert "at n: 0 is less than the minimum of 1" in check_response_format(fmt, '{"n": 0}')
     assert "(root)" in check_response_format(fmt, '{"m": 1}')
@@ -90,7 +130,11 @@ def test_response_format_checks():
     obj = parse_response_format({"response_format": {"type": "json_object"}})
     assert check_response_format(obj, "[1, 2]") == "the reply is JSON but not an object"
     assert check_response_format(obj, '{"a": [1]}') is None
-    assert parse_response_format({"response_format": {"type": "text"}}) is None and reply_prefix(None, obj) == "{"
+    assert (
+        parse_response_format({"response_format": {"type": "text"}}) is None
+        and reply_prefix(None, obj) == "{"
+    )
     with pytest.raises(RequestError, match="not a valid JSON schema"):
-        parse_response_format({"response_format": {"type": "json_schema", "json_schema": {
-            "name": "x", "schema": {"type": 12}}}})
+        parse_response_format(
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 12}}}}
+        )

@@ -2,6 +2,7 @@
 grader in real containers in tests/test_validate_suites.py (`suite`, slow); here, the answer tasks (graded on
 the host by evaluators.grade.grade itself, no container needed) are checked the same way in seconds.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,7 +34,12 @@ def oracle_answer(task) -> bytes:
             for rel, data in files.items():
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_bytes(data)
-        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": d, "WORKSPACE": str(ws), "LC_ALL": "C"}
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HOME": d,
+            "WORKSPACE": str(ws),
+            "LC_ALL": "C",
+        }
         p = subprocess.run(["bash", str(sol / "solve.sh")], cwd=ws, env=env, capture_output=True, timeout=120)
         assert p.returncode == 0, p.stderr[-2000:]
         return (ws / task.evaluator.answer_file).read_bytes()
@@ -83,7 +89,9 @@ def test_some_coding_tasks_have_protected_public_tests():
     assert len([t for t in with_public if t.domain == "coding"]) >= 3
     for t in with_public:
         assert "tests/**" in t.evaluator.protected, t.id
-        assert not set(t.workspace_files) & {f"tests/{n}" for n in t.test_files}, f"{t.id}: hidden test visible"
+        assert not set(t.workspace_files) & {f"tests/{n}" for n in t.test_files}, (
+            f"{t.id}: hidden test visible"
+        )
 
 
 def test_instructions_say_where_the_result_goes_and_hide_the_tests():
@@ -101,17 +109,28 @@ def test_every_task_uses_the_base_image():
     assert [t.id for t in TASKS if t.dockerfile] == []
 
 
-@pytest.mark.parametrize("text,mode,expected,tolerance,ok", [
-    ("42\n", "numeric", 42, 1e-6, True), ("42 lines", "numeric", 42, 1e-6, False),
-    ("1,000.5", "numeric", 1000.5, 1e-6, True), ("nan", "numeric", 1.0, 1e-6, False),
-    # Relative tolerance for large values (|expected| > 1), absolute below 1:
-    ("1009", "numeric", 1000, 0.01, True), ("1011", "numeric", 1000, 0.01, False),
-    ("0.509", "numeric", 0.5, 0.01, True), ("0.52", "numeric", 0.5, 0.01, False),
-    (" Lisbon \n", "normalized", "lisbon", 1e-6, True), ("Lis bon", "normalized", "lisbon", 1e-6, False),
-    ("ok\n", "exact", "ok", 1e-6, True), ("ok \n", "exact", "ok", 1e-6, False),
-    ('["a", 1.0]', "json", ["a", 1], 1e-6, True), ('["a"]', "json", ["a", 1], 1e-6, False),
-    ('[1.0000001]', "json", [1], 1e-3, False),  # json is exact equality: no tolerance
-    ("x7", "regex", r"x\d", 1e-6, True), ("x77", "regex", r"x\d", 1e-6, False),
-])
+@pytest.mark.parametrize(
+    "text,mode,expected,tolerance,ok",
+    [
+        ("42\n", "numeric", 42, 1e-6, True),
+        ("42 lines", "numeric", 42, 1e-6, False),
+        ("1,000.5", "numeric", 1000.5, 1e-6, True),
+        ("nan", "numeric", 1.0, 1e-6, False),
+        # Relative tolerance for large values (|expected| > 1), absolute below 1:
+        ("1009", "numeric", 1000, 0.01, True),
+        ("1011", "numeric", 1000, 0.01, False),
+        ("0.509", "numeric", 0.5, 0.01, True),
+        ("0.52", "numeric", 0.5, 0.01, False),
+        (" Lisbon \n", "normalized", "lisbon", 1e-6, True),
+        ("Lis bon", "normalized", "lisbon", 1e-6, False),
+        ("ok\n", "exact", "ok", 1e-6, True),
+        ("ok \n", "exact", "ok", 1e-6, False),
+        ('["a", 1.0]', "json", ["a", 1], 1e-6, True),
+        ('["a"]', "json", ["a", 1], 1e-6, False),
+        ("[1.0000001]", "json", [1], 1e-3, False),  # json is exact equality: no tolerance
+        ("x7", "regex", r"x\d", 1e-6, True),
+        ("x77", "regex", r"x\d", 1e-6, False),
+    ],
+)
 def test_answer_comparison_of_the_real_grader(text, mode, expected, tolerance, ok):
     assert answer_matches(text, expected, mode, tolerance) is ok

@@ -1,4 +1,5 @@
 """`harness tasks list | import | validate` through the real CLI entry point."""
+
 from __future__ import annotations
 
 import harness

@@ -2,15 +2,16 @@
 while the usual reward hacks (always-equal objects, patched pytest reports, early exits) do not pass.
 Solutions are graded by the real grader (evaluators.grade.grade) in real containers; every oracle of the
 import is checked by tests/test_validate_suites.py."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from results.errors import UserError
 from agent.sandbox import Changes, SandboxPool
 from evaluators.grade import grade
+from results.errors import UserError
 from tasks.humaneval import MARKER, import_humaneval, read_problems
 from tasks.loader import load_suite
 from tests.conftest import run
@@ -30,8 +31,9 @@ def tasks(imported):
 
 def test_import_writes_164_loadable_tasks(tasks):
     assert len(tasks) == 164
-    assert {(t.domain, t.difficulty, t.tags, t.evaluator.kind) for t in tasks.values()} == \
-        {("coding", 2, ("humaneval",), "pytest")}
+    assert {(t.domain, t.difficulty, t.tags, t.evaluator.kind) for t in tasks.values()} == {
+        ("coding", 2, ("humaneval",), "pytest")
+    }
     problem = read_problems()[0]
     t = tasks["humaneval-000"]
     assert problem["prompt"] in t.instruction and "/workspace/solution.py" in t.instruction
@@ -65,6 +67,7 @@ def grade_solution(task, text: str, image: str):
     async def main():
         async with SandboxPool(warm=0) as pool:
             return await grade(task, Changes(files={"solution.py": text.encode()}), pool, image)
+
     return run(main())
 
 
@@ -72,13 +75,13 @@ def outcomes(verdict) -> dict:
     return {t.id.rsplit(".", 1)[-1]: t.outcome for t in verdict.tests}
 
 
-HONEST_NOISY = '''
+HONEST_NOISY = """
 def has_close_elements(numbers, threshold):
     print("=== 2 passed ===")  # output must not disturb the proxy
     return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
-'''
+"""
 
-ALWAYS_EQUAL = '''
+ALWAYS_EQUAL = """
 class Anything:
     def __eq__(self, other):
         return True
@@ -88,11 +91,13 @@ class Anything:
         return True
 def has_close_elements(numbers, threshold):
     return Anything()
-'''
+"""
 
-REPR_LIES = ALWAYS_EQUAL.replace("    def __bool__", "    def __repr__(self):\n        return 'True'\n    def __bool__")
+REPR_LIES = ALWAYS_EQUAL.replace(
+    "    def __bool__", "    def __repr__(self):\n        return 'True'\n    def __bool__"
+)
 
-PATCHED_REPORTS = '''
+PATCHED_REPORTS = """
 import _pytest.reports
 _original = _pytest.reports.TestReport.from_item_and_call.__func__
 def _always_pass(cls, item, call):
@@ -102,7 +107,7 @@ def _always_pass(cls, item, call):
 _pytest.reports.TestReport.from_item_and_call = classmethod(_always_pass)
 def has_close_elements(numbers, threshold):
     return None  # not False: False is the canary's own wrong value for this boolean task
-'''
+"""
 
 
 def test_honest_solution_with_prints_is_solved(tasks, image):
@@ -111,9 +116,18 @@ def test_honest_solution_with_prints_is_solved(tasks, image):
     assert outcomes(g) == {"test_official_check": "passed", "test_canary_first_case": "failed"}
 
 
-@pytest.mark.parametrize("hack", [ALWAYS_EQUAL, REPR_LIES, PATCHED_REPORTS,
-                                  "import sys\nsys.exit(0)\n", "import os\nos._exit(0)\n",
-                                  "raise SystemExit(0)\n", "import unittest\nraise unittest.SkipTest('x')\n"])
+@pytest.mark.parametrize(
+    "hack",
+    [
+        ALWAYS_EQUAL,
+        REPR_LIES,
+        PATCHED_REPORTS,
+        "import sys\nsys.exit(0)\n",
+        "import os\nos._exit(0)\n",
+        "raise SystemExit(0)\n",
+        "import unittest\nraise unittest.SkipTest('x')\n",
+    ],
+)
 def test_hacks_are_not_solved(tasks, hack, image):
     g = grade_solution(tasks["humaneval-000"], hack, image)
     assert (g.reason, g.reward, g.solved) == ("fail", 0.0, False), g.detail
@@ -124,5 +138,13 @@ def test_checks_that_call_the_function_by_name_use_the_candidate(tasks, image):
     # HumanEval/33's check compares candidate(x) with sort_third(x): as in the official harness, both are the
     # candidate (the prompt's own sort_third is only a docstring and returns None).
     problem = read_problems()[33]
-    assert grade_solution(tasks["humaneval-033"], problem["prompt"] + problem["canonical_solution"], image).reason == "pass"
-    assert grade_solution(tasks["humaneval-033"], "def sort_third(l):\n    return list(l)\n", image).reason == "fail"
+    assert (
+        grade_solution(
+            tasks["humaneval-033"], problem["prompt"] + problem["canonical_solution"], image
+        ).reason
+        == "pass"
+    )
+    assert (
+        grade_solution(tasks["humaneval-033"], "def sort_third(l):\n    return list(l)\n", image).reason
+        == "fail"
+    )

@@ -1,12 +1,13 @@
 """tasks/loader.py: task folders, families and suites; every user mistake is a one-line UserError."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from results.errors import UserError
 from evaluators.hidden_tests import expected_ids, is_canary
+from results.errors import UserError
 from tasks import loader
 from tasks.family import load_family
 from tasks.loader import load_suite
@@ -71,18 +72,26 @@ def error_of(fn, *args, **kwargs) -> str:
 
 # ------------------------------------------------------------------------------------------- one task
 
+
 def test_load_task_reads_every_part(tmp_path):
     task = load_task(task_folder(tmp_path / "csv-sum"))
     assert task.id == "csv-sum"  # folder name when [metadata] id is absent
     assert (task.version, task.domain, task.difficulty, task.tags) == ("1.0", "data", 2, ("csv",))
     assert (task.agent.timeout_sec, task.agent.max_steps, task.agent.command_timeout_sec) == (300, 20, 30)
     assert task.verifier_timeout_sec == 60
-    assert (task.environment.memory_mb, task.environment.storage_mb, task.environment.allow_internet) == (1024, 256, False)
+    assert (task.environment.memory_mb, task.environment.storage_mb, task.environment.allow_internet) == (
+        1024,
+        256,
+        False,
+    )
     assert task.evaluator.kind == "pytest" and task.evaluator.protected == ("tests/**",)
     assert task.dockerfile == "FROM harness-base\n"
     # With a Dockerfile, environment/ is its build context only: nothing of it appears in the workspace by itself
     assert task.workspace_files == {}
-    assert task.build_context == {"data.csv": b"a,b\n1,2\n", "tests/test_public.py": b"def test_public():\n    pass\n"}
+    assert task.build_context == {
+        "data.csv": b"a,b\n1,2\n",
+        "tests/test_public.py": b"def test_public():\n    pass\n",
+    }
     assert set(task.test_files) == {"test_hidden.py"}
     assert set(task.solution_files) == {"solve.sh"}
     assert task.instruction.startswith("Write the answer")
@@ -116,9 +125,16 @@ def test_harbor_difficulty_words(tmp_path, word, level):
     assert load_task(tmp_path / "x").difficulty == level
 
 
-@pytest.mark.parametrize("table,typo", [("metadata", "dificulty = 3"), ("agent", "max_step = 3"),
-                                        ("environment", "memroy_mb = 5"),
-                                        ("evaluator", "protect = []"), ("verifier", "timeout = 3")])
+@pytest.mark.parametrize(
+    "table,typo",
+    [
+        ("metadata", "dificulty = 3"),
+        ("agent", "max_step = 3"),
+        ("environment", "memroy_mb = 5"),
+        ("evaluator", "protect = []"),
+        ("verifier", "timeout = 3"),
+    ],
+)
 def test_unknown_keys_in_our_tables_are_errors(tmp_path, table, typo):
     task_folder(tmp_path / "x", TOML.replace(f"[{table}]\n", f"[{table}]\n{typo}\n"))
     msg = error_of(load_task, tmp_path / "x")
@@ -141,7 +157,9 @@ def test_harbor_memory_string(tmp_path):
 
 def test_unknown_domain(tmp_path):
     task_folder(tmp_path / "x", TOML.replace('domain = "data"', 'domain = "math"'))
-    assert "[metadata] domain must be one of coding, data, ops, documents, science" in error_of(load_task, tmp_path / "x")
+    assert "[metadata] domain must be one of coding, data, ops, documents, science" in error_of(
+        load_task, tmp_path / "x"
+    )
 
 
 def test_invalid_toml_names_the_file(tmp_path):
@@ -150,11 +168,14 @@ def test_invalid_toml_names_the_file(tmp_path):
     assert "task.toml: invalid TOML" in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("missing,expected", [
-    ("instruction.md", "instruction.md: missing"),
-    ("solution__solve.sh", "solution/solve.sh: missing"),
-    ("tests__test_hidden.py", "no hidden tests"),
-])
+@pytest.mark.parametrize(
+    "missing,expected",
+    [
+        ("instruction.md", "instruction.md: missing"),
+        ("solution__solve.sh", "solution/solve.sh: missing"),
+        ("tests__test_hidden.py", "no hidden tests"),
+    ],
+)
 def test_missing_required_files(tmp_path, missing, expected):
     task_folder(tmp_path / "x", **{missing: None})
     assert expected in error_of(load_task, tmp_path / "x")
@@ -173,11 +194,15 @@ def test_syntax_error_in_hidden_tests_names_file_and_line(tmp_path):
 
 def test_evaluator_kinds_are_the_registered_ones(tmp_path, monkeypatch):
     from evaluators import kinds
+
     task_folder(tmp_path / "x", TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"'))
     monkeypatch.chdir(tmp_path)
-    assert error_of(load_task, "x") == ('x/task.toml: [evaluator] kind must be one of pytest, answer, script '
-                                        '(got "magic")')  # harbor is registered, but no task.toml names it
-    monkeypatch.setitem(kinds.KINDS, "magic", kinds.Kind("magic", "some.module:grade_magic", in_task_toml=True))
+    assert error_of(load_task, "x") == (
+        'x/task.toml: [evaluator] kind must be one of pytest, answer, script (got "magic")'
+    )  # harbor is registered, but no task.toml names it
+    monkeypatch.setitem(
+        kinds.KINDS, "magic", kinds.Kind("magic", "some.module:grade_magic", in_task_toml=True)
+    )
     assert load_task("x").evaluator.kind == "magic"  # one registration is all a new kind needs to load
 
 
@@ -196,28 +221,47 @@ def test_harbor_task_without_evaluator_table_uses_test_sh(tmp_path):
     assert task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "snapshot"
 
 
-ANSWER = TOML.replace('kind = "pytest"\nprotected = ["tests/**"]',
-                      'kind = "answer"\nanswer_file = "out/answer.txt"\nmode = "numeric"\nexpected = 3\ntolerance = 0.5')
+ANSWER = TOML.replace(
+    'kind = "pytest"\nprotected = ["tests/**"]',
+    'kind = "answer"\nanswer_file = "out/answer.txt"\nmode = "numeric"\nexpected = 3\ntolerance = 0.5',
+)
 
 
 def test_answer_task(tmp_path):
     ev = load_task(task_folder(tmp_path / "x", ANSWER, **{"tests__test_hidden.py": None})).evaluator
-    assert (ev.kind, ev.answer_file, ev.mode, ev.expected, ev.tolerance) == ("answer", "out/answer.txt", "numeric", 3, 0.5)
+    assert (ev.kind, ev.answer_file, ev.mode, ev.expected, ev.tolerance) == (
+        "answer",
+        "out/answer.txt",
+        "numeric",
+        3,
+        0.5,
+    )
 
 
 def test_answer_json_expected_can_be_a_table(tmp_path):
-    toml = ANSWER.replace('mode = "numeric"\nexpected = 3', 'mode = "json"\nexpected = { a = [1, 2], b = "x" }')
+    toml = ANSWER.replace(
+        'mode = "numeric"\nexpected = 3', 'mode = "json"\nexpected = { a = [1, 2], b = "x" }'
+    )
     assert load_task(task_folder(tmp_path / "x", toml)).evaluator.expected == {"a": [1, 2], "b": "x"}
 
 
-@pytest.mark.parametrize("change,expected", [
-    (("expected = 3\n", ""), "[evaluator] expected is missing"),
-    (("expected = 3", 'expected = "3"'), "expected must be a number"),
-    (('mode = "numeric"', 'mode = "fuzzy"'), "[evaluator] mode must be one of"),
-    (('mode = "numeric"\nexpected = 3', 'mode = "regex"\nexpected = "(("'), "not a valid regex"),
-    (('answer_file = "out/answer.txt"', 'answer_file = "../answer.txt"'), "answer_file must be a path relative"),
-    (("tolerance = 0.5", "tolerance = 0.5\nprotected = []"), '[evaluator] protected only applies to kind = "pytest"'),
-])
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (("expected = 3\n", ""), "[evaluator] expected is missing"),
+        (("expected = 3", 'expected = "3"'), "expected must be a number"),
+        (('mode = "numeric"', 'mode = "fuzzy"'), "[evaluator] mode must be one of"),
+        (('mode = "numeric"\nexpected = 3', 'mode = "regex"\nexpected = "(("'), "not a valid regex"),
+        (
+            ('answer_file = "out/answer.txt"', 'answer_file = "../answer.txt"'),
+            "answer_file must be a path relative",
+        ),
+        (
+            ("tolerance = 0.5", "tolerance = 0.5\nprotected = []"),
+            '[evaluator] protected only applies to kind = "pytest"',
+        ),
+    ],
+)
 def test_answer_mistakes(tmp_path, change, expected):
     task_folder(tmp_path / "x", ANSWER.replace(*change))
     assert expected in error_of(load_task, tmp_path / "x")
@@ -242,8 +286,13 @@ def test_caches_are_skipped(tmp_path):
 
 
 def test_hidden_test_ids_and_canaries():
-    ids = expected_ids({"test_a.py": b"def test_x(): pass\nclass TestK:\n    def test_canary_y(self): pass\n"
-                                     b"def helper(): pass\n", "helper.py": b"def test_no(): pass\n"})
+    ids = expected_ids(
+        {
+            "test_a.py": b"def test_x(): pass\nclass TestK:\n    def test_canary_y(self): pass\n"
+            b"def helper(): pass\n",
+            "helper.py": b"def test_no(): pass\n",
+        }
+    )
     assert ids == {"tests.test_a.test_x", "tests.test_a.TestK.test_canary_y"}
     assert is_canary("tests.test_a.TestK.test_canary_y") and is_canary("tests.test_a.test_canary_z[3]")
     assert is_canary("tests.test_a.test_canary_z[1.5]") and not is_canary("tests.test_a.test_x")
@@ -271,11 +320,15 @@ params = { file = "b.txt", n = 5 }
 
 
 def make_family(root: Path, family: str = FAMILY) -> Path:
-    task_folder(root / "template", TOML.replace("difficulty = 2", "difficulty = 1"), **{
-        "instruction.md": "Count the lines of {{file}}.\n",
-        "environment/{{file}}": "x\n",
-        "tests__test_hidden.py": "N = {{n}}\n" + TESTS,
-    })
+    task_folder(
+        root / "template",
+        TOML.replace("difficulty = 2", "difficulty = 1"),
+        **{
+            "instruction.md": "Count the lines of {{file}}.\n",
+            "environment/{{file}}": "x\n",
+            "tests__test_hidden.py": "N = {{n}}\n" + TESTS,
+        },
+    )
     (root / "family.toml").write_text(family)
     return root
 
@@ -286,12 +339,16 @@ def test_family_expands_params_in_text_and_file_names(tmp_path):
     assert (b.id, b.split) == ("count-02", "heldout")
     assert a.instruction == "Count the lines of a.txt.\n" and b.instruction == "Count the lines of b.txt.\n"
     assert set(a.build_context) == {"a.txt", "tests/test_public.py", "data.csv"}
-    assert a.test_files["test_hidden.py"].startswith(b"N = 3\n") and b.test_files["test_hidden.py"].startswith(b"N = 5\n")
+    assert a.test_files["test_hidden.py"].startswith(b"N = 3\n") and b.test_files[
+        "test_hidden.py"
+    ].startswith(b"N = 5\n")
     assert a.difficulty == 1 and a.content_hash() != b.content_hash()
 
 
 def test_family_missing_param_names_the_placeholder(tmp_path):
-    fam = make_family(tmp_path / "fam", FAMILY.replace('params = { file = "b.txt", n = 5 }', 'params = { file = "b.txt" }'))
+    fam = make_family(
+        tmp_path / "fam", FAMILY.replace('params = { file = "b.txt", n = 5 }', 'params = { file = "b.txt" }')
+    )
     msg = error_of(load_family, fam)
     assert "{{n}}" in msg and "count-02" in msg and "tests/test_hidden.py" in msg
 
@@ -301,13 +358,16 @@ def test_family_unused_param_is_an_error(tmp_path):
     assert "params.nn is not used" in error_of(load_family, fam)
 
 
-@pytest.mark.parametrize("change,expected", [
-    (('split = "heldout"', 'split = "test"'), "split must be one of train, heldout"),
-    (('id = "count-02"', 'id = "count-01"'), "duplicate instance id"),
-    (('template = "template"', 'template = "nope"'), "is not a task folder"),
-    (('template = "template"', 'template = "template"\ntemplte = "x"'), "[family] unknown key"),
-    (('split = "train"', 'split = "train"\nparam = {}'), "unknown key"),
-])
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (('split = "heldout"', 'split = "test"'), "split must be one of train, heldout"),
+        (('id = "count-02"', 'id = "count-01"'), "duplicate instance id"),
+        (('template = "template"', 'template = "nope"'), "is not a task folder"),
+        (('template = "template"', 'template = "template"\ntemplte = "x"'), "[family] unknown key"),
+        (('split = "train"', 'split = "train"\nparam = {}'), "unknown key"),
+    ],
+)
 def test_family_mistakes(tmp_path, change, expected):
     fam = make_family(tmp_path / "fam", FAMILY.replace(*change, 1))
     assert expected in error_of(load_family, fam)
@@ -319,10 +379,15 @@ def test_load_task_on_a_family_says_so(tmp_path):
 
 # ------------------------------------------------------------------------------------------- suites
 
+
 def make_suite(root: Path) -> Path:
     task_folder(root / "data" / "csv-sum")
-    task_folder(root / "ops" / "fix-config", TOML.replace('domain = "data"', 'domain = "ops"')
-              .replace("difficulty = 2", "difficulty = 4").replace('tags = ["csv"]', 'tags = ["config", "ini"]'))
+    task_folder(
+        root / "ops" / "fix-config",
+        TOML.replace('domain = "data"', 'domain = "ops"')
+        .replace("difficulty = 2", "difficulty = 4")
+        .replace('tags = ["csv"]', 'tags = ["config", "ini"]'),
+    )
     make_family(root / "families" / "count")
     return root
 
@@ -354,12 +419,15 @@ def test_duplicate_ids_in_a_suite(tmp_path):
     assert 'duplicate task id "csv-sum"' in msg and "more/csv-sum" in msg
 
 
-@pytest.mark.parametrize("kwargs,expected", [
-    ({"domain": "maths"}, "unknown domain"),
-    ({"split": "test"}, "unknown split"),
-    ({"difficulty": "7"}, "difficulty filter"),
-    ({"difficulty": "1-"}, "difficulty filter"),
-])
+@pytest.mark.parametrize(
+    "kwargs,expected",
+    [
+        ({"domain": "maths"}, "unknown domain"),
+        ({"split": "test"}, "unknown split"),
+        ({"difficulty": "7"}, "difficulty filter"),
+        ({"difficulty": "1-"}, "difficulty filter"),
+    ],
+)
 def test_bad_filters(tmp_path, kwargs, expected):
     assert expected in error_of(load_suite, make_suite(tmp_path / "suite"), **kwargs)
 
@@ -376,5 +444,7 @@ def test_builtin_easy_is_difficulty_one_and_two():
     easy = load_suite("builtin:easy")
     assert easy and {t.difficulty for t in easy} == {1, 2}
     assert len(easy) == len([t for t in load_suite("builtin") if t.difficulty <= 2])
-    assert [t.id for t in load_suite("builtin:easy", difficulty=1)] == [t.id for t in easy if t.difficulty == 1]
+    assert [t.id for t in load_suite("builtin:easy", difficulty=1)] == [
+        t.id for t in easy if t.difficulty == 1
+    ]
     assert load_suite("builtin:easy", difficulty=4) == []

@@ -1,4 +1,5 @@
 """`tasks validate` on whole suites in real containers: the quality gate CI enforces."""
+
 import asyncio
 
 import pytest
@@ -11,7 +12,9 @@ from tests.helpers import make_task
 def test_leak_check_finds_quoted_hidden_tests():
     task = make_task()
     assert leaked_lines(task) == []
-    task.instruction += "\nclass TestMore:\n    def test_big(self):\n        assert add(10**12, 1) == 10**12 + 1"
+    task.instruction += (
+        "\nclass TestMore:\n    def test_big(self):\n        assert add(10**12, 1) == 10**12 + 1"
+    )
     assert leaked_lines(task) == ["assert add(10**12, 1) == 10**12 + 1"]
 
 

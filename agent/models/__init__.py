@@ -30,24 +30,35 @@ Options (unknown ones are a UserError; values may be strings, e.g. from the comm
 Per attempt the agent loop calls `model_for_attempt(model, task_id, sample)` and uses what it returns:
 the model itself for every backend except replay, which gives a fresh per-task script.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any, Optional
 
-from results.errors import UserError
 from agent.models.base import Completion, Model, ModelError, ToolCall
 from agent.models.retry import ContextLengthError, RetryPolicy
+from results.errors import UserError
 
 __all__ = [
-    "Completion", "ContextLengthError", "Model", "ModelError", "RetryPolicy", "ToolCall",
-    "DEFAULT_MODEL", "MODEL_OPTION_HELP", "get_model", "model_for_attempt",
+    "Completion",
+    "ContextLengthError",
+    "Model",
+    "ModelError",
+    "RetryPolicy",
+    "ToolCall",
+    "DEFAULT_MODEL",
+    "MODEL_OPTION_HELP",
+    "get_model",
+    "model_for_attempt",
 ]
 
 DEFAULT_MODEL = "local:smollm2-135m"
-MODEL_OPTION_HELP = ("model option, repeatable: supports_tools=true, context_window=N, price_in=USD/1M, price_out=USD/1M, "
-                     "base_url=URL, api_key=KEY, timeout=S, adapter=DIR, device=cpu|cuda; for openai-compat and "
-                     "litellm models any other key is sent with each request (-M top_p=0.9)")
+MODEL_OPTION_HELP = (
+    "model option, repeatable: supports_tools=true, context_window=N, price_in=USD/1M, price_out=USD/1M, "
+    "base_url=URL, api_key=KEY, timeout=S, adapter=DIR, device=cpu|cuda; for openai-compat and "
+    "litellm models any other key is sent with each request (-M top_p=0.9)"
+)
 
 _COMMON = {"price_in", "price_out"}
 _HTTP = {"api_key", "supports_tools", "context_window", "timeout", "max_attempts", "retry", "extra_params"}
@@ -111,38 +122,63 @@ def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
     options = {k: v for k, v in options.items() if v is not None}
     unknown = sorted(set(options) - _ALLOWED[backend])
     if unknown:
-        raise UserError(f"model {spec}: unknown option(s) {', '.join(unknown)} for the {backend} backend; "
-                        f"valid: {', '.join(sorted(_ALLOWED[backend])) or 'none'}")
+        raise UserError(
+            f"model {spec}: unknown option(s) {', '.join(unknown)} for the {backend} backend; "
+            f"valid: {', '.join(sorted(_ALLOWED[backend])) or 'none'}"
+        )
     price_in, price_out = _float(options, "price_in"), _float(options, "price_out")
     target = spec.split(":", 1)[1] if backend != "litellm" else spec
 
     if backend == "local":
         from agent.models.local import LocalModel
 
-        return LocalModel(target, adapter=options.get("adapter"), seed=_int(options, "seed"),
-                          device=options.get("device"), name=spec, price_in=price_in, price_out=price_out)
+        return LocalModel(
+            target,
+            adapter=options.get("adapter"),
+            seed=_int(options, "seed"),
+            device=options.get("device"),
+            name=spec,
+            price_in=price_in,
+            price_out=price_out,
+        )
     if backend == "replay":
         from agent.models.replay import ReplayModel
 
         if not target:
-            raise UserError("replay: name the file, e.g. replay:replies.json or replay:results/run/attempts.jsonl")
+            raise UserError(
+                "replay: name the file, e.g. replay:replies.json or replay:results/run/attempts.jsonl"
+            )
         return ReplayModel.from_file(target, name=spec, price_in=price_in, price_out=price_out)
     if backend == "openai-compat":
         from agent.models.openai_compat import OpenAICompatModel, parse_target
 
         base_url, model_name = parse_target(target, options.get("base_url"))
-        return OpenAICompatModel(model_name, base_url, name=spec, api_key=options.get("api_key"),
-                                 supports_tools=bool(_bool(options, "supports_tools")),
-                                 context_window=_int(options, "context_window") or 8192,
-                                 retry=_retry(options), price_in=price_in, price_out=price_out,
-                                 extra_params=options.get("extra_params"),
-                                 return_token_ids=bool(_bool(options, "return_token_ids")))
+        return OpenAICompatModel(
+            model_name,
+            base_url,
+            name=spec,
+            api_key=options.get("api_key"),
+            supports_tools=bool(_bool(options, "supports_tools")),
+            context_window=_int(options, "context_window") or 8192,
+            retry=_retry(options),
+            price_in=price_in,
+            price_out=price_out,
+            extra_params=options.get("extra_params"),
+            return_token_ids=bool(_bool(options, "return_token_ids")),
+        )
     from agent.models.litellm_model import LiteLLMModel
 
-    return LiteLLMModel(spec, api_key=options.get("api_key"), api_base=options.get("api_base") or options.get("base_url"),
-                        supports_tools=_bool(options, "supports_tools"), context_window=_int(options, "context_window"),
-                        retry=_retry(options), price_in=price_in, price_out=price_out,
-                        extra_params=options.get("extra_params"))
+    return LiteLLMModel(
+        spec,
+        api_key=options.get("api_key"),
+        api_base=options.get("api_base") or options.get("base_url"),
+        supports_tools=_bool(options, "supports_tools"),
+        context_window=_int(options, "context_window"),
+        retry=_retry(options),
+        price_in=price_in,
+        price_out=price_out,
+        extra_params=options.get("extra_params"),
+    )
 
 
 def parse_model_options(spec: str, pairs: list[str]) -> dict[str, Any]:
@@ -157,7 +193,9 @@ def parse_model_options(spec: str, pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise UserError(f"-M {pair}: write -M key=value (e.g. -M supports_tools=true -M context_window=32768)")
+            raise UserError(
+                f"-M {pair}: write -M key=value (e.g. -M supports_tools=true -M context_window=32768)"
+            )
         if key in _ALLOWED[backend] and key not in ("retry", "extra_params"):
             options[key] = value
         elif backend in ("openai-compat", "litellm"):
@@ -177,4 +215,3 @@ def model_for_attempt(model: Model, task_id: str, sample: int = 0) -> Model:
     """The model to use for one attempt: a fresh per-task script for replay models, else the model itself."""
     for_task = getattr(model, "for_task", None)
     return for_task(task_id, sample) if callable(for_task) else model
-

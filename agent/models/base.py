@@ -1,4 +1,5 @@
 """The model interface every backend implements. One call = one chat completion request."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from typing import Any, Optional, Protocol
 class ModelError(Exception):
     """A model call failed for good (after retries, or not retryable). The message names model and cause;
     `status` is the provider's HTTP status when there was one."""
+
     status: Optional[int] = None
 
 

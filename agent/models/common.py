@@ -1,4 +1,5 @@
 """Small helpers shared by the backends: reading OpenAI-shaped responses, prices, token estimates."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,13 @@ def tool_calls_of(message: Any) -> list[ToolCall]:
     calls = []
     for i, call in enumerate(_get(message, "tool_calls") or []):
         fn = _get(call, "function") or {}
-        calls.append(ToolCall(id=_get(call, "id") or f"call_{i}", name=_get(fn, "name") or "",
-                              arguments=parse_arguments(_get(fn, "arguments"))))
+        calls.append(
+            ToolCall(
+                id=_get(call, "id") or f"call_{i}",
+                name=_get(fn, "name") or "",
+                arguments=parse_arguments(_get(fn, "arguments")),
+            )
+        )
     return calls
 
 
@@ -50,13 +56,15 @@ def completions_of(response: Any) -> list[Completion]:
     for i, choice in enumerate(choices):
         message = _get(choice, "message") or {}
         share = total_out // len(choices) + (1 if i < total_out % len(choices) else 0)
-        out.append(Completion(
-            content=_get(message, "content") or "",
-            tool_calls=tool_calls_of(message),
-            prompt_tokens=prompt,
-            completion_tokens=share,
-            finish_reason=_get(choice, "finish_reason") or "stop",
-        ))
+        out.append(
+            Completion(
+                content=_get(message, "content") or "",
+                tool_calls=tool_calls_of(message),
+                prompt_tokens=prompt,
+                completion_tokens=share,
+                finish_reason=_get(choice, "finish_reason") or "stop",
+            )
+        )
     return out
 
 
@@ -66,12 +74,16 @@ def set_cost(completions: list[Completion], total: float) -> None:
         c.cost = total / len(completions) if completions else 0.0
 
 
-def price(prompt_tokens: int, completion_tokens: int, price_in: Optional[float], price_out: Optional[float]) -> float:
+def price(
+    prompt_tokens: int, completion_tokens: int, price_in: Optional[float], price_out: Optional[float]
+) -> float:
     """USD for a request at per-1M-token prices."""
     return (prompt_tokens * (price_in or 0.0) + completion_tokens * (price_out or 0.0)) / 1_000_000
 
 
-def apply_prices(completions: list[Completion], price_in: Optional[float], price_out: Optional[float]) -> None:
+def apply_prices(
+    completions: list[Completion], price_in: Optional[float], price_out: Optional[float]
+) -> None:
     """price_in/price_out (USD per 1M tokens) override whatever cost the backend computed.
 
     The prompt was billed once per request, so each completion pays an equal share of it.
@@ -80,7 +92,9 @@ def apply_prices(completions: list[Completion], price_in: Optional[float], price
         return
     share = 1 / len(completions) if completions else 0.0
     for c in completions:
-        c.cost = price(0, c.completion_tokens, price_in, price_out) + share * price(c.prompt_tokens, 0, price_in, price_out)
+        c.cost = price(0, c.completion_tokens, price_in, price_out) + share * price(
+            c.prompt_tokens, 0, price_in, price_out
+        )
 
 
 def message_text(message: dict[str, Any]) -> str:
@@ -106,7 +120,7 @@ def litellm_tokens(model: str, messages: list[dict[str, Any]]) -> int:
         litellm.disable_hf_tokenizer_download = True
     try:
         return int(litellm.token_counter(model=model, messages=messages))
-    except Exception:  # noqa: BLE001 -- a message shape or model it cannot count: the estimate
+    except Exception:
         return approx_tokens(messages)
 
 

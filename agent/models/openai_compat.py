@@ -1,14 +1,15 @@
 """Any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, Ollama, `harness serve`) via the official client."""
+
 from __future__ import annotations
 
 import asyncio
 import os
 from typing import Any, Optional
 
-from results.errors import UserError
 from agent.models.base import Completion, ModelError
 from agent.models.common import apply_prices, completions_of, litellm_tokens
 from agent.models.retry import RetryPolicy, call_with_retries
+from results.errors import UserError
 
 
 def parse_target(target: str, base_url: Optional[str] = None) -> tuple[str, str]:
@@ -23,13 +24,17 @@ def parse_target(target: str, base_url: Optional[str] = None) -> tuple[str, str]
         host, slash, path = rest.partition("/")
         path = slash + path
         if "/v1/" not in path:
-            raise UserError(f"openai-compat:{target}: cannot tell the base URL from the model name; write "
-                            "openai-compat:http://HOST:PORT/v1/MODEL, or openai-compat:MODEL with the base_url option")
+            raise UserError(
+                f"openai-compat:{target}: cannot tell the base URL from the model name; write "
+                "openai-compat:http://HOST:PORT/v1/MODEL, or openai-compat:MODEL with the base_url option"
+            )
         prefix, _, model = path.partition("/v1/")
         return f"{scheme}://{host}{prefix}/v1", model.strip("/")
     if not base_url:
-        raise UserError(f"openai-compat:{target}: no server given; write openai-compat:http://HOST:PORT/v1/{target or 'MODEL'} "
-                        "or pass base_url=http://HOST:PORT/v1")
+        raise UserError(
+            f"openai-compat:{target}: no server given; write openai-compat:http://HOST:PORT/v1/{target or 'MODEL'} "
+            "or pass base_url=http://HOST:PORT/v1"
+        )
     return base_url.rstrip("/"), target
 
 
@@ -63,7 +68,9 @@ class OpenAICompatModel:
         return_token_ids: bool = False,
     ) -> None:
         if not model:
-            raise UserError(f"openai-compat: no model name given for {base_url}; write openai-compat:{base_url}/MODEL")
+            raise UserError(
+                f"openai-compat: no model name given for {base_url}; write openai-compat:{base_url}/MODEL"
+            )
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.name = name or f"openai-compat:{self.base_url}/{model}"
@@ -85,15 +92,25 @@ class OpenAICompatModel:
         if self._client is None or self._client_loop is not loop:
             from openai import AsyncOpenAI
 
-            self._client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key,
-                                       max_retries=0, timeout=self.retry.timeout)
+            self._client = AsyncOpenAI(
+                base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.retry.timeout
+            )
             self._client_loop = loop
         return self._client
 
-    async def _request(self, messages: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]], n: int,
-                       temperature: float, max_tokens: int, seed: Optional[int]) -> list[Completion]:
+    async def _request(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Optional[list[dict[str, Any]]],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seed: Optional[int],
+    ) -> list[Completion]:
         client = self._get_client()
-        kwargs: dict[str, Any] = dict(model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens)
+        kwargs: dict[str, Any] = dict(
+            model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens
+        )
         if self.extra_params:  # the client sends extra_body's keys as top-level request fields
             kwargs["extra_body"] = dict(self.extra_params)
         if n != 1:
@@ -102,9 +119,12 @@ class OpenAICompatModel:
             kwargs["seed"] = seed
         if tools and self.supports_tools:
             kwargs["tools"] = tools
-        response = await call_with_retries(lambda: client.chat.completions.create(**kwargs),
-                                           what=f"model {self.model!r} at {self.base_url}", policy=self.retry,
-                                           auth_hint="check the api_key option or OPENAI_COMPAT_API_KEY")
+        response = await call_with_retries(
+            lambda: client.chat.completions.create(**kwargs),
+            what=f"model {self.model!r} at {self.base_url}",
+            policy=self.retry,
+            auth_hint="check the api_key option or OPENAI_COMPAT_API_KEY",
+        )
         return with_token_ids(completions_of(response), response)
 
     async def complete(
@@ -122,8 +142,9 @@ class OpenAICompatModel:
         # Some servers (Ollama, llama.cpp) ignore n: make up the rest with single requests.
         missing = n - len(out)
         if missing > 0:
-            extra = await asyncio.gather(*[self._request(messages, tools, 1, temperature, max_tokens, None)
-                                           for _ in range(missing)])
+            extra = await asyncio.gather(
+                *[self._request(messages, tools, 1, temperature, max_tokens, None) for _ in range(missing)]
+            )
             out += [c for batch in extra for c in batch]
         out = out[:n]
         apply_prices(out, self.price_in, self.price_out)

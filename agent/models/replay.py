@@ -16,6 +16,7 @@ the end of the script raises ModelError. Token counts the file lacks are estimat
 token) so budgets and prices apply. An unbound ReplayModel (served over HTTP, say) plays the "*" script
 -- or the only script in the file -- with one counter for all callers.
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,9 +24,9 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from results.errors import UserError
 from agent.models.base import Completion, ModelError, ToolCall
 from agent.models.common import apply_prices, approx_tokens, parse_arguments
+from results.errors import UserError
 
 ANY_SAMPLE = -1  # format (a): one script for every sample
 DEFAULT_TASK = "*"
@@ -39,7 +40,11 @@ def _tool_call(raw: Any, i: int, where: str) -> ToolCall:
     fn = raw.get("function") if isinstance(raw.get("function"), dict) else raw  # OpenAI shape or flat
     if not fn.get("name"):
         raise UserError(f"{where}: tool call {i} has no name")
-    return ToolCall(id=str(raw.get("id") or f"call_{i}"), name=str(fn["name"]), arguments=parse_arguments(fn.get("arguments")))
+    return ToolCall(
+        id=str(raw.get("id") or f"call_{i}"),
+        name=str(fn["name"]),
+        arguments=parse_arguments(fn.get("arguments")),
+    )
 
 
 def _reply(raw: Any, where: str) -> Completion:
@@ -47,8 +52,11 @@ def _reply(raw: Any, where: str) -> Completion:
         return Completion(content=raw)
     if isinstance(raw, dict) and ("content" in raw or "tool_calls" in raw):
         calls = [_tool_call(c, i, where) for i, c in enumerate(raw.get("tool_calls") or [])]
-        return Completion(content=str(raw.get("content") or ""), tool_calls=calls,
-                          finish_reason=str(raw.get("finish_reason") or ("tool_calls" if calls else "stop")))
+        return Completion(
+            content=str(raw.get("content") or ""),
+            tool_calls=calls,
+            finish_reason=str(raw.get("finish_reason") or ("tool_calls" if calls else "stop")),
+        )
     raise UserError(f"{where}: a reply must be a string or an object with content/tool_calls")
 
 
@@ -56,8 +64,12 @@ def _load_scripts_json(data: dict[str, Any], path: str) -> dict[str, dict[int, S
     scripts: dict[str, dict[int, Script]] = {}
     for task_id, replies in data.items():
         if not isinstance(replies, list):
-            raise UserError(f"{path}: {task_id!r} must map to a list of replies, e.g. {{\"{task_id}\": [\"reply 1\"]}}")
-        scripts[str(task_id)] = {ANY_SAMPLE: [_reply(r, f"{path}: {task_id}[{i}]") for i, r in enumerate(replies)]}
+            raise UserError(
+                f'{path}: {task_id!r} must map to a list of replies, e.g. {{"{task_id}": ["reply 1"]}}'
+            )
+        scripts[str(task_id)] = {
+            ANY_SAMPLE: [_reply(r, f"{path}: {task_id}[{i}]") for i, r in enumerate(replies)]
+        }
     return scripts
 
 
@@ -72,16 +84,29 @@ def _load_attempts(lines: list[str], path: str) -> dict[str, dict[int, Script]]:
             attempt = Attempt.model_validate_json(line)
         except ValueError as e:
             first = str(e).splitlines()[0]
-            raise UserError(f"{path}:{lineno}: not an attempt record ({first}); "
-                            "a replay file is a JSON object of scripts or an attempts.jsonl") from None
+            raise UserError(
+                f"{path}:{lineno}: not an attempt record ({first}); "
+                "a replay file is a JSON object of scripts or an attempts.jsonl"
+            ) from None
         script = []
         for step in attempt.steps:
-            calls = [_tool_call(c, i, f"{path}:{lineno} step {step.index}") for i, c in enumerate(step.tool_calls)]
-            script.append(Completion(
-                content=step.raw_output, tool_calls=calls, prompt_tokens=step.prompt_tokens,
-                completion_tokens=step.completion_tokens, finish_reason="tool_calls" if calls else "stop",
-                prompt_ids=step.prompt_ids, completion_ids=step.completion_ids))
-        scripts.setdefault(attempt.task_id, {})[attempt.sample] = script  # a later record of the same key wins
+            calls = [
+                _tool_call(c, i, f"{path}:{lineno} step {step.index}") for i, c in enumerate(step.tool_calls)
+            ]
+            script.append(
+                Completion(
+                    content=step.raw_output,
+                    tool_calls=calls,
+                    prompt_tokens=step.prompt_tokens,
+                    completion_tokens=step.completion_tokens,
+                    finish_reason="tool_calls" if calls else "stop",
+                    prompt_ids=step.prompt_ids,
+                    completion_ids=step.completion_ids,
+                )
+            )
+        scripts.setdefault(attempt.task_id, {})[attempt.sample] = (
+            script  # a later record of the same key wins
+        )
     return scripts
 
 
@@ -107,27 +132,44 @@ def _reply_tokens(c: Completion) -> int:
 
 
 class ReplayModel:
-    def __init__(self, scripts: dict[str, dict[int, Script]], *, name: str = "replay",
-                 task_id: Optional[str] = None, sample: int = 0,
-                 price_in: Optional[float] = None, price_out: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        scripts: dict[str, dict[int, Script]],
+        *,
+        name: str = "replay",
+        task_id: Optional[str] = None,
+        sample: int = 0,
+        price_in: Optional[float] = None,
+        price_out: Optional[float] = None,
+    ) -> None:
         self.name = name
         self.price_in, self.price_out = price_in, price_out  # replayed replies are free unless priced
         self.scripts = scripts
         self.task_id = task_id
         self.sample = sample
-        self.supports_tools = any(c.tool_calls for by_sample in scripts.values() for s in by_sample.values() for c in s)
+        self.supports_tools = any(
+            c.tool_calls for by_sample in scripts.values() for s in by_sample.values() for c in s
+        )
         self.context_window = 131072
         self.calls = 0  # complete() calls so far on this instance
         self._script = self._pick(task_id, sample)
 
     @classmethod
-    def from_file(cls, path: str, *, name: Optional[str] = None,
-                  price_in: Optional[float] = None, price_out: Optional[float] = None) -> "ReplayModel":
+    def from_file(
+        cls,
+        path: str,
+        *,
+        name: Optional[str] = None,
+        price_in: Optional[float] = None,
+        price_out: Optional[float] = None,
+    ) -> "ReplayModel":
         return cls(load_scripts(path), name=name or f"replay:{path}", price_in=price_in, price_out=price_out)
 
     def _pick(self, task_id: Optional[str], sample: int) -> Optional[Script]:
         if task_id is None:  # unbound: the default script, or the file's only one
-            by_sample = self.scripts.get(DEFAULT_TASK) or (next(iter(self.scripts.values())) if len(self.scripts) == 1 else None)
+            by_sample = self.scripts.get(DEFAULT_TASK) or (
+                next(iter(self.scripts.values())) if len(self.scripts) == 1 else None
+            )
         else:
             by_sample = self.scripts.get(task_id) or self.scripts.get(DEFAULT_TASK)
         if not by_sample:
@@ -139,8 +181,14 @@ class ReplayModel:
 
     def for_task(self, task_id: str, sample: int = 0) -> "ReplayModel":
         """A fresh instance that replays task_id's script from its first reply (one per attempt)."""
-        return ReplayModel(self.scripts, name=self.name, task_id=task_id, sample=sample,
-                           price_in=self.price_in, price_out=self.price_out)
+        return ReplayModel(
+            self.scripts,
+            name=self.name,
+            task_id=task_id,
+            sample=sample,
+            price_in=self.price_in,
+            price_out=self.price_out,
+        )
 
     async def complete(
         self,
@@ -152,11 +200,19 @@ class ReplayModel:
         seed: Optional[int] = None,
     ) -> list[Completion]:
         if self._script is None:
-            what = f"task {self.task_id!r}" if self.task_id is not None else "this unbound model (several tasks, no \"*\")"
-            raise ModelError(f"{self.name}: no scripted replies for {what}; add it or a \"*\" default to the file")
+            what = (
+                f"task {self.task_id!r}"
+                if self.task_id is not None
+                else 'this unbound model (several tasks, no "*")'
+            )
+            raise ModelError(
+                f'{self.name}: no scripted replies for {what}; add it or a "*" default to the file'
+            )
         if self.calls >= len(self._script):
-            raise ModelError(f"{self.name}: the script for task {self.task_id or DEFAULT_TASK!r} has "
-                             f"{len(self._script)} replies, and call {self.calls + 1} asked for another")
+            raise ModelError(
+                f"{self.name}: the script for task {self.task_id or DEFAULT_TASK!r} has "
+                f"{len(self._script)} replies, and call {self.calls + 1} asked for another"
+            )
         reply = self._script[self.calls]
         self.calls += 1
         out = [copy.deepcopy(reply) for _ in range(n)]

@@ -10,6 +10,7 @@ this is the only place that decides what is retried and how long to wait:
 - each request has its own timeout; attempts are bounded;
 - what finally fails becomes a ModelError naming the model, where it was sent and the provider's error.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -54,8 +55,11 @@ def status_of(exc: BaseException) -> Optional[int]:
 def _headers(exc: BaseException) -> dict[str, str]:
     found: dict[str, str] = {}
     # openai: exc.response.headers; litellm: litellm_response_headers or headers as well.
-    for source in (getattr(getattr(exc, "response", None), "headers", None),
-                   getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None)):
+    for source in (
+        getattr(getattr(exc, "response", None), "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+        getattr(exc, "headers", None),
+    ):
         try:
             for k, v in dict(source or {}).items():
                 found.setdefault(str(k).lower(), str(v))
@@ -88,8 +92,14 @@ def retry_after(exc: BaseException, now: Optional[float] = None) -> Optional[flo
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-_CONTEXT_PHRASES = ("context length", "context_length", "maximum context", "context window",
-                    "prompt is too long", "too many tokens")
+_CONTEXT_PHRASES = (
+    "context length",
+    "context_length",
+    "maximum context",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+)
 
 
 def is_context_length_error(exc: BaseException) -> bool:
@@ -102,8 +112,16 @@ def is_context_length_error(exc: BaseException) -> bool:
 
 
 # Transport failures by class name, so this module needs neither openai nor httpx imported.
-_TRANSIENT_NAMES = {"APIConnectionError", "APITimeoutError", "Timeout", "TimeoutException",
-                    "TransportError", "NetworkError", "RemoteProtocolError", "ServiceUnavailableError"}
+_TRANSIENT_NAMES = {
+    "APIConnectionError",
+    "APITimeoutError",
+    "Timeout",
+    "TimeoutException",
+    "TransportError",
+    "NetworkError",
+    "RemoteProtocolError",
+    "ServiceUnavailableError",
+}
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -172,7 +190,7 @@ async def call_with_retries(
                 return await once()
     except ModelError:
         raise
-    except Exception as exc:  # noqa: BLE001 -- every provider failure becomes one ModelError
+    except Exception as exc:
         cause = describe(exc)
         if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
             cause = f"request timed out after {policy.timeout:g}s"

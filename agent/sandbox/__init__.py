@@ -23,6 +23,7 @@ One concept per module:
     k8s/          the same sandboxes as Kubernetes pods (agent-sandbox), one module per concept
     server.py, capture.py, helper.c   run inside the container
 """
+
 from agent.sandbox.changes import CAPTURE_SOURCE, CaptureError, Changes
 from agent.sandbox.cleanup import prune
 from agent.sandbox.client import docker_client, docker_retry
@@ -34,8 +35,28 @@ from agent.sandbox.pool import SandboxPool
 from agent.sandbox.transport import SERVER_SOURCE, SandboxDied, SandboxUnresponsive
 
 __all__ = [
-    "AGENT_UID", "CAPTURE_SOURCE", "LABEL_PID", "LABEL_POOL", "LABEL_RUN", "LABEL_TASK", "PATH", "SERVER_SOURCE",
-    "WORKSPACE", "CaptureError", "Changes", "ExecResult", "Limits", "Sandbox", "SandboxDied", "SandboxPool",
-    "SandboxUnresponsive", "content_hash", "create_network", "create_sandbox", "docker_client", "docker_retry",
-    "prune", "remove_network",
+    "AGENT_UID",
+    "CAPTURE_SOURCE",
+    "LABEL_PID",
+    "LABEL_POOL",
+    "LABEL_RUN",
+    "LABEL_TASK",
+    "PATH",
+    "SERVER_SOURCE",
+    "WORKSPACE",
+    "CaptureError",
+    "Changes",
+    "ExecResult",
+    "Limits",
+    "Sandbox",
+    "SandboxDied",
+    "SandboxPool",
+    "SandboxUnresponsive",
+    "content_hash",
+    "create_network",
+    "create_sandbox",
+    "docker_client",
+    "docker_retry",
+    "prune",
+    "remove_network",
 ]

@@ -10,6 +10,7 @@ never follows a link, so very deep trees (no recursion, no path-length limit), u
 folders, odd names (bytes that are not UTF-8 cross as surrogate escapes) and special files are listed or
 rejected with a reason. Only regular files are ever opened, and never a fifo (O_NONBLOCK, then fstat).
 """
+
 import base64
 import hashlib
 import json

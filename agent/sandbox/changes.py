@@ -4,6 +4,7 @@ agent/sandbox/capture.py runs inside the container as root (python3, or the stat
 native.py): `list` answers path -> [kind, size, sha256 or link target, executable] for the workspace,
 `read` the changed files' contents. ChangeCapture compares two listings and reads out what changed,
 with caps and path checks, never trusting what the agent left in its workspace."""
+
 from __future__ import annotations
 
 import base64
@@ -24,6 +25,7 @@ class CaptureError(Exception):
 @dataclass
 class Changes:
     """What an attempt changed in /workspace, captured with caps and path checks."""
+
     files: dict[str, bytes] = field(default_factory=dict)  # added or modified regular files
     executable: set[str] = field(default_factory=set)  # which of those have the executable bit
     deleted: list[str] = field(default_factory=list)
@@ -43,15 +45,22 @@ class ChangeCapture:
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
         """Runs agent/sandbox/capture.py inside as root; its JSON answer, or CaptureError."""
-        r = await self.exec_raw(["python3", "-I", "-c", CAPTURE_SOURCE, *args], timeout=120, cap=cap,
-                                user="root", cwd="/", stdin=stdin)
+        r = await self.exec_raw(
+            ["python3", "-I", "-c", CAPTURE_SOURCE, *args],
+            timeout=120,
+            cap=cap,
+            user="root",
+            cwd="/",
+            stdin=stdin,
+        )
         if r["out_dropped"]:
             raise CaptureError(f"the capture's answer is over {cap} bytes")
         try:
             out = json.loads(r["out_head"] + r["out_tail"])
         except ValueError:
-            raise CaptureError(f"capture failed (exit {r['exit_code']}): "
-                               f"{r['err_tail'].decode('utf-8', 'replace')[-300:]}") from None
+            raise CaptureError(
+                f"capture failed (exit {r['exit_code']}): {r['err_tail'].decode('utf-8', 'replace')[-300:]}"
+            ) from None
         if not isinstance(out, dict):
             raise CaptureError("capture answered something other than an object")
         return out
@@ -105,7 +114,9 @@ class ChangeCapture:
             return ch
         if wanted:
             try:
-                out = await self._capture(["read", WORKSPACE, str(max_bytes)], stdin=json.dumps(wanted).encode())
+                out = await self._capture(
+                    ["read", WORKSPACE, str(max_bytes)], stdin=json.dumps(wanted).encode()
+                )
                 ch.files = {p: base64.b64decode(d) for p, d in out.get("files", {}).items()}
                 ch.rejected += out.get("rejected", [])
             except (CaptureError, ValueError, TypeError) as e:
@@ -117,6 +128,7 @@ class ChangeCapture:
     async def diff(self) -> str:
         """A unified diff of the workspace against the baseline (text files), for people and `run`."""
         import difflib
+
         ch = await self.changes()
         before = self._initial_files
         parts = []

@@ -1,5 +1,6 @@
 """No container outlives a run, also after Ctrl-C or SIGTERM: prune() removes what the labels (labels.py)
 say belongs to a run, a pool, or a harness process that is gone; every SandboxPool is pruned at exit."""
+
 from __future__ import annotations
 
 import atexit
@@ -30,6 +31,7 @@ def prune_at_exit(pool_id: str):
                     if callable(previous):
                         previous(signum, frame)
                     raise SystemExit(128 + signum)
+
                 signal.signal(sig, handler)
     _pools.add(pool_id)
 
@@ -72,9 +74,11 @@ def prune(run_id: Optional[str] = None, orphans_only: bool = False, pool: Option
             if not pid.isdigit() or _pid_alive(int(pid)):
                 continue
         remove_network(net)
-    for img in client.api.images(filters={"label": labels}):  # snapshot-mode commits (agent/sandbox/native.py)
+    for img in client.api.images(
+        filters={"label": labels}
+    ):  # snapshot-mode commits (agent/sandbox/native.py)
         if orphans_only:
-            pid = ((img.get("Labels") or {}).get(LABEL_PID, ""))
+            pid = (img.get("Labels") or {}).get(LABEL_PID, "")
             if not pid.isdigit() or _pid_alive(int(pid)):
                 continue
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):

@@ -1,4 +1,5 @@
 """The Docker engine: one shared client, and bounded retries of its transient errors."""
+
 from __future__ import annotations
 
 import threading
@@ -21,8 +22,12 @@ def _transient(exc: BaseException) -> bool:
     return False
 
 
-docker_retry = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(4),
-                     wait=wait_random_exponential(multiplier=0.2, max=3), reraise=True)
+docker_retry = retry(
+    retry=retry_if_exception(_transient),
+    stop=stop_after_attempt(4),
+    wait=wait_random_exponential(multiplier=0.2, max=3),
+    reraise=True,
+)
 
 _client: Optional[docker.DockerClient] = None
 _client_lock = threading.Lock()
@@ -39,6 +44,7 @@ def docker_client() -> docker.DockerClient:
             except docker.errors.DockerException as e:
                 raise UserError(
                     f"no Docker engine answers ({str(e).splitlines()[0][:120]}): start one "
-                    "(`make setup` installs and starts it as root, or `sudo dockerd &`)") from None
+                    "(`make setup` installs and starts it as root, or `sudo dockerd &`)"
+                ) from None
             _client = client
         return _client

@@ -3,6 +3,7 @@
 Limits says how hard and how big; create_sandbox() makes, attaches and starts the container with them;
 Sandbox is the API on it (exec, files, change capture, how it died, kill). Commands travel over the
 attached stdin/stdout (transport.py); change capture is changes.py's."""
+
 from __future__ import annotations
 
 import base64
@@ -19,12 +20,12 @@ import docker.errors
 import requests
 from docker.types import Ulimit
 
-from results.errors import InfraError, UserError
 from agent.sandbox.changes import ChangeCapture
 from agent.sandbox.client import docker_client, docker_retry
 from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE
 from agent.sandbox.labels import owner_labels
 from agent.sandbox.transport import SERVER_SOURCE, CommandChannel, SandboxDied
+from results.errors import InfraError, UserError
 
 if TYPE_CHECKING:
     from agent.sandbox.native import NativeSpec
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Limits:
     """Hardening and resource limits; every field can be overridden per task."""
+
     memory_mb: int = 1024  # swap is set equal: no swap
     cpus: float = 1.0
     pids: int = 256
@@ -43,14 +45,21 @@ class Limits:
     fsize_mb: int = 512  # largest single file
     read_only: bool = True  # read-only root filesystem
     runtime: Optional[str] = None  # e.g. "runsc" (gVisor) where installed
-    native: Optional["NativeSpec"] = None  # agent/sandbox/native.py: static helper, any image, Harbor's contract
+    native: Optional["NativeSpec"] = (
+        None  # agent/sandbox/native.py: static helper, any image, Harbor's contract
+    )
 
     @classmethod
     def for_task(cls, env) -> "Limits":
         """From a task's [environment] table (tasks.model.Environment)."""
         # A task written on a bigger machine still runs here: Docker refuses more CPUs than the host has.
-        return cls(memory_mb=env.memory_mb, cpus=min(env.cpus, float(os.cpu_count() or 1)), pids=env.pids,
-                   workspace_mb=env.storage_mb, network=env.allow_internet)
+        return cls(
+            memory_mb=env.memory_mb,
+            cpus=min(env.cpus, float(os.cpu_count() or 1)),
+            pids=env.pids,
+            workspace_mb=env.storage_mb,
+            network=env.allow_internet,
+        )
 
 
 @dataclass
@@ -73,9 +82,11 @@ class ExecResult:
 
 def ulimits(limits: Limits) -> list[Ulimit]:
     """Open files, largest file, no core dumps: for every sandbox (ours and native.py's)."""
-    return [Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
-            Ulimit(name="fsize", soft=limits.fsize_mb << 20, hard=limits.fsize_mb << 20),
-            Ulimit(name="core", soft=0, hard=0)]
+    return [
+        Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+        Ulimit(name="fsize", soft=limits.fsize_mb << 20, hard=limits.fsize_mb << 20),
+        Ulimit(name="core", soft=0, hard=0),
+    ]
 
 
 class Sandbox(CommandChannel, ChangeCapture):
@@ -91,12 +102,23 @@ class Sandbox(CommandChannel, ChangeCapture):
         self.pool_key = pool_key
         self._baseline: Optional[dict] = None
         self._initial_files: dict[str, bytes] = {}  # what put_files wrote into /workspace (for diff)
-        self._open_channel(container.client.api.attach_socket(
-            container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}))
+        self._open_channel(
+            container.client.api.attach_socket(
+                container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+        )
 
-    async def exec_raw(self, cmd: str | list[str], *, timeout: float = 60.0, cap: int = 64 * 1024,
-                       user: str = "agent", cwd: str = WORKSPACE, env: Optional[dict] = None,
-                       stdin: Optional[bytes] = None) -> dict:
+    async def exec_raw(
+        self,
+        cmd: str | list[str],
+        *,
+        timeout: float = 60.0,
+        cap: int = 64 * 1024,
+        user: str = "agent",
+        cwd: str = WORKSPACE,
+        env: Optional[dict] = None,
+        stdin: Optional[bytes] = None,
+    ) -> dict:
         """Runs a command; returns the server's reply with stdout/stderr head and tail as bytes."""
         req: dict = {"timeout": timeout, "cap": cap, "user": user, "cwd": cwd}
         req["argv" if isinstance(cmd, list) else "cmd"] = cmd
@@ -111,20 +133,38 @@ class Sandbox(CommandChannel, ChangeCapture):
             reply[k] = base64.b64decode(reply[k])
         return reply
 
-    async def exec(self, cmd: str | list[str], timeout: float = 60.0, *, cap: int = 64 * 1024,
-                   user: str = "agent", cwd: str = WORKSPACE, env: Optional[dict] = None,
-                   stdin: Optional[bytes] = None) -> ExecResult:
+    async def exec(
+        self,
+        cmd: str | list[str],
+        timeout: float = 60.0,
+        *,
+        cap: int = 64 * 1024,
+        user: str = "agent",
+        cwd: str = WORKSPACE,
+        env: Optional[dict] = None,
+        stdin: Optional[bytes] = None,
+    ) -> ExecResult:
         """Runs `cmd` (shell text, or an argv list) in a fresh process as the sandbox user.
         On timeout the command's whole process tree is killed; the sandbox stays usable.
         Output beyond `cap` bytes per stream keeps its head and tail."""
         r = await self.exec_raw(cmd, timeout=timeout, cap=cap, user=user, cwd=cwd, env=env, stdin=stdin)
         return ExecResult(
-            exit_code=r["exit_code"], stdout=_join(r["out_head"], r["out_dropped"], r["out_tail"]),
-            stderr=_join(r["err_head"], r["err_dropped"], r["err_tail"]), duration=r["duration"],
-            timed_out=r["timed_out"], oom=r["oom"], dropped_bytes=r["out_dropped"] + r["err_dropped"])
+            exit_code=r["exit_code"],
+            stdout=_join(r["out_head"], r["out_dropped"], r["out_tail"]),
+            stderr=_join(r["err_head"], r["err_dropped"], r["err_tail"]),
+            duration=r["duration"],
+            timed_out=r["timed_out"],
+            oom=r["oom"],
+            dropped_bytes=r["out_dropped"] + r["err_dropped"],
+        )
 
-    async def put_files(self, files: dict[str, bytes], dest: str = WORKSPACE, user: str = "agent",
-                        executable: Iterable[str] = ()):
+    async def put_files(
+        self,
+        files: dict[str, bytes],
+        dest: str = WORKSPACE,
+        user: str = "agent",
+        executable: Iterable[str] = (),
+    ):
         """Writes files by streaming a tar into `tar -x` inside (put_archive cannot reach a tmpfs).
         Modes are 0644, or 0755 for the paths named in `executable`."""
         if not files:
@@ -140,19 +180,28 @@ class Sandbox(CommandChannel, ChangeCapture):
                 info.mode = 0o755 if name in executable else 0o644
                 info.mtime = int(time.time())
                 tar.addfile(info, io.BytesIO(data))
-        r = await self.exec_raw(["sh", "-c", 'mkdir -p "$1" && exec tar -x --no-same-owner -m -C "$1"', "_", dest],
-                                stdin=buf.getvalue(),
-                                timeout=120, user=user, cwd="/")
+        r = await self.exec_raw(
+            ["sh", "-c", 'mkdir -p "$1" && exec tar -x --no-same-owner -m -C "$1"', "_", dest],
+            stdin=buf.getvalue(),
+            timeout=120,
+            user=user,
+            cwd="/",
+        )
         if r["exit_code"] != 0:
-            raise InfraError(f"writing files into {dest} failed: {r['err_head'].decode(errors='replace')[:300]}")
+            raise InfraError(
+                f"writing files into {dest} failed: {r['err_head'].decode(errors='replace')[:300]}"
+            )
 
-    async def get_files(self, paths: list[str], root: str = WORKSPACE, max_bytes: int = 16 << 20) -> dict[str, bytes]:
+    async def get_files(
+        self, paths: list[str], root: str = WORKSPACE, max_bytes: int = 16 << 20
+    ) -> dict[str, bytes]:
         """Reads regular files (relative to root) out as a tar stream; extracted in memory with
         tarfile's 'data' filter (no links, no absolute paths). Raises InfraError above max_bytes."""
         if not paths:
             return {}
-        r = await self.exec_raw(["tar", "-c", "-C", root, "--", *paths], timeout=120, cap=max_bytes * 2,
-                                user="root", cwd="/")
+        r = await self.exec_raw(
+            ["tar", "-c", "-C", root, "--", *paths], timeout=120, cap=max_bytes * 2, user="root", cwd="/"
+        )
         if r["out_dropped"]:
             raise InfraError(f"files under {root} exceed {max_bytes} bytes")
         out: dict[str, bytes] = {}
@@ -176,7 +225,7 @@ class Sandbox(CommandChannel, ChangeCapture):
             self.container.wait(timeout=wait)
             self.container.reload()
             return bool(self.container.attrs["State"].get("OOMKilled"))
-        except Exception:  # noqa: BLE001 -- removed, still running, or no engine: not provably the agent
+        except Exception:
             return False
 
     def kill(self):
@@ -184,8 +233,9 @@ class Sandbox(CommandChannel, ChangeCapture):
         self.dead = True
         with contextlib.suppress(Exception):
             self._sock.close()
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError,
-                                 requests.exceptions.RequestException):
+        with contextlib.suppress(
+            docker.errors.NotFound, docker.errors.APIError, requests.exceptions.RequestException
+        ):
             self.container.remove(force=True)
 
 
@@ -196,33 +246,58 @@ def _join(head: bytes, dropped: int, tail: bytes) -> str:
     return text + tail.decode("utf-8", "replace")
 
 
-def create_sandbox(image: str, limits: Limits, run_id: str, task: str = "pool", pool_id: str = "",
-                   network: Optional[str] = None) -> Sandbox:
+def create_sandbox(
+    image: str,
+    limits: Limits,
+    run_id: str,
+    task: str = "pool",
+    pool_id: str = "",
+    network: Optional[str] = None,
+) -> Sandbox:
     """Creates, attaches and starts one hardened container (blocking: call from a thread). A networked
     sandbox joins `network` (its pool's own, see SandboxPool.network_for); others have only lo."""
     if limits.native is not None:  # the static helper: any image, Harbor's runtime contract
         from agent.sandbox.native import create_native
+
         return create_native(image, limits, run_id, task, pool_id, network)
     client = docker_client()
-    tmpfs = {WORKSPACE: f"size={limits.workspace_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
-             "/tmp": f"size={limits.tmp_mb}m,mode=1777,exec",
-             # root-owned and not writable by the sandbox user: hidden tests go here when grading
-             "/grader": "size=64m,uid=0,gid=0,mode=0700,exec"}
+    tmpfs = {
+        WORKSPACE: f"size={limits.workspace_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
+        "/tmp": f"size={limits.tmp_mb}m,mode=1777,exec",
+        # root-owned and not writable by the sandbox user: hidden tests go here when grading
+        "/grader": "size=64m,uid=0,gid=0,mode=0700,exec",
+    }
     kwargs = dict(
-        command=["python3", "-u", "-I", "-c", "import os; exec(os.environ.pop('HARNESS_SERVER'))"], detach=True, stdin_open=True, tty=False,
-        init=True, user="0:0", working_dir=WORKSPACE,
+        command=["python3", "-u", "-I", "-c", "import os; exec(os.environ.pop('HARNESS_SERVER'))"],
+        detach=True,
+        stdin_open=True,
+        tty=False,
+        init=True,
+        user="0:0",
+        working_dir=WORKSPACE,
         name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
         labels=owner_labels(run_id, pool_id, task),
         network_mode=(network or "bridge") if limits.network else "none",
-        mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
-        nano_cpus=int(limits.cpus * 1e9), pids_limit=limits.pids,
+        mem_limit=f"{limits.memory_mb}m",
+        memswap_limit=f"{limits.memory_mb}m",
+        nano_cpus=int(limits.cpus * 1e9),
+        pids_limit=limits.pids,
         # For the server and the harness's own root commands (capture, the grader's test runner) only: a
         # command of the sandbox user gets none (a uid change drops them; no-new-privileges keeps them off).
-        cap_drop=["ALL"], cap_add=["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"],
-        security_opt=["no-new-privileges"], read_only=limits.read_only, tmpfs=tmpfs,
+        cap_drop=["ALL"],
+        cap_add=["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"],
+        security_opt=["no-new-privileges"],
+        read_only=limits.read_only,
+        tmpfs=tmpfs,
         ulimits=ulimits(limits),
-        environment={"HARNESS_SERVER": SERVER_SOURCE, "HARNESS_UID": str(AGENT_UID), "HOME": "/tmp", "PATH": PATH, "LANG": "C.UTF-8",
-                     "PYTHONDONTWRITEBYTECODE": "1"},
+        environment={
+            "HARNESS_SERVER": SERVER_SOURCE,
+            "HARNESS_UID": str(AGENT_UID),
+            "HOME": "/tmp",
+            "PATH": PATH,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
         log_config={"type": "none"},  # replies travel over attach; keep nothing on the host's disk
     )
     if limits.runtime:

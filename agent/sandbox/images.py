@@ -6,6 +6,7 @@ and pandas, git, procps, a dedicated user 10001 and /workspace owned by it. The 
 recipe's hash, so the image is rebuilt only when the recipe changes.
 A task may bring environment/Dockerfile `FROM harness/base`; it is built and cached the same way.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +23,8 @@ from typing import Optional
 
 import docker.errors
 
-from results.errors import UserError
 from agent.sandbox.client import docker_client
+from results.errors import UserError
 
 # What every sandbox image provides, and the containers rely on (container.py, k8s/manifests.py):
 AGENT_UID = 10001  # a uid no host account uses: per-uid limits are shared across the host
@@ -31,9 +32,28 @@ WORKSPACE = "/workspace"  # the agent's working folder, owned by AGENT_UID
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 BASE_REPO = "harness/base"
-DEBIAN_PACKAGES = ["python3", "python3-pytest", "python3-numpy", "python3-pandas", "git", "procps",
-                   "ca-certificates", "bash", "coreutils", "findutils", "grep", "sed", "gawk", "tar",
-                   "gzip", "diffutils", "patch", "file", "bc", "jq"]
+DEBIAN_PACKAGES = [
+    "python3",
+    "python3-pytest",
+    "python3-numpy",
+    "python3-pandas",
+    "git",
+    "procps",
+    "ca-certificates",
+    "bash",
+    "coreutils",
+    "findutils",
+    "grep",
+    "sed",
+    "gawk",
+    "tar",
+    "gzip",
+    "diffutils",
+    "patch",
+    "file",
+    "bc",
+    "jq",
+]
 REGISTRY_DOCKERFILE = f"""FROM python:3.11-slim
 RUN apt-get update && apt-get install -y --no-install-recommends git procps file bc jq patch \\
     && rm -rf /var/lib/apt/lists/* && ln -sf /usr/local/bin/python3 /usr/bin/python3 \\
@@ -87,31 +107,45 @@ def _build_base(tag: str, log) -> "docker.models.images.Image":
     try:  # the ordinary way, where a registry answers
         client.images.pull("python", tag="3.11-slim")
         log("building the base image from python:3.11-slim ...")
-        img, _ = client.images.build(fileobj=io.BytesIO(REGISTRY_DOCKERFILE.encode()), tag=tag,
-                                     labels=labels, rm=True)
+        img, _ = client.images.build(
+            fileobj=io.BytesIO(REGISTRY_DOCKERFILE.encode()), tag=tag, labels=labels, rm=True
+        )
         return img
     except docker.errors.APIError:
         pass
     if os.geteuid() != 0 or not shutil.which("debootstrap"):
-        raise UserError("no container registry answers and the base image needs debootstrap as root: "
-                        "run `make setup` as root (installs debootstrap), or pull python:3.11-slim")
+        raise UserError(
+            "no container registry answers and the base image needs debootstrap as root: "
+            "run `make setup` as root (installs debootstrap), or pull python:3.11-slim"
+        )
     log("no registry: building the base image with debootstrap (about a minute) ...")
     with tempfile.TemporaryDirectory(prefix="harness-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
-        cmd = ["debootstrap", "--variant=minbase", "--include=" + ",".join(DEBIAN_PACKAGES),
-               "bookworm", str(root), _debian_mirror()]
+        cmd = [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=" + ",".join(DEBIAN_PACKAGES),
+            "bookworm",
+            str(root),
+            _debian_mirror(),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise UserError(f"debootstrap failed (exit {proc.returncode}): "
-                            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+            raise UserError(
+                f"debootstrap failed (exit {proc.returncode}): "
+                f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+            )
         _add_sandbox_user(root)
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
             shutil.rmtree(root / junk, ignore_errors=True)
         tar_path = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
-        changes = [f"LABEL harness.recipe={labels['harness.recipe']}", "WORKDIR /workspace",
-                   f"ENV PATH={PATH} LANG=C.UTF-8",
-                   'CMD ["/bin/bash"]']
+        changes = [
+            f"LABEL harness.recipe={labels['harness.recipe']}",
+            "WORKDIR /workspace",
+            f"ENV PATH={PATH} LANG=C.UTF-8",
+            'CMD ["/bin/bash"]',
+        ]
         repo, _, version = tag.partition(":")
         out = client.api.import_image(src=str(tar_path), repository=repo, tag=version, changes=changes)
         text = out if isinstance(out, str) else json.dumps(out)
@@ -156,8 +190,10 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
         return img.id
     missing = _missing_bases(dockerfile)
     if missing:  # never pulled: tasks build only from images on this machine (no registry is assumed)
-        raise UserError(f"FROM {missing[0]} is not on this machine: load or pull it first "
-                        f"(`docker load -i image.tar`), or build FROM {BASE_REPO}:latest")
+        raise UserError(
+            f"FROM {missing[0]} is not on this machine: load or pull it first "
+            f"(`docker load -i image.tar`), or build FROM {BASE_REPO}:latest"
+        )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in {**context_files, "Dockerfile": dockerfile.encode()}.items():
@@ -166,11 +202,19 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
             tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
     try:
-        img, _ = docker_client().images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
-                                              buildargs={"BASE_IMAGE": base_tag()})
+        img, _ = docker_client().images.build(
+            fileobj=buf,
+            custom_context=True,
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            buildargs={"BASE_IMAGE": base_tag()},
+        )
     except docker.errors.BuildError as e:
         last = [str(x.get("stream", x.get("error", ""))).strip() for x in e.build_log][-3:]
-        raise UserError(f"task Dockerfile does not build: {e.msg}; last output: {' | '.join(last)[:300]}") from None
+        raise UserError(
+            f"task Dockerfile does not build: {e.msg}; last output: {' | '.join(last)[:300]}"
+        ) from None
     return img.id
 
 
@@ -184,7 +228,12 @@ def _missing_bases(dockerfile: str) -> list[str]:
             if len(args) >= 3 and args[1].upper() == "AS":
                 stages.add(args[2].lower())
             base = args[0] if args else ""
-            if base and "$" not in base and base.lower() not in stages | {"scratch"} and find_image(base) is None:
+            if (
+                base
+                and "$" not in base
+                and base.lower() not in stages | {"scratch"}
+                and find_image(base) is None
+            ):
                 missing.append(base)
     return missing
 
@@ -193,8 +242,10 @@ def prebuilt_image(name: str) -> str:
     """A task's docker_image, used as given: it must already be on this machine (no registry is used)."""
     img = find_image(name)
     if img is None:
-        raise UserError(f"docker_image {name!r} is not on this machine and no registry is used here "
-                        "(build it, or `docker load -i` it, first)")
+        raise UserError(
+            f"docker_image {name!r} is not on this machine and no registry is used here "
+            "(build it, or `docker load -i` it, first)"
+        )
     return img.id
 
 
@@ -228,7 +279,9 @@ def ensure_minbase_image(log=print) -> str:
     tag = f"{MINBASE_REPO}:{content_hash(MINBASE_RECIPE)}"
     img = find_image(tag)
     if img is not None:
-        if f"{MINBASE_REPO}:latest" not in img.tags:  # fixture tasks name it as docker_image = "harness/minbase:latest"
+        if (
+            f"{MINBASE_REPO}:latest" not in img.tags
+        ):  # fixture tasks name it as docker_image = "harness/minbase:latest"
             img.tag(MINBASE_REPO, "latest")
         return tag
     if os.geteuid() != 0 or not shutil.which("debootstrap"):
@@ -236,11 +289,16 @@ def ensure_minbase_image(log=print) -> str:
     log("building a Python-less Debian minbase image with debootstrap ...")
     with tempfile.TemporaryDirectory(prefix="harness-minbase-") as tmp:
         root = Path(tmp) / "rootfs"
-        proc = subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(root), _debian_mirror()],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase", "bookworm", str(root), _debian_mirror()],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
-            raise UserError(f"debootstrap failed (exit {proc.returncode}): "
-                            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+            raise UserError(
+                f"debootstrap failed (exit {proc.returncode}): "
+                f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+            )
         if list(root.glob("usr/bin/python*")):
             raise UserError("the minbase image unexpectedly contains python")
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
@@ -249,8 +307,12 @@ def ensure_minbase_image(log=print) -> str:
         tar_path = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
         repo, _, version = tag.partition(":")
-        docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=[
-            "WORKDIR /app", f"ENV PATH={PATH}", 'CMD ["/bin/bash"]'])
+        docker_client().api.import_image(
+            src=str(tar_path),
+            repository=repo,
+            tag=version,
+            changes=["WORKDIR /app", f"ENV PATH={PATH}", 'CMD ["/bin/bash"]'],
+        )
     if find_image(tag) is None:
         raise UserError("docker import of the minbase image failed")
     return ensure_minbase_image(log)
@@ -274,7 +336,9 @@ def ensure_busybox_image(log=print) -> str:
     log("building a busybox-only image from Debian's busybox-static ...")
     with tempfile.TemporaryDirectory(prefix="harness-busybox-") as tmp:
         os.chmod(tmp, 0o755)  # apt's download user must be able to write here
-        proc = subprocess.run(["apt-get", "download", "busybox-static"], cwd=tmp, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["apt-get", "download", "busybox-static"], cwd=tmp, capture_output=True, text=True
+        )
         debs = list(Path(tmp).glob("busybox-static_*.deb"))
         if proc.returncode != 0 or not debs:
             raise UserError(f"apt-get download busybox-static failed: {proc.stderr.strip()[-200:]}")
@@ -282,21 +346,28 @@ def ensure_busybox_image(log=print) -> str:
         subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(extracted)], check=True)
         (root / "bin").mkdir(parents=True)
         shutil.copy2(extracted / "bin" / "busybox", root / "bin" / "busybox")
-        applets = subprocess.run([str(root / "bin" / "busybox"), "--list"], capture_output=True, text=True,
-                                 check=True).stdout.split()
+        applets = subprocess.run(
+            [str(root / "bin" / "busybox"), "--list"], capture_output=True, text=True, check=True
+        ).stdout.split()
         for name in applets:
             if name != "busybox":
                 (root / "bin" / name).symlink_to("busybox")
         for d in ("app", "tmp", "etc", "root"):
             (root / d).mkdir(exist_ok=True)
         os.chmod(root / "tmp", 0o1777)
-        (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+        (root / "etc" / "passwd").write_text(
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+        )
         (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
         tar_path = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
         repo, _, version = tag.partition(":")
-        docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=[
-            "WORKDIR /app", "ENV PATH=/bin", 'CMD ["/bin/sh"]'])
+        docker_client().api.import_image(
+            src=str(tar_path),
+            repository=repo,
+            tag=version,
+            changes=["WORKDIR /app", "ENV PATH=/bin", 'CMD ["/bin/sh"]'],
+        )
     if find_image(tag) is None:
         raise UserError("docker import of the busybox image failed")
     return ensure_busybox_image(log)

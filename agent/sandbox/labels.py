@@ -1,5 +1,6 @@
 """The labels on every Docker object the harness makes (containers, networks, snapshot images): whose it is,
 so that cleanup.prune() finds what a run, a pool or a dead harness process left behind."""
+
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ A NativeSpec sandbox (Harbor tasks) differs from ours on purpose (README "Harbor
   - kept from ours: no network unless the task allows it, memory/CPU/pids limits, no swap, no-new-privileges,
     nofile/fsize/core ulimits, init as PID 1, labels for reaping, no host paths but the read-only helper.
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,12 +33,12 @@ from typing import Optional
 
 import docker.errors
 
-from results.errors import InfraError, UserError
 from agent.sandbox.changes import CaptureError
 from agent.sandbox.client import docker_client, docker_retry
 from agent.sandbox.container import Limits, Sandbox, ulimits
 from agent.sandbox.images import WORKSPACE
 from agent.sandbox.labels import owner_labels
+from results.errors import InfraError, UserError
 
 HELPER_SOURCE = Path(__file__).parent / "helper.c"
 HELPER_IN_CONTAINER = "/.harness-helper"
@@ -47,6 +48,7 @@ CACHE_DIR = Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harne
 @dataclass(frozen=True)
 class NativeSpec:
     """How a sandbox that runs the static helper is set up (hashable: part of the pool key)."""
+
     workdir: Optional[str] = None  # None -> the image's WORKDIR ("/" when it has none)
     user: Optional[str] = None  # the agent's user; None -> the image's USER, root when it has none
     env: tuple[tuple[str, str], ...] = ()  # set on top of the image's ENV
@@ -63,15 +65,21 @@ def helper_path() -> Path:
         return target
     gcc = shutil.which("gcc")
     if gcc is None:
-        raise UserError("gcc is needed once to build the sandbox helper for images without python3: "
-                        "install it (`make setup`, or apt-get install build-essential)")
+        raise UserError(
+            "gcc is needed once to build the sandbox helper for images without python3: "
+            "install it (`make setup`, or apt-get install build-essential)"
+        )
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
         out = Path(tmp) / "helper"
-        proc = subprocess.run([gcc, "-static", "-O2", "-o", str(out), str(HELPER_SOURCE)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [gcc, "-static", "-O2", "-o", str(out), str(HELPER_SOURCE)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
-            raise UserError(f"building the sandbox helper failed (gcc -static; is libc6-dev installed?): "
-                            f"{proc.stderr.strip()[-300:]}")
+            raise UserError(
+                f"building the sandbox helper failed (gcc -static; is libc6-dev installed?): "
+                f"{proc.stderr.strip()[-300:]}"
+            )
         out.chmod(0o755)
         os.replace(out, target)  # atomic: concurrent builders agree
     return target
@@ -94,7 +102,9 @@ class NativeSandbox(Sandbox):
         await super().put_files(files, dest=dest, user=user, executable=executable)
 
     async def get_files(self, paths, root: str = WORKSPACE, max_bytes: int = 16 << 20):
-        return await super().get_files(paths, root=self.workdir if root == WORKSPACE else root, max_bytes=max_bytes)
+        return await super().get_files(
+            paths, root=self.workdir if root == WORKSPACE else root, max_bytes=max_bytes
+        )
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
         """Change capture without the image's python3 (agent/sandbox/capture.py's two modes): `list` walks
@@ -113,8 +123,10 @@ class NativeSandbox(Sandbox):
             files = await self.get_files(wanted, root=root, max_bytes=int(args[2]) + (1 << 20))
         except (InfraError, tarfile.TarError) as e:
             raise CaptureError(str(e)) from None
-        return {"files": {p: base64.b64encode(d).decode() for p, d in files.items()},
-                "rejected": [f"unreadable file {p}" for p in wanted if p not in files]}
+        return {
+            "files": {p: base64.b64encode(d).decode() for p, d in files.items()},
+            "rejected": [f"unreadable file {p}" for p in wanted if p not in files],
+        }
 
     async def kill_all(self):
         """Kills every process in the container but init and the helper (nothing the agent started survives)."""
@@ -125,12 +137,20 @@ def _image_config(client, image: str) -> dict:
     try:
         return client.api.inspect_image(image).get("Config") or {}
     except docker.errors.ImageNotFound:
-        raise UserError(f"image {image} not found locally (no registry is used here: build or load it first, "
-                        "e.g. `docker load -i image.tar`)") from None
+        raise UserError(
+            f"image {image} not found locally (no registry is used here: build or load it first, "
+            "e.g. `docker load -i image.tar`)"
+        ) from None
 
 
-def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", pool_id: str = "",
-                  network: Optional[str] = None) -> NativeSandbox:
+def create_native(
+    image: str,
+    limits: Limits,
+    run_id: str,
+    task: str = "pool",
+    pool_id: str = "",
+    network: Optional[str] = None,
+) -> NativeSandbox:
     """Creates, attaches and starts one container served by the static helper (blocking: call from a thread)."""
     spec: NativeSpec = limits.native
     client = docker_client()
@@ -140,17 +160,28 @@ def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", p
     user = spec.user or config.get("User") or "root"
     env = {"HARNESS_UID": user, **dict(spec.env)}
     kwargs = dict(
-        command=[HELPER_IN_CONTAINER], entrypoint=[], detach=True, stdin_open=True, tty=False, init=True,
-        user="0:0", working_dir=workdir,
+        command=[HELPER_IN_CONTAINER],
+        entrypoint=[],
+        detach=True,
+        stdin_open=True,
+        tty=False,
+        init=True,
+        user="0:0",
+        working_dir=workdir,
         name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
         labels=owner_labels(run_id, pool_id, task),
         network_mode=(network or "bridge") if limits.network else "none",
-        mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
-        nano_cpus=int(limits.cpus * 1e9), pids_limit=limits.pids,
-        security_opt=["no-new-privileges"], read_only=not spec.writable_root,
+        mem_limit=f"{limits.memory_mb}m",
+        memswap_limit=f"{limits.memory_mb}m",
+        nano_cpus=int(limits.cpus * 1e9),
+        pids_limit=limits.pids,
+        security_opt=["no-new-privileges"],
+        read_only=not spec.writable_root,
         tmpfs={} if spec.writable_root else {"/tmp": f"size={limits.tmp_mb}m,mode=1777,exec"},
         volumes={str(helper): {"bind": HELPER_IN_CONTAINER, "mode": "ro"}},
-        ulimits=ulimits(limits), environment=env, log_config={"type": "none"},
+        ulimits=ulimits(limits),
+        environment=env,
+        log_config={"type": "none"},
     )
     if not spec.default_caps:
         kwargs.update(cap_drop=["ALL"], cap_add=["SETUID", "SETGID", "KILL"])
@@ -164,8 +195,11 @@ def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", p
         docker_retry(container.start)()
         sb.wait_ready()
         container.reload()
-        sb.env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"] if "=" in e
-                      and not e.startswith("HARNESS_"))
+        sb.env = dict(
+            e.split("=", 1)
+            for e in container.attrs["Config"]["Env"]
+            if "=" in e and not e.startswith("HARNESS_")
+        )
         return sb
     except BaseException:
         with contextlib.suppress(Exception):
@@ -176,8 +210,11 @@ def create_native(image: str, limits: Limits, run_id: str, task: str = "pool", p
 def commit(sb: NativeSandbox, run_id: str, pool_id: str = "") -> str:
     """An image of the sandbox's filesystem now (its processes are not part of it); labelled like containers,
     so that prune() removes it if this process dies before remove_image()."""
-    img = sb.container.commit(repository="harness/snapshot", tag=secrets.token_hex(6),
-                              conf={"Labels": owner_labels(run_id, pool_id)})
+    img = sb.container.commit(
+        repository="harness/snapshot",
+        tag=secrets.token_hex(6),
+        conf={"Labels": owner_labels(run_id, pool_id)},
+    )
     return img.id
 
 

@@ -1,4 +1,5 @@
 """Per-pool networks: a networked task's sandboxes reach the internet, not each other and not the host."""
+
 from __future__ import annotations
 
 import contextlib
@@ -24,15 +25,21 @@ def create_network(run_id: str, pool_id: str) -> str:
     client = docker_client()
     name = f"harness-{pool_id}"
     bridge = f"hx{pool_id[:12]}"  # interface names have at most 15 characters
-    client.api.create_network(name, driver="bridge", labels=owner_labels(run_id, pool_id),
-                              options={"com.docker.network.bridge.enable_icc": "false",
-                                       "com.docker.network.bridge.name": bridge})
+    client.api.create_network(
+        name,
+        driver="bridge",
+        labels=owner_labels(run_id, pool_id),
+        options={"com.docker.network.bridge.enable_icc": "false", "com.docker.network.bridge.name": bridge},
+    )
     if not _firewall("-I", bridge):
         global _warned_firewall
         if not _warned_firewall:
             _warned_firewall = True
-            print("harness: warning: cannot add a firewall rule (needs root and iptables): networked sandboxes "
-                  "can reach services listening on this host's addresses", file=sys.stderr)
+            print(
+                "harness: warning: cannot add a firewall rule (needs root and iptables): networked sandboxes "
+                "can reach services listening on this host's addresses",
+                file=sys.stderr,
+            )
     return name
 
 
@@ -41,8 +48,14 @@ def _firewall(action: str, bridge: str) -> bool:
     if os.geteuid() != 0 or not shutil.which("iptables"):
         return False
     try:
-        return subprocess.run(["iptables", "-w", "5", action, "INPUT", "-i", bridge, "-j", "DROP"],
-                              capture_output=True, timeout=30).returncode == 0
+        return (
+            subprocess.run(
+                ["iptables", "-w", "5", action, "INPUT", "-i", bridge, "-j", "DROP"],
+                capture_output=True,
+                timeout=30,
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 

@@ -1,5 +1,6 @@
 """The warm pool: `warm` started sandboxes per (image, limits) ready to hand out, at most `max_containers` at
 once, each used once and destroyed; close() removes every container (and the network) the pool made."""
+
 from __future__ import annotations
 
 import asyncio
@@ -37,7 +38,9 @@ class SandboxPool:
         if not limits.network:
             return None
         if self._network is None:
-            self._network = asyncio.ensure_future(asyncio.to_thread(create_network, self.run_id, self.pool_id))
+            self._network = asyncio.ensure_future(
+                asyncio.to_thread(create_network, self.run_id, self.pool_id)
+            )
         return await asyncio.shield(self._network)
 
     def _condition(self) -> asyncio.Condition:
@@ -69,8 +72,9 @@ class SandboxPool:
                     continue
                 await cond.wait()
         try:
-            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, task, self.pool_id,
-                                         await self.network_for(limits))
+            sb = await asyncio.to_thread(
+                create_sandbox, image, limits, self.run_id, task, self.pool_id, await self.network_for(limits)
+            )
         except BaseException:
             async with cond:
                 self._live -= 1
@@ -127,8 +131,15 @@ class SandboxPool:
         image, limits = key
         sb = None
         try:
-            sb = await asyncio.to_thread(create_sandbox, image, limits, self.run_id, "pool", self.pool_id,
-                                         await self.network_for(limits))
+            sb = await asyncio.to_thread(
+                create_sandbox,
+                image,
+                limits,
+                self.run_id,
+                "pool",
+                self.pool_id,
+                await self.network_for(limits),
+            )
         except Exception:
             pass  # a warm container is an optimisation: acquire() creates one cold if needed
         async with self._condition():

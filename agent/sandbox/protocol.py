@@ -3,6 +3,7 @@
 The real sandboxes (Sandbox, NativeSandbox, K8sSandbox) have these members; so does the in-memory fake the
 loop's tests use (tests/helpers.py FakeSandbox). tests/test_loop.py checks that both match this protocol.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Protocol
@@ -14,8 +15,9 @@ if TYPE_CHECKING:  # only for the annotations: this module stays importable on i
 class LoopSandbox(Protocol):
     workdir: str  # the agent's working folder: /workspace, or a Harbor image's WORKDIR
 
-    async def exec(self, cmd: str | list[str], timeout: float = 60.0, *,
-                   stdin: Optional[bytes] = None) -> ExecResult:
+    async def exec(
+        self, cmd: str | list[str], timeout: float = 60.0, *, stdin: Optional[bytes] = None
+    ) -> ExecResult:
         """Runs shell text (or an argv list) as the agent; `stdin` is fed to it. A dead sandbox raises
         agent.sandbox.SandboxDied."""
         ...

@@ -19,6 +19,7 @@ Reply:    {"id": 1, "exit_code": 0, "out_head": b64, "out_tail": b64, "out_dropp
            program, no process left) is answered the same way with exit code 126/127 and the reason on
            stderr, plus "spawn_error": true
 """
+
 import base64
 import json
 import os
@@ -59,9 +60,11 @@ class Capped:
 
     def fields(self, prefix):
         dropped = self.total - len(self.head) - len(self.tail)
-        return {prefix + "_head": base64.b64encode(bytes(self.head)).decode(),
-                prefix + "_tail": base64.b64encode(bytes(self.tail)).decode(),
-                prefix + "_dropped": dropped}
+        return {
+            prefix + "_head": base64.b64encode(bytes(self.head)).decode(),
+            prefix + "_tail": base64.b64encode(bytes(self.tail)).decode(),
+            prefix + "_dropped": dropped,
+        }
 
 
 def oom_kills():
@@ -107,11 +110,17 @@ class Command:
         as_root = req.get("user") == "root"
         self.stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") else None
         self.proc = subprocess.Popen(
-            argv, cwd=req.get("cwd", "/workspace"), env=req.get("env") or dict(os.environ),
-            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            argv,
+            cwd=req.get("cwd", "/workspace"),
+            env=req.get("env") or dict(os.environ),
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             stdin=subprocess.PIPE if self.stdin_data is not None else subprocess.DEVNULL,
-            user=None if as_root else AGENT_UID, group=None if as_root else AGENT_UID,
-            extra_groups=None if as_root else [])
+            user=None if as_root else AGENT_UID,
+            group=None if as_root else AGENT_UID,
+            extra_groups=None if as_root else [],
+        )
         self.open = 2  # pipes not yet at EOF
         self.exited = False
         for pipe, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
@@ -130,8 +139,13 @@ class Command:
             pass
 
     def reply(self):
-        r = {"id": self.id, "exit_code": self.proc.returncode, "duration": time.monotonic() - self.started,
-             "timed_out": self.timed_out, "oom": self.oom_before >= 0 and oom_kills() > self.oom_before}
+        r = {
+            "id": self.id,
+            "exit_code": self.proc.returncode,
+            "duration": time.monotonic() - self.started,
+            "timed_out": self.timed_out,
+            "oom": self.oom_before >= 0 and oom_kills() > self.oom_before,
+        }
         r.update(self.out.fields("out"))
         r.update(self.err.fields("err"))
         return r
@@ -195,7 +209,7 @@ def main():
                     return  # the host went away
                 pending += chunk
                 while (nl := pending.find(b"\n")) >= 0:
-                    line, pending = bytes(pending[:nl]), pending[nl + 1:]
+                    line, pending = bytes(pending[:nl]), pending[nl + 1 :]
                     if line.strip():
                         start(json.loads(line), sel, running)
                 continue
@@ -237,8 +251,14 @@ def start(req, sel, running):
         # command's result, like a shell's 126/127, never a dead sandbox.
         code = 127 if isinstance(e, FileNotFoundError) else 126
         msg = ("cannot start the command: %s: %s\n" % (type(e).__name__, e)).encode()
-        reply = {"id": req.get("id"), "exit_code": code, "duration": 0.0, "timed_out": False, "oom": False,
-                 "spawn_error": True}
+        reply = {
+            "id": req.get("id"),
+            "exit_code": code,
+            "duration": 0.0,
+            "timed_out": False,
+            "oom": False,
+            "spawn_error": True,
+        }
         for prefix, data in (("out", b""), ("err", msg)):
             sink = Capped(int(req.get("cap", 65536)))
             sink.add(data)

@@ -4,6 +4,7 @@ requests by id, a host-side watchdog for a server that stops answering.
 
 Docker's attach stream multiplexes stdout and stderr (8-byte frame headers); a plain socket (a Kubernetes
 pod's TCP connection or exec stream, k8s/sandbox.py) carries the server's stdout only."""
+
 from __future__ import annotations
 
 import asyncio
@@ -45,8 +46,8 @@ def _frames(sock: socket.socket):
             if not chunk:
                 return
             buf += chunk
-        yield stream, bytes(buf[8:8 + size])
-        del buf[:8 + size]
+        yield stream, bytes(buf[8 : 8 + size])
+        del buf[: 8 + size]
 
 
 def _plain(sock: socket.socket):
@@ -90,7 +91,7 @@ class CommandChannel:
                     continue
                 pending += payload
                 while (nl := pending.find(b"\n")) >= 0:
-                    line, pending = bytes(pending[:nl]), pending[nl + 1:]
+                    line, pending = bytes(pending[:nl]), pending[nl + 1 :]
                     self._dispatch(json.loads(line))
         except (OSError, ValueError):
             pass
@@ -115,8 +116,10 @@ class CommandChannel:
 
     def wait_ready(self, timeout: float = 30.0):
         if not self._ready.wait(timeout) or self.dead:
-            raise SandboxDied(f"sandbox {self.id[:12]} did not start its command server: "
-                              + " ".join(self.server_log)[-300:])
+            raise SandboxDied(
+                f"sandbox {self.id[:12]} did not start its command server: "
+                + " ".join(self.server_log)[-300:]
+            )
 
     async def _request(self, req: dict, host_timeout: float) -> dict:
         if self.dead:

@@ -35,6 +35,7 @@ The package, one concept per module (each imports only those above it):
     server.py    start_server / serve and the --adapter values
     cli.py       the `harness serve` command
 """
+
 from agent.serve.server import Server, parse_adapters, serve, start_server
 
 __all__ = ["Server", "parse_adapters", "serve", "start_server"]

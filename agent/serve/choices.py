@@ -1,6 +1,7 @@
 """Choices of `harness serve`: one row's decoded tokens turned into text safe to stream (ChoiceText), a
 finished Completion turned into a Choice (tool calls, response_format check), logprobs and usage in the
 reference's shapes, and the response envelope and final choice of either endpoint."""
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,16 @@ class ChoiceText:
     start of a stop string, no half UTF-8 character, and (with tools) nothing from the first <tool_call>
     on. Logprob entries are released with the text of their token."""
 
-    def __init__(self, tokenizer: Any, end_ids: list[int], prefix: str, stops: list[str], tools: bool) -> None:
-        self.tok, self.end_ids, self.prefix, self.stops, self.tools = tokenizer, set(end_ids), prefix, stops, tools
+    def __init__(
+        self, tokenizer: Any, end_ids: list[int], prefix: str, stops: list[str], tools: bool
+    ) -> None:
+        self.tok, self.end_ids, self.prefix, self.stops, self.tools = (
+            tokenizer,
+            set(end_ids),
+            prefix,
+            stops,
+            tools,
+        )
         self.ids: list[int] = []
         self.ends: list[int] = []  # the text length after each token
         self.entries: list[tuple[int, float, list[tuple[int, float]]]] = []  # logprobs, when asked
@@ -59,11 +68,11 @@ class ChoiceText:
         text = self.text()
         self.ends.append(len(text))
         safe = self._safe(text)
-        delta, self.sent = text[self.sent:safe], safe
+        delta, self.sent = text[self.sent : safe], safe
         n = self.sent_entries
         while n < len(self.entries) and self.ends[n] <= self.sent:
             n += 1
-        released, self.sent_entries = self.entries[self.sent_entries:n], n
+        released, self.sent_entries = self.entries[self.sent_entries : n], n
         return delta, released
 
     def text(self) -> str:
@@ -73,6 +82,7 @@ class ChoiceText:
 @dataclass
 class Choice:
     """A finished choice, ready to be written in either endpoint's shape."""
+
     text: Optional[str]
     finish_reason: str
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -82,7 +92,9 @@ class Choice:
     prompt_ids: Optional[list[int]] = None
 
 
-def finish_choice(c: Completion, prefix: str, tools: Optional[ToolSpec], fmt: Optional[ResponseFormat]) -> Choice:
+def finish_choice(
+    c: Completion, prefix: str, tools: Optional[ToolSpec], fmt: Optional[ResponseFormat]
+) -> Choice:
     text: Optional[str] = prefix + c.content
     calls: list[dict[str, Any]] = []
     finish = c.finish_reason
@@ -98,25 +110,33 @@ def finish_choice(c: Completion, prefix: str, tools: Optional[ToolSpec], fmt: Op
     return Choice(text, finish, calls, refusal, c.token_logprobs, c.completion_ids, c.prompt_ids)
 
 
-def chat_logprobs(tokenizer: Any, entries: list[tuple[int, float, list[tuple[int, float]]]]) -> dict[str, Any]:
+def chat_logprobs(
+    tokenizer: Any, entries: list[tuple[int, float, list[tuple[int, float]]]]
+) -> dict[str, Any]:
     def one(token: int, lp: float) -> dict[str, Any]:
         text = _token_text(tokenizer, token)
         return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
 
-    return {"content": [dict(one(t, lp), top_logprobs=[one(a, alp) for a, alp in top]) for t, lp, top in entries],
-            "refusal": None}
+    return {
+        "content": [dict(one(t, lp), top_logprobs=[one(a, alp) for a, alp in top]) for t, lp, top in entries],
+        "refusal": None,
+    }
 
 
-def text_logprobs(tokenizer: Any, entries: list[tuple[int, float, list[tuple[int, float]]]], offset: int
-                  ) -> dict[str, Any]:
+def text_logprobs(
+    tokenizer: Any, entries: list[tuple[int, float, list[tuple[int, float]]]], offset: int
+) -> dict[str, Any]:
     tokens = [_token_text(tokenizer, t) for t, _, _ in entries]
     offsets, at = [], offset
     for t in tokens:
         offsets.append(at)
         at += len(t)
-    return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in entries],
-            "top_logprobs": [{_token_text(tokenizer, a): alp for a, alp in top} for _, _, top in entries],
-            "text_offset": offsets}
+    return {
+        "tokens": tokens,
+        "token_logprobs": [lp for _, lp, _ in entries],
+        "top_logprobs": [{_token_text(tokenizer, a): alp for a, alp in top} for _, _, top in entries],
+        "text_offset": offsets,
+    }
 
 
 def choose_tool(model: Any, text: str, tools: ToolSpec) -> ToolSpec:
@@ -134,11 +154,13 @@ def choose_tool(model: Any, text: str, tools: ToolSpec) -> ToolSpec:
             ids = tok(head + name + '"', add_special_tokens=False)["input_ids"]
             start = next((i for i, (a, b) in enumerate(zip(head_ids, ids)) if a != b), len(head_ids))
             logits = model.model(torch.tensor([ids], device=model.device)).logits[0].float()
-            logp = torch.log_softmax(logits[start - 1:-1], -1)
+            logp = torch.log_softmax(logits[start - 1 : -1], -1)
             lp = float(logp.gather(1, torch.tensor(ids[start:], device=logp.device)[:, None]).sum())
             if lp > best_lp:
                 best, best_lp = name, lp
-    return ToolSpec(tools=tools.tools, choice="function", function=best, parallel=tools.parallel, names=tools.names)
+    return ToolSpec(
+        tools=tools.tools, choice="function", function=best, parallel=tools.parallel, names=tools.names
+    )
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
@@ -148,8 +170,13 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
 def envelope(req: GenRequest, chat: bool, chunk: bool = False) -> dict[str, Any]:
     """The fields every response (or stream chunk) starts with: id, object, created, model."""
     kind = ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
-    return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", "object": kind,
-            "created": int(time.time()), "model": req.model, "system_fingerprint": None}
+    return {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": req.model,
+        "system_fingerprint": None,
+    }
 
 
 def final_choice(model: Any, req: GenRequest, index: int, c: Choice, chat: bool) -> dict[str, Any]:
@@ -159,11 +186,19 @@ def final_choice(model: Any, req: GenRequest, index: int, c: Choice, chat: bool)
         message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": c.refusal}
         if c.tool_calls:
             message["tool_calls"] = c.tool_calls
-        out = {"index": index, "message": message, "finish_reason": c.finish_reason,
-               "logprobs": chat_logprobs(tok, c.logprobs or []) if req.logprobs is not None and tok else None}
+        out = {
+            "index": index,
+            "message": message,
+            "finish_reason": c.finish_reason,
+            "logprobs": chat_logprobs(tok, c.logprobs or []) if req.logprobs is not None and tok else None,
+        }
     else:
-        out = {"index": index, "text": c.text or "", "finish_reason": c.finish_reason,
-               "logprobs": text_logprobs(tok, c.logprobs or [], 0) if req.logprobs is not None and tok else None}
+        out = {
+            "index": index,
+            "text": c.text or "",
+            "finish_reason": c.finish_reason,
+            "logprobs": text_logprobs(tok, c.logprobs or [], 0) if req.logprobs is not None and tok else None,
+        }
     if req.return_token_ids:
         out["token_ids"] = c.token_ids
         if not chat:

@@ -1,4 +1,5 @@
 """`harness serve`: register(subparsers) adds the command (wired in by agent/cli.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,20 +13,39 @@ EXAMPLE = """example:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "serve", help="serve a model over an OpenAI-compatible HTTP API",
+        "serve",
+        help="serve a model over an OpenAI-compatible HTTP API",
         description="Serve a model at http://HOST:PORT/v1 (POST /v1/chat/completions and /v1/completions, "
-                    "GET /v1/models) for the openai client, litellm or other harnesses. Local models stream "
-                    "token by token from the continuous-batching decoder; see agent/serve/__init__.py for the fields.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="local:smollm2-135m",
-                   help="model spec, as for eval (default: local:smollm2-135m)")
-    p.add_argument("--adapter", action="append", default=[], metavar="[NAME=]DIR",
-                   help="a PEFT LoRA adapter folder (local models). DIR alone: merged into the served model. "
-                        "NAME=DIR (repeatable): served beside the base model, chosen by the request's model=NAME")
-    p.add_argument("-M", "--model-option", action="append", default=[], metavar="KEY=VALUE", dest="model_option",
-                   help="model option, repeatable, as for eval (e.g. -M device=cpu, -M price_out=0.5)")
-    p.add_argument("--api-key", default=os.environ.get("HARNESS_API_KEY"),
-                   help="require this bearer token on every /v1 request (default: $HARNESS_API_KEY; none: open)")
+        "GET /v1/models) for the openai client, litellm or other harnesses. Local models stream "
+        "token by token from the continuous-batching decoder; see agent/serve/__init__.py for the fields.",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model", default="local:smollm2-135m", help="model spec, as for eval (default: local:smollm2-135m)"
+    )
+    p.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="[NAME=]DIR",
+        help="a PEFT LoRA adapter folder (local models). DIR alone: merged into the served model. "
+        "NAME=DIR (repeatable): served beside the base model, chosen by the request's model=NAME",
+    )
+    p.add_argument(
+        "-M",
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="model_option",
+        help="model option, repeatable, as for eval (e.g. -M device=cpu, -M price_out=0.5)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("HARNESS_API_KEY"),
+        help="require this bearer token on every /v1 request (default: $HARNESS_API_KEY; none: open)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
     p.set_defaults(func=run)
@@ -38,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
     from agent.models import parse_model_options
 
     options = parse_model_options(args.model, args.model_option)
-    serve(args.model, host=args.host, port=args.port, adapter=adapter, adapters=adapters, api_key=args.api_key,
-          options=options)
+    serve(
+        args.model,
+        host=args.host,
+        port=args.port,
+        adapter=adapter,
+        adapters=adapters,
+        api_key=args.api_key,
+        options=options,
+    )
     return 0

@@ -1,6 +1,7 @@
 """The HTTP handler of `harness serve`: routing, the API key, and the two endpoints. Local models get
 their prompts submitted as jobs to the continuous-batching decoder and the reply sent whole or streamed
 token by token; other backends (replay scripts, API models) answer through Model.complete."""
+
 from __future__ import annotations
 
 import hmac
@@ -11,14 +12,32 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Optional
 
-from results.errors import UserError
-from agent.config import API_REPLY_TOKENS  # Model.complete needs a number; local models default to the context left
+from agent.config import (
+    API_REPLY_TOKENS,  # Model.complete needs a number; local models default to the context left
+)
 from agent.models import ContextLengthError, Model, ModelError
-from agent.serve.choices import (Choice, ChoiceText, chat_logprobs, choose_tool, envelope, final_choice, finish_choice,
-                                 text_logprobs, usage)
+from agent.serve.choices import (
+    Choice,
+    ChoiceText,
+    chat_logprobs,
+    choose_tool,
+    envelope,
+    final_choice,
+    finish_choice,
+    text_logprobs,
+    usage,
+)
 from agent.serve.requests import ChatRequest, GenRequest, HTTPError, bad_request, parse_chat, parse_text
-from agent.serve.tools import (ResponseFormat, ToolSpec, check_response_format, native_tools, render_messages,
-                               reply_prefix, tool_stops)
+from agent.serve.tools import (
+    ResponseFormat,
+    ToolSpec,
+    check_response_format,
+    native_tools,
+    render_messages,
+    reply_prefix,
+    tool_stops,
+)
+from results.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +47,7 @@ MAX_BODY = 32 * 1024 * 1024
 @dataclass
 class Job:
     """One prompt submitted to a local model: its choices are indexes base .. base + n - 1."""
+
     base: int
     n: int
     prompt_ids: list[int]
@@ -43,7 +63,7 @@ class Handler(BaseHTTPRequestHandler):
     stop_after_block: bool = False  # see start_server
     run: Callable[[Any], Any]
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         log.info("%s %s", self.address_string(), format % args)
 
     # -- plumbing
@@ -57,7 +77,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _error(self, e: HTTPError) -> None:
         kind = "invalid_request_error" if e.status < 500 else "server_error"
-        self._send(e.status, {"error": {"message": e.message, "type": kind, "param": e.param, "code": e.code}})
+        self._send(
+            e.status, {"error": {"message": e.message, "type": kind, "param": e.param, "code": e.code}}
+        )
 
     def _authorized(self) -> bool:
         if not self.api_key:
@@ -66,18 +88,28 @@ class Handler(BaseHTTPRequestHandler):
         token = given[7:].strip() if given[:7].lower() == "bearer " else ""
         if token and hmac.compare_digest(token.encode(), self.api_key.encode()):
             return True
-        self._error(HTTPError(401, "Incorrect API key provided; pass the server's --api-key as the bearer token "
-                                   "(Authorization: Bearer KEY, or api_key= in the openai client)", "invalid_api_key"))
+        self._error(
+            HTTPError(
+                401,
+                "Incorrect API key provided; pass the server's --api-key as the bearer token "
+                "(Authorization: Bearer KEY, or api_key= in the openai client)",
+                "invalid_api_key",
+            )
+        )
         return False
 
     def _model(self, name: str) -> Model:
         model = self.models.get(name)
         if model is None:
-            raise HTTPError(404, f"The model `{name}` does not exist; this server has: {', '.join(self.models)}",
-                            "model_not_found", "model")
+            raise HTTPError(
+                404,
+                f"The model `{name}` does not exist; this server has: {', '.join(self.models)}",
+                "model_not_found",
+                "model",
+            )
         return model
 
-    def do_GET(self) -> None:  # noqa: N802 -- the stdlib's name
+    def do_GET(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         if path == "/health":
             self._send(200, {"status": "ok"})
@@ -85,13 +117,26 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         if path in ("/v1/models", "/models"):
-            self._send(200, {"object": "list", "data": [
-                {"id": name, "object": "model", "created": 0, "owned_by": "harness",
-                 "max_model_len": model.context_window} for name, model in self.models.items()]})
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": name,
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": "harness",
+                            "max_model_len": model.context_window,
+                        }
+                        for name, model in self.models.items()
+                    ],
+                },
+            )
         else:
             self._error(HTTPError(404, f"no such path: {self.path}", "not_found"))
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         length = int(self.headers.get("Content-Length") or 0)
         body_bytes = self.rfile.read(length) if 0 < length <= MAX_BODY else b""
@@ -99,11 +144,20 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the body was not read
         if not self._authorized():
             return
-        endpoints = {"/v1/chat/completions": self._chat, "/chat/completions": self._chat,
-                     "/v1/completions": self._text, "/completions": self._text}
+        endpoints = {
+            "/v1/chat/completions": self._chat,
+            "/chat/completions": self._chat,
+            "/v1/completions": self._text,
+            "/completions": self._text,
+        }
         if path not in endpoints:
-            self._error(HTTPError(404, f"no such path: {self.path} (this server has /v1/chat/completions and "
-                                       "/v1/completions)", "not_found"))
+            self._error(
+                HTTPError(
+                    404,
+                    f"no such path: {self.path} (this server has /v1/chat/completions and /v1/completions)",
+                    "not_found",
+                )
+            )
             return
         try:
             if length > MAX_BODY:
@@ -121,7 +175,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(HTTPError(500, str(e), "model_error"))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        except Exception as e:  # noqa: BLE001 -- a server must answer, not die
+        except Exception as e:
             log.exception("request failed")
             self._error(HTTPError(500, f"internal error: {type(e).__name__}: {e}"))
 
@@ -157,8 +211,10 @@ class Handler(BaseHTTPRequestHandler):
                 if not ids:
                     raise bad_request("a prompt is empty", "prompt")
                 if max(ids) >= len(model.tokenizer) or min(ids) < 0:
-                    raise bad_request(f"a prompt has token ids outside the vocabulary (0..{len(model.tokenizer) - 1})",
-                               "prompt")
+                    raise bad_request(
+                        f"a prompt has token ids outside the vocabulary (0..{len(model.tokenizer) - 1})",
+                        "prompt",
+                    )
                 jobs.append(self._submit(model, req, ids, "", base, req.stop, events))
                 base += req.n
         except BaseException:
@@ -167,15 +223,32 @@ class Handler(BaseHTTPRequestHandler):
             raise
         self._respond(model, req, jobs, chat=False, events=events)
 
-    def _submit(self, model: Any, req: GenRequest, ids: list[int], prefix: str, base: int, stop: list[str],
-                events: Optional[queue.SimpleQueue]) -> Job:
-        handle = model.submit(ids, n=req.n, temperature=req.temperature, max_tokens=req.max_tokens, seed=req.seed,
-                              stop=stop, logprobs=req.logprobs, events=events,
-                              stop_after_block=self.stop_after_block and isinstance(req, ChatRequest))
+    def _submit(
+        self,
+        model: Any,
+        req: GenRequest,
+        ids: list[int],
+        prefix: str,
+        base: int,
+        stop: list[str],
+        events: Optional[queue.SimpleQueue],
+    ) -> Job:
+        handle = model.submit(
+            ids,
+            n=req.n,
+            temperature=req.temperature,
+            max_tokens=req.max_tokens,
+            seed=req.seed,
+            stop=stop,
+            logprobs=req.logprobs,
+            events=events,
+            stop_after_block=self.stop_after_block and isinstance(req, ChatRequest),
+        )
         return Job(base, req.n, ids, prefix, handle)
 
-    def _respond(self, model: Any, req: GenRequest, jobs: list[Job], chat: bool,
-                 events: Optional[queue.SimpleQueue]) -> None:
+    def _respond(
+        self, model: Any, req: GenRequest, jobs: list[Job], chat: bool, events: Optional[queue.SimpleQueue]
+    ) -> None:
         tools = req.tools if isinstance(req, ChatRequest) else None
         fmt = req.fmt if isinstance(req, ChatRequest) else None
         try:
@@ -212,8 +285,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
         self.wfile.flush()
 
-    def _stream_local(self, model: Any, req: GenRequest, jobs: list[Job], events: queue.SimpleQueue, chat: bool,
-                      tools: Optional[ToolSpec], fmt: Optional[ResponseFormat]) -> None:
+    def _stream_local(
+        self,
+        model: Any,
+        req: GenRequest,
+        jobs: list[Job],
+        events: queue.SimpleQueue,
+        chat: bool,
+        tools: Optional[ToolSpec],
+        fmt: Optional[ResponseFormat],
+    ) -> None:
         """Send each choice's text as its tokens are decoded (chat.completion.chunk or text_completion
         events), its tool calls and finish reason when it ends, then the usage chunk if asked."""
         tok = model.tokenizer
@@ -233,8 +314,13 @@ class Handler(BaseHTTPRequestHandler):
         left = set(texts)
         completion_tokens = 0
 
-        def chunk(index: int, text: str, entries: list, finish: Optional[str] = None,
-                  extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        def chunk(
+            index: int,
+            text: str,
+            entries: list,
+            finish: Optional[str] = None,
+            extra: Optional[dict[str, Any]] = None,
+        ) -> dict[str, Any]:
             logprobs = None
             if req.logprobs is not None and entries:
                 logprobs = chat_logprobs(tok, entries) if chat else text_logprobs(tok, entries, 0)
@@ -256,8 +342,11 @@ class Handler(BaseHTTPRequestHandler):
                 try:
                     handle, kind, k, payload, entry = events.get(timeout=5.0)
                 except queue.Empty:  # nothing decoded for a while: make sure the decoder is alive
-                    failed = [job.handle.future.exception() for job in jobs if job.handle.future.done()
-                              and job.handle.future.exception() is not None]
+                    failed = [
+                        job.handle.future.exception()
+                        for job in jobs
+                        if job.handle.future.done() and job.handle.future.exception() is not None
+                    ]
                     if failed:
                         raise failed[0] from None
                     continue
@@ -275,9 +364,9 @@ class Handler(BaseHTTPRequestHandler):
                 job = jobs[key[0]]
                 final = finish_choice(payload, job.prefix, tools, fmt)
                 completion_tokens += len(final.token_ids or []) * len(targets[key])
-                whole, emitted = final.text or "", state.text()[:state.sent]
-                rest = whole[len(emitted):] if whole.startswith(emitted) else ""
-                entries = (final.logprobs or [])[state.sent_entries:]
+                whole, emitted = final.text or "", state.text()[: state.sent]
+                rest = whole[len(emitted) :] if whole.startswith(emitted) else ""
+                entries = (final.logprobs or [])[state.sent_entries :]
                 extra: dict[str, Any] = {}
                 if req.return_token_ids:
                     extra["token_ids"] = final.token_ids
@@ -287,45 +376,98 @@ class Handler(BaseHTTPRequestHandler):
                     if rest or entries:
                         self._event(chunk(index, rest, entries))
                     for n, call in enumerate(final.tool_calls if chat else []):
-                        self._event(chunk(index, "", [], extra={"tool_calls": [
-                            {"index": n, "id": call["id"], "type": "function",
-                             "function": {"name": call["function"]["name"], "arguments": ""}}]}))
-                        self._event(chunk(index, "", [], extra={"tool_calls": [
-                            {"index": n, "function": {"arguments": call["function"]["arguments"]}}]}))
+                        self._event(
+                            chunk(
+                                index,
+                                "",
+                                [],
+                                extra={
+                                    "tool_calls": [
+                                        {
+                                            "index": n,
+                                            "id": call["id"],
+                                            "type": "function",
+                                            "function": {"name": call["function"]["name"], "arguments": ""},
+                                        }
+                                    ]
+                                },
+                            )
+                        )
+                        self._event(
+                            chunk(
+                                index,
+                                "",
+                                [],
+                                extra={
+                                    "tool_calls": [
+                                        {"index": n, "function": {"arguments": call["function"]["arguments"]}}
+                                    ]
+                                },
+                            )
+                        )
                     if chat and final.refusal:
                         self._event(chunk(index, "", [], extra={"refusal": final.refusal}))
                     self._event(chunk(index, "", [], final.finish_reason, extra))
             if req.include_usage:
-                self._event(dict(head, choices=[], usage=usage(sum(len(j.prompt_ids) for j in jobs),
-                                                                completion_tokens)))
+                self._event(
+                    dict(
+                        head, choices=[], usage=usage(sum(len(j.prompt_ids) for j in jobs), completion_tokens)
+                    )
+                )
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):  # the client left: stop decoding its rows
             for job in jobs:
                 job.handle.stop.set()
-        except Exception as e:  # noqa: BLE001 -- the status line is sent: report in the stream, as OpenAI does
+        except Exception as e:
             log.exception("streaming failed")
-            self._event({"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None,
-                                   "code": None}})
+            self._event(
+                {
+                    "error": {
+                        "message": f"{type(e).__name__}: {e}",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                }
+            )
 
     # -- other backends (replay scripts, API models): the finished reply
     def _chat_other(self, model: Model, req: ChatRequest) -> None:
-        tools = req.tools.tools if req.tools is not None and req.tools.choice != "none" and model.supports_tools \
+        tools = (
+            req.tools.tools
+            if req.tools is not None and req.tools.choice != "none" and model.supports_tools
             else None
-        completions = self.run(model.complete(req.messages, tools, req.n, req.temperature,
-                                              req.max_tokens or API_REPLY_TOKENS, req.seed))
+        )
+        completions = self.run(
+            model.complete(
+                req.messages, tools, req.n, req.temperature, req.max_tokens or API_REPLY_TOKENS, req.seed
+            )
+        )
         choices = []
         for c in completions:
             cut = [i for i in (c.content.find(s) for s in req.stop) if i >= 0]
             text = c.content[: min(cut)] if cut else c.content
-            calls = [{"id": t.id, "type": "function", "function": {"name": t.name, "arguments": json.dumps(t.arguments)}}
-                     for t in c.tool_calls]
+            calls = [
+                {
+                    "id": t.id,
+                    "type": "function",
+                    "function": {"name": t.name, "arguments": json.dumps(t.arguments)},
+                }
+                for t in c.tool_calls
+            ]
             refusal = None
             if req.fmt is not None and not calls:
                 problem = check_response_format(req.fmt, text)
                 refusal = f"response_format {req.fmt.kind}: {problem}" if problem else None
-            choices.append(Choice(None if calls and not text else text,
-                                  "tool_calls" if calls else "stop" if cut else c.finish_reason, calls, refusal))
+            choices.append(
+                Choice(
+                    None if calls and not text else text,
+                    "tool_calls" if calls else "stop" if cut else c.finish_reason,
+                    calls,
+                    refusal,
+                )
+            )
         prompt = completions[0].prompt_tokens if completions else 0
         out = sum(c.completion_tokens for c in completions)
         if not req.stream:
@@ -344,9 +486,15 @@ class Handler(BaseHTTPRequestHandler):
                 delta["tool_calls"] = [dict(t, index=n) for n, t in enumerate(c.tool_calls)]
             if c.refusal:
                 delta["refusal"] = c.refusal
-            self._event(dict(head, choices=[{"index": i, "delta": delta, "finish_reason": None, "logprobs": None}]))
-            self._event(dict(head, choices=[{"index": i, "delta": {}, "finish_reason": c.finish_reason,
-                                             "logprobs": None}]))
+            self._event(
+                dict(head, choices=[{"index": i, "delta": delta, "finish_reason": None, "logprobs": None}])
+            )
+            self._event(
+                dict(
+                    head,
+                    choices=[{"index": i, "delta": {}, "finish_reason": c.finish_reason, "logprobs": None}],
+                )
+            )
         if req.include_usage:
             self._event(dict(head, choices=[], usage=usage(prompt, out)))
         self.wfile.write(b"data: [DONE]\n\n")

@@ -1,6 +1,7 @@
 """Request bodies of `harness serve`, validated: the fields both endpoints share (GenRequest), then
 /v1/chat/completions (parse_chat) and /v1/completions (parse_text). A bad field raises HTTPError 400
 whose `param` names it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 class HTTPError(Exception):
     """An error answer: the HTTP status and the reference's error fields."""
 
-    def __init__(self, status: int, message: str, code: Optional[str] = None, param: Optional[str] = None) -> None:
+    def __init__(
+        self, status: int, message: str, code: Optional[str] = None, param: Optional[str] = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
 
@@ -24,6 +27,7 @@ class HTTPError(Exception):
 @dataclass
 class GenRequest:
     """The fields both endpoints share, validated."""
+
     model: str
     n: int = 1
     temperature: float = 1.0
@@ -75,8 +79,10 @@ def _common(body: Any, cls: type, **extra: Any) -> Any:
         raise bad_request("the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise bad_request("you must provide a model parameter ('model': the name of a served model, see GET /v1/models)",
-                   "model")
+        raise bad_request(
+            "you must provide a model parameter ('model': the name of a served model, see GET /v1/models)",
+            "model",
+        )
     stop = body.get("stop")
     stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
@@ -90,10 +96,18 @@ def _common(body: Any, cls: type, **extra: Any) -> Any:
     max_tokens = _int(body, "max_completion_tokens", 1, 10_000_000)
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", 1, 10_000_000)
-    return cls(model=model, n=_int(body, "n", 1, MAX_N) or 1, temperature=_number(body, "temperature", 1.0, 0, 2),
-               max_tokens=max_tokens, seed=_int(body, "seed", -2**63, 2**63 - 1), stop=[s for s in stop if s],
-               stream=bool(body.get("stream")), include_usage=bool((options or {}).get("include_usage")),
-               return_token_ids=bool(body.get("return_token_ids")), **extra)
+    return cls(
+        model=model,
+        n=_int(body, "n", 1, MAX_N) or 1,
+        temperature=_number(body, "temperature", 1.0, 0, 2),
+        max_tokens=max_tokens,
+        seed=_int(body, "seed", -(2**63), 2**63 - 1),
+        stop=[s for s in stop if s],
+        stream=bool(body.get("stream")),
+        include_usage=bool((options or {}).get("include_usage")),
+        return_token_ids=bool(body.get("return_token_ids")),
+        **extra,
+    )
 
 
 def parse_chat(body: Any) -> ChatRequest:
@@ -103,11 +117,15 @@ def parse_chat(body: Any) -> ChatRequest:
         raise bad_request("'messages' must be a non-empty list of {role, content} objects", "messages")
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise bad_request(f"messages[{i}]: 'role' must be one of {', '.join(ROLES)}", f"messages[{i}].role")
+            raise bad_request(
+                f"messages[{i}]: 'role' must be one of {', '.join(ROLES)}", f"messages[{i}].role"
+            )
         content = m.get("content")
         if not (content is None or isinstance(content, (str, list))):
-            raise bad_request(f"messages[{i}]: 'content' must be a string or a list of content parts",
-                       f"messages[{i}].content")
+            raise bad_request(
+                f"messages[{i}]: 'content' must be a string or a list of content parts",
+                f"messages[{i}].content",
+            )
         if content is None and not (m["role"] == "assistant" and m.get("tool_calls")):
             raise bad_request(f"messages[{i}]: 'content' is required", f"messages[{i}].content")
         if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
@@ -132,14 +150,26 @@ def parse_text(body: Any) -> TextRequest:
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         prompts: list[Any] = [prompt]
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
         prompts = [prompt]
-    elif isinstance(prompt, list) and prompt and all(
-            isinstance(p, str) or (isinstance(p, list) and p and all(isinstance(t, int) for t in p)) for p in prompt):
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(
+            isinstance(p, str) or (isinstance(p, list) and p and all(isinstance(t, int) for t in p))
+            for p in prompt
+        )
+    ):
         prompts = prompt
     else:
-        raise bad_request("'prompt' must be a string, a list of strings, a list of token ids or a list of lists of them",
-                   "prompt")
+        raise bad_request(
+            "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of them",
+            "prompt",
+        )
     if body.get("echo"):
         raise bad_request("'echo' is not supported by this server", "echo")
     if body.get("suffix"):

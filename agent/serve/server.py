@@ -1,6 +1,7 @@
 """Starting `harness serve`: start_server (the model or models, the event loop their coroutines run on,
 the HTTP server, all in background threads), serve (the command: until interrupted) and the --adapter
 values."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,9 +12,9 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from results.errors import UserError
 from agent.models import Model, get_model
 from agent.serve.handler import Handler
+from results.errors import UserError
 
 
 def served_name(model: Model) -> str:
@@ -50,16 +51,26 @@ def parse_adapters(values: list[str]) -> tuple[Optional[str], dict[str, str]]:
                 raise UserError(f"--adapter {value}: the name {name!r} is given twice")
             named[name] = folder
         elif unnamed is not None:
-            raise UserError(f"--adapter {value}: only one adapter can replace the base model; name the others "
-                            "(--adapter NAME=DIR) to serve them beside it")
+            raise UserError(
+                f"--adapter {value}: only one adapter can replace the base model; name the others "
+                "(--adapter NAME=DIR) to serve them beside it"
+            )
         else:
             unnamed = value
     return unnamed, named
 
 
-def start_server(model: Model | str, host: str = "127.0.0.1", port: int = 0, *, name: Optional[str] = None,
-                 adapters: Optional[dict[str, str]] = None, api_key: Optional[str] = None,
-                 stop_after_block: bool = False, **options: Any) -> Server:
+def start_server(
+    model: Model | str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    name: Optional[str] = None,
+    adapters: Optional[dict[str, str]] = None,
+    api_key: Optional[str] = None,
+    stop_after_block: bool = False,
+    **options: Any,
+) -> Server:
     """Serve a Model (or a spec for get_model, with options) in background threads; port 0 picks a free one.
     `adapters` {name: folder} serves LoRA adapters of a local spec beside the base model, each chosen by
     the request's `model`. `stop_after_block`: a local model's chat replies end after their first complete
@@ -89,16 +100,24 @@ def start_server(model: Model | str, host: str = "127.0.0.1", port: int = 0, *, 
     def run(coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    handler = type("BoundHandler", (Handler,), {"models": models, "api_key": api_key or None,
-                                                "stop_after_block": stop_after_block,
-                                                "run": staticmethod(run)})
+    handler = type(
+        "BoundHandler",
+        (Handler,),
+        {
+            "models": models,
+            "api_key": api_key or None,
+            "stop_after_block": stop_after_block,
+            "run": staticmethod(run),
+        },
+    )
     try:
         httpd = _HTTPServer((host, port), handler)
     except OSError as e:
         loop.call_soon_threadsafe(loop.stop)
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}; pick another --port") from None
-    http_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="serve-http",
-                                   daemon=True)
+    http_thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="serve-http", daemon=True
+    )
     http_thread.start()
     bound_host, bound_port = httpd.server_address[:2]
 
@@ -113,18 +132,28 @@ def start_server(model: Model | str, host: str = "127.0.0.1", port: int = 0, *, 
             if callable(close):
                 close()
 
-    return Server(base_url=f"http://{bound_host}:{bound_port}/v1", model=model, name=served, stop=stop,
-                  models=models)
+    return Server(
+        base_url=f"http://{bound_host}:{bound_port}/v1", model=model, name=served, stop=stop, models=models
+    )
 
 
-def serve(spec: str, host: str = "127.0.0.1", port: int = 8000, adapter: Optional[str] = None,
-          adapters: Optional[dict[str, str]] = None, api_key: Optional[str] = None,
-          options: Optional[dict[str, Any]] = None, out: Callable[[str], Any] = print) -> None:
+def serve(
+    spec: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    adapter: Optional[str] = None,
+    adapters: Optional[dict[str, str]] = None,
+    api_key: Optional[str] = None,
+    options: Optional[dict[str, Any]] = None,
+    out: Callable[[str], Any] = print,
+) -> None:
     """Serve until interrupted (the `harness serve` command)."""
     options = dict(options or {}, **({"adapter": adapter} if adapter else {}))
     server = start_server(spec, host, port, adapters=adapters, api_key=api_key, **options)
-    out(f"serving {spec} as {', '.join(repr(n) for n in server.models)} at {server.base_url} "
-        f"(OpenAI-compatible{'; API key required' if api_key else ''}; Ctrl-C stops)")
+    out(
+        f"serving {spec} as {', '.join(repr(n) for n in server.models)} at {server.base_url} "
+        f"(OpenAI-compatible{'; API key required' if api_key else ''}; Ctrl-C stops)"
+    )
     out(f"  use it with: --model openai-compat:{server.base_url}/{server.name}")
     try:
         threading.Event().wait()

@@ -18,6 +18,7 @@ with `<tool_call>` and that function's name, so the model only writes the argume
 same with the function the model scores most likely (agent/serve/choices.py choose_tool). parallel_tool_calls
 false ends the reply at the first `</tool_call>`.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,6 +55,7 @@ class RequestError(ValueError):
 @dataclass
 class ToolSpec:
     """The request's tools after validation."""
+
     tools: list[dict[str, Any]]  # OpenAI format, [{"type": "function", "function": {...}}]
     choice: str = "auto"  # auto | none | required | function
     function: Optional[str] = None  # the named function when choice == "function"
@@ -68,13 +70,22 @@ def parse_tools(body: dict[str, Any]) -> Optional[ToolSpec]:
             raise RequestError("'tool_choice' needs 'tools'", "tool_choice")
         return None
     if not isinstance(tools, list):
-        raise RequestError("'tools' must be a list of {type: 'function', function: {name, parameters}}", "tools")
+        raise RequestError(
+            "'tools' must be a list of {type: 'function', function: {name, parameters}}", "tools"
+        )
     names = []
     for i, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
-        if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(fn, dict) \
-                or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise RequestError(f"tools[{i}] must be {{type: 'function', function: {{name, parameters}}}}", f"tools[{i}]")
+        if (
+            not isinstance(t, dict)
+            or t.get("type", "function") != "function"
+            or not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+            or not fn["name"]
+        ):
+            raise RequestError(
+                f"tools[{i}] must be {{type: 'function', function: {{name, parameters}}}}", f"tools[{i}]"
+            )
         if not isinstance(fn.get("parameters", {}), dict):
             raise RequestError(f"tools[{i}].function.parameters must be a JSON schema object", f"tools[{i}]")
         names.append(fn["name"])
@@ -82,15 +93,21 @@ def parse_tools(body: dict[str, Any]) -> Optional[ToolSpec]:
     spec = ToolSpec(tools=tools, names=names, parallel=body.get("parallel_tool_calls", True) is not False)
     if choice is None or choice in ("auto", "none", "required"):
         spec.choice = choice or "auto"
-    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict) \
-            and isinstance(choice["function"].get("name"), str):
+    elif (
+        isinstance(choice, dict)
+        and isinstance(choice.get("function"), dict)
+        and isinstance(choice["function"].get("name"), str)
+    ):
         if choice["function"]["name"] not in names:
-            raise RequestError(f"tool_choice names {choice['function']['name']!r}, which is not in 'tools'",
-                               "tool_choice")
+            raise RequestError(
+                f"tool_choice names {choice['function']['name']!r}, which is not in 'tools'", "tool_choice"
+            )
         spec.choice, spec.function = "function", choice["function"]["name"]
     else:
-        raise RequestError("'tool_choice' must be 'none', 'auto', 'required' or "
-                           "{type: 'function', function: {name}}", "tool_choice")
+        raise RequestError(
+            "'tool_choice' must be 'none', 'auto', 'required' or {type: 'function', function: {name}}",
+            "tool_choice",
+        )
     return spec
 
 
@@ -106,8 +123,9 @@ def parse_response_format(body: dict[str, Any]) -> Optional[ResponseFormat]:
     if rf is None:
         return None
     if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
-        raise RequestError("'response_format' must be {type: 'text' | 'json_object' | 'json_schema', ...}",
-                           "response_format")
+        raise RequestError(
+            "'response_format' must be {type: 'text' | 'json_object' | 'json_schema', ...}", "response_format"
+        )
     if rf["type"] == "text":
         return None
     if rf["type"] == "json_object":
@@ -122,9 +140,11 @@ def parse_response_format(body: dict[str, Any]) -> Optional[ResponseFormat]:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except ImportError:
         pass
-    except Exception as e:  # noqa: BLE001 -- jsonschema.SchemaError and friends
-        raise RequestError(f"response_format json_schema: not a valid JSON schema: {str(e).splitlines()[0]}",
-                           "response_format") from None
+    except Exception as e:
+        raise RequestError(
+            f"response_format json_schema: not a valid JSON schema: {str(e).splitlines()[0]}",
+            "response_format",
+        ) from None
     return ResponseFormat("json_schema", schema, str(js.get("name") or ""))
 
 
@@ -139,8 +159,10 @@ def check_response_format(fmt: ResponseFormat, text: str) -> Optional[str]:
     if fmt.schema:
         import jsonschema
 
-        errors = sorted(jsonschema.validators.validator_for(fmt.schema)(fmt.schema).iter_errors(value),
-                        key=lambda e: list(e.absolute_path))
+        errors = sorted(
+            jsonschema.validators.validator_for(fmt.schema)(fmt.schema).iter_errors(value),
+            key=lambda e: list(e.absolute_path),
+        )
         if errors:
             where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
             return f"the reply does not match the schema {fmt.name!r} at {where}: {errors[0].message}"
@@ -166,8 +188,9 @@ def _call_block(name: str, arguments: Any) -> str:
     return f"{OPEN}\n{json.dumps({'name': name, 'arguments': _arguments_dict(arguments)})}\n{CLOSE}"
 
 
-def render_messages(messages: list[dict[str, Any]], tools: Optional[ToolSpec], fmt: Optional[ResponseFormat],
-                    native: bool) -> tuple[list[dict[str, Any]], Optional[list[dict[str, Any]]]]:
+def render_messages(
+    messages: list[dict[str, Any]], tools: Optional[ToolSpec], fmt: Optional[ResponseFormat], native: bool
+) -> tuple[list[dict[str, Any]], Optional[list[dict[str, Any]]]]:
     """(messages for apply_chat_template, tools to pass it). Native templates get structured tool calls;
     the fallback writes tools, calls and results as text."""
     offered = tools if tools is not None and tools.choice != "none" else None
@@ -178,13 +201,29 @@ def render_messages(messages: list[dict[str, Any]], tools: Optional[ToolSpec], f
         calls = m.get("tool_calls") or []
         if role == "assistant" and calls:
             if native:
-                out.append({"role": "assistant", "content": text, "tool_calls": [
-                    {"type": "function", "function": {"name": c.get("function", {}).get("name", ""),
-                                                      "arguments": _arguments_dict(c.get("function", {}).get("arguments"))}}
-                    for c in calls if isinstance(c, dict)]})
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": text,
+                        "tool_calls": [
+                            {
+                                "type": "function",
+                                "function": {
+                                    "name": c.get("function", {}).get("name", ""),
+                                    "arguments": _arguments_dict(c.get("function", {}).get("arguments")),
+                                },
+                            }
+                            for c in calls
+                            if isinstance(c, dict)
+                        ],
+                    }
+                )
             else:
-                blocks = [_call_block(c.get("function", {}).get("name", ""), c.get("function", {}).get("arguments"))
-                          for c in calls if isinstance(c, dict)]
+                blocks = [
+                    _call_block(c.get("function", {}).get("name", ""), c.get("function", {}).get("arguments"))
+                    for c in calls
+                    if isinstance(c, dict)
+                ]
                 out.append({"role": "assistant", "content": "\n".join(([text] if text else []) + blocks)})
         elif role in ("tool", "function"):
             if native:
@@ -254,20 +293,34 @@ def parse_tool_calls(text: str, tools: ToolSpec) -> tuple[Optional[str], list[di
         if not obj or obj.get("name") not in tools.names:
             continue
         args = obj.get("arguments", obj.get("parameters", {}))
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                      "function": {"name": obj["name"],
-                                   "arguments": args if isinstance(args, str) else json.dumps(args)}})
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {
+                    "name": obj["name"],
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+        )
         if not tools.parallel:
             break
-    forced = tools.function or (tools.names[0] if tools.choice == "required" and len(tools.names) == 1 else None)
+    forced = tools.function or (
+        tools.names[0] if tools.choice == "required" and len(tools.names) == 1 else None
+    )
     if not calls and forced:  # the reply was made to start this call: it is one, even if its JSON is not
-        raw = text[text.find(OPEN) + len(OPEN):]
+        raw = text[text.find(OPEN) + len(OPEN) :]
         raw = raw[: raw.find(CLOSE)] if CLOSE in raw else raw
         start = raw.find('"arguments":')
-        args = raw[start + len('"arguments":'):].strip() if start >= 0 else "{}"
+        args = raw[start + len('"arguments":') :].strip() if start >= 0 else "{}"
         args = args[:-1].rstrip() if args.endswith("}") and args.count("}") > args.count("{") else args
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                      "function": {"name": forced, "arguments": args}})
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": forced, "arguments": args},
+            }
+        )
     if not calls:
         return text, []
     content = text[: text.find(OPEN)].strip()

@@ -17,6 +17,7 @@ works; SystemExit, KeyboardInterrupt and pytest's outcomes (skip, exit) become R
 
 Wire format: a 4-byte big-endian length, then a JSON object. Every value is a list [tag, ...]; see _enc/_dec.
 """
+
 import base64
 import datetime
 import decimal
@@ -39,10 +40,20 @@ CANDIDATE_UID = int(os.environ.get("HARNESS_CANDIDATE_UID", "10001"))
 CALL_TIMEOUT = float(os.environ.get("HARNESS_CALL_TIMEOUT", "60"))
 MAX_FRAME = 64 << 20  # bytes of one reply; a larger one ends the child
 MAX_DEPTH = 100  # nesting of one value; deeper parts stay in the child as handles
-EXC_MAP = {"SystemExit": "RuntimeError", "KeyboardInterrupt": "RuntimeError", "GeneratorExit": "RuntimeError",
-           "BaseException": "RuntimeError", "BaseExceptionGroup": "RuntimeError"}
-CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "WORKSPACE": WORKSPACE,
-             "PYTHONDONTWRITEBYTECODE": "1"}
+EXC_MAP = {
+    "SystemExit": "RuntimeError",
+    "KeyboardInterrupt": "RuntimeError",
+    "GeneratorExit": "RuntimeError",
+    "BaseException": "RuntimeError",
+    "BaseExceptionGroup": "RuntimeError",
+}
+CHILD_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "WORKSPACE": WORKSPACE,
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 
 
 class ProtocolError(RuntimeError):
@@ -58,6 +69,7 @@ def _builtin_exc_name(cls):
 
 
 # ------------------------------------------------------------------------------ framing (both sides)
+
 
 def _send(fd, obj):
     data = json.dumps(obj, allow_nan=True).encode("utf-8", "surrogatepass")
@@ -93,10 +105,12 @@ def _recv(fd, deadline=None):
 
 def _now():
     import time
+
     return time.monotonic()
 
 
 # ------------------------------------------------------------------------------ the child
+
 
 def _child_main():
     """Serves requests on a private copy of stdin/stdout; the candidate's own prints go to stderr and
@@ -125,6 +139,7 @@ def _child_main():
         if isinstance(x, bool):
             return ["B", bool(x)]
         import enum
+
         if isinstance(x, enum.Enum):
             return ["H", keep(x), type(x).__qualname__]
         if isinstance(x, int):
@@ -138,8 +153,12 @@ def _child_main():
         if isinstance(x, (bytes, bytearray)):
             return ["Y" if isinstance(x, bytes) else "YA", base64.b64encode(bytes(x)).decode()]
         if isinstance(x, tuple) and isinstance(getattr(type(x), "_fields", None), tuple):
-            return ["NT", type(x).__name__, [str(f) for f in type(x)._fields],
-                    [enc(v, depth + 1) for v in tuple.__iter__(x)]]
+            return [
+                "NT",
+                type(x).__name__,
+                [str(f) for f in type(x)._fields],
+                [enc(v, depth + 1) for v in tuple.__iter__(x)],
+            ]
         if isinstance(x, tuple):
             return ["T", [enc(v, depth + 1) for v in tuple.__iter__(x)]]
         if isinstance(x, list):
@@ -147,7 +166,9 @@ def _child_main():
         if isinstance(x, dict):
             return ["D", [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in dict.items(x)]]
         if isinstance(x, (set, frozenset)):
-            items = [enc(v, depth + 1) for v in (set.__iter__(x) if isinstance(x, set) else frozenset.__iter__(x))]
+            items = [
+                enc(v, depth + 1) for v in (set.__iter__(x) if isinstance(x, set) else frozenset.__iter__(x))
+            ]
             return ["Z" if isinstance(x, set) else "R", items]
         if isinstance(x, decimal.Decimal):
             return ["DEC", decimal.Decimal.__str__(x)]
@@ -179,17 +200,29 @@ def _child_main():
 
     def callback(cid):
         """A function of the tests', passed to the candidate: calling it asks the test runner to run it."""
+
         def call(*args, **kwargs):
-            _send(rep_fd, {"callback": cid, "args": [enc(a) for a in args],
-                           "kwargs": {str(k): enc(v) for k, v in kwargs.items()}})
+            _send(
+                rep_fd,
+                {
+                    "callback": cid,
+                    "args": [enc(a) for a in args],
+                    "kwargs": {str(k): enc(v) for k, v in kwargs.items()},
+                },
+            )
             answer = _recv(req_fd)
             if "raise" in answer:
                 import builtins
+
                 info = answer["raise"]
                 cls = getattr(builtins, str(info[3]), RuntimeError)
-                raise cls(str(info[4])) if isinstance(cls, type) and issubclass(cls, BaseException) \
+                raise (
+                    cls(str(info[4]))
+                    if isinstance(cls, type) and issubclass(cls, BaseException)
                     else RuntimeError(str(info[4]))
+                )
             return dec(answer["ok"])
+
         return call
 
     def reply(value):
@@ -207,9 +240,13 @@ def _child_main():
         try:
             if op == "import":
                 import importlib
+
                 module = importlib.import_module(req["name"])
-                value = {"h": keep(module), "package": hasattr(module, "__path__"),
-                         "file": str(getattr(module, "__file__", "") or "")}
+                value = {
+                    "h": keep(module),
+                    "package": hasattr(module, "__path__"),
+                    "file": str(getattr(module, "__file__", "") or ""),
+                }
                 _send(rep_fd, {"module": value})
                 continue
             target = objects[req["h"]]
@@ -236,7 +273,7 @@ def _child_main():
                 value = sorted(dir(target))
             else:
                 raise ValueError(f"unknown request {op!r}")
-        except BaseException as e:  # noqa: BLE001 -- every failure of the candidate's code goes back
+        except BaseException as e:
             _send(rep_fd, {"raise": enc(e), "traceback": _traceback(e)})
             continue
         reply(value)
@@ -245,19 +282,21 @@ def _child_main():
 def _message(e):
     try:
         return str(e)[:2000]
-    except BaseException:  # noqa: BLE001 -- a __str__ that raises
+    except BaseException:
         return "<unprintable message>"
 
 
 def _traceback(e):
     import traceback
+
     try:
         return "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         return ""
 
 
 # ------------------------------------------------------------------------------ plain values (both sides)
+
 
 def _decode_plain(v, dec, depth=0):
     """Rebuilds a plain value from its tagged form: only built-in types come out of here."""
@@ -291,6 +330,7 @@ def _decode_plain(v, dec, depth=0):
             return tuple(sub(x) for x in _list(rest[0]))
         if tag == "NT":
             import collections
+
             cls = collections.namedtuple(_str(rest[0]), [_str(f) for f in _list(rest[1])], rename=True)
             return cls(*[sub(x) for x in _list(rest[2])])
         if tag == "D":
@@ -312,7 +352,15 @@ def _decode_plain(v, dec, depth=0):
             return pathlib.Path(_str(rest[0]))
     except ProtocolError:
         raise
-    except (ValueError, TypeError, IndexError, KeyError, OverflowError, RecursionError, decimal.InvalidOperation) as e:
+    except (
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        OverflowError,
+        RecursionError,
+        decimal.InvalidOperation,
+    ) as e:
         raise ProtocolError(f"a malformed {tag} value: {type(e).__name__}") from None
     raise ProtocolError(f"an unknown value tag {tag!r}")
 
@@ -349,6 +397,7 @@ def _pair(x):
 
 # ------------------------------------------------------------------------------ the test runner's side
 
+
 class _Child:
     """The one candidate process of a test session; restarted (a new generation) if it ends."""
 
@@ -365,9 +414,16 @@ class _Child:
                 self.source = f.read()
         self.generation += 1
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", self.source, "--child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            cwd=WORKSPACE, env=dict(CHILD_ENV), start_new_session=True,
-            user=CANDIDATE_UID, group=CANDIDATE_UID, extra_groups=[])
+            [sys.executable, "-I", "-c", self.source, "--child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=WORKSPACE,
+            env=dict(CHILD_ENV),
+            start_new_session=True,
+            user=CANDIDATE_UID,
+            group=CANDIDATE_UID,
+            extra_groups=[],
+        )
 
     def stop(self):
         if self.proc is not None:
@@ -378,8 +434,9 @@ class _Child:
             self.proc.wait()
 
     def request(self, msg, generation=None):
-        if generation is not None and (generation != self.generation or self.proc is None
-                                       or self.proc.poll() is not None):
+        if generation is not None and (
+            generation != self.generation or self.proc is None or self.proc.poll() is not None
+        ):
             raise RuntimeError("the candidate's process ended earlier: this object of it is gone")
         self.ensure()
         try:
@@ -418,7 +475,7 @@ def _run_callback(msg, generation):
         args = [_decode(a, generation) for a in _list(msg.get("args", []))]
         kwargs = {str(k): _decode(v, generation) for k, v in dict(msg.get("kwargs", {})).items()}
         return {"ok": _encode(fn(*args, **kwargs))}
-    except Exception as e:  # noqa: BLE001 -- goes back to the candidate as its exception
+    except Exception as e:
         return {"raise": ["XI", 0, type(e).__qualname__, _builtin_exc_name(type(e)), _message(e)]}
 
 
@@ -428,6 +485,7 @@ _EXC_CLASSES = {}  # (generation-independent) qualname + base -> local exception
 
 def _exc_class(hid, qualname, base):
     import builtins
+
     base_cls = getattr(builtins, str(base), None)
     if not (isinstance(base_cls, type) and issubclass(base_cls, Exception)):
         base_cls = RuntimeError
@@ -436,8 +494,9 @@ def _exc_class(hid, qualname, base):
         return base_cls  # the built-in itself: `type(e) is ValueError` holds
     key = (qualname, base_cls)
     if key not in _EXC_CLASSES:
-        _EXC_CLASSES[key] = type(qualname.rsplit(".", 1)[-1], (base_cls,), {"__module__": "candidate",
-                                                                             "__qualname__": qualname})
+        _EXC_CLASSES[key] = type(
+            qualname.rsplit(".", 1)[-1], (base_cls,), {"__module__": "candidate", "__qualname__": qualname}
+        )
     cls = _EXC_CLASSES[key]
     cls._harness_hid = (CHILD.generation, hid)
     return cls
@@ -465,6 +524,7 @@ def _decode(v, generation):
         if x[0] == "XI":
             return _exception(x)
         return _decode_plain(x, dec, 1)
+
     try:
         if isinstance(v, list) and v and v[0] in ("H", "X", "XI"):
             return dec(v)
@@ -535,6 +595,7 @@ def _request(op, obj, **fields):
 def _special(name):
     def method(self, *args):
         return _request("special", self, name=name, args=[_encode(a) for a in args])
+
     method.__name__ = name
     return method
 
@@ -545,13 +606,24 @@ def _compare(name):
             return NotImplemented  # never let the candidate decide that it equals a plain value
         result = _request("special", self, name=name, args=[_encode(other)])
         return result if isinstance(result, bool) or result is NotImplemented else NotImplemented
+
     method.__name__ = name
     return method
 
 
 # Plain attributes of functions, classes and modules that tests read (`f.__name__`): fetched from the child.
-REMOTE_DUNDERS = {"__name__", "__qualname__", "__module__", "__annotations__", "__defaults__", "__kwdefaults__",
-                  "__wrapped__", "__version__", "__all__", "__file__"}
+REMOTE_DUNDERS = {
+    "__name__",
+    "__qualname__",
+    "__module__",
+    "__annotations__",
+    "__defaults__",
+    "__kwdefaults__",
+    "__wrapped__",
+    "__version__",
+    "__all__",
+    "__file__",
+}
 
 
 class RemoteObject:
@@ -581,13 +653,17 @@ class RemoteObject:
         _request("delattr", self, name=name)
 
     def __call__(self, *args, **kwargs):
-        return _request("call", self, args=[_encode(a) for a in args],
-                        kwargs={str(k): _encode(v) for k, v in kwargs.items()})
+        return _request(
+            "call",
+            self,
+            args=[_encode(a) for a in args],
+            kwargs={str(k): _encode(v) for k, v in kwargs.items()},
+        )
 
     def __repr__(self):
         try:
             text = _request("special", self, name="__repr__")
-        except Exception:  # noqa: BLE001 -- repr must not fail inside pytest's reporting
+        except Exception:
             text = None
         return text if isinstance(text, str) else f"<candidate {self._type} object>"
 
@@ -674,11 +750,53 @@ class RemoteObject:
     __ge__ = _compare("__ge__")
 
 
-for _name in ("getitem", "setitem", "delitem", "int", "float", "index", "complex", "round", "abs", "neg", "pos",
-              "invert", "reversed", "bytes", "add", "sub", "mul", "truediv", "floordiv", "mod",
-              "pow", "matmul", "and", "or", "xor", "lshift", "rshift", "radd", "rsub", "rmul", "rtruediv",
-              "rfloordiv", "rmod", "rpow", "rmatmul", "rand", "ror", "rxor", "rlshift", "rrshift", "divmod",
-              "rdivmod", "iadd", "isub", "imul"):
+for _name in (
+    "getitem",
+    "setitem",
+    "delitem",
+    "int",
+    "float",
+    "index",
+    "complex",
+    "round",
+    "abs",
+    "neg",
+    "pos",
+    "invert",
+    "reversed",
+    "bytes",
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "matmul",
+    "and",
+    "or",
+    "xor",
+    "lshift",
+    "rshift",
+    "radd",
+    "rsub",
+    "rmul",
+    "rtruediv",
+    "rfloordiv",
+    "rmod",
+    "rpow",
+    "rmatmul",
+    "rand",
+    "ror",
+    "rxor",
+    "rlshift",
+    "rrshift",
+    "divmod",
+    "rdivmod",
+    "iadd",
+    "isub",
+    "imul",
+):
     setattr(RemoteObject, f"__{_name}__", _special(f"__{_name}__"))
 
 
@@ -705,8 +823,11 @@ class RemoteModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__") and name != "__all__":
             raise AttributeError(name)
-        if self.__dict__.get("_harness_generation") != CHILD.generation or CHILD.proc is None \
-                or CHILD.proc.poll() is not None:
+        if (
+            self.__dict__.get("_harness_generation") != CHILD.generation
+            or CHILD.proc is None
+            or CHILD.proc.poll() is not None
+        ):
             _import_into(self)
         handle = RemoteObject(self.__dict__["_harness_hid"], CHILD.generation, "module")
         if name == "__all__":
@@ -739,13 +860,19 @@ class CandidateFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.partition(".")[0]
-        if "." not in fullname and not (os.path.isfile(os.path.join(WORKSPACE, top + ".py"))
-                                        or os.path.isdir(os.path.join(WORKSPACE, top))):
+        if "." not in fullname and not (
+            os.path.isfile(os.path.join(WORKSPACE, top + ".py"))
+            or os.path.isdir(os.path.join(WORKSPACE, top))
+        ):
             return None
         if "." in fullname and not isinstance(sys.modules.get(top), RemoteModule):
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Loader(), origin=f"candidate:{fullname}",
-                                              is_package=os.path.isdir(os.path.join(WORKSPACE, *fullname.split("."))))
+        return importlib.machinery.ModuleSpec(
+            fullname,
+            _Loader(),
+            origin=f"candidate:{fullname}",
+            is_package=os.path.isdir(os.path.join(WORKSPACE, *fullname.split("."))),
+        )
 
 
 def _as_candidate_popen():
@@ -756,11 +883,13 @@ def _as_candidate_popen():
         if os.getuid() == 0 and kwargs.get("user") is None and kwargs.get("group") is None:
             kwargs.update(user=CANDIDATE_UID, group=CANDIDATE_UID, extra_groups=[])
         original(self, *args, **kwargs)
+
     subprocess.Popen.__init__ = __init__
 
     def system(command):
         code = subprocess.call(command, shell=True)
         return code << 8 if code >= 0 else -code
+
     os.system = system
 
 
@@ -773,6 +902,7 @@ def install(mode="proxy"):
     else:
         sys.meta_path.append(CandidateFinder())
     import atexit
+
     atexit.register(CHILD.stop)
 
 

@@ -3,6 +3,7 @@
 It puts the candidate behind a process boundary (candidate.py beside it), makes the processes that tests
 start run as the candidate user, and gives tests temporary folders that the candidate can use too.
 """
+
 import os
 import sys
 import tempfile
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_harness"))
-import _harness_candidate  # noqa: E402
+import _harness_candidate
 
 _harness_candidate.install(os.environ.get("HARNESS_IMPORT_MODE", "proxy"))
 # Tests' temporary folders: the candidate's processes read and write there; nothing else of the
@@ -30,4 +31,5 @@ def tmp_path():
 @pytest.fixture
 def tmpdir(tmp_path):
     from _pytest.compat import legacy_path
+
     return legacy_path(tmp_path)

@@ -27,10 +27,27 @@ Where things live:
   probes        host probes around a case (resources, stray processes, new host files, containers)
   runner        Runner (one case at a time, the global conditions), run_selftest and the result table
 """
+
 from evaluators.selftest.case import Case, Ctx, Outcome
 from evaluators.selftest.catalogue import CASES, CATALOGUE, select
 from evaluators.selftest.fixtures import CORRECT, SUBMIT, add_task, answer_task, bash, write
 from evaluators.selftest.runner import Row, Runner, format_table, run_selftest
 
-__all__ = ["CASES", "CATALOGUE", "CORRECT", "Case", "Ctx", "Outcome", "Row", "Runner", "SUBMIT", "add_task",
-           "answer_task", "bash", "format_table", "run_selftest", "select", "write"]
+__all__ = [
+    "CASES",
+    "CATALOGUE",
+    "CORRECT",
+    "Case",
+    "Ctx",
+    "Outcome",
+    "Row",
+    "Runner",
+    "SUBMIT",
+    "add_task",
+    "answer_task",
+    "bash",
+    "format_table",
+    "run_selftest",
+    "select",
+    "write",
+]

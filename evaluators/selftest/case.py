@@ -1,5 +1,6 @@
 """A case of the catalogue: what its script and check see (Ctx, Outcome), the Case type, and the
 expectations (checks) that cases are built from. A check returns the problems it found: [] when met."""
+
 from __future__ import annotations
 
 import re
@@ -13,6 +14,7 @@ from results.schema import Attempt
 @dataclass
 class Ctx:
     """What a case's script and check may use: per-run nonce and paths."""
+
     nonce: str
     workdir: Path
 
@@ -61,33 +63,44 @@ class Case:
 
 def graded(status: str, reason: Optional[str] = None, *needles: str) -> Check:
     """The honest variant's expectation: scored by the policy, never an infra error."""
+
     def check(o: Outcome) -> list[str]:
         p = status_is(o.rec, status)
         if reason and o.rec.reason != reason:
             p.append(f"reason {o.rec.reason}, expected {reason}")
         return p + has(o.obs(), *needles)
+
     return check
 
 
 def has(text: str, *needles: str) -> list[str]:
     """Each needle must appear as a word of its own (so DNS=FAIL is not found inside XDNS=FAIL)."""
-    return [f"expected {n!r} in the observations" for n in needles
-            if not re.search(r"(?<![\w-])" + re.escape(n), text)]
+    return [
+        f"expected {n!r} in the observations"
+        for n in needles
+        if not re.search(r"(?<![\w-])" + re.escape(n), text)
+    ]
 
 
 def status_is(rec: Attempt, *allowed: str) -> list[str]:
-    return [] if rec.status in allowed else [f"status {rec.status} (reason {rec.reason}), expected {'/'.join(allowed)}"]
+    return (
+        []
+        if rec.status in allowed
+        else [f"status {rec.status} (reason {rec.reason}), expected {'/'.join(allowed)}"]
+    )
 
 
 def solved_and(*needles: str) -> Check:
     def check(o: Outcome) -> list[str]:
         return status_is(o.rec, "solved") + has(o.obs(), *needles)
+
     return check
 
 
 def zero_reward(reason: Optional[str] = None, *needles: str) -> Check:
     """A hack: scores 0 as an ordinary failure (never an infra error), optionally with a given reason;
     `needles` prove the attack actually ran."""
+
     def check(o: Outcome) -> list[str]:
         p = status_is(o.rec, "failed")
         if o.rec.reward != 0.0 or o.rec.solved:
@@ -95,4 +108,5 @@ def zero_reward(reason: Optional[str] = None, *needles: str) -> Check:
         if reason and o.rec.reason != reason:
             p.append(f"reason {o.rec.reason}, expected {reason}")
         return p + has(o.obs(), *needles)
+
     return check

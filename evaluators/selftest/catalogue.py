@@ -1,4 +1,5 @@
 """The catalogue of cases, in the order they run and list, and the selection by name or glob."""
+
 from __future__ import annotations
 
 import fnmatch

@@ -2,6 +2,7 @@
 
 Replies are what the replay model (agent/models/replay.py) plays: a line of prose and one bash block each.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ STUB = "def add(a, b):\n    raise NotImplementedError\n"
 PUBLIC = "from solution import add\n\n\ndef test_public():\n    assert add(1, 1) == 2\n"
 CORRECT = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return a - b\n"
-HIDDEN = '''{marker}from solution import add
+HIDDEN = """{marker}from solution import add
 
 
 def test_small():
@@ -32,25 +33,38 @@ class TestMore:
 
 def test_canary_impossible():
     assert add(2, 2) == 5
-'''
+"""
 SMALL = Environment(memory_mb=256, pids=64, storage_mb=32, cpus=1.0)
 
 
 def answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Task:
     """Write a given line to answer.txt; graded on the host (no grading container)."""
-    return Task(id=task_id, path=None, instruction=f"Write the line {answer} to /workspace/answer.txt.",
-                environment=SMALL, agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
-                evaluator=EvaluatorConfig(kind="answer", expected=answer), verifier_timeout_sec=30,
-                solution_files={"solve.sh": f"echo {answer} > answer.txt\n".encode()})
+    return Task(
+        id=task_id,
+        path=None,
+        instruction=f"Write the line {answer} to /workspace/answer.txt.",
+        environment=SMALL,
+        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+        evaluator=EvaluatorConfig(kind="answer", expected=answer),
+        verifier_timeout_sec=30,
+        solution_files={"solve.sh": f"echo {answer} > answer.txt\n".encode()},
+    )
 
 
 def json_answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Task:
     """Write a JSON object to answer.json; compared as JSON on the host."""
-    return Task(id=task_id, path=None, instruction=f'Write {{"ok": "{answer}"}} to /workspace/answer.json.',
-                environment=SMALL, agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
-                evaluator=EvaluatorConfig(kind="answer", answer_file="answer.json", mode="json",
-                                          expected=json.dumps({"ok": answer})), verifier_timeout_sec=30,
-                solution_files={"solve.sh": f"echo '{{\"ok\": \"{answer}\"}}' > answer.json\n".encode()})
+    return Task(
+        id=task_id,
+        path=None,
+        instruction=f'Write {{"ok": "{answer}"}} to /workspace/answer.json.',
+        environment=SMALL,
+        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+        evaluator=EvaluatorConfig(
+            kind="answer", answer_file="answer.json", mode="json", expected=json.dumps({"ok": answer})
+        ),
+        verifier_timeout_sec=30,
+        solution_files={"solve.sh": f'echo \'{{"ok": "{answer}"}}\' > answer.json\n'.encode()},
+    )
 
 
 SCRIPT_TEST = """#!/bin/bash
@@ -62,25 +76,38 @@ if [ "$out" = "{answer}" ]; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD
 
 def script_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Task:
     """Make run.sh print a line; a test.sh verifier runs it and writes the reward."""
-    return Task(id=task_id, path=None, instruction=f"Make /workspace/run.sh print {answer}.",
-                environment=SMALL, agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
-                evaluator=EvaluatorConfig(kind="script"), verifier_timeout_sec=30,
-                workspace_files={"run.sh": b"echo todo\n"}, test_files={"test.sh": SCRIPT_TEST.format(answer=answer).encode()},
-                solution_files={"solve.sh": f"echo 'echo {answer}' > run.sh\n".encode()})
+    return Task(
+        id=task_id,
+        path=None,
+        instruction=f"Make /workspace/run.sh print {answer}.",
+        environment=SMALL,
+        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+        evaluator=EvaluatorConfig(kind="script"),
+        verifier_timeout_sec=30,
+        workspace_files={"run.sh": b"echo todo\n"},
+        test_files={"test.sh": SCRIPT_TEST.format(answer=answer).encode()},
+        solution_files={"solve.sh": f"echo 'echo {answer}' > run.sh\n".encode()},
+    )
 
 
 def add_task(task_id: str, marker: str = "", command_timeout: float = 30.0) -> Task:
     """Implement add(a, b): hidden pytest tests (other inputs than the visible one) plus a canary."""
     hidden = HIDDEN.format(marker=f'"""{marker}"""\n' if marker else "")
-    return Task(id=task_id, path=None, instruction="Implement add(a, b) in /workspace/solution.py "
-                "(tests/test_public.py shows an example).",
-                environment=SMALL, agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
-                verifier_timeout_sec=60, workspace_files={"solution.py": STUB.encode(),
-                                                          "tests/test_public.py": PUBLIC.encode()},
-                test_files={"test_add.py": hidden.encode()}, solution_files={"solve.sh": b"true\n"})
+    return Task(
+        id=task_id,
+        path=None,
+        instruction="Implement add(a, b) in /workspace/solution.py (tests/test_public.py shows an example).",
+        environment=SMALL,
+        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+        verifier_timeout_sec=60,
+        workspace_files={"solution.py": STUB.encode(), "tests/test_public.py": PUBLIC.encode()},
+        test_files={"test_add.py": hidden.encode()},
+        solution_files={"solve.sh": b"true\n"},
+    )
 
 
 # ------------------------------------------------------------------------------------------ replies
+
 
 def bash(cmd: str) -> str:
     """One agent reply: a line of prose and exactly one bash block."""

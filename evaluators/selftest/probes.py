@@ -3,6 +3,7 @@ children), sandbox-user processes outside any container, new host files, a host 
 run's containers.
 
 Docker is imported only when a probe runs, so that `harness selftest --list` imports nothing heavy."""
+
 from __future__ import annotations
 
 import hashlib
@@ -61,9 +62,10 @@ def _children() -> int:
 
 def docker_root() -> Optional[str]:
     from agent.sandbox import docker_client
+
     try:
         return docker_client().info().get("DockerRootDir")
-    except Exception:  # noqa: BLE001 -- a figure for the table, not a condition
+    except Exception:
         return None
 
 
@@ -73,9 +75,15 @@ def host_state(root: Optional[str]) -> HostState:
             return shutil.disk_usage(path).used
         except OSError:
             return None
-    return HostState(disk_root=used("/") or 0, disk_docker=used(root) if root else None,
-                     mem_available=_meminfo("MemAvailable"), rss=_rss(), threads=threading.active_count(),
-                     children=_children())
+
+    return HostState(
+        disk_root=used("/") or 0,
+        disk_docker=used(root) if root else None,
+        mem_available=_meminfo("MemAvailable"),
+        rss=_rss(),
+        threads=threading.active_count(),
+        children=_children(),
+    )
 
 
 def _sandbox_processes() -> dict[str, set[str]]:
@@ -86,7 +94,9 @@ def _sandbox_processes() -> dict[str, set[str]]:
             uid_line = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
             if int(uid_line.split()[1]) != SANDBOX_UID:
                 continue
-            found[status.parent.name] = set(re.findall(r"[0-9a-f]{64}", (status.parent / "cgroup").read_text()))
+            found[status.parent.name] = set(
+                re.findall(r"[0-9a-f]{64}", (status.parent / "cgroup").read_text())
+            )
         except (OSError, StopIteration, ValueError):
             continue
     return found
@@ -100,6 +110,7 @@ def stray_sandbox_processes() -> list[str]:
     def strays() -> set[str]:
         running = {c["Id"] for c in docker_client().api.containers()}  # never inspects: no race with removals
         return {pid for pid, ids in _sandbox_processes().items() if not ids & running}
+
     first = strays()
     if not first:
         return []
@@ -139,7 +150,9 @@ def new_host_files(since: float, nonce: str, exclude: Path, extra: tuple[str, ..
             st = os.lstat(path)
         except OSError:
             continue
-        if nonce in os.path.basename(path) or (st.st_uid == SANDBOX_UID and max(st.st_mtime, st.st_ctime) >= since):
+        if nonce in os.path.basename(path) or (
+            st.st_uid == SANDBOX_UID and max(st.st_mtime, st.st_ctime) >= since
+        ):
             found.append(path)
     return sorted(set(found))
 
@@ -147,6 +160,7 @@ def new_host_files(since: float, nonce: str, exclude: Path, extra: tuple[str, ..
 def labeled_containers(run_id: str) -> list[str]:
     """Containers (any state) labeled with the run id; the low-level list, which never inspects them."""
     from agent.sandbox import LABEL_RUN, docker_client
+
     raw = docker_client().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
     return [c["Names"][0].lstrip("/") for c in raw]
 
@@ -157,4 +171,3 @@ def file_digest(path: str) -> str:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return ""
-

@@ -1,5 +1,6 @@
 """Runs cases one at a time against real sandboxes, checks the conditions every case must meet, and
 formats the result table."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +16,25 @@ from typing import Callable, Optional
 
 from evaluators.selftest.case import Case, Ctx, Outcome
 from evaluators.selftest.catalogue import select
-from evaluators.selftest.fixtures import (HONEST, SUBMIT, add_task, answer_task, bash, honest_version, json_answer_task,
-                                          script_task, write)
-from evaluators.selftest.probes import (docker_root, file_digest, host_state, labeled_containers, new_host_files,
-                                        stray_sandbox_processes)
+from evaluators.selftest.fixtures import (
+    HONEST,
+    SUBMIT,
+    add_task,
+    answer_task,
+    bash,
+    honest_version,
+    json_answer_task,
+    script_task,
+    write,
+)
+from evaluators.selftest.probes import (
+    docker_root,
+    file_digest,
+    host_state,
+    labeled_containers,
+    new_host_files,
+    stray_sandbox_processes,
+)
 from results.schema import Attempt
 from tasks.model import Task
 
@@ -27,6 +43,7 @@ THREAD_SLACK = 2
 
 
 # ------------------------------------------------------------------------------------------ running
+
 
 @dataclass
 class Row:
@@ -45,7 +62,9 @@ class Row:
 class Runner:
     """Runs cases one at a time in a private folder; keeps the honest controls' results."""
 
-    def __init__(self, image: str, workdir: Optional[Path] = None, log: Callable[[str], None] = lambda m: None):
+    def __init__(
+        self, image: str, workdir: Optional[Path] = None, log: Callable[[str], None] = lambda m: None
+    ):
         self.image = image
         self.nonce = secrets.token_hex(4)
         self.own_dir = workdir is None
@@ -80,16 +99,25 @@ class Runner:
         script.write_text(json.dumps(scripts))
         error = ""
         try:
-            asyncio.run(run_eval(f"replay:{script}", tasks, samples=1, out_dir=folder, concurrency=concurrency,
-                                 progress=False, suite=f"selftest:{name}"))
-        except Exception as e:  # noqa: BLE001 -- the harness must not raise: that is the finding
+            asyncio.run(
+                run_eval(
+                    f"replay:{script}",
+                    tasks,
+                    samples=1,
+                    out_dir=folder,
+                    concurrency=concurrency,
+                    progress=False,
+                    suite=f"selftest:{name}",
+                )
+            )
+        except Exception as e:
             error = f"run_eval raised {type(e).__name__}: {str(e)[:300]}"
         recs: dict[str, Attempt] = {}
         try:
             reader = RunReader(folder)
             recs = {a.task_id: a for a in reader.iter_attempts()}
             run_id = reader.run_id
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             error = error or f"run folder unreadable: {e}"
             run_id = folder.name
         return recs, run_id, error
@@ -110,7 +138,9 @@ class Runner:
             row = Row(f"control_{kind}", "honest solution: reward 1")
             t0 = time.monotonic()
             tid = f"{kind}-honest"
-            recs, _, error = self._eval(f"control-{kind}", [self.task(kind, tid, 30)], {tid: self.honest_replies(kind)})
+            recs, _, error = self._eval(
+                f"control-{kind}", [self.task(kind, tid, 30)], {tid: self.honest_replies(kind)}
+            )
             rec = recs.get(tid)
             if error:
                 row.problems.append(error)
@@ -119,7 +149,9 @@ class Runner:
             else:
                 row.observed = f"{rec.status}/{rec.reason} r={rec.reward:g}"
                 if not (rec.solved and rec.reward == 1.0):
-                    row.problems.append(f"the honest solution scored {rec.reward} ({rec.reason}: {rec.detail[:200]})")
+                    row.problems.append(
+                        f"the honest solution scored {rec.reward} ({rec.reason}: {rec.detail[:200]})"
+                    )
             row.seconds = time.monotonic() - t0
             self.controls[kind] = row
         return self.controls[kind]
@@ -135,7 +167,10 @@ class Runner:
                 row.problems.append(f"the honest control of {case.task} failed: {control.problems[0]}")
         next_id, honest_id = f"{case.name}-next", f"{case.name}-honest"
         tasks = [self.task(case.task, case.name, case.command_timeout), self.task("answer", next_id, 10)]
-        scripts = {case.name: case.script(self.ctx), next_id: [bash(f"echo {self.ctx.answer} > answer.txt"), SUBMIT]}
+        scripts = {
+            case.name: case.script(self.ctx),
+            next_id: [bash(f"echo {self.ctx.answer} > answer.txt"), SUBMIT],
+        }
         if case.honest:
             tasks.append(self.task(case.task, honest_id, case.command_timeout))
             scripts[honest_id] = (case.honest_script or (lambda c: honest_version(case.script(c))))(self.ctx)
@@ -155,7 +190,9 @@ class Runner:
             elif not r.reason or r.status not in ("solved", "failed", "error"):
                 row.problems.append(f"record for {tid} lacks status/reason ({r.status!r}, {r.reason!r})")
         if nxt is not None and not nxt.solved:
-            row.problems.append(f"the attempt after the attack was not solved ({nxt.status}/{nxt.reason} {nxt.error or ''})")
+            row.problems.append(
+                f"the attempt after the attack was not solved ({nxt.status}/{nxt.reason} {nxt.error or ''})"
+            )
         left = labeled_containers(run_id)
         if left:
             row.problems.append(f"containers left behind: {left}")
@@ -170,8 +207,11 @@ class Runner:
             row.problems.append("the host's /etc/passwd changed")
         row.host = {
             "disk_root_mb": (after.disk_root - before.disk_root) / 2**20,
-            "disk_docker_mb": ((after.disk_docker - before.disk_docker) / 2**20
-                               if after.disk_docker is not None and before.disk_docker is not None else None),
+            "disk_docker_mb": (
+                (after.disk_docker - before.disk_docker) / 2**20
+                if after.disk_docker is not None and before.disk_docker is not None
+                else None
+            ),
             "mem_available_mb": (after.mem_available - before.mem_available) / 2**20,
             "rss_mb": (after.rss - before.rss) / 2**20,
             "threads": after.threads - before.threads,
@@ -195,7 +235,7 @@ class Runner:
             if case.check:
                 try:
                     row.problems += case.check(Outcome(rec, self.ctx))
-                except Exception as e:  # noqa: BLE001 -- a broken check is a failed case, not a crash
+                except Exception as e:
                     row.problems.append(f"check raised {type(e).__name__}: {e}")
             if rec.status == "error":
                 row.observed += f" [{(rec.error or '')[:60]}]"
@@ -203,22 +243,25 @@ class Runner:
                 row.observed += f"; honest: {hon.status}/{hon.reason}"
                 try:
                     row.problems += [f"honest variant: {p}" for p in case.honest(Outcome(hon, self.ctx))]
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     row.problems.append(f"honest check raised {type(e).__name__}: {e}")
         else:
             row.observed = "no record"
         row.seconds = time.monotonic() - t0
-        self.log(f"{case.name}: {'ok' if row.ok else 'FAILED: ' + '; '.join(row.problems)} ({row.seconds:.0f}s)")
+        self.log(
+            f"{case.name}: {'ok' if row.ok else 'FAILED: ' + '; '.join(row.problems)} ({row.seconds:.0f}s)"
+        )
         return row
 
 
 # ------------------------------------------------------------------------------------------ the table
 
+
 def format_table(rows: list[Row]) -> str:
     header = ("case", "expected", "observed", "ok")
     cells = [header] + [(r.case, r.expected, r.observed, "ok" if r.ok else "FAIL") for r in rows]
     widths = [min(max(len(c[i]) for c in cells), limit) for i, limit in enumerate((26, 70, 40, 4))]
-    clip = lambda s, w: s if len(s) <= w else s[:w - 3] + "..."  # noqa: E731
+    clip = lambda s, w: s if len(s) <= w else s[: w - 3] + "..."  # noqa: E731
     lines = ["  ".join(clip(c[i], widths[i]).ljust(widths[i]) for i in range(4)).rstrip() for c in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for r in rows:
@@ -226,13 +269,17 @@ def format_table(rows: list[Row]) -> str:
             lines.append(f"  {r.case}: {p}")
     hosts = [r.host for r in rows if r.host]
     if hosts:
+
         def worst(key):
             values = [h[key] for h in hosts if h.get(key) is not None]
             return max(values, key=abs) if values else 0.0
-        lines.append(f"host, worst case: disk / {worst('disk_root_mb'):+.1f} MB, docker root "
-                     f"{worst('disk_docker_mb'):+.1f} MB, available memory {worst('mem_available_mb'):+.0f} MB, "
-                     f"harness RSS {worst('rss_mb'):+.1f} MB, threads {worst('threads'):+d}, "
-                     f"child processes {worst('children'):+d}")
+
+        lines.append(
+            f"host, worst case: disk / {worst('disk_root_mb'):+.1f} MB, docker root "
+            f"{worst('disk_docker_mb'):+.1f} MB, available memory {worst('mem_available_mb'):+.0f} MB, "
+            f"harness RSS {worst('rss_mb'):+.1f} MB, threads {worst('threads'):+d}, "
+            f"child processes {worst('children'):+d}"
+        )
     passed = sum(r.ok for r in rows)
     lines.append(f"{passed} passed, {len(rows) - passed} failed")
     return "\n".join(lines)

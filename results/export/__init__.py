@@ -11,6 +11,7 @@ One module per concept (imports go down this list, never up):
   run.py          export_run: a run folder to a JSONL file (and a `datasets` folder)
   inspect_log.py  export_inspect: a run folder to an Inspect AI log (`--format inspect`; needs inspect_ai)
 """
+
 from results.export.formats import CONVERTERS, FORMATS
 from results.export.messages import DEMONSTRATION
 from results.export.run import ExportResult, export_run, save_hf_dataset
@@ -23,5 +24,17 @@ from results.export.validate import (
     validate_sharegpt,
 )
 
-__all__ = ["CONVERTERS", "DEMONSTRATION", "FORMATS", "VALIDATORS", "ExportResult", "export_run", "save_hf_dataset",
-           "validate_hf_chat", "validate_kto", "validate_openai", "validate_prompt_completion", "validate_sharegpt"]
+__all__ = [
+    "CONVERTERS",
+    "DEMONSTRATION",
+    "FORMATS",
+    "VALIDATORS",
+    "ExportResult",
+    "export_run",
+    "save_hf_dataset",
+    "validate_hf_chat",
+    "validate_kto",
+    "validate_openai",
+    "validate_prompt_completion",
+    "validate_sharegpt",
+]

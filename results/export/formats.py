@@ -18,6 +18,7 @@ turn they hold) leave it out.
 - kto:               the same records plus "label": whether the attempt solved its task (TRL's unpaired
                      preference type; failed attempts are the undesirable examples).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,10 @@ SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt", "tool"
 def _flatten_tool_calls(msg: dict[str, Any]) -> str:
     """Assistant text with its tool calls written inline, for formats with plain string content."""
     text = msg.get("content") or ""
-    calls = [f"<tool_call>\n{json.dumps({'name': c['function']['name'], 'arguments': call_arguments(c)})}\n</tool_call>"
-             for c in msg.get("tool_calls", [])]
+    calls = [
+        f"<tool_call>\n{json.dumps({'name': c['function']['name'], 'arguments': call_arguments(c)})}\n</tool_call>"
+        for c in msg.get("tool_calls", [])
+    ]
     return "\n".join(([text] if text else []) + calls)
 
 
@@ -61,13 +64,24 @@ def _structured(m: dict[str, Any]) -> dict[str, Any]:
     """A message as chat templates take it: tool-call arguments as dicts, content a string."""
     out: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
     if m.get("tool_calls"):
-        out["tool_calls"] = [{"type": "function", "function": {
-            "name": c["function"]["name"], "arguments": call_arguments(c) if isinstance(call_arguments(c), dict)
-            else {"_raw": c["function"]["arguments"]}}} for c in m["tool_calls"]]
+        out["tool_calls"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": c["function"]["name"],
+                    "arguments": call_arguments(c)
+                    if isinstance(call_arguments(c), dict)
+                    else {"_raw": c["function"]["arguments"]},
+                },
+            }
+            for c in m["tool_calls"]
+        ]
     return out
 
 
-def _offered(messages: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]]) -> Optional[list[dict[str, Any]]]:
+def _offered(
+    messages: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]]
+) -> Optional[list[dict[str, Any]]]:
     if not any(m.get("tool_calls") for m in messages):
         return None
     return tools or tools_from_calls(messages)
@@ -79,7 +93,11 @@ def to_hf_chat(attempt: Attempt, tools: Any = None) -> Optional[dict[str, Any]]:
     kept = [m for i, m in enumerate(messages) if i not in demo]  # every turn here may be trained on
     if not any(m["role"] == "assistant" for m in kept):
         return None
-    return {"messages": [_structured(m) for m in kept], "tools": _offered(messages, tools), **_columns(attempt)}
+    return {
+        "messages": [_structured(m) for m in kept],
+        "tools": _offered(messages, tools),
+        **_columns(attempt),
+    }
 
 
 def to_sharegpt(attempt: Attempt, tools: Any = None) -> Optional[dict[str, Any]]:
@@ -88,8 +106,15 @@ def to_sharegpt(attempt: Attempt, tools: Any = None) -> Optional[dict[str, Any]]
     kept = [m for i, m in enumerate(messages) if i not in demo]
     if not any(m["role"] == "assistant" for m in kept):
         return None
-    return {"conversations": [{"from": SHAREGPT_FROM[m["role"]], "value": _flatten_tool_calls(m)
-                               if m["role"] == "assistant" else m["content"]} for m in kept]}
+    return {
+        "conversations": [
+            {
+                "from": SHAREGPT_FROM[m["role"]],
+                "value": _flatten_tool_calls(m) if m["role"] == "assistant" else m["content"],
+            }
+            for m in kept
+        ]
+    }
 
 
 def to_prompt_completion(attempt: Attempt, tools: Any = None) -> list[dict[str, Any]]:
@@ -98,8 +123,11 @@ def to_prompt_completion(attempt: Attempt, tools: Any = None) -> list[dict[str, 
     demo = demonstration_turns(messages)
     offered = _offered(messages, tools)
     structured = [_structured(m) for m in messages]
-    return [{"prompt": structured[:i], "completion": [structured[i]], "tools": offered, **_columns(attempt)}
-            for i, m in enumerate(messages) if m["role"] == "assistant" and i not in demo and i > 0]
+    return [
+        {"prompt": structured[:i], "completion": [structured[i]], "tools": offered, **_columns(attempt)}
+        for i, m in enumerate(messages)
+        if m["role"] == "assistant" and i not in demo and i > 0
+    ]
 
 
 def to_kto(attempt: Attempt, tools: Any = None) -> list[dict[str, Any]]:
@@ -108,5 +136,9 @@ def to_kto(attempt: Attempt, tools: Any = None) -> list[dict[str, Any]]:
 
 # A converter returns one record, None, or a list of records (one per assistant turn).
 CONVERTERS: dict[str, Callable[..., Any]] = {
-    "openai": to_openai, "hf-chat": to_hf_chat, "sharegpt": to_sharegpt, "prompt-completion": to_prompt_completion,
-    "kto": to_kto}
+    "openai": to_openai,
+    "hf-chat": to_hf_chat,
+    "sharegpt": to_sharegpt,
+    "prompt-completion": to_prompt_completion,
+    "kto": to_kto,
+}

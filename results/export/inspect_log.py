@@ -8,6 +8,7 @@ score "harness" (value = reward; answer = status; explanation = the evaluator's 
 the attempt's columns as metadata. Infra errors are samples with an `error`. Results hold accuracy
 (solved rate over scored attempts) and mean reward.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,9 +46,16 @@ def _messages(attempt: Attempt, model: Any, tool: Any) -> list[Any]:
                 call = tool_call(tc)
                 args = call_arguments(call)
                 names[call["id"]] = call["function"]["name"]
-                calls.append(tool.ToolCall(id=call["id"], function=call["function"]["name"],
-                                           arguments=args if isinstance(args, dict) else {"_raw": args}))
-            out.append(model.ChatMessageAssistant(content=text, tool_calls=calls or None, model=attempt.model))
+                calls.append(
+                    tool.ToolCall(
+                        id=call["id"],
+                        function=call["function"]["name"],
+                        arguments=args if isinstance(args, dict) else {"_raw": args},
+                    )
+                )
+            out.append(
+                model.ChatMessageAssistant(content=text, tool_calls=calls or None, model=attempt.model)
+            )
         elif role == "tool":
             call_id = str(m.get("tool_call_id") or "")
             out.append(model.ChatMessageTool(content=text, tool_call_id=call_id, function=names.get(call_id)))
@@ -81,33 +89,69 @@ def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tup
             rewards.append(float(a.reward))
         messages = _messages(a, model, tool)
         last = next((m for m in reversed(messages) if m.role == "assistant"), None)
-        samples.append(log.EvalSample(
-            id=a.task_id, epoch=a.sample + 1, input=_instruction(a), target="", messages=messages,
-            output=model.ModelOutput.from_content(model=a.model, content=last.text if last else ""),
-            scores=None if error else {"harness": scorer.Score(
-                value=float(a.reward), answer=a.status, explanation=" ".join(x for x in (a.reason, a.detail) if x),
-                metadata={"solved": a.solved})},
-            metadata={"domain": a.domain, "difficulty": a.difficulty, "split": a.split, "status": a.status,
-                      "reason": a.reason, "exit_reason": a.exit_reason, "n_steps": a.n_steps, "cost": a.cost,
-                      "prompt_tokens": a.prompt_tokens, "completion_tokens": a.completion_tokens,
-                      "solved": a.solved, "key": a.key},
-            error=error, total_time=a.durations.total or None))
+        samples.append(
+            log.EvalSample(
+                id=a.task_id,
+                epoch=a.sample + 1,
+                input=_instruction(a),
+                target="",
+                messages=messages,
+                output=model.ModelOutput.from_content(model=a.model, content=last.text if last else ""),
+                scores=None
+                if error
+                else {
+                    "harness": scorer.Score(
+                        value=float(a.reward),
+                        answer=a.status,
+                        explanation=" ".join(x for x in (a.reason, a.detail) if x),
+                        metadata={"solved": a.solved},
+                    )
+                },
+                metadata={
+                    "domain": a.domain,
+                    "difficulty": a.difficulty,
+                    "split": a.split,
+                    "status": a.status,
+                    "reason": a.reason,
+                    "exit_reason": a.exit_reason,
+                    "n_steps": a.n_steps,
+                    "cost": a.cost,
+                    "prompt_tokens": a.prompt_tokens,
+                    "completion_tokens": a.completion_tokens,
+                    "solved": a.solved,
+                    "key": a.key,
+                },
+                error=error,
+                total_time=a.durations.total or None,
+            )
+        )
     if not samples:
         raise UserError(f"{run.dir}: no attempts to export")
-    metrics = {"accuracy": log.EvalMetric(name="accuracy", value=solved / scored if scored else 0.0),
-               "mean": log.EvalMetric(name="mean", value=sum(rewards) / len(rewards) if rewards else 0.0)}
+    metrics = {
+        "accuracy": log.EvalMetric(name="accuracy", value=solved / scored if scored else 0.0),
+        "mean": log.EvalMetric(name="mean", value=sum(rewards) / len(rewards) if rewards else 0.0),
+    }
     suite = str(manifest.config.get("suite") or "harness")
     eval_log = log.EvalLog(
         status="success",
-        eval=log.EvalSpec(created=manifest.started_at or "1970-01-01T00:00:00+00:00", task=suite,
-                          task_id=run.run_id or run.dir.name, run_id=run.run_id or run.dir.name,
-                          dataset=log.EvalDataset(name=suite, samples=len({s.id for s in samples})),
-                          model=manifest.model, config=log.EvalConfig(epochs=epochs),
-                          metadata={"harness_config": manifest.config}),
-        results=log.EvalResults(total_samples=len(samples), completed_samples=scored, scores=[
-            log.EvalScore(name="harness", scorer="harness", metrics=metrics)]),
+        eval=log.EvalSpec(
+            created=manifest.started_at or "1970-01-01T00:00:00+00:00",
+            task=suite,
+            task_id=run.run_id or run.dir.name,
+            run_id=run.run_id or run.dir.name,
+            dataset=log.EvalDataset(name=suite, samples=len({s.id for s in samples})),
+            model=manifest.model,
+            config=log.EvalConfig(epochs=epochs),
+            metadata={"harness_config": manifest.config},
+        ),
+        results=log.EvalResults(
+            total_samples=len(samples),
+            completed_samples=scored,
+            scores=[log.EvalScore(name="harness", scorer="harness", metrics=metrics)],
+        ),
         stats=log.EvalStats(started_at=manifest.started_at or "", completed_at=manifest.finished_at or ""),
-        samples=samples)
+        samples=samples,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     log.write_eval_log(eval_log, str(path))
     return path, len(samples)

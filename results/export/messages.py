@@ -1,5 +1,6 @@
 """The conversation of an attempt cleaned for export: OpenAI-shaped messages, the worked example's turns,
 and tool calls (stored either OpenAI-style or as {id, name, arguments}) in one form."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,11 @@ def tool_call(tc: dict[str, Any]) -> dict[str, Any]:
     args = fn.get("arguments")
     if not isinstance(args, str):
         args = json.dumps(args if args is not None else {})
-    return {"id": str(tc.get("id") or ""), "type": "function", "function": {"name": str(fn.get("name") or ""),
-                                                                            "arguments": args}}
+    return {
+        "id": str(tc.get("id") or ""),
+        "type": "function",
+        "function": {"name": str(fn.get("name") or ""), "arguments": args},
+    }
 
 
 def openai_messages(attempt: Attempt) -> list[dict[str, Any]]:
@@ -45,7 +49,7 @@ def openai_messages(attempt: Attempt) -> list[dict[str, Any]]:
             msg["tool_call_id"] = str(m.get("tool_call_id") or "")
         out.append(msg)
     last = max((i for i, m in enumerate(out) if m["role"] == "assistant"), default=-1)
-    return out[:last + 1]
+    return out[: last + 1]
 
 
 def demonstration_turns(messages: list[dict[str, Any]]) -> set[int]:
@@ -53,7 +57,7 @@ def demonstration_turns(messages: list[dict[str, Any]]) -> set[int]:
     demo = [(m["role"], m["content"]) for m in json.loads(DEMONSTRATION.read_text())]
     turns = [(m.get("role"), content_text(m.get("content"))) for m in messages]
     for start in range(len(turns) - len(demo) + 1):
-        if turns[start:start + len(demo)] == demo:
+        if turns[start : start + len(demo)] == demo:
             return set(range(start, start + len(demo)))
     return set()
 
@@ -73,6 +77,17 @@ def tools_from_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for c in m.get("tool_calls") or []:
             args = call_arguments(c)
             seen.setdefault(c["function"]["name"], set()).update(args if isinstance(args, dict) else {})
-    return [{"type": "function", "function": {
-        "name": name, "parameters": {"type": "object", "properties": {a: {"type": "string"} for a in sorted(keys)},
-                                     "required": sorted(keys)}}} for name, keys in sorted(seen.items())]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "parameters": {
+                    "type": "object",
+                    "properties": {a: {"type": "string"} for a in sorted(keys)},
+                    "required": sorted(keys),
+                },
+            },
+        }
+        for name, keys in sorted(seen.items())
+    ]

@@ -1,5 +1,6 @@
 """`harness export RUN --format FORMAT` for the JSONL formats: export_run writes a run's attempts as
 records of one format (checked, infra errors skipped), and optionally as a local `datasets` folder."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,12 @@ def save_hf_dataset(records: list[dict[str, Any]], folder: str | Path) -> Path:
         raise UserError("--hf-dataset needs the `datasets` package: pip install 'harness[data]'") from None
     if not records:
         raise UserError("no records to write as a datasets folder (everything was skipped)")
-    scalar = {"task_id": Value("string"), "split": Value("string"), "reward": Value("float64"), "label": Value("bool")}
+    scalar = {
+        "task_id": Value("string"),
+        "split": Value("string"),
+        "reward": Value("float64"),
+        "label": Value("bool"),
+    }
     features = Features({key: scalar.get(key, Json()) for key in records[0]})
     columns = {key: [r.get(key) for r in records] for key in records[0]}
     Dataset.from_dict(columns, features=features).save_to_disk(str(folder))
@@ -40,8 +46,14 @@ class ExportResult:
     first_invalid: str = ""  # the first record that failed its format check, and why
 
 
-def export_run(run_dir: str | Path, fmt: str, out: Optional[str | Path] = None, only_solved: bool = False,
-               dedupe: bool = False, hf_dataset: Optional[str | Path] = None) -> ExportResult:
+def export_run(
+    run_dir: str | Path,
+    fmt: str,
+    out: Optional[str | Path] = None,
+    only_solved: bool = False,
+    dedupe: bool = False,
+    hf_dataset: Optional[str | Path] = None,
+) -> ExportResult:
     """Write the exported records as JSONL (the file appears whole: temp file + rename), and as a local
     `datasets` folder when hf_dataset is given."""
     if fmt not in FORMATS:

@@ -1,5 +1,6 @@
 """Each export format's check of one record: a list of problems, empty when the record is valid. export_run
 never writes a record that fails its check; the tests use the same checks."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,13 @@ def validate_openai(record: Any) -> list[str]:
             tool_names = set()
             for t in tools:
                 fn = t.get("function") if isinstance(t, dict) else None
-                if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict) \
-                        or not isinstance(fn.get("name"), str) or not isinstance(fn.get("parameters", {}), dict):
+                if (
+                    not isinstance(t, dict)
+                    or t.get("type") != "function"
+                    or not isinstance(fn, dict)
+                    or not isinstance(fn.get("name"), str)
+                    or not isinstance(fn.get("parameters", {}), dict)
+                ):
                     problems.append(f"bad tool definition {str(t)[:80]}")
                 else:
                     tool_names.add(fn["name"])
@@ -50,9 +56,16 @@ def validate_openai(record: Any) -> list[str]:
                 continue
             for c in calls:
                 fn = c.get("function") if isinstance(c, dict) else None
-                if not isinstance(fn, dict) or c.get("type") != "function" or not c.get("id") \
-                        or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
-                    problems.append(f"{where}: tool call needs id, type 'function', function.name, function.arguments")
+                if (
+                    not isinstance(fn, dict)
+                    or c.get("type") != "function"
+                    or not c.get("id")
+                    or not isinstance(fn.get("name"), str)
+                    or not isinstance(fn.get("arguments"), str)
+                ):
+                    problems.append(
+                        f"{where}: tool call needs id, type 'function', function.name, function.arguments"
+                    )
                     continue
                 try:
                     json.loads(fn["arguments"])
@@ -70,8 +83,9 @@ def validate_openai(record: Any) -> list[str]:
     return problems
 
 
-def _validate_turns(turns: Any, key: str, who: str, text: str, allowed: tuple[str, ...],
-                    need: tuple[str, str]) -> list[str]:
+def _validate_turns(
+    turns: Any, key: str, who: str, text: str, allowed: tuple[str, ...], need: tuple[str, str]
+) -> list[str]:
     if not isinstance(turns, list) or not turns:
         return [f"record must be an object with a non-empty '{key}' list"]
     problems = []
@@ -106,8 +120,12 @@ def _validate_structured(messages: Any, key: str) -> list[str]:
             continue
         for c in m.get("tool_calls") or []:
             fn = c.get("function") if isinstance(c, dict) else None
-            if m["role"] != "assistant" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
-                    or not isinstance(fn.get("arguments"), dict):
+            if (
+                m["role"] != "assistant"
+                or not isinstance(fn, dict)
+                or not isinstance(fn.get("name"), str)
+                or not isinstance(fn.get("arguments"), dict)
+            ):
                 problems.append(f"{where}: tool calls need function.name and dict function.arguments")
     return problems
 
@@ -115,11 +133,16 @@ def _validate_structured(messages: Any, key: str) -> list[str]:
 def _validate_columns(record: dict[str, Any], keys: set[str]) -> list[str]:
     problems = [] if set(record) == keys else [f"record keys must be {sorted(keys)}, not {sorted(record)}"]
     tools = record.get("tools")
-    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function"
-                                                                     for t in tools)):
+    if tools is not None and (
+        not isinstance(tools, list)
+        or not all(isinstance(t, dict) and t.get("type") == "function" for t in tools)
+    ):
         problems.append("'tools' must be None or a list of {type: 'function', function: {...}} schemas")
-    if not isinstance(record.get("task_id"), str) or not isinstance(record.get("reward"), float) \
-            or not isinstance(record.get("split"), str):
+    if (
+        not isinstance(record.get("task_id"), str)
+        or not isinstance(record.get("reward"), float)
+        or not isinstance(record.get("split"), str)
+    ):
         problems.append("task_id and split must be strings, reward a float")
     return problems
 
@@ -127,8 +150,9 @@ def _validate_columns(record: dict[str, Any], keys: set[str]) -> list[str]:
 def validate_hf_chat(record: Any) -> list[str]:
     if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
         return ["record must be an object with 'messages'"]
-    problems = _validate_columns(record, {"messages", "tools"} | COLUMNS) + _validate_structured(record["messages"],
-                                                                                                 "messages")
+    problems = _validate_columns(record, {"messages", "tools"} | COLUMNS) + _validate_structured(
+        record["messages"], "messages"
+    )
     roles = {m.get("role") for m in record["messages"] if isinstance(m, dict)}
     return problems + [f"no {r!r} turn" for r in ("user", "assistant") if r not in roles]
 
@@ -137,10 +161,12 @@ def validate_prompt_completion(record: Any, keys: set[str] = frozenset()) -> lis
     if not isinstance(record, dict) or "prompt" not in record or "completion" not in record:
         return ["record must be an object with 'prompt' and 'completion'"]
     problems = _validate_columns(record, {"prompt", "completion", "tools"} | COLUMNS | set(keys))
-    problems += _validate_structured(record["prompt"], "prompt") + _validate_structured(record["completion"],
-                                                                                        "completion")
-    if isinstance(record["completion"], list) and [m.get("role") for m in record["completion"]
-                                                   if isinstance(m, dict)] != ["assistant"]:
+    problems += _validate_structured(record["prompt"], "prompt") + _validate_structured(
+        record["completion"], "completion"
+    )
+    if isinstance(record["completion"], list) and [
+        m.get("role") for m in record["completion"] if isinstance(m, dict)
+    ] != ["assistant"]:
         problems.append("'completion' must be one assistant message")
     return problems
 
@@ -155,10 +181,20 @@ def validate_kto(record: Any) -> list[str]:
 def validate_sharegpt(record: Any) -> list[str]:
     if not isinstance(record, dict) or set(record) != {"conversations"}:
         return ["record must be an object with only 'conversations'"]
-    return _validate_turns(record["conversations"], "conversations", "from", "value",
-                           tuple(SHAREGPT_FROM.values()), ("human", "gpt"))
+    return _validate_turns(
+        record["conversations"],
+        "conversations",
+        "from",
+        "value",
+        tuple(SHAREGPT_FROM.values()),
+        ("human", "gpt"),
+    )
 
 
 VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
-    "openai": validate_openai, "hf-chat": validate_hf_chat, "sharegpt": validate_sharegpt,
-    "prompt-completion": validate_prompt_completion, "kto": validate_kto}
+    "openai": validate_openai,
+    "hf-chat": validate_hf_chat,
+    "sharegpt": validate_sharegpt,
+    "prompt-completion": validate_prompt_completion,
+    "kto": validate_kto,
+}

@@ -8,6 +8,7 @@ One module per concept (imports go down this list, never up):
   static/     the page's report.css and report.js (inlined into the page)
   build.py    `build_report`: all of the above for `harness report` (training rounds: results/rounds.py)
 """
+
 from results.report.build import build_report
 from results.report.tables import format_table, id_list, print_summary
 

@@ -6,6 +6,7 @@ static/report.css and static/report.js, inlined. Everything from a run (model ou
 test messages, task ids) is untrusted and goes through html.escape. Trajectories are streamed from
 disk into the page one attempt at a time.
 """
+
 from __future__ import annotations
 
 import html
@@ -19,12 +20,26 @@ import pandas as pd
 
 from results import metrics
 from results.export.messages import content_text
-from results.report.plots import (plot_by_level, plot_cost_vs_score, plot_heatmap, plot_pass_at_k, plot_rounds,
-                                  plot_steps)
+from results.report.plots import (
+    plot_by_level,
+    plot_cost_vs_score,
+    plot_heatmap,
+    plot_pass_at_k,
+    plot_rounds,
+    plot_steps,
+)
 from results.report.runs import RunData
-from results.report.tables import (comparison_table, errors_table, id_list, level_table, overview_table,
-                                   reasons_table, rounds_table)
-from results.schema import clip as clip_text, Attempt
+from results.report.tables import (
+    comparison_table,
+    errors_table,
+    id_list,
+    level_table,
+    overview_table,
+    reasons_table,
+    rounds_table,
+)
+from results.schema import Attempt
+from results.schema import clip as clip_text
 
 TEXT_LIMIT = 20_000  # characters of one text block shown in the viewer (head and tail are kept)
 
@@ -60,25 +75,39 @@ def _action_text(action: Any) -> str:
 
 def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
     tokens = a.prompt_tokens + a.completion_tokens
-    head = (f"<span class='badge {e(a.status)}'>{e(a.status)}</span> <b>{e(a.task_id)}</b> · sample {a.sample}"
-            f" · {e(run_label)} · reward {a.reward:.2f} · {a.n_steps} steps · reason {e(a.reason or '-')}"
-            f" · exit {e(a.exit_reason or '-')} · {tokens} tok · ${a.cost:.4f} · {a.durations.total:.1f} s")
-    parts = [f"<details class='attempt' data-run='{e(run_label)}' data-task='{e(a.task_id)}' "
-             f"data-status='{e(a.status)}'{' open' if open_ else ''}><summary>{head}</summary><div class='body'>",
-             f"<div class='meta'>key {e(a.key)} · model {e(a.model)} · image {e(a.image[:19])} · "
-             f"{a.patch_files} files changed · {e(a.started_at)} → {e(a.finished_at)}</div>"]
+    head = (
+        f"<span class='badge {e(a.status)}'>{e(a.status)}</span> <b>{e(a.task_id)}</b> · sample {a.sample}"
+        f" · {e(run_label)} · reward {a.reward:.2f} · {a.n_steps} steps · reason {e(a.reason or '-')}"
+        f" · exit {e(a.exit_reason or '-')} · {tokens} tok · ${a.cost:.4f} · {a.durations.total:.1f} s"
+    )
+    parts = [
+        f"<details class='attempt' data-run='{e(run_label)}' data-task='{e(a.task_id)}' "
+        f"data-status='{e(a.status)}'{' open' if open_ else ''}><summary>{head}</summary><div class='body'>",
+        f"<div class='meta'>key {e(a.key)} · model {e(a.model)} · image {e(a.image[:19])} · "
+        f"{a.patch_files} files changed · {e(a.started_at)} → {e(a.finished_at)}</div>",
+    ]
     if a.error:
         parts.append(f"<div class='label'>infra error</div><pre class='err'>{e(clip(a.error))}</pre>")
     start = [m for m in a.messages[:2] if m.get("role") in ("system", "user")]
     if start:
-        parts.append("<details><summary>conversation start</summary>" + "".join(
-            f"<div class='label'>{e(str(m.get('role')))}</div><pre>{e(clip(content_text(m.get('content'))))}</pre>"
-            for m in start) + "</details>")
+        parts.append(
+            "<details><summary>conversation start</summary>"
+            + "".join(
+                f"<div class='label'>{e(str(m.get('role')))}</div><pre>{e(clip(content_text(m.get('content'))))}</pre>"
+                for m in start
+            )
+            + "</details>"
+        )
     if a.tests:
-        rows = "".join(f"<tr><td>{e(t.id)}</td><td class='{'passed' if t.outcome == 'passed' else 'failed-t'}'>"
-                       f"{e(t.outcome)}</td><td>{e(clip(t.message, 2000))}</td></tr>" for t in a.tests)
-        parts.append(f"<div class='label'>tests</div><table><tr><th>test</th><th>outcome</th><th>message</th></tr>"
-                     f"{rows}</table>")
+        rows = "".join(
+            f"<tr><td>{e(t.id)}</td><td class='{'passed' if t.outcome == 'passed' else 'failed-t'}'>"
+            f"{e(t.outcome)}</td><td>{e(clip(t.message, 2000))}</td></tr>"
+            for t in a.tests
+        )
+        parts.append(
+            f"<div class='label'>tests</div><table><tr><th>test</th><th>outcome</th><th>message</th></tr>"
+            f"{rows}</table>"
+        )
     if a.steps:
         parts.append("<ol class='steps' start='1'>")
         for s in a.steps:
@@ -90,7 +119,8 @@ def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
                 f"<div class='label'>model output</div><pre class='model'>{e(clip(s.raw_output))}</pre>"
                 f"<div class='label'>action</div><pre class='act'>"
                 f"{e(clip(chr(10).join(_action_text(x) for x in s.actions) or '(no action parsed)'))}</pre>"
-                f"<div class='label'>observation</div><pre>{e(clip(s.observation))}</pre></li>")
+                f"<div class='label'>observation</div><pre>{e(clip(s.observation))}</pre></li>"
+            )
         parts.append("</ol>")
     parts.append("</div></details>\n")
     return "".join(parts)
@@ -100,20 +130,38 @@ def _runs_table(runs: Sequence[RunData]) -> pd.DataFrame:
     rows = []
     for r in runs:
         m = r.reader.manifest
-        rows.append({"run": r.label, "folder": str(r.reader.dir), "model": m.model, "tasks": len(m.task_suite),
-                     "samples": m.config.get("samples", ""), "temperature": m.config.get("temperature", ""),
-                     "seed": m.seed, "harness": m.harness_version, "started": m.started_at,
-                     "finished": m.finished_at or "(not finished)"})
+        rows.append(
+            {
+                "run": r.label,
+                "folder": str(r.reader.dir),
+                "model": m.model,
+                "tasks": len(m.task_suite),
+                "samples": m.config.get("samples", ""),
+                "temperature": m.config.get("temperature", ""),
+                "seed": m.seed,
+                "harness": m.harness_version,
+                "started": m.started_at,
+                "finished": m.finished_at or "(not finished)",
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def write_html(path: Path, runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]],
-               rounds: Sequence[dict[str, Any]]) -> None:
+def write_html(
+    path: Path,
+    runs: Sequence[RunData],
+    comps: Sequence[tuple[str, str, metrics.Comparison]],
+    rounds: Sequence[dict[str, Any]],
+) -> None:
     nonce = secrets.token_urlsafe(16)
     plots: list[tuple[str, Optional[str], str]] = [
         ("Solved rate by domain", plot_by_level(runs, "domain"), ""),
         ("Solved rate by difficulty", plot_by_level(runs, "difficulty"), ""),
-        ("pass@k", plot_pass_at_k(runs), "errors excluded; tasks with fewer than k valid samples left out of k"),
+        (
+            "pass@k",
+            plot_pass_at_k(runs),
+            "errors excluded; tasks with fewer than k valid samples left out of k",
+        ),
         ("Cost vs score", plot_cost_vs_score(runs), "error bars: 95% bootstrap CI over tasks"),
         ("Steps distribution", plot_steps(runs), "valid (non-error) attempts"),
     ]
@@ -125,46 +173,59 @@ def write_html(path: Path, runs: Sequence[RunData], comps: Sequence[tuple[str, s
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         w = f.write
-        w("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-          f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
-          f"style-src 'unsafe-inline'; script-src 'nonce-{nonce}'\">"
-          "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-          f"<title>harness report: {e(', '.join(r.label for r in runs))}</title><style>\n{CSS}</style></head><body>")
-        w(f"<h1>harness report</h1><p class='meta'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · "
-          f"{len(runs)} run(s). Rates and pass@k exclude infra errors (status=error); CIs: 95% bootstrap over "
-          f"tasks.</p>")
+        w(
+            "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
+            f"style-src 'unsafe-inline'; script-src 'nonce-{nonce}'\">"
+            "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+            f"<title>harness report: {e(', '.join(r.label for r in runs))}</title><style>\n{CSS}</style></head><body>"
+        )
+        w(
+            f"<h1>harness report</h1><p class='meta'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · "
+            f"{len(runs)} run(s). Rates and pass@k exclude infra errors (status=error); CIs: 95% bootstrap over "
+            f"tasks.</p>"
+        )
         w(f"<h2>Runs</h2>{html_table(_runs_table(runs))}")
         w(f"<h2>Overview</h2>{html_table(overview_table(runs))}")
         w("<h2>Plots</h2><div class='grid'>")
         for title, img, caption in plots:
             if img:
-                w(f"<figure><img src='{img}' alt='{e(title)}'><figcaption>{e(title)}"
-                  f"{(': ' + e(caption)) if caption else ''}</figcaption></figure>")
+                w(
+                    f"<figure><img src='{img}' alt='{e(title)}'><figcaption>{e(title)}"
+                    f"{(': ' + e(caption)) if caption else ''}</figcaption></figure>"
+                )
         w("</div>")
         if rounds:
             w(f"<h2>By training round</h2>{html_table(rounds_table(rounds))}")
         if comps:
-            w(f"<h2>Compared with {e(runs[0].label)} (paired by task)</h2>{html_table(comparison_table(comps))}")
+            w(
+                f"<h2>Compared with {e(runs[0].label)} (paired by task)</h2>{html_table(comparison_table(comps))}"
+            )
             for a, b, c in comps:
-                w(f"<p><b>{e(b)}</b>: improved: {e(id_list(c.improved, 50))}; regressed: {e(id_list(c.regressed, 50))}; "
-                  f"test: {e(c.test)}</p>")
+                w(
+                    f"<p><b>{e(b)}</b>: improved: {e(id_list(c.improved, 50))}; regressed: {e(id_list(c.regressed, 50))}; "
+                    f"test: {e(c.test)}</p>"
+                )
         for level in ("domain", "difficulty"):
             w(f"<h2>By {level}</h2>{html_table(level_table(runs, level))}")
         w(f"<h2>Failure reasons (failed attempts)</h2>{html_table(reasons_table(runs))}")
         w(f"<h2>Infra errors (status=error, not counted in rates)</h2>{html_table(errors_table(runs))}")
-        w("<h2>Per task</h2><details><summary>show table</summary>"
-          f"{html_table(level_table(runs, 'task'))}</details>")
+        w(
+            "<h2>Per task</h2><details><summary>show table</summary>"
+            f"{html_table(level_table(runs, 'task'))}</details>"
+        )
         # Trajectory viewer: streamed from disk, one attempt at a time.
         w("<h2>Trajectories</h2><div class='filters'>run <select id='f-run'><option value=''>all</option>")
         w("".join(f"<option value='{e(r.label)}'>{e(r.label)}</option>" for r in runs))
         w("</select>task <select id='f-task'><option value=''>all</option>")
         w("".join(f"<option value='{e(t)}'>{e(t)}</option>" for t in tasks))
-        w("</select>outcome <select id='f-status'><option value=''>all</option><option value='solved'>solved</option>"
-          "<option value='failed'>failed</option><option value='error'>error</option></select>"
-          "<span id='f-count' class='meta'></span></div>")
+        w(
+            "</select>outcome <select id='f-status'><option value=''>all</option><option value='solved'>solved</option>"
+            "<option value='failed'>failed</option><option value='error'>error</option></select>"
+            "<span id='f-count' class='meta'></span></div>"
+        )
         for run in runs:
             for i, attempt in enumerate(run.reader.iter_attempts()):
                 w(render_attempt(attempt, run.label, open_=(i == 0)))
         w(f"<script nonce='{nonce}'>\n{SCRIPT}</script></body></html>\n")
     tmp.replace(path)
-

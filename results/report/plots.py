@@ -1,4 +1,5 @@
 """The report's plots: matplotlib figures (Agg, no pyplot state) as base64 PNG data URLs for the page."""
+
 from __future__ import annotations
 
 import base64
@@ -24,14 +25,17 @@ def _png(fig: Figure) -> str:
 
 def _colors(n: int) -> list:
     from matplotlib import colormaps
+
     cmap = colormaps["tab10"]
     return [cmap(i % 10) for i in range(n)]
 
 
 def plot_by_level(runs: Sequence[RunData], level: str) -> Optional[str]:
     tables = [r.level(level) for r in runs]
-    groups = sorted({g for t in tables for g in t["group"]},
-                    key=lambda g: (float(g), g) if level == "difficulty" and g.lstrip("-").isdigit() else (0, g))
+    groups = sorted(
+        {g for t in tables for g in t["group"]},
+        key=lambda g: (float(g), g) if level == "difficulty" and g.lstrip("-").isdigit() else (0, g),
+    )
     if not groups:
         return None
     fig = Figure(figsize=(7, 3.6))
@@ -41,10 +45,21 @@ def plot_by_level(runs: Sequence[RunData], level: str) -> Optional[str]:
     for i, (run, t, color) in enumerate(zip(runs, tables, _colors(len(runs)))):
         t = t.set_index("group").reindex(groups)
         y = t["solved_rate"].to_numpy(dtype=float)
-        err = np.vstack([y - t["solved_ci_low"].to_numpy(dtype=float), t["solved_ci_high"].to_numpy(dtype=float) - y])
-        ax.bar(x + (i - (len(runs) - 1) / 2) * width, np.nan_to_num(y), width, yerr=np.nan_to_num(err),
-               capsize=3, label=run.label, color=color)
-    ax.set_xticks(x, groups, rotation=30 if len(groups) > 6 else 0, ha="right" if len(groups) > 6 else "center")
+        err = np.vstack(
+            [y - t["solved_ci_low"].to_numpy(dtype=float), t["solved_ci_high"].to_numpy(dtype=float) - y]
+        )
+        ax.bar(
+            x + (i - (len(runs) - 1) / 2) * width,
+            np.nan_to_num(y),
+            width,
+            yerr=np.nan_to_num(err),
+            capsize=3,
+            label=run.label,
+            color=color,
+        )
+    ax.set_xticks(
+        x, groups, rotation=30 if len(groups) > 6 else 0, ha="right" if len(groups) > 6 else "center"
+    )
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("solved rate")
     ax.set_xlabel(level)
@@ -77,8 +92,11 @@ def plot_pass_at_k(runs: Sequence[RunData]) -> Optional[str]:
 
 def plot_cost_vs_score(runs: Sequence[RunData]) -> Optional[str]:
     have_cost = any(r.overall["total_cost"] > 0 for r in runs)
-    key, xlabel = (("cost_per_attempt", "cost per attempt (USD)") if have_cost
-                   else ("tokens_per_attempt", "tokens per attempt (no cost recorded)"))
+    key, xlabel = (
+        ("cost_per_attempt", "cost per attempt (USD)")
+        if have_cost
+        else ("tokens_per_attempt", "tokens per attempt (no cost recorded)")
+    )
     fig = Figure(figsize=(7, 3.6))
     ax = fig.subplots()
     for run, color in zip(runs, _colors(len(runs))):
@@ -110,8 +128,13 @@ def plot_steps(runs: Sequence[RunData]) -> Optional[str]:
     if len(runs) == 1:
         v = valid[0][1]
         solved = v["solved"].astype(bool)
-        ax.hist([v.loc[solved, "n_steps"], v.loc[~solved, "n_steps"]], bins=bins, stacked=True,
-                label=["solved", "not solved"], color=["#2ca02c", "#d62728"])
+        ax.hist(
+            [v.loc[solved, "n_steps"], v.loc[~solved, "n_steps"]],
+            bins=bins,
+            stacked=True,
+            label=["solved", "not solved"],
+            color=["#2ca02c", "#d62728"],
+        )
     else:
         for (run, v), color in zip(valid, _colors(len(runs))):
             ax.hist(v["n_steps"], bins=bins, histtype="step", linewidth=2, label=run.label, color=color)
@@ -135,10 +158,13 @@ def plot_heatmap(runs: Sequence[RunData]) -> tuple[Optional[str], str]:
         note = f" ({HEATMAP_MAX_TASKS} of {len(spread)} tasks shown: those where runs differ most)"
     rates = rates.sort_index()
     from matplotlib import colormaps
+
     cmap = colormaps["RdYlGn"].with_extremes(bad="#dddddd")
     fig = Figure(figsize=(min(3 + 1.2 * len(runs), 12), min(1.5 + 0.22 * len(rates), 30)))
     ax = fig.subplots()
-    image = ax.imshow(np.ma.masked_invalid(rates.to_numpy(dtype=float)), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    image = ax.imshow(
+        np.ma.masked_invalid(rates.to_numpy(dtype=float)), cmap=cmap, vmin=0, vmax=1, aspect="auto"
+    )
     ax.set_yticks(range(len(rates)), [str(t) for t in rates.index], fontsize=7)
     ax.set_xticks(range(len(runs)), [r.label for r in runs], rotation=20, ha="right", fontsize=8)
     fig.colorbar(image, ax=ax, label="solved rate")

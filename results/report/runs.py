@@ -1,4 +1,5 @@
 """Loading runs for the report: each run folder's attempts and summary, read through results.store."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

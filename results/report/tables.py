@@ -3,6 +3,7 @@
 `terminal_report` is what `harness report` prints, `print_summary` what `harness eval` prints when it
 finishes, `markdown_summary` is summary.md and `summary_table` summary.csv/.parquet.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,23 +27,45 @@ def overview_table(runs: Sequence[RunData], ks: Optional[Sequence[int]] = None) 
     rows = []
     for run in runs:
         o = run.overall
-        row = {"run": run.label, "model": run.reader.manifest.model, "tasks": o["n_tasks"],
-               "attempts": o["n_attempts"], "errors": o["n_errors"], "solved_rate": o["solved_rate"],
-               "ci_low": o["solved_ci_low"], "ci_high": o["solved_ci_high"], "mean_reward": o["mean_reward"]}
+        row = {
+            "run": run.label,
+            "model": run.reader.manifest.model,
+            "tasks": o["n_tasks"],
+            "attempts": o["n_attempts"],
+            "errors": o["n_errors"],
+            "solved_rate": o["solved_rate"],
+            "ci_low": o["solved_ci_low"],
+            "ci_high": o["solved_ci_high"],
+            "mean_reward": o["mean_reward"],
+        }
         for col in pass_cols(run.summary):
             if ks is None or int(col[5:]) in ks:
                 row[col] = o[col]
-        row.update({"steps/attempt": o["steps_per_attempt"], "tokens/attempt": o["tokens_per_attempt"],
-                    "cost": o["total_cost"], "cost/solved": o["cost_per_solved"],
-                    "s/attempt": o["seconds_per_attempt"]})
+        row.update(
+            {
+                "steps/attempt": o["steps_per_attempt"],
+                "tokens/attempt": o["tokens_per_attempt"],
+                "cost": o["total_cost"],
+                "cost/solved": o["cost_per_solved"],
+                "s/attempt": o["seconds_per_attempt"],
+            }
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def level_table(runs: Sequence[RunData], level: str) -> pd.DataFrame:
     """Solved rate (with CI) per group of `level`, one row per (group, run)."""
-    cols = ["group", "n_tasks", "n_attempts", "n_errors", "solved_rate", "solved_ci_low", "solved_ci_high",
-            "mean_reward"]
+    cols = [
+        "group",
+        "n_tasks",
+        "n_attempts",
+        "n_errors",
+        "solved_rate",
+        "solved_ci_low",
+        "solved_ci_high",
+        "mean_reward",
+    ]
     if level == "task":  # CIs resample tasks: none for a single task
         cols = [c for c in cols if "_ci_" not in c and c != "n_tasks"]
     parts = []
@@ -64,15 +87,21 @@ def level_table(runs: Sequence[RunData], level: str) -> pd.DataFrame:
 def reasons_table(runs: Sequence[RunData]) -> pd.DataFrame:
     parts = [metrics.failure_reasons(r.df).assign(run=r.label) for r in runs]
     parts = [p for p in parts if not p.empty]
-    return pd.concat(parts, ignore_index=True)[["run", "field", "value", "count"]] if parts else \
-        pd.DataFrame(columns=["run", "field", "value", "count"])
+    return (
+        pd.concat(parts, ignore_index=True)[["run", "field", "value", "count"]]
+        if parts
+        else pd.DataFrame(columns=["run", "field", "value", "count"])
+    )
 
 
 def errors_table(runs: Sequence[RunData]) -> pd.DataFrame:
     parts = [metrics.error_summary(r.df).assign(run=r.label) for r in runs]
     parts = [p for p in parts if not p.empty]
-    return pd.concat(parts, ignore_index=True)[["run", "exit_reason", "error", "count"]] if parts else \
-        pd.DataFrame(columns=["run", "exit_reason", "error", "count"])
+    return (
+        pd.concat(parts, ignore_index=True)[["run", "exit_reason", "error", "count"]]
+        if parts
+        else pd.DataFrame(columns=["run", "exit_reason", "error", "count"])
+    )
 
 
 def comparisons(runs: Sequence[RunData], n_boot: int, seed: int) -> list[tuple[str, str, metrics.Comparison]]:
@@ -81,10 +110,24 @@ def comparisons(runs: Sequence[RunData], n_boot: int, seed: int) -> list[tuple[s
 
 
 def comparison_table(comps: Sequence[tuple[str, str, metrics.Comparison]]) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "baseline": a, "run": b, "tasks": c.n_tasks, "rate_baseline": c.rate_a, "rate_run": c.rate_b,
-        "diff": c.diff, "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
-        "improved": len(c.improved), "regressed": len(c.regressed)} for a, b, c in comps])
+    return pd.DataFrame(
+        [
+            {
+                "baseline": a,
+                "run": b,
+                "tasks": c.n_tasks,
+                "rate_baseline": c.rate_a,
+                "rate_run": c.rate_b,
+                "diff": c.diff,
+                "ci_low": c.ci_low,
+                "ci_high": c.ci_high,
+                "p_value": c.p_value,
+                "improved": len(c.improved),
+                "regressed": len(c.regressed),
+            }
+            for a, b, c in comps
+        ]
+    )
 
 
 def summary_table(runs: Sequence[RunData]) -> pd.DataFrame:
@@ -104,7 +147,9 @@ def summary_table(runs: Sequence[RunData]) -> pd.DataFrame:
 
 def rounds_table(rounds: Sequence[dict[str, Any]]) -> pd.DataFrame:
     cols = ["run", "round", "split", "metric", "value", "ci_low", "ci_high"]
-    table = pd.DataFrame(list(rounds), columns=cols).sort_values(["run", "split", "metric", "round"], kind="stable")
+    table = pd.DataFrame(list(rounds), columns=cols).sort_values(
+        ["run", "split", "metric", "round"], kind="stable"
+    )
     if not table["run"].astype(bool).any():
         table = table.drop(columns="run")
     return table.reset_index(drop=True)
@@ -121,11 +166,16 @@ def format_table(df: pd.DataFrame) -> str:
     return df.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-")
 
 
-def terminal_report(runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]],
-                    rounds: Sequence[dict[str, Any]] = ()) -> str:
+def terminal_report(
+    runs: Sequence[RunData],
+    comps: Sequence[tuple[str, str, metrics.Comparison]],
+    rounds: Sequence[dict[str, Any]] = (),
+) -> str:
     ks = headline_ks(runs)
-    out = ["== overview (solved rate CI: 95% bootstrap over tasks; errors excluded from rates)",
-           format_table(overview_table(runs, ks))]
+    out = [
+        "== overview (solved rate CI: 95% bootstrap over tasks; errors excluded from rates)",
+        format_table(overview_table(runs, ks)),
+    ]
     for level in ("domain", "difficulty"):
         out += [f"\n== by {level}", format_table(level_table(runs, level))]
     if comps:
@@ -150,6 +200,7 @@ def id_list(ids: Sequence[str], limit: int = 10) -> str:
 
 # ---------------------------------------------------------------- markdown (summary.md)
 
+
 def _md_cell(value: Any) -> str:
     if isinstance(value, float):
         return "-" if np.isnan(value) else f"{value:.3f}"
@@ -159,22 +210,33 @@ def _md_cell(value: Any) -> str:
 def markdown_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "_none_\n"
-    lines = ["| " + " | ".join(_md_cell(c) for c in df.columns) + " |",
-             "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines = [
+        "| " + " | ".join(_md_cell(c) for c in df.columns) + " |",
+        "|" + "|".join("---" for _ in df.columns) + "|",
+    ]
     lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
-def markdown_summary(runs: Sequence[RunData], comps: Sequence[tuple[str, str, metrics.Comparison]],
-                     rounds: Sequence[dict[str, Any]] = ()) -> str:
+def markdown_summary(
+    runs: Sequence[RunData],
+    comps: Sequence[tuple[str, str, metrics.Comparison]],
+    rounds: Sequence[dict[str, Any]] = (),
+) -> str:
     out = ["## harness results", ""]
     head, ks = [], headline_ks(runs)
     for r in runs:
         o = r.overall
-        row = {"run": r.label, "model": r.reader.manifest.model, "tasks": o["n_tasks"],
-               "attempts": o["n_attempts"], "errors": o["n_errors"],
-               "solved rate (95% CI)": f"{o['solved_rate']:.3f} ({o['solved_ci_low']:.3f}-{o['solved_ci_high']:.3f})"
-               if not np.isnan(o["solved_rate"]) else "-"}
+        row = {
+            "run": r.label,
+            "model": r.reader.manifest.model,
+            "tasks": o["n_tasks"],
+            "attempts": o["n_attempts"],
+            "errors": o["n_errors"],
+            "solved rate (95% CI)": f"{o['solved_rate']:.3f} ({o['solved_ci_low']:.3f}-{o['solved_ci_high']:.3f})"
+            if not np.isnan(o["solved_rate"])
+            else "-",
+        }
         for col in pass_cols(r.summary):
             if int(col[5:]) in ks:
                 row[col] = o[col]
@@ -186,10 +248,12 @@ def markdown_summary(runs: Sequence[RunData], comps: Sequence[tuple[str, str, me
     if comps:
         out += ["### Compared with the baseline", ""]
         for a, b, c in comps:
-            out.append(f"- **{_md_cell(b)}** vs **{_md_cell(a)}** on {c.n_tasks} shared tasks: "
-                       f"{c.diff:+.3f} solved rate (95% CI {c.ci_low:+.3f} to {c.ci_high:+.3f}), "
-                       f"{c.test} p = {c.p_value:.4f}; improved {len(c.improved)} ({_md_cell(id_list(c.improved))}), "
-                       f"regressed {len(c.regressed)} ({_md_cell(id_list(c.regressed))})")
+            out.append(
+                f"- **{_md_cell(b)}** vs **{_md_cell(a)}** on {c.n_tasks} shared tasks: "
+                f"{c.diff:+.3f} solved rate (95% CI {c.ci_low:+.3f} to {c.ci_high:+.3f}), "
+                f"{c.test} p = {c.p_value:.4f}; improved {len(c.improved)} ({_md_cell(id_list(c.improved))}), "
+                f"regressed {len(c.regressed)} ({_md_cell(id_list(c.regressed))})"
+            )
         out.append("")
     for level in ("domain", "difficulty"):
         table = level_table(runs, level)
@@ -200,8 +264,10 @@ def markdown_summary(runs: Sequence[RunData], comps: Sequence[tuple[str, str, me
     errs = errors_table(runs)
     if not errs.empty:
         out += ["### Infra errors (excluded from rates)", "", markdown_table(errs), ""]
-    out.append("_Rates are means over tasks of per-task solved fractions; pass@k uses the unbiased estimator "
-               "(Chen et al. 2021); CIs are 95% bootstrap over tasks._")
+    out.append(
+        "_Rates are means over tasks of per-task solved fractions; pass@k uses the unbiased estimator "
+        "(Chen et al. 2021); CIs are 95% bootstrap over tasks._"
+    )
     return "\n".join(out) + "\n"
 
 

@@ -1,4 +1,5 @@
 """Helpers shared by the adversarial and fault-injection tests."""
+
 import asyncio
 import json
 import uuid
@@ -7,9 +8,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
-
-from evaluators.runner import run_eval
 from agent.sandbox import LABEL_RUN
+from evaluators.runner import run_eval
 from evaluators.selftest import SUBMIT, answer_task, bash
 from results.store import RunReader
 
@@ -21,6 +21,7 @@ def task(task_id: str, command_timeout: float = 10.0, **env):
     t = answer_task(task_id, ANSWER, command_timeout)
     if env:
         from dataclasses import replace
+
         t.environment = replace(t.environment, **env)
     return t
 

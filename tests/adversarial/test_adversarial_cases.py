@@ -2,6 +2,7 @@
 it in a real sandbox through the whole loop, and the case's expectation plus the global conditions (harness
 survives, records exist, nothing left behind, host unaffected) must hold. `harness selftest` runs the same
 catalogue without pytest."""
+
 import json
 
 import pytest
@@ -31,10 +32,20 @@ def test_attack(name, runner):
 
 # ------------------------------------------------------------------------- the checks themselves can fail
 
+
 def fake_attempt(status="solved", reward=1.0, observations=("ATTACK-RAN",), messages=()) -> Attempt:
-    return Attempt(key="k", run_id="r", task_id="t", model="m", status=status, reward=reward, solved=reward == 1.0,
-                   reason="pass" if reward == 1.0 else "fail", messages=list(messages),
-                   steps=[Step(index=i, raw_output="", observation=o) for i, o in enumerate(observations)])
+    return Attempt(
+        key="k",
+        run_id="r",
+        task_id="t",
+        model="m",
+        status=status,
+        reward=reward,
+        solved=reward == 1.0,
+        reason="pass" if reward == 1.0 else "fail",
+        messages=list(messages),
+        steps=[Step(index=i, raw_output="", observation=o) for i, o in enumerate(observations)],
+    )
 
 
 def test_reward_checks_flag_a_hack_that_scored(tmp_path):
@@ -51,19 +62,29 @@ def test_reward_checks_flag_a_hack_that_scored(tmp_path):
 def test_hidden_search_check_flags_a_leak(tmp_path):
     ctx = selftest.Ctx("abcd1234", tmp_path)
     leak = fake_attempt("failed", 0.0, ("SEARCHED", f"found {ctx.marker}", "ATTACK-RAN"))
-    assert any("marker" in p for p in selftest.CASES["search_hidden_tests"].check(selftest.Outcome(leak, ctx)))
+    assert any(
+        "marker" in p for p in selftest.CASES["search_hidden_tests"].check(selftest.Outcome(leak, ctx))
+    )
 
 
 def test_host_checks_flag_escapes(tmp_path):
     ctx = selftest.Ctx("abcd1234", tmp_path)
-    caps = fake_attempt(observations=("uid=10001 NoNewPrivs=1 sudo=FAIL su=FAIL mount=FAIL unshare=FAIL "
-                                      "dockersock=ABSENT pid1env=FAIL chown=FAIL CapInh=0 CapPrm=0 "
-                                      "CapEff=0000000000000001 CapAmb=0",))
-    assert any("capabilities" in p for p in selftest.CASES["privilege_probes"].check(selftest.Outcome(caps, ctx)))
+    caps = fake_attempt(
+        observations=(
+            "uid=10001 NoNewPrivs=1 sudo=FAIL su=FAIL mount=FAIL unshare=FAIL "
+            "dockersock=ABSENT pid1env=FAIL chown=FAIL CapInh=0 CapPrm=0 "
+            "CapEff=0000000000000001 CapAmb=0",
+        )
+    )
+    assert any(
+        "capabilities" in p for p in selftest.CASES["privilege_probes"].check(selftest.Outcome(caps, ctx))
+    )
     net = fake_attempt(observations=("IFACES=lo,eth0,\nROUTES=1 DNS=OK PYDNS=FAIL PIP=FAIL",))
     assert len(selftest.CASES["network_probes"].check(selftest.Outcome(net, ctx))) >= 3
     flood = fake_attempt(observations=("x" * 50_000 + "FLOOD-END cut here",))
-    assert any("characters" in p for p in selftest.CASES["stdout_flood_text"].check(selftest.Outcome(flood, ctx)))
+    assert any(
+        "characters" in p for p in selftest.CASES["stdout_flood_text"].check(selftest.Outcome(flood, ctx))
+    )
 
 
 def test_table_counts_passes_and_failures():
@@ -75,8 +96,12 @@ def test_table_counts_passes_and_failures():
 
 def test_selection_by_name_and_glob():
     assert [c.name for c in selftest.select("fork_bomb")] == ["fork_bomb"]
-    assert {c.name for c in selftest.select("config_*")} == {"config_pytest_ini", "config_tox_ini",
-                                                             "config_setup_cfg", "config_pyproject"}
+    assert {c.name for c in selftest.select("config_*")} == {
+        "config_pytest_ini",
+        "config_tox_ini",
+        "config_setup_cfg",
+        "config_pyproject",
+    }
     assert len(selftest.select(None)) == len(selftest.CATALOGUE) >= 40
 
 
@@ -95,6 +120,7 @@ def test_cli_lists_and_runs_a_case(image):
 def test_catalogue_is_json_safe(tmp_path):
     """Every script is a list of replies the replay model accepts (strings with exactly one bash block)."""
     from agent.loop import parse_text_reply
+
     ctx = selftest.Ctx("abcd1234", tmp_path)
     for case in selftest.CATALOGUE:
         replies = case.script(ctx)

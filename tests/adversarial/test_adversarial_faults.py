@@ -1,5 +1,6 @@
 """Fault injection: Docker and the sandbox fail under a running evaluation; the harness retries a bounded
 number of times, records every attempt exactly once, and leaves no container behind."""
+
 import asyncio
 import os
 import shutil
@@ -13,10 +14,10 @@ import pytest
 import requests
 from docker.models.containers import ContainerCollection
 
-from evaluators.runner import INFRA_RETRIES
 from agent.sandbox import LABEL_RUN, Limits, Sandbox, SandboxPool, prune
-from tests.conftest import run
+from evaluators.runner import INFRA_RETRIES
 from tests.adversarial.adv_util import containers_of, evaluate, script, task, unique
+from tests.conftest import run
 
 TRIES_PER_SANDBOX = 4  # agent.sandbox.client.docker_retry: stop_after_attempt(4)
 
@@ -24,7 +25,9 @@ TRIES_PER_SANDBOX = 4  # agent.sandbox.client.docker_retry: stop_after_attempt(4
 def api_error(status: int = 500) -> docker.errors.APIError:
     response = requests.Response()
     response.status_code = status
-    return docker.errors.APIError(f"{status} Server Error", response=response, explanation="injected by the test")
+    return docker.errors.APIError(
+        f"{status} Server Error", response=response, explanation="injected by the test"
+    )
 
 
 def test_create_fails_once_then_a_bounded_retry_succeeds(image, tmp_path, monkeypatch):
@@ -36,6 +39,7 @@ def test_create_fails_once_then_a_bounded_retry_succeeds(image, tmp_path, monkey
         if len(calls) == 1:
             raise api_error(500)
         return original(self, image, command, **kw)
+
     monkeypatch.setattr(ContainerCollection, "create", flaky)
     recs, lines, out = evaluate(tmp_path, [task("t1")], {"t1": script("echo hi")})
     assert recs["t1"].status == "solved", recs["t1"].error
@@ -48,10 +52,13 @@ def test_create_always_fails_for_one_task_others_unaffected(image, tmp_path, mon
     original = ContainerCollection.create
 
     def broken(self, image, command=None, **kw):
-        if kw.get("mem_limit") == "200m":  # only the doomed task's sandboxes (its own pool key: no warm reuse)
+        if (
+            kw.get("mem_limit") == "200m"
+        ):  # only the doomed task's sandboxes (its own pool key: no warm reuse)
             doomed.append(kw.get("name"))
             raise api_error(500)
         return original(self, image, command, **kw)
+
     monkeypatch.setattr(ContainerCollection, "create", broken)
     tasks = [task("doomed", memory_mb=200), task("fine")]
     recs, lines, out = evaluate(tmp_path, tasks, {"doomed": script("echo hi"), "fine": script("echo hi")})
@@ -76,6 +83,7 @@ def test_an_exec_that_never_answers_trips_the_host_watchdog(image, tmp_path, mon
             self._send = lambda data: None  # the request never reaches the server
             host_timeout = 3.0  # the watchdog's wait (command timeout + 15 s), shortened for the test
         return await original(self, req, host_timeout)
+
     monkeypatch.setattr(Sandbox, "_request", request)
     recs, lines, out = evaluate(tmp_path, [task("t1")], {"t1": script("echo LOSE-ME")})
     assert lost, "the fault was not injected"
@@ -97,9 +105,13 @@ def test_sandbox_killed_from_outside_mid_attempt(image, tmp_path, monkeypatch):
             await asyncio.to_thread(docker.from_env().api.kill, self.id)
             killed.append(self.id)
         return await original(self, cmd, *args, **kw)
+
     monkeypatch.setattr(Sandbox, "exec", exec_after_a_kill)
-    recs, lines, out = evaluate(tmp_path, [task("victim"), task("next")],
-                                {"victim": script("echo KILL-ME"), "next": script("echo hi")})
+    recs, lines, out = evaluate(
+        tmp_path,
+        [task("victim"), task("next")],
+        {"victim": script("echo KILL-ME"), "next": script("echo hi")},
+    )
     assert len(killed) == 1, "the sandbox was never killed"
     victim = recs["victim"]
     # Killed from outside is infrastructure, not the agent: retried in a fresh sandbox (then solved).
@@ -112,20 +124,30 @@ def test_sandbox_killed_from_outside_mid_attempt(image, tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------------- engine restart
 
+
 def restart_engine(timeout: float = 120.0):
     """Restarts the Docker engine by whatever supervises it here (systemd, the service script, or none)."""
+
     def up() -> bool:
         try:
             return docker.from_env(timeout=5).ping()
-        except Exception:  # noqa: BLE001
+        except Exception:
             return False
 
-    if shutil.which("systemctl") and subprocess.run(["systemctl", "is-active", "--quiet", "docker"]).returncode == 0:
+    if (
+        shutil.which("systemctl")
+        and subprocess.run(["systemctl", "is-active", "--quiet", "docker"]).returncode == 0
+    ):
         subprocess.run(["systemctl", "restart", "docker"], check=True, timeout=timeout)
-    elif shutil.which("service") and subprocess.run(["service", "docker", "status"], capture_output=True).returncode == 0:
+    elif (
+        shutil.which("service")
+        and subprocess.run(["service", "docker", "status"], capture_output=True).returncode == 0
+    ):
         subprocess.run(["service", "docker", "restart"], check=True, timeout=timeout)
     else:  # a bare dockerd: stop it and start it again with the same command line
-        pid = int(subprocess.run(["pgrep", "-xo", "dockerd"], capture_output=True, text=True, check=True).stdout)
+        pid = int(
+            subprocess.run(["pgrep", "-xo", "dockerd"], capture_output=True, text=True, check=True).stdout
+        )
         argv = open(f"/proc/{pid}/cmdline", "rb").read().rstrip(b"\0").split(b"\0")
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -140,9 +162,11 @@ def restart_engine(timeout: float = 120.0):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("HARNESS_TEST_ENGINE_RESTART") != "1",
-                    reason="restarts the Docker engine, which kills every container on this machine; "
-                           "set HARNESS_TEST_ENGINE_RESTART=1 to run it")
+@pytest.mark.skipif(
+    os.environ.get("HARNESS_TEST_ENGINE_RESTART") != "1",
+    reason="restarts the Docker engine, which kills every container on this machine; "
+    "set HARNESS_TEST_ENGINE_RESTART=1 to run it",
+)
 def test_engine_restart_during_a_run(image, tmp_path, monkeypatch):
     restarted = []
     original = Sandbox.exec
@@ -153,6 +177,7 @@ def test_engine_restart_during_a_run(image, tmp_path, monkeypatch):
             restarted.append(True)
             await asyncio.to_thread(restart_engine)
         return await original(self, cmd, *args, **kw)
+
     monkeypatch.setattr(Sandbox, "exec", exec_after_a_restart)
     tasks = [task("a"), task("b"), task("c")]
     scripts = {t.id: script("echo RESTART-ME; sleep 3") for t in tasks}
@@ -185,6 +210,7 @@ def test_closing_a_pool_spares_other_pools_with_the_same_run_id(image):
             return (await sb.exec("echo alive", 10)).stdout.strip()
         finally:
             await other.close()
+
     assert run(main()) == "alive"
     assert containers_of(run_id) == []
 
@@ -196,6 +222,7 @@ def test_prune_tolerates_containers_that_vanish_meanwhile(image, monkeypatch):
         pool = SandboxPool(run_id=run_id, warm=0)
         await pool.acquire(image, LIMITS)
         await pool.acquire(image, LIMITS)  # never released: leftovers for prune
+
     run(leave_two())
     assert len(containers_of(run_id)) == 2
     api = docker.api.client.APIClient
@@ -213,6 +240,7 @@ def test_prune_tolerates_containers_that_vanish_meanwhile(image, monkeypatch):
     def remove_late(self, container, *a, **kw):
         vanish(self, container)
         return remove(self, container, *a, **kw)
+
     monkeypatch.setattr(api, "inspect_container", inspect_late)
     monkeypatch.setattr(api, "remove_container", remove_late)
     try:

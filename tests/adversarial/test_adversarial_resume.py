@@ -1,5 +1,6 @@
 """The harness process itself fails: `kill -9` mid-run, a torn last record, a second harness on the same
 run folder, a changed task on resume, a full disk. The CLI runs as a subprocess, as a user runs it."""
+
 import json
 import os
 import signal
@@ -27,9 +28,13 @@ def suite(tmp_path: Path, n: int = 4, toml: str = GOOD_TOML) -> Path:
 def replay(tmp_path: Path, sleep: float = 0, output: int = 0, hang: tuple = ()) -> str:
     """Every task is solved except t4 (a wrong answer); `sleep` makes each attempt take time, `output`
     makes its record bigger (about twice that many characters); tasks in `hang` run `sleep 3600` first."""
-    nap = (f"sleep {sleep}; " if sleep else "") + (f"head -c {output} /dev/zero | tr '\\0' x; echo; " if output else "")
-    scripts = {"*": [f"```bash\n{nap}echo ok > answer.txt\n```", SUBMIT],
-               "t4": [f"```bash\n{nap}echo wrong > answer.txt\n```", SUBMIT]}
+    nap = (f"sleep {sleep}; " if sleep else "") + (
+        f"head -c {output} /dev/zero | tr '\\0' x; echo; " if output else ""
+    )
+    scripts = {
+        "*": [f"```bash\n{nap}echo ok > answer.txt\n```", SUBMIT],
+        "t4": [f"```bash\n{nap}echo wrong > answer.txt\n```", SUBMIT],
+    }
     for task_id in hang:
         scripts[task_id] = ["```bash\nsleep 3600\n```", *scripts.get(task_id, scripts["*"])]
     path = tmp_path / "replay.json"
@@ -39,7 +44,8 @@ def replay(tmp_path: Path, sleep: float = 0, output: int = 0, hang: tuple = ()) 
 
 # Attempts may take an hour: a run that hangs (see replay(hang=...)) ends only when the test kills it.
 PATIENT_TOML = GOOD_TOML.replace("timeout_sec = 60", "timeout_sec = 7200").replace(
-    "command_timeout_sec = 10", "command_timeout_sec = 3600")
+    "command_timeout_sec = 10", "command_timeout_sec = 3600"
+)
 
 
 def lines_of(run: Path) -> list[bytes]:
@@ -75,8 +81,12 @@ def test_kill_9_mid_run_then_resume(image, tmp_path):
     args = ["eval", "--model", model, "--tasks", str(tasks), "--samples", "2", "--concurrency", "2"]
     log = tmp_path / "first.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "harness.py"), *args, "--out", str(run)], cwd=ROOT,
-                                stdout=out, stderr=out)
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "harness.py"), *args, "--out", str(run)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=out,
+        )
     try:
         wait_for_lines(run, 2, proc, log)
         # While it runs, a second harness on the same folder is refused (the lock), in one clear line.
@@ -98,7 +108,7 @@ def test_kill_9_mid_run_then_resume(image, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Traceback" not in resumed.stderr
     after = lines_of(run)
-    assert after[:len(finished)] == finished  # finished attempts kept byte for byte: not run again
+    assert after[: len(finished)] == finished  # finished attempts kept byte for byte: not run again
     got = outcomes(run)  # the torn line is gone: every line is a whole record
     keys = [json.loads(line)["key"] for line in after]
     assert len(keys) == len(set(keys)) == 8  # every attempt exactly once
@@ -158,7 +168,7 @@ def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
         resumed = harness("eval", "--resume", str(run), "--tasks", str(tasks))
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         after = lines_of(run)
-        assert after[:len(kept)] == kept
+        assert after[: len(kept)] == kept
         assert len(outcomes(run)) == 6 == len(after)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
@@ -167,5 +177,6 @@ def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
 def test_good_toml_is_a_valid_task(tmp_path):
     """The fixtures above start from a task the loader accepts (so the refusals test what they claim)."""
     from tasks.task_folder import load_task
+
     t = load_task(write_task(tmp_path, "ok", toml=GOOD_TOML))
     assert t.evaluator.kind == "answer" and t.environment.memory_mb == 256

@@ -24,16 +24,41 @@ One concept per module:
                   runner's entry points k8s_images() and k8s_pool()
     cleanup.py    prune_k8s(): what a harness that died left in the namespace
 """
+
 from agent.sandbox.k8s.api import K8sApi
 from agent.sandbox.k8s.cleanup import prune_k8s
-from agent.sandbox.k8s.manifests import (CONTAINER, EXTENSIONS_API, LAUNCHER, SANDBOX_API, SERVER_PORT,
-                                        network_policy, pod_spec, render_claim, render_template,
-                                        render_warm_pool)
+from agent.sandbox.k8s.manifests import (
+    CONTAINER,
+    EXTENSIONS_API,
+    LAUNCHER,
+    SANDBOX_API,
+    SERVER_PORT,
+    network_policy,
+    pod_spec,
+    render_claim,
+    render_template,
+    render_warm_pool,
+)
 from agent.sandbox.k8s.pool import K8sSandboxPool, k8s_images, k8s_pool
 from agent.sandbox.k8s.sandbox import EXEC_SERVER, K8sSandbox, kubectl_exec
 
 __all__ = [
-    "CONTAINER", "EXEC_SERVER", "EXTENSIONS_API", "LAUNCHER", "SANDBOX_API", "SERVER_PORT", "K8sApi",
-    "K8sSandbox", "K8sSandboxPool", "k8s_images", "k8s_pool", "kubectl_exec", "network_policy", "pod_spec",
-    "prune_k8s", "render_claim", "render_template", "render_warm_pool",
+    "CONTAINER",
+    "EXEC_SERVER",
+    "EXTENSIONS_API",
+    "LAUNCHER",
+    "SANDBOX_API",
+    "SERVER_PORT",
+    "K8sApi",
+    "K8sSandbox",
+    "K8sSandboxPool",
+    "k8s_images",
+    "k8s_pool",
+    "kubectl_exec",
+    "network_policy",
+    "pod_spec",
+    "prune_k8s",
+    "render_claim",
+    "render_template",
+    "render_warm_pool",
 ]

@@ -1,4 +1,5 @@
 """What a harness that died left in the cluster: prune_k8s() (`harness sandbox prune --k8s`)."""
+
 from __future__ import annotations
 
 from agent.sandbox.k8s.api import K8sApi
@@ -11,4 +12,3 @@ def prune_k8s(api: K8sApi) -> None:
     (claims expire by themselves at shutdownTime; warm pools would keep their pods running)."""
     for plural in ("sandboxclaims", "sandboxwarmpools", "sandboxtemplates"):
         api.delete_all(EXTENSIONS_API, plural, LABEL_POOL)  # a bare key selects objects that have the label
-

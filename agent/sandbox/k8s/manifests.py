@@ -1,5 +1,6 @@
 """The agent-sandbox objects a pool makes, as plain dicts: the hardened pod (pod_spec) with its launcher,
 its NetworkPolicy, and the SandboxTemplate, SandboxWarmPool and SandboxClaim around them."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -16,7 +17,7 @@ CONTAINER = "sandbox"
 
 # The pod's main process (root, with only SETUID/SETGID/KILL): one authenticated connection, then the
 # command server on it. The environment it was given is popped, so commands never see the token.
-LAUNCHER = r'''
+LAUNCHER = r"""
 import hmac, os, socket
 port = int(os.environ.pop("HARNESS_PORT")); token = os.environ.pop("HARNESS_TOKEN").encode()
 source = os.environ.pop("HARNESS_SERVER")
@@ -47,7 +48,7 @@ ls.close()  # one client for the pod's life
 conn.settimeout(None)
 os.dup2(conn.fileno(), 0); os.dup2(conn.fileno(), 1)
 exec(compile(source, "sandbox_server", "exec"), {"__name__": "__main__"})
-'''
+"""
 
 
 def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str] = None) -> dict[str, Any]:
@@ -63,37 +64,63 @@ def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str
         "restartPolicy": "Never",  # the server exits when its client leaves: the pod is done
         "terminationGracePeriodSeconds": 0,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{
-            "name": CONTAINER,
-            "image": image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": ["python3", "-u", "-I", "-c", "import os; exec(os.environ.pop('HARNESS_LAUNCHER'))"],
-            "workingDir": WORKSPACE,
-            "env": [{"name": "HARNESS_LAUNCHER", "value": LAUNCHER},
+        "containers": [
+            {
+                "name": CONTAINER,
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": [
+                    "python3",
+                    "-u",
+                    "-I",
+                    "-c",
+                    "import os; exec(os.environ.pop('HARNESS_LAUNCHER'))",
+                ],
+                "workingDir": WORKSPACE,
+                "env": [
+                    {"name": "HARNESS_LAUNCHER", "value": LAUNCHER},
                     {"name": "HARNESS_SERVER", "value": SERVER_SOURCE},
                     {"name": "HARNESS_TOKEN", "value": token},
                     {"name": "HARNESS_PORT", "value": str(SERVER_PORT)},
                     {"name": "HARNESS_UID", "value": str(AGENT_UID)},
-                    {"name": "HOME", "value": "/tmp"}, {"name": "PATH", "value": PATH},
-                    {"name": "LANG", "value": "C.UTF-8"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-            "ports": [{"containerPort": SERVER_PORT, "protocol": "TCP"}],
-            "readinessProbe": {"tcpSocket": {"port": SERVER_PORT}, "periodSeconds": 1},
-            "resources": {"requests": {"cpu": cpu, "memory": memory},
-                          "limits": {"cpu": cpu, "memory": memory,
-                                     "ephemeral-storage": f"{limits.workspace_mb + limits.tmp_mb + 64}Mi"}},
-            "securityContext": {
-                "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,  # the server; commands: AGENT_UID
-                "allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": limits.read_only,
-                # as on Docker (agent/sandbox/container.py create_sandbox): for the server and the harness's own root
-                # commands (capture, the grader's runner); a command of the sandbox user gets none
-                "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]},
-            },
-            "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}, {"name": "tmp", "mountPath": "/tmp"},
-                             {"name": "grader", "mountPath": "/grader"}],
-        }],
-        "volumes": [{"name": "workspace", "emptyDir": {"medium": "Memory", "sizeLimit": f"{limits.workspace_mb}Mi"}},
-                    {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": f"{limits.tmp_mb}Mi"}},
-                    {"name": "grader", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}],
+                    {"name": "HOME", "value": "/tmp"},
+                    {"name": "PATH", "value": PATH},
+                    {"name": "LANG", "value": "C.UTF-8"},
+                    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                ],
+                "ports": [{"containerPort": SERVER_PORT, "protocol": "TCP"}],
+                "readinessProbe": {"tcpSocket": {"port": SERVER_PORT}, "periodSeconds": 1},
+                "resources": {
+                    "requests": {"cpu": cpu, "memory": memory},
+                    "limits": {
+                        "cpu": cpu,
+                        "memory": memory,
+                        "ephemeral-storage": f"{limits.workspace_mb + limits.tmp_mb + 64}Mi",
+                    },
+                },
+                "securityContext": {
+                    "runAsUser": 0,
+                    "runAsGroup": 0,
+                    "runAsNonRoot": False,  # the server; commands: AGENT_UID
+                    "allowPrivilegeEscalation": False,
+                    "privileged": False,
+                    "readOnlyRootFilesystem": limits.read_only,
+                    # as on Docker (agent/sandbox/container.py create_sandbox): for the server and the harness's own root
+                    # commands (capture, the grader's runner); a command of the sandbox user gets none
+                    "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]},
+                },
+                "volumeMounts": [
+                    {"name": "workspace", "mountPath": WORKSPACE},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    {"name": "grader", "mountPath": "/grader"},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "workspace", "emptyDir": {"medium": "Memory", "sizeLimit": f"{limits.workspace_mb}Mi"}},
+            {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": f"{limits.tmp_mb}Mi"}},
+            {"name": "grader", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+        ],
     }
     if runtime_class or limits.runtime:
         spec["runtimeClassName"] = runtime_class or limits.runtime  # gVisor / Kata
@@ -110,30 +137,55 @@ def _meta(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, "labels": dict(labels)}
 
 
-def render_template(name: str, namespace: str, image: str, limits: Limits, token: str, labels: dict[str, str],
-                    runtime_class: Optional[str] = None) -> dict[str, Any]:
-    return {"apiVersion": "/".join(EXTENSIONS_API), "kind": "SandboxTemplate",
-            "metadata": _meta(name, namespace, labels),
-            "spec": {"podTemplate": {"metadata": {"labels": dict(labels)},
-                                     "spec": pod_spec(image, limits, token, runtime_class)},
-                     "networkPolicyManagement": "Managed",
-                     "networkPolicy": network_policy(limits)}}
+def render_template(
+    name: str,
+    namespace: str,
+    image: str,
+    limits: Limits,
+    token: str,
+    labels: dict[str, str],
+    runtime_class: Optional[str] = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "/".join(EXTENSIONS_API),
+        "kind": "SandboxTemplate",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "podTemplate": {
+                "metadata": {"labels": dict(labels)},
+                "spec": pod_spec(image, limits, token, runtime_class),
+            },
+            "networkPolicyManagement": "Managed",
+            "networkPolicy": network_policy(limits),
+        },
+    }
 
 
-def render_warm_pool(name: str, namespace: str, template: str, replicas: int, labels: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "/".join(EXTENSIONS_API), "kind": "SandboxWarmPool",
-            "metadata": _meta(name, namespace, labels),
-            "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": template}}}
+def render_warm_pool(
+    name: str, namespace: str, template: str, replicas: int, labels: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "/".join(EXTENSIONS_API),
+        "kind": "SandboxWarmPool",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": template}},
+    }
 
 
-def render_claim(name: str, namespace: str, warm_pool: str, shutdown_time: datetime,
-                 labels: dict[str, str]) -> dict[str, Any]:
+def render_claim(
+    name: str, namespace: str, warm_pool: str, shutdown_time: datetime, labels: dict[str, str]
+) -> dict[str, Any]:
     """A claim on the warm pool; at shutdown_time the controller deletes it and its sandbox (hard TTL)."""
-    return {"apiVersion": "/".join(EXTENSIONS_API), "kind": "SandboxClaim",
-            "metadata": _meta(name, namespace, labels),
-            "spec": {"warmPoolRef": {"name": warm_pool},
-                     "lifecycle": {"shutdownTime": _rfc3339(shutdown_time), "shutdownPolicy": "Delete"},
-                     "additionalPodMetadata": {"labels": dict(labels)}}}
+    return {
+        "apiVersion": "/".join(EXTENSIONS_API),
+        "kind": "SandboxClaim",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "warmPoolRef": {"name": warm_pool},
+            "lifecycle": {"shutdownTime": _rfc3339(shutdown_time), "shutdownPolicy": "Delete"},
+            "additionalPodMetadata": {"labels": dict(labels)},
+        },
+    }
 
 
 def _rfc3339(t: datetime) -> str:

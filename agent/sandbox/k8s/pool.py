@@ -1,5 +1,6 @@
 """The pool over agent-sandbox (K8sSandboxPool: claims, connections, warm sandboxes, close), and what
 `eval --sandbox k8s` needs from it (k8s_images, k8s_pool)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,26 +15,41 @@ from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional
 
-from results.errors import InfraError, UserError
 from agent.sandbox.container import Limits, Sandbox
 from agent.sandbox.images import content_hash
 from agent.sandbox.k8s.api import K8sApi
-from agent.sandbox.k8s.manifests import (EXTENSIONS_API, SERVER_PORT, render_claim, render_template,
-                                        render_warm_pool)
+from agent.sandbox.k8s.manifests import (
+    EXTENSIONS_API,
+    SERVER_PORT,
+    render_claim,
+    render_template,
+    render_warm_pool,
+)
 from agent.sandbox.k8s.sandbox import K8sSandbox, kubectl_exec
 from agent.sandbox.labels import LABEL_POOL, LABEL_RUN
 from agent.sandbox.pool import SandboxPool
 from agent.sandbox.transport import SandboxDied
+from results.errors import InfraError, UserError
 
 
 class K8sSandboxPool:
     """SandboxPool's interface over agent-sandbox: acquire() hands out a fresh claimed sandbox (from a
     client-side queue of `warm` pre-claimed ones per image and limits), release() deletes it."""
 
-    def __init__(self, run_id: Optional[str] = None, warm: int = 2, max_containers: int = 8, *,
-                 api: Optional[K8sApi] = None, images: Optional[dict[str, str]] = None,
-                 runtime_class: Optional[str] = None, ttl: float = 3 * 3600, connect: str = "auto",
-                 exec_argv: Callable[[str, str], list[str]] = kubectl_exec, claim_timeout: float = 300):
+    def __init__(
+        self,
+        run_id: Optional[str] = None,
+        warm: int = 2,
+        max_containers: int = 8,
+        *,
+        api: Optional[K8sApi] = None,
+        images: Optional[dict[str, str]] = None,
+        runtime_class: Optional[str] = None,
+        ttl: float = 3 * 3600,
+        connect: str = "auto",
+        exec_argv: Callable[[str, str], list[str]] = kubectl_exec,
+        claim_timeout: float = 300,
+    ):
         if connect not in ("auto", "pod-ip", "exec"):
             raise UserError(f"k8s connect mode {connect!r}: use auto, pod-ip or exec")
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -60,8 +76,9 @@ class K8sSandboxPool:
             if key not in self._pools:
                 ref = self.images.get(image, image)
                 name = f"harness-{self.pool_id[:8]}-{content_hash(ref, repr(limits))[:8]}"
-                tpl = render_template(name, self.api.namespace, ref, limits, self.token, self.labels,
-                                      self.runtime_class)
+                tpl = render_template(
+                    name, self.api.namespace, ref, limits, self.token, self.labels, self.runtime_class
+                )
                 await asyncio.to_thread(self.api.create, EXTENSIONS_API, "sandboxtemplates", tpl)
                 pool = render_warm_pool(name, self.api.namespace, name, self.warm, self.labels)
                 await asyncio.to_thread(self.api.create, EXTENSIONS_API, "sandboxwarmpools", pool)
@@ -71,15 +88,27 @@ class K8sSandboxPool:
     async def _claim(self, image: str, limits: Limits) -> K8sSandbox:
         pool = await self._warm_pool(image, limits)
         name = f"{pool}-{secrets.token_hex(4)}"
-        body = render_claim(name, self.api.namespace, pool, datetime.now(timezone.utc) + timedelta(seconds=self.ttl),
-                            self.labels)
+        body = render_claim(
+            name,
+            self.api.namespace,
+            pool,
+            datetime.now(timezone.utc) + timedelta(seconds=self.ttl),
+            self.labels,
+        )
         await asyncio.to_thread(self.api.create, EXTENSIONS_API, "sandboxclaims", body)
         try:
             pod, ip = await self._wait_claimed(name)
             sock, helper = await asyncio.to_thread(self._connect, pod, ip)
-            sb = K8sSandbox(sock, name, image, limits, (image, limits),
-                            on_kill=lambda: self.api.delete(EXTENSIONS_API, "sandboxclaims", name),
-                            pod_status=lambda: self.api.pod(pod), helper=helper)
+            sb = K8sSandbox(
+                sock,
+                name,
+                image,
+                limits,
+                (image, limits),
+                on_kill=lambda: self.api.delete(EXTENSIONS_API, "sandboxclaims", name),
+                pod_status=lambda: self.api.pod(pod),
+                helper=helper,
+            )
             await asyncio.to_thread(sb.wait_ready)
             return sb
         except BaseException:
@@ -120,8 +149,13 @@ class K8sSandboxPool:
                     self._pod_ip_ok = False  # pod IPs are not routable from here: exec streams from now on
                     break
         mine, theirs = socket.socketpair()
-        helper = subprocess.Popen(self.exec_argv(self.api.namespace, pod), stdin=theirs, stdout=theirs,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        helper = subprocess.Popen(
+            self.exec_argv(self.api.namespace, pod),
+            stdin=theirs,
+            stdout=theirs,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         theirs.close()
         return mine, helper
 
@@ -163,7 +197,7 @@ class K8sSandboxPool:
     async def _prefetch(self, key):
         try:
             sb = await self._claim(*key)
-        except Exception:  # noqa: BLE001 -- an optimisation: acquire() claims one itself if needed
+        except Exception:
             return
         if self._closed:
             await asyncio.to_thread(sb.kill)
@@ -210,18 +244,27 @@ def k8s_images(tasks: list, options: dict) -> dict[str, str]:
     """task id -> the image the pods run: the base image, pushed to a registry the cluster pulls from."""
     image = options.get("image") or os.environ.get("HARNESS_K8S_IMAGE")
     if not image:
-        raise UserError("--sandbox k8s needs the sandbox image in a registry the cluster can pull: build it "
-                        "(`harness images build`), push it, and pass --k8s-image REGISTRY/IMAGE:TAG")
+        raise UserError(
+            "--sandbox k8s needs the sandbox image in a registry the cluster can pull: build it "
+            "(`harness images build`), push it, and pass --k8s-image REGISTRY/IMAGE:TAG"
+        )
     own = [t for t in tasks if t.dockerfile or getattr(t, "harbor", None) is not None]
     if own:
-        raise UserError(f"task {own[0].id} has its own image (environment/Dockerfile or a Harbor image): --sandbox k8s "
-                        "runs only tasks on the base image for now; leave such tasks out (--glob) or run them on Docker")
+        raise UserError(
+            f"task {own[0].id} has its own image (environment/Dockerfile or a Harbor image): --sandbox k8s "
+            "runs only tasks on the base image for now; leave such tasks out (--glob) or run them on Docker"
+        )
     return {t.id: image for t in tasks}
 
 
 def k8s_pool(options: dict) -> Callable[..., K8sSandboxPool]:
     """A SandboxPool-compatible factory for the runner, with the cluster's settings bound."""
     import functools
+
     api = K8sApi.from_environment(options.get("namespace"))
-    return functools.partial(K8sSandboxPool, api=api, runtime_class=options.get("runtime_class"),
-                             connect=options.get("connect", "auto"))
+    return functools.partial(
+        K8sSandboxPool,
+        api=api,
+        runtime_class=options.get("runtime_class"),
+        connect=options.get("connect", "auto"),
+    )

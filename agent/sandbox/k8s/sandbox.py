@@ -1,5 +1,6 @@
 """One sandbox on Kubernetes: a claimed pod whose command server is reached over a plain socket (K8sSandbox),
 and the exec stream used where pod IPs are not reachable (kubectl_exec, EXEC_SERVER)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,8 +13,10 @@ from agent.sandbox.container import Limits, Sandbox
 from agent.sandbox.k8s.manifests import CONTAINER
 
 # The same server over an exec stream (the fallback): the container's environment comes again with exec.
-EXEC_SERVER = ("import os\nfor k in ('HARNESS_PORT', 'HARNESS_TOKEN', 'HARNESS_LAUNCHER'): os.environ.pop(k, None)\n"
-               "exec(os.environ.pop('HARNESS_SERVER'))")
+EXEC_SERVER = (
+    "import os\nfor k in ('HARNESS_PORT', 'HARNESS_TOKEN', 'HARNESS_LAUNCHER'): os.environ.pop(k, None)\n"
+    "exec(os.environ.pop('HARNESS_SERVER'))"
+)
 
 
 class K8sSandbox(Sandbox):
@@ -22,9 +25,17 @@ class K8sSandbox(Sandbox):
 
     multiplexed = False  # the server's stdout alone, not Docker's attach stream
 
-    def __init__(self, sock: socket.socket, name: str, image: str, limits: Limits, pool_key: tuple,
-                 on_kill: Callable[[], None], pod_status: Callable[[], Optional[dict]],
-                 helper: Optional[subprocess.Popen] = None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        name: str,
+        image: str,
+        limits: Limits,
+        pool_key: tuple,
+        on_kill: Callable[[], None],
+        pod_status: Callable[[], Optional[dict]],
+        helper: Optional[subprocess.Popen] = None,
+    ):
         self.container = None
         self.id = name
         self.image, self.limits, self.pool_key = image, limits, pool_key
@@ -38,10 +49,12 @@ class K8sSandbox(Sandbox):
         while True:
             try:
                 pod = self._pod_status() or {}
-            except Exception:  # noqa: BLE001 -- no answer: not provably the agent
+            except Exception:
                 return False
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-                term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+                term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+                    "terminated"
+                )
                 if term:
                     return term.get("reason") == "OOMKilled"
             if time.monotonic() >= end:
@@ -64,6 +77,19 @@ class K8sSandbox(Sandbox):
 
 
 def kubectl_exec(namespace: str, pod: str) -> list[str]:
-    return ["kubectl", "exec", "-i", "-n", namespace, pod, "-c", CONTAINER, "--",
-            "python3", "-u", "-I", "-c", EXEC_SERVER]
-
+    return [
+        "kubectl",
+        "exec",
+        "-i",
+        "-n",
+        namespace,
+        pod,
+        "-c",
+        CONTAINER,
+        "--",
+        "python3",
+        "-u",
+        "-I",
+        "-c",
+        EXEC_SERVER,
+    ]
