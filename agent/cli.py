@@ -10,8 +10,11 @@ from pathlib import Path
 from agent.config import add_loop_options
 from agent.models import DEFAULT_MODEL, MODEL_OPTION_HELP
 
-RUN_EXAMPLE = """example:
-  harness run --model openai/gpt-4o-mini --workspace ./repo "make the failing test pass" --verify "pytest -q" --apply"""
+RUN_EXAMPLE = (
+    "example:\n"
+    '  harness run --model openai/gpt-4o-mini --workspace ./repo "make the failing test pass" '
+    '--verify "pytest -q" --apply'
+)
 
 
 def register(sub):

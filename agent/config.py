@@ -49,7 +49,8 @@ class LoopConfig:
     protocol: str = field(
         default="auto",
         metadata={
-            "help": "tools: native tool calls; text: commands in ``` blocks; auto: tools when the model supports them",
+            "help": "tools: native tool calls; text: commands in ``` blocks; "
+            "auto: tools when the model supports them",
             "choices": ["auto", "tools", "text"],
         },
     )
@@ -63,7 +64,8 @@ class LoopConfig:
     observation_chars: int = field(
         default=8000,
         metadata={
-            "help": "characters of a command's output shown to the model; longer output keeps its head and tail"
+            "help": "characters of a command's output shown to the model; "
+            "longer output keeps its head and tail"
         },
     )
 

@@ -191,7 +191,8 @@ def main():
 
     try:
         print(
-            f"{args.tasks} attempts, total concurrency {args.concurrency}, {os.cpu_count()} cores shared by all nodes",
+            f"{args.tasks} attempts, total concurrency {args.concurrency}, "
+            f"{os.cpu_count()} cores shared by all nodes",
             flush=True,
         )
         print(
@@ -222,7 +223,8 @@ def main():
                 )
         for nodes in (1, 2):
             print(
-                f"ray, {nodes} node(s) / single machine, steady: median {statistics.median(ratios[nodes]):.2f}x "
+                f"ray, {nodes} node(s) / single machine, steady: "
+                f"median {statistics.median(ratios[nodes]):.2f}x "
                 f"of {len(ratios[nodes])} paired runs",
                 flush=True,
             )
@@ -236,7 +238,8 @@ def main():
         f"{single['grading_s']:.2f} s; a record is {rec_bytes} bytes"
     )
     print(
-        f"driver ceiling: RunStore.append {rate:.0f} records/s (write + fsync each) = {rate * 60:.0f} attempts/min; "
+        f"driver ceiling: RunStore.append {rate:.0f} records/s (write + fsync each) "
+        f"= {rate * 60:.0f} attempts/min; "
         f"validating a node's record {validate_rate(sample):.0f}/s"
     )
 

@@ -264,7 +264,8 @@ def section_sft(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
         + (f" (spec {spec_peak:.0f})" if spec_peak else "")
     )
     log(
-        f"{'size':>5} {'seq':>5} {'trainer':<14} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'peak mem':>9} {'pad':>5}"
+        f"{'size':>5} {'seq':>5} {'trainer':<14} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} "
+        f"{'peak mem':>9} {'pad':>5}"
     )
     last = 0.0
     for size in plan["sft_sizes"]:
@@ -307,7 +308,8 @@ def section_sft(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
                 r["loss_first"], r["loss_last"] = r["losses"][0], r["losses"][-1]
                 row[trainer] = r
                 log(
-                    f"{size:>5} {seq:>5} {trainer:<14} {r['tokens_per_s']:>9.0f} {r['flops_per_s'] / 1e12:>8.2f} "
+                    f"{size:>5} {seq:>5} {trainer:<14} {r['tokens_per_s']:>9.0f} "
+                    f"{r['flops_per_s'] / 1e12:>8.2f} "
                     f"{r['mfu']:>6.1%} {r['peak_mem_bytes'] / 2**30:>7.2f}Gi {r['padding']:>5.0%}"
                 )
             if "ours" in row:
@@ -523,7 +525,8 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
             "ok": equal == len(convs),
         }
         log(
-            f"[decode] {out['model']} on {out['device']}, throughput in {out['dtype']}; greedy parity (fp32): "
+            f"[decode] {out['model']} on {out['device']}, throughput in {out['dtype']}; "
+            "greedy parity (fp32): "
             f"{equal}/{len(convs)} rows equal to model.generate"
         )
         # warm-up of both paths (kernels, allocator) outside the timings
@@ -553,7 +556,8 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
                 r.pop("ids")
                 row[path] = r
                 log(
-                    f"{n:>8} {path:<12} {r['tokens']:>7} {r['tokens_per_s']:>9.1f} {r['ttft_mean_s'] * 1e3:>8.1f}ms "
+                    f"{n:>8} {path:<12} {r['tokens']:>7} {r['tokens_per_s']:>9.1f} "
+                    f"{r['ttft_mean_s'] * 1e3:>8.1f}ms "
                     f"{r['ttft_max_s'] * 1e3:>7.1f}ms"
                 )
             row["speedup"] = row["decoder"]["tokens_per_s"] / row["generate"]["tokens_per_s"]
@@ -566,7 +570,8 @@ def section_decode(plan: dict, budget: Budget, log: Callable[[str], None], work:
             out["copy_bandwidth_bytes_per_s"] = bw = copy_bandwidth()
             out["ceiling_steps_per_s"] = bw / weights
             log(
-                f"[decode] memory-bound ceiling {bw / weights:.0f} steps/s ({weights / 2**30:.2f} GiB of weights at "
+                f"[decode] memory-bound ceiling {bw / weights:.0f} steps/s "
+                f"({weights / 2**30:.2f} GiB of weights at "
                 f"{bw / 1e12:.2f} TB/s); measured "
                 + ", ".join(
                     f"{r['concurrency']}: {r['decoder']['steps_per_s']:.0f}"
@@ -869,8 +874,10 @@ def section_e2e(
         "seconds": round(time.monotonic() - t0, 1),
     }
     log(
-        f"[e2e] sandbox {sandbox}; {result['examples']} replayed examples ({result['target_tokens']} target tokens); "
-        f"SFT {result['sft']['steps']} steps on {result['sft_device']}, loss {num(result['sft']['first_loss'])} -> "
+        f"[e2e] sandbox {sandbox}; {result['examples']} replayed examples "
+        f"({result['target_tokens']} target tokens); "
+        f"SFT {result['sft']['steps']} steps on {result['sft_device']}, "
+        f"loss {num(result['sft']['first_loss'])} -> "
         f"{num(result['sft']['final_loss'])}; adapter saved: {result['adapter_saved']}; "
         f"{result['round1_evals_with_adapter']} round-1 evals with it loaded"
     )

@@ -33,11 +33,13 @@ from agent.models.local import LocalModel, _has_block
 PROMPTS = Path(__file__).resolve().parent.parent / "agent" / "prompts"
 TASKS = [
     "Write the number of lines in /workspace/data.txt to the file /workspace/count.txt.",
-    "Sort the lines of /workspace/names.txt in alphabetical order and write the result to /workspace/sorted.txt.",
+    "Sort the lines of /workspace/names.txt in alphabetical order and write the result to "
+    "/workspace/sorted.txt.",
     "Rename the file /workspace/draft.md to /workspace/final.md. Do not change its content.",
     "Make the script /workspace/run.sh executable.",
     "Create a file named `hello.txt` in /workspace that contains exactly this text:\n\nhello world\n",
-    "Count the lines in /workspace/app.log that contain the word ERROR. Write that number to /workspace/errors.txt.",
+    "Count the lines in /workspace/app.log that contain the word ERROR. Write that number to "
+    "/workspace/errors.txt.",
 ]
 OBSERVATION = "exit code: 0\n(no output)\nReply with your next command, or with submit if the task is done."
 

@@ -95,7 +95,8 @@ async def harness_rate(tasks: list[Task], concurrency: int, commands: list[str] 
 
 
 def grading_tasks(n: int, calls: int, import_mode: str) -> list[Task]:
-    """Tasks whose hidden tests import the candidate and call it `calls` times (issue 11's process boundary)."""
+    """Tasks whose hidden tests import the candidate and call it `calls` times (issue 11's process
+    boundary)."""
     hidden = (
         f"from solution import add\n\ndef test_many():\n    for i in range({calls}):\n"
         f"        assert add(i, 1) == i + 1\n\ndef test_canary_add():\n    assert add(2, 2) == 5\n"

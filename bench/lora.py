@@ -296,7 +296,8 @@ def main(argv=None) -> int:
         + (f" (spec {spec_peak:.0f})" if spec_peak else "")
     )
     print(
-        f"{'size':>5} {'seq':>5} {'trainer':<9} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'peak mem':>9} {'pad':>5}"
+        f"{'size':>5} {'seq':>5} {'trainer':<9} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} "
+        f"{'peak mem':>9} {'pad':>5}"
         f"  loss first->last"
     )
     results, failed = [], 0
@@ -328,7 +329,8 @@ def main(argv=None) -> int:
                 row[trainer] = r
                 results.append(r)
                 print(
-                    f"{size:>5} {seq:>5} {trainer:<9} {r['tokens_per_s']:>9.0f} {r['flops_per_s'] / 1e12:>8.3f} "
+                    f"{size:>5} {seq:>5} {trainer:<9} {r['tokens_per_s']:>9.0f} "
+                    f"{r['flops_per_s'] / 1e12:>8.3f} "
                     f"{r['mfu']:>6.1%} {r['peak_mem_bytes'] / 2**30:>7.2f}Gi {r['padding']:>5.0%}"
                     f"  {r['losses'][0]:.2f}->{r['losses'][-1]:.2f}",
                     flush=True,
@@ -336,7 +338,8 @@ def main(argv=None) -> int:
             if len(row) == 2:
                 o, b = row["ours"], row["baseline"]
                 print(
-                    f"{'':>5} {'':>5} {'ratio':<9} {o['tokens_per_s'] / b['tokens_per_s']:>8.2f}x {'':>8} {'':>6} "
+                    f"{'':>5} {'':>5} {'ratio':<9} {o['tokens_per_s'] / b['tokens_per_s']:>8.2f}x "
+                    f"{'':>8} {'':>6} "
                     f"{o['peak_mem_bytes'] / b['peak_mem_bytes']:>8.2f}x"
                 )
     if args.json:

@@ -2,7 +2,8 @@
 """The proof run: rejection-sampling LoRA fine-tuning of SmolLM2-135M-Instruct on the CPU.
 
     python bench/rft_smollm2.py [--out runs/rft-smollm2] [--limit N]
-    python bench/rft_smollm2.py --smoke --out DIR   # 1 task per split, 2 samples, 1 step of 16 tokens, 1 round
+    python bench/rft_smollm2.py --smoke --out DIR   # 1 task per split, 2 samples, 1 step of 16 tokens,
+                                                    # 1 round
 
 Builtin difficulty 1-2 task families (6 families x 10 instances): the 24 train instances are sampled
 (K=8 at t=0.7) and trained on; the 36 held-out instances only measure transfer. Up to two rounds, each

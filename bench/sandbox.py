@@ -99,7 +99,8 @@ def cli_side(image: str, n: int) -> dict:
 
 
 async def python_less_side(image: str, minbase: str, n: int) -> dict:
-    """exec `true` round trips: the Python server (base image) and the static helper (no Python), interleaved."""
+    """exec `true` round trips: the Python server (base image) and the static helper (no Python),
+    interleaved."""
     from agent.sandbox.native import NativeSpec
 
     native = Limits(native=NativeSpec(user="nobody"))
@@ -130,8 +131,10 @@ def main():
     ratio = pct(nat["native"], 0.5) / pct(nat["python"], 0.5)
     print(
         f"exec `true` in a Python-less image (static helper): p50 {pct(nat['native'], 0.5):.2f}ms, "
-        f"p95 {pct(nat['native'], 0.95):.2f}ms; Python server in the base image: p50 {pct(nat['python'], 0.5):.2f}ms, "
-        f"p95 {pct(nat['python'], 0.95):.2f}ms; ratio {ratio:.2f}x (target <= 2x: {'yes' if ratio <= 2 else 'NO'})"
+        f"p95 {pct(nat['native'], 0.95):.2f}ms; "
+        f"Python server in the base image: p50 {pct(nat['python'], 0.5):.2f}ms, "
+        f"p95 {pct(nat['python'], 0.95):.2f}ms; ratio {ratio:.2f}x "
+        f"(target <= 2x: {'yes' if ratio <= 2 else 'NO'})"
     )
     ours = asyncio.run(harness_side(image, n))
     cli = cli_side(image, n)
@@ -145,7 +148,8 @@ def main():
     print(f"{'measure':<42} {'harness p50':>11} {'p95':>8} {'CLI p50':>9} {'p95':>8} {'ratio':>7}")
     for name, a, b in rows:
         print(
-            f"{name:<42} {pct(a, 0.5):9.2f}ms {pct(a, 0.95):6.1f}ms {pct(b, 0.5):7.1f}ms {pct(b, 0.95):6.1f}ms "
+            f"{name:<42} {pct(a, 0.5):9.2f}ms {pct(a, 0.95):6.1f}ms "
+            f"{pct(b, 0.5):7.1f}ms {pct(b, 0.95):6.1f}ms "
             f"{pct(b, 0.5) / pct(a, 0.5):6.1f}x"
         )
     print(

@@ -228,17 +228,20 @@ def main(argv: list[str] | None = None) -> int:
         r["tps"] = r["tokens"] / r["wall"]
 
     print(
-        f"\nbench/serve: SmolLM2-135M on this machine's CPU, streaming, {args.max_tokens} tokens per reply, greedy, "
+        f"\nbench/serve: SmolLM2-135M on this machine's CPU, streaming, "
+        f"{args.max_tokens} tokens per reply, greedy, "
         f"{args.turns} alternating turn(s)"
     )
     print(
-        f"{'server':<10} {'TTFT p50 @1':>12} {'TTFT p95 @1':>12} {f'TTFT p50 @{n}':>13} {f'TTFT p95 @{n}':>13} "
+        f"{'server':<10} {'TTFT p50 @1':>12} {'TTFT p95 @1':>12} "
+        f"{f'TTFT p50 @{n}':>13} {f'TTFT p95 @{n}':>13} "
         f"{f'tokens/s @{n}':>13}"
     )
     for name in ("ours", "pipeline"):
         one, many = results[name, 1], results[name, n]
         print(
-            f"{name:<10} {pct(one['ttft'], 50):>11.2f}s {pct(one['ttft'], 95):>11.2f}s {pct(many['ttft'], 50):>12.2f}s "
+            f"{name:<10} {pct(one['ttft'], 50):>11.2f}s {pct(one['ttft'], 95):>11.2f}s "
+            f"{pct(many['ttft'], 50):>12.2f}s "
             f"{pct(many['ttft'], 95):>12.2f}s {many['tps']:>13.1f}"
         )
     ratio = results["ours", n]["tps"] / results["pipeline", n]["tps"]

@@ -13,10 +13,13 @@ from results.errors import UserError
 
 DEFAULT_SUITE = "builtin:easy"
 
-EVAL_EXAMPLE = """examples:
-  harness eval                                            # the embedded local model on builtin:easy
-  harness eval --model openai/gpt-4o-mini --tasks builtin --samples 5 --concurrency 8 --limit 20
-  harness eval --model openai-compat:http://127.0.0.1:8000/v1/tuned -M supports_tools=true -M context_window=8192"""
+EVAL_EXAMPLE = (
+    "examples:\n"
+    "  harness eval                                            # the embedded local model on builtin:easy\n"
+    "  harness eval --model openai/gpt-4o-mini --tasks builtin --samples 5 --concurrency 8 --limit 20\n"
+    "  harness eval --model openai-compat:http://127.0.0.1:8000/v1/tuned "
+    "-M supports_tools=true -M context_window=8192"
+)
 
 
 def register(sub):
@@ -88,7 +91,8 @@ def register(sub):
         "--sandbox",
         choices=["docker", "k8s"],
         default="docker",
-        help="where sandboxes run: this machine's Docker (default) or Kubernetes via agent-sandbox (KUBECONFIG)",
+        help="where sandboxes run: this machine's Docker (default) "
+        "or Kubernetes via agent-sandbox (KUBECONFIG)",
     )
     p.add_argument(
         "--k8s-image", help="with --sandbox k8s: the base image in a registry the cluster pulls from"
@@ -235,8 +239,8 @@ def all_errored(run_dir: Path) -> bool:
     statuses = open_run(run_dir).read_attempts(["status"])["status"]
     if len(statuses) and (statuses == "error").all():
         print(
-            "harness eval: every attempt ended in an infrastructure error; see the run folder's attempts.jsonl "
-            "(error field)",
+            "harness eval: every attempt ended in an infrastructure error; "
+            "see the run folder's attempts.jsonl (error field)",
             file=sys.stderr,
         )
         return True

@@ -225,7 +225,8 @@ async def run_on_cluster(
     on_record: Callable[[Attempt], None],
     log: Optional[Callable[[str], None]] = None,
 ) -> None:
-    """Runs every (task, sample) of `todo` on the cluster's nodes; on_record(rec) once per finished attempt."""
+    """Runs every (task, sample) of `todo` on the cluster's nodes; on_record(rec) once per finished
+    attempt."""
     log = log or _log
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -342,8 +343,8 @@ async def _drive(
                         dead.add(i)
                         # its own line, also in the middle of the progress bar
                         log(
-                            f"\ncluster: lost node {labels[i]} ({type(e).__name__}); its attempts in flight run "
-                            "again on the other nodes"
+                            f"\ncluster: lost node {labels[i]} ({type(e).__name__}); "
+                            "its attempts in flight run again on the other nodes"
                         )
                     queue.put_nowait((task, sample))  # runs again on a live node; no record was written
                     return

@@ -9,7 +9,8 @@
    read nor write them. Every process of the candidate is killed before the verdict is read.
 4. The verdict is read on the host (evaluators/pytest_kind.py for pytest, a number for scripts).
 Each evaluator kind is registered in evaluators/kinds.py; a Harbor verifier in `fresh` mode grades in
-evaluators/harbor_kind.py (snapshot and shared run in evaluators/runner.py, before the agent's container is released).
+evaluators/harbor_kind.py (snapshot and shared run in evaluators/runner.py, before the agent's container
+is released).
 Anything that goes wrong while grading one attempt is that attempt's failed verdict with a reason; only
 the Docker engine failing is an infrastructure error (InfraError, retried by the runner).
 """

@@ -1,20 +1,23 @@
 """Harbor tasks: their runtime contract and their verifier (tests/test.sh writing /logs/verifier/reward.*).
 
-The agent works in the image's WORKDIR as the task's user, on a writable root filesystem (agent/sandbox/native.py).
-When it is done, tests/test.sh runs with the hidden tests at /tests, as the verifier's user, with [verifier] env,
-in one of three isolation modes ([verifier] isolation, or Harbor's environment_mode):
+The agent works in the image's WORKDIR as the task's user, on a writable root filesystem
+(agent/sandbox/native.py). When it is done, tests/test.sh runs with the hidden tests at /tests, as the
+verifier's user, with [verifier] env, in one of three isolation modes ([verifier] isolation, or Harbor's
+environment_mode):
 
-  fresh     a new container of the task's image (or the verifier's own environment) plus the captured changes of
-            the working folder. Changes outside it are lost. Harbor's `separate`; the default for our own tasks.
+  fresh     a new container of the task's image (or the verifier's own environment) plus the captured
+            changes of the working folder. Changes outside it are lost. Harbor's `separate`; the default
+            for our own tasks.
   snapshot  a new container from a `docker commit` of the agent's container: every filesystem change is kept,
             no agent process survives. The default for Harbor tasks here.
   shared    the agent's own container, after every process in it was killed. Harbor's own default.
 
-In every mode the hidden tests enter a container only after the agent has finished, and /tests and /logs/verifier
-are emptied and recreated (root-owned; /logs/verifier writable by the verifier's user only) just before test.sh
-runs, so no reward file the agent planted survives. Remaining limits (Harbor's contract, documented in README):
-in snapshot and shared modes test.sh runs on the filesystem the agent (root by default) left, so an agent that
-replaces system programs (bash, python, curl) can change what the verifier does; `fresh` avoids that.
+In every mode the hidden tests enter a container only after the agent has finished, and /tests and
+/logs/verifier are emptied and recreated (root-owned; /logs/verifier writable by the verifier's user only)
+just before test.sh runs, so no reward file the agent planted survives. Remaining limits (Harbor's
+contract, documented in README): in snapshot and shared modes test.sh runs on the filesystem the agent
+(root by default) left, so an agent that replaces system programs (bash, python, curl) can change what the
+verifier does; `fresh` avoids that.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def verifier_limits(task) -> Limits:
     return limits(task, network=spec.verifier_network)
 
 
-# ---------------------------------------------------------------------------------------------- before the agent
+# ----------------------------------------------------------------------------------------- before the agent
 
 
 async def prepare(task, sb: NativeSandbox):
@@ -80,7 +83,8 @@ async def prepare(task, sb: NativeSandbox):
 
 
 async def oracle(task, sb: NativeSandbox):
-    """Harbor's oracle: the solution folder at /solution, solve.sh run in the working folder as the agent's user."""
+    """Harbor's oracle: the solution folder at /solution, solve.sh run in the working folder as the agent's
+    user."""
 
     await _root(sb, "rm -rf /solution && mkdir -p /solution")
     await sb.put_files(
@@ -179,8 +183,8 @@ async def run_verifier(task, sb: NativeSandbox):
 
 
 def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str = ""):
-    """The verdict from Harbor's reward files: reward.json (named numbers) wins over reward.txt (one number), as in
-    Harbor's verifier.
+    """The verdict from Harbor's reward files: reward.json (named numbers) wins over reward.txt (one
+    number), as in Harbor's verifier.
     Every named reward is recorded in the detail; the task's reward is "reward" when present, else the only
     value, else the mean of them all. Solved means a task reward of at least 1."""
     from evaluators.grade import Verdict

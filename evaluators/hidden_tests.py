@@ -44,7 +44,8 @@ def make_id(path: str, cls: Optional[str], function: str) -> str:
 
 
 def parse(path: str, data: bytes) -> ast.Module:
-    """One hidden test file's syntax tree; ValueError "<path> line N: SyntaxError: ..." when it does not parse."""
+    """One hidden test file's syntax tree; ValueError "<path> line N: SyntaxError: ..." when it does not
+    parse."""
     try:
         return ast.parse(data.decode("utf-8"), filename=path)
     except (SyntaxError, UnicodeDecodeError) as e:
@@ -65,11 +66,13 @@ def expected_ids(test_files: dict[str, bytes]) -> set[str]:
 
 
 def is_canary(test_id: str) -> bool:
-    """A canary must FAIL for every honest candidate (see tasks/model.py). By the task's own name: only for ids
-    as the task wrote them (the grader's renamed ids are mapped with task_id first; see pytest_kind.Prepared)."""
+    """A canary must FAIL for every honest candidate (see tasks/model.py). By the task's own name: only for
+    ids as the task wrote them (the grader's renamed ids are mapped with task_id first; see
+    pytest_kind.Prepared)."""
     return test_id.split("[", 1)[0].rsplit(".", 1)[-1].startswith(CANARY_PREFIX)
 
 
 def task_id(grader_id: str, names: dict[str, str]) -> str:
-    """The task's own id of an id the grader reported: `names` maps the renamed ones back (pytest_kind.prepare)."""
+    """The task's own id of an id the grader reported: `names` maps the renamed ones back
+    (pytest_kind.prepare)."""
     return names.get(grader_id, grader_id)

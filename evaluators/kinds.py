@@ -44,5 +44,6 @@ def grader(name: str) -> Callable[..., Any]:
 register("pytest", "evaluators.grade:grade_pytest")
 register("answer", "evaluators.grade:grade_answer")
 register("script", "evaluators.grade:grade_script")
-# Harbor tasks have no [evaluator]: a tests/test.sh writing /logs/verifier/reward.txt selects it (tasks/harbor.py)
+# Harbor tasks have no [evaluator]: a tests/test.sh writing /logs/verifier/reward.txt selects it
+# (tasks/harbor.py)
 register("harbor", "evaluators.harbor_kind:grade_fresh", in_task_toml=False)

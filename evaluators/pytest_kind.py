@@ -1,12 +1,12 @@
 """Hidden pytest tests: how they are prepared, run in the grading container, and how the verdict is read.
 
-The verdict comes only from a JUnit XML file at a path the harness chose, in a folder only the test
-runner (root) can reach (a folder of random name inside root-only /grader), parsed here on the host and checked against the exact set of test ids the hidden
-files define, plus canary tests (`test_canary*` in the task's files) that call the candidate with an
-impossible expectation and must FAIL. Before the tests are copied into the grader every test function gets
-a fresh random name and the top-level ones a random order, so that a canary cannot be told from a real test
-by its name or position (the names in the record are the task's own). Test ids and which are canaries:
-evaluators/hidden_tests.py.
+The verdict comes only from a JUnit XML file at a path the harness chose, in a folder only the test runner
+(root) can reach (a folder of random name inside root-only /grader), parsed here on the host and checked
+against the exact set of test ids the hidden files define, plus canary tests (`test_canary*` in the task's
+files) that call the candidate with an impossible expectation and must FAIL. Before the tests are copied
+into the grader every test function gets a fresh random name and the top-level ones a random order, so
+that a canary cannot be told from a real test by its name or position (the names in the record are the
+task's own). Test ids and which are canaries: evaluators/hidden_tests.py.
 """
 
 from __future__ import annotations

@@ -12,9 +12,11 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train",
         help="improve a local model on its own solved attempts (rejection sampling + LoRA)",
-        description="Each round: sample the train tasks K times, keep solved attempts, fine-tune a LoRA adapter, "
-        "evaluate it on heldout and train tasks. Re-running with the same --out resumes.",
-        epilog="example:\n  harness train --model local:smollm2-135m --tasks builtin:easy --rounds 2 --samples 8",
+        description="Each round: sample the train tasks K times, keep solved attempts, "
+        "fine-tune a LoRA adapter, evaluate it on heldout and train tasks. "
+        "Re-running with the same --out resumes.",
+        epilog="example:\n"
+        "  harness train --model local:smollm2-135m --tasks builtin:easy --rounds 2 --samples 8",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--model", help="local model, e.g. local:smollm2-135m")

@@ -2,7 +2,8 @@
 
     model = prepare_model(base, cfg)             # freeze the base, add LoRA (or load one to continue)
     result = train(model, examples, cfg)         # AdamW + warmup/cosine, grad accumulation
-    save_adapter(model, out_dir)                 # PEFT format: adapter_config.json + adapter_model.safetensors
+    save_adapter(model, out_dir)                 # PEFT format: adapter_config.json
+                                                 #   + adapter_model.safetensors
 
 On a GPU the frozen base runs in bf16 (LoRA weights stay fp32, under bf16 autocast) with activation
 checkpointing and fused AdamW; on the CPU everything is fp32. Loss is summed over target tokens and

@@ -34,7 +34,10 @@ def clip(text: str, limit: int, head_share: float = 0.5) -> str:
     if len(text) <= limit:
         return text
     head, tail = int(limit * head_share), int(limit * (1 - head_share))
-    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut here ...]\n{text[-tail:] if tail else ''}"
+    return (
+        f"{text[:head]}\n[... {len(text) - head - tail} characters cut here ...]\n"
+        f"{text[-tail:] if tail else ''}"
+    )
 
 
 class Action(BaseModel):

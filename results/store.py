@@ -352,7 +352,8 @@ class RunStore(RunReader):
         return len(self._keys)
 
     def append(self, attempt: Attempt) -> bool:
-        """Record one finished attempt durably. Returns False (and writes nothing) if its key is already there.
+        """Record one finished attempt durably. Returns False (and writes nothing) if its key is already
+        there.
 
         The line goes out in one os.write on an O_APPEND fd and is fsynced before this returns. On any
         write or fsync error the file is cut back to its size before the call, so it keeps only

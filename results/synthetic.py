@@ -16,7 +16,10 @@ from results.manifest import Manifest, TaskEntry
 from results.schema import Action, Attempt, Durations, Step, TestOutcome, attempt_key
 from results.store import RunStore
 
-SYSTEM = "You are a software engineer working in /workspace. Use the tools to inspect, edit and test; submit when done."
+SYSTEM = (
+    "You are a software engineer working in /workspace. "
+    "Use the tools to inspect, edit and test; submit when done."
+)
 
 
 def _tool_call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:

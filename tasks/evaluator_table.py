@@ -1,5 +1,5 @@
-"""The [evaluator] table of a task.toml: which registered evaluator kind grades the task (evaluators/kinds.py),
-and that kind's settings, checked against the task's hidden files.
+"""The [evaluator] table of a task.toml: which registered evaluator kind grades the task
+(evaluators/kinds.py), and that kind's settings, checked against the task's hidden files.
 
 Every problem a user can fix raises UserError with one line naming the file, the field and the fix.
 """

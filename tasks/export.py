@@ -1,14 +1,17 @@
-"""`harness tasks export --format harbor OUT [SUITE]`: our tasks as Harbor tasks (schema 1.4), runnable by Harbor.
+"""`harness tasks export --format harbor OUT [SUITE]`: our tasks as Harbor tasks (schema 1.4), runnable by
+Harbor.
 
 Each task becomes OUT/<id>/ with:
-  task.toml         [task], [metadata] (our id, domain, difficulty, tags, family, split), [agent] (user "sandbox"),
-                    [verifier] (root; isolation = "fresh", our own key, which Harbor ignores), [environment]
+  task.toml         [task], [metadata] (our id, domain, difficulty, tags, family, split), [agent] (user
+                    "sandbox"), [verifier] (root; isolation = "fresh", our own key, which Harbor ignores),
+                    [environment]
   instruction.md    as is
-  environment/      Dockerfile FROM our base image; the starting files are its build context, COPYed to /workspace
+  environment/      Dockerfile FROM our base image; the starting files are its build context, COPYed to
+                    /workspace
   solution/         solve.sh and its helpers (Harbor runs /solution/solve.sh in the WORKDIR, /workspace)
   tests/test.sh     runs the hidden tests (pytest, an answer check, or our test.sh) and writes
-                    /logs/verifier/reward.txt; tests/harness/ holds the hidden files, the expected test ids and
-                    which are canaries (evaluators/hidden_tests.py), and verdict.py (stdlib only)
+                    /logs/verifier/reward.txt; tests/harness/ holds the hidden files, the expected test ids
+                    and which are canaries (evaluators/hidden_tests.py), and verdict.py (stdlib only)
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from results.errors import UserError
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
-# The exported pytest run imports the candidate directly (our grader's process-boundary proxy needs the harness's
-# own grading container); the workspace goes at the END of sys.path, so it cannot shadow anything.
+# The exported pytest run imports the candidate directly (our grader's process-boundary proxy needs the
+# harness's own grading container); the workspace goes at the END of sys.path, so it cannot shadow anything.
 EXPORT_CONFTEST = b"import sys\nsys.path.append('/workspace')\n"
 
 TEST_SH = """#!/bin/bash
@@ -60,7 +63,7 @@ esac
 mkdir -p /logs/verifier
 echo "$reward" > /logs/verifier/reward.txt
 echo "reward $reward"
-"""
+"""  # noqa: E501 -- the exported tests/test.sh, byte for byte
 
 VERDICT_PY = r'''"""Decides the reward of an exported harness task (see harness evaluators/pytest_kind.py and grade.py)."""
 import json
@@ -148,7 +151,7 @@ elif kind == "answer":
     print(answer_reward())
 else:
     print(script_reward(sys.argv[2]))
-'''
+'''  # noqa: E501 -- the exported tests/harness/verdict.py, byte for byte
 
 
 def _toml_value(v) -> str:
@@ -187,7 +190,8 @@ def task_toml(task: Task) -> str:
         "[verifier]",
         f"timeout_sec = {task.verifier_timeout_sec + 30!r}",
         'user = "root"',
-        "# harness runs the verifier in a fresh container with the workspace changes (Harbor ignores this key)",
+        "# harness runs the verifier in a fresh container with the workspace changes "
+        "(Harbor ignores this key)",
         'isolation = "fresh"',
         "",
         "[environment]",

@@ -100,7 +100,8 @@ def load_family(path: str | Path) -> list[Task]:
 def _substitute(
     tree: dict[str, bytes], params: dict[str, str], *, where: Where, label: str
 ) -> dict[str, bytes]:
-    """Replace {{key}} in file names and in the text of every UTF-8 file; unknown or unused keys are errors."""
+    """Replace {{key}} in file names and in the text of every UTF-8 file; unknown or unused keys are
+    errors."""
     used: set[str] = set()
 
     def fill(text: str, name: str) -> str:

@@ -132,7 +132,8 @@ class HarborSpec:
 
 
 def is_harbor(data: dict, files: dict[str, bytes]) -> bool:
-    """A Harbor task: no [evaluator] table (ours) and a tests/test.sh verifier, or an explicit schema_version."""
+    """A Harbor task: no [evaluator] table (ours) and a tests/test.sh verifier, or an explicit
+    schema_version."""
     return "evaluator" not in data and ("tests/test.sh" in files or "schema_version" in data)
 
 

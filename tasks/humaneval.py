@@ -2,16 +2,17 @@
 
 Each problem HumanEval/N becomes the folder humaneval-NNN:
   instruction.md            the prompt (signature + docstring) and where to write the function
-  environment/solution.py   the prompt with the body `raise NotImplementedError` (the untouched workspace fails)
+  environment/solution.py   the prompt with the body `raise NotImplementedError` (the untouched workspace
+                            fails)
   tests/test_humaneval.py   runs the official check(candidate); candidate is a proxy to a child process
   solution/solve.sh         writes prompt + canonical solution to solution.py (the oracle)
 
 Why a proxy: the candidate never runs in the pytest process. A `python3 -I` child imports
-/workspace/solution.py; each call's arguments go to it as one repr() line and the result comes back as repr()
-text, which the parent rebuilds with ast.literal_eval. Only plain values cross, so an object whose __eq__ always
-returns True cannot pass, and code in solution.py cannot patch pytest's reports. The canary calls the function
-with the first arguments the official check uses and expects a wrong value, computed at import time from the
-canonical solution. An honest solution fails it; a faked pass does not.
+/workspace/solution.py; each call's arguments go to it as one repr() line and the result comes back as
+repr() text, which the parent rebuilds with ast.literal_eval. Only plain values cross, so an object whose
+__eq__ always returns True cannot pass, and code in solution.py cannot patch pytest's reports. The canary
+calls the function with the first arguments the official check uses and expects a wrong value, computed at
+import time from the canonical solution. An honest solution fails it; a faked pass does not.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def test_official_check(candidate):
 def test_canary_first_case(candidate):
     args, kwargs = @FIRST_CALL@
     assert candidate(*args, **kwargs) == @WRONG@
-'''
+'''  # noqa: E501 -- the generated tests/test_humaneval.py, byte for byte
 
 
 def read_problems() -> list[dict[str, Any]]:
@@ -236,7 +237,8 @@ def task_files(problem: dict[str, Any]) -> dict[str, str]:
         "instruction.md": INSTRUCTION.replace("@ENTRY@", entry).replace("@PROMPT@", prompt),
         "environment/solution.py": _stub(prompt, entry),
         "tests/test_humaneval.py": test,
-        "solution/solve.sh": f"#!/bin/bash\nset -e\ncat > solution.py <<'{HEREDOC_END}'\n{oracle}\n{HEREDOC_END}\n",
+        "solution/solve.sh": f"#!/bin/bash\nset -e\ncat > solution.py <<'{HEREDOC_END}'\n"
+        f"{oracle}\n{HEREDOC_END}\n",
     }
 
 

@@ -1,6 +1,6 @@
-"""Load a suite of tasks: resolve its name ("builtin", "builtin:easy", "humaneval" or a folder), find every task
-and family folder in it (tasks/task_folder.py, tasks/family.py), and select tasks by domain, difficulty, tags,
-split and id.
+"""Load a suite of tasks: resolve its name ("builtin", "builtin:easy", "humaneval" or a folder), find every
+task and family folder in it (tasks/task_folder.py, tasks/family.py), and select tasks by domain,
+difficulty, tags, split and id.
 
 Every problem a user can fix raises UserError with one line naming the file, the field and the fix.
 """
@@ -36,7 +36,8 @@ def load_suite(
     """All tasks of a suite, filtered.
 
     spec: a folder searched recursively for task and family folders, one task or family folder, "builtin",
-    "builtin:easy" (difficulty 1-2), or "humaneval" (tasks/humaneval, made by `harness tasks import humaneval`).
+    "builtin:easy" (difficulty 1-2), or "humaneval" (tasks/humaneval, made by `harness tasks import
+    humaneval`).
     Filters: domain; difficulty as N, "N-M" or a collection of ints; tags (a task must have all of them);
     split (train | heldout: family instances only); glob on the task id (fnmatch).
     """

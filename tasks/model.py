@@ -1,12 +1,14 @@
-"""A task as the rest of harness sees it, after loading and validation (tasks/task_folder.py loads one task folder,
-tasks/loader.py a suite).
+"""A task as the rest of harness sees it, after loading and validation (tasks/task_folder.py loads one task
+folder, tasks/loader.py a suite).
 
 On disk (Harbor / Terminal-Bench 2 layout):
   task.toml        metadata, limits, environment, [evaluator]
   instruction.md   what the agent sees
-  environment/     optional Dockerfile (FROM the base image). With a Dockerfile, the other files are its build context
-                   only (they reach the image through its own COPY); without one, they are starting files of /workspace
-  tests/           hidden tests (pytest files, or test.sh for the script evaluator); never in the agent's sandbox
+  environment/     optional Dockerfile (FROM the base image). With a Dockerfile, the other files are its build
+                   context only (they reach the image through its own COPY); without one, they are starting
+                   files of /workspace
+  tests/           hidden tests (pytest files, or test.sh for the script evaluator); never in the agent's
+                   sandbox
   solution/solve.sh  the oracle, run in /workspace
 """
 

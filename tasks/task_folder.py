@@ -180,9 +180,9 @@ def _instruction(files: dict[str, bytes], where: Where) -> str:
 
 
 def _split_files(files: dict[str, bytes], where: Where):
-    """(dockerfile, workspace files, build context, tests, solution). With a Dockerfile, the other environment/
-    files are its build context only (as in Harbor: they reach the image through its own COPY); without one,
-    they start in the agent's working folder."""
+    """(dockerfile, workspace files, build context, tests, solution). With a Dockerfile, the other
+    environment/ files are its build context only (as in Harbor: they reach the image through its own COPY);
+    without one, they start in the agent's working folder."""
     dockerfile = None
     environment: dict[str, bytes] = {}
     tests: dict[str, bytes] = {}

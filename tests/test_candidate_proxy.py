@@ -1,6 +1,6 @@
-"""The candidate proxy (evaluators/grader/candidate.py) in a real grading container: hidden tests that import the
-candidate see what they would see in-process for plain values, objects, exceptions, callbacks and packages,
-while nothing of the test runner is within the candidate's reach."""
+"""The candidate proxy (evaluators/grader/candidate.py) in a real grading container: hidden tests that
+import the candidate see what they would see in-process for plain values, objects, exceptions, callbacks
+and packages, while nothing of the test runner is within the candidate's reach."""
 
 import random
 import textwrap

@@ -1,5 +1,6 @@
 """The CLI exactly as the README writes it, run as a subprocess: `eval --resume DIR` (no --tasks), bare
-`harness eval`, `images build`, `sandbox prune --orphans`, and every `eval` flag reaching the run's manifest."""
+`harness eval`, `images build`, `sandbox prune --orphans`, and every `eval` flag reaching the run's
+manifest."""
 
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
     cfg = m["config"]
     assert m["model"] == f"openai-compat:{server.name}" and m["seed"] == 3
     assert cfg["suite"] == "builtin" and cfg["samples"] == 1 and cfg["temperature"] == 0.5
-    # --domain data --difficulty 1 --split train --tag count select exactly these (a literal, read off the suite)
+    # --domain data --difficulty 1 --split train --tag count select exactly these (a literal, read off the
+    # suite)
     assert cfg["tasks"] == ["count-lines-01", "count-lines-02", "count-lines-03", "count-lines-04"]
     assert [t["id"] for t in m["task_suite"]] == cfg["tasks"]
     assert cfg["model_options"] == {"base_url": server.base_url}

@@ -133,7 +133,8 @@ def test_cli_rejects_a_bad_model_option_with_exit_code_2():
 
 
 def test_api_models_count_tokens_with_the_provider_tokenizer():
-    import litellm.litellm_core_utils.default_encoding  # noqa: F401 -- points tiktoken at litellm's bundled files
+    # points tiktoken at litellm's bundled files
+    import litellm.litellm_core_utils.default_encoding  # noqa: F401
     import tiktoken
 
     messages = [

@@ -239,7 +239,8 @@ def test_a_node_without_an_image_gets_it_by_docker_load(image):
 @needs_cluster
 @pytest.mark.slow
 def test_bench_cluster_smoke():
-    """bench/cluster.py --smoke: its own local cluster, the three paths, the driver's ceiling (no timing asserted)."""
+    """bench/cluster.py --smoke: its own local cluster, the three paths, the driver's ceiling (no timing
+    asserted)."""
     p = subprocess.run(
         [sys.executable, "bench/cluster.py", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
@@ -289,8 +290,8 @@ def test_a_local_model_is_served_once_by_the_driver_and_called_from_the_nodes(ra
         assert (
             r["n_steps"] == 1 and r["completion_tokens"] > 0
         )  # replies came over HTTP from the served model
-    # The same token ids as one machine: the served model ends a reply after its first ``` block, as the loop's
-    # local model does (its replies here close a block within 16 tokens; past it they would differ).
+    # The same token ids as one machine: the served model ends a reply after its first ``` block, as the
+    # loop's local model does (its replies here close a block within 16 tokens; past it they would differ).
     from agent.loop import LoopConfig
 
     tasks = [t for t in create_file_tasks() if t.id in ("create-file-01", "create-file-02")]

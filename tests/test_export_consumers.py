@@ -25,7 +25,8 @@ def read(path: Path) -> list[dict]:
 
 @pytest.fixture
 def run(tmp_path) -> Path:
-    """Native-tool attempts, and text-protocol attempts that carry the worked example as the loop writes it."""
+    """Native-tool attempts, and text-protocol attempts that carry the worked example as the loop writes
+    it."""
     folder = make_run(
         tmp_path / "run",
         "m",

@@ -94,7 +94,7 @@ HACKS = {
                     except OSError: pass
                 time.sleep(0.01)
             os._exit(0)
-        """)
+        """)  # noqa: E501 -- the candidate's solution.py, byte for byte
     },
     "always_equal": {
         "solution.py": d("""
@@ -198,7 +198,10 @@ def test_null_agent_is_not_solved(image):
 
 
 def test_script_evaluator_reads_reward_file(image):
-    script = b'if grep -q "^42$" /workspace/out.txt; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE"; fi\n'
+    script = (
+        b'if grep -q "^42$" /workspace/out.txt; then echo 1 > "$REWARD_FILE"; '
+        b'else echo 0 > "$REWARD_FILE"; fi\n'
+    )
     task = Task(
         id="s",
         path=None,
@@ -232,7 +235,7 @@ for f in "$REWARD_FILE" /grader/reward-*/reward.txt /tmp/*/reward.txt; do
 done
 (setsid bash -c 'while true; do for f in /grader/reward-*/reward.txt; do echo 1 > $f; done 2>/dev/null; sleep 0.01; done' \\
   >/dev/null 2>&1 &)
-"""
+"""  # noqa: E501 -- the candidate's script, byte for byte
 SCRIPT_VERIFIER = b"""out=$(timeout 10 as-candidate bash run.sh 2>/dev/null)
 if [ "$out" = "ok" ]; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE"; fi
 """

@@ -320,7 +320,7 @@ printf 'echo 1 > /logs/verifier/reward.txt\n' > /tests/test.sh
 setsid nohup sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 0.01; done' \
   >/dev/null 2>&1 < /dev/null &
 sleep 0.3
-"""
+"""  # noqa: E501 -- the agent's script, byte for byte
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "shared", "fresh"])
@@ -593,7 +593,8 @@ def test_snapshot_images_are_pruned_with_their_run(image):
 
 
 def test_public_network_mode_gives_an_interface(image, tmp_path):
-    """network_mode = "public" joins the pool's own network (no traffic is sent: only the interfaces are listed)."""
+    """network_mode = "public" joins the pool's own network (no traffic is sent: only the interfaces are
+    listed)."""
     task = load_task(
         harbor_task(tmp_path, 'schema_version = "1.4"\n[environment]\nnetwork_mode = "public"\n')
     )
@@ -616,7 +617,8 @@ def test_a_dockerfile_from_an_image_not_here_is_a_clear_error(image, tmp_path):
 
 @pytest.mark.parametrize("mode", ["shared", "snapshot"])
 def test_an_agent_that_ends_its_own_container_is_still_verified(image, mode):
-    """kill -TERM 1 stops the agent's container; its filesystem is verified (a commit of the stopped container)."""
+    """kill -TERM 1 stops the agent's container; its filesystem is verified (a commit of the stopped
+    container)."""
     from agent.sandbox import SandboxDied
 
     async def solve_then_stop(task, sb):

@@ -145,7 +145,8 @@ def test_a_claimed_sandbox_runs_commands_hardened_and_is_deleted_after(fake_clus
                     fake_cluster.get("sandboxclaims", claim)["spec"]["lifecycle"]["shutdownPolicy"]
                     == "Delete"
                 )
-                # a second client cannot take the server over: the launcher took one connection and stopped listening
+                # a second client cannot take the server over: the launcher took one connection and
+                # stopped listening
                 ip = fake_cluster.get("sandboxclaims", claim)["status"]["sandbox"]["podIPs"][0]
                 with pytest.raises(OSError):
                     socket.create_connection((ip, SERVER_PORT), timeout=2).close()
@@ -162,7 +163,8 @@ def test_a_claimed_sandbox_runs_commands_hardened_and_is_deleted_after(fake_clus
 
 
 def test_an_attempt_runs_and_is_graded_on_k8s_sandboxes(fake_cluster, image, tmp_path):
-    """run_attempt (the single-node coroutine) with the k8s pool: the agent's sandbox and a fresh grading one."""
+    """run_attempt (the single-node coroutine) with the k8s pool: the agent's sandbox and a fresh grading
+    one."""
     from agent.config import LoopConfig
     from agent.models.replay import ReplayModel
 
@@ -184,7 +186,9 @@ def test_an_attempt_runs_and_is_graded_on_k8s_sandboxes(fake_cluster, image, tmp
 def test_the_exec_stream_fallback_runs_the_same_server(fake_cluster, image, tmp_path):
     """When pod IPs are not reachable: one persistent exec stream per sandbox (here `docker exec -i` into the
     fake pod, as `kubectl exec -i` would into a real one)."""
-    argv = lambda ns, pod: ["docker", "exec", "-i", pod, "python3", "-u", "-I", "-c", EXEC_SERVER]  # noqa: E731
+
+    def argv(ns, pod):
+        return ["docker", "exec", "-i", pod, "python3", "-u", "-I", "-c", EXEC_SERVER]
 
     async def go():
         async with _pool(fake_cluster, tmp_path, connect="exec", exec_argv=argv) as pool:
@@ -198,7 +202,8 @@ def test_the_exec_stream_fallback_runs_the_same_server(fake_cluster, image, tmp_
 
 
 def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
-    """A harness killed mid-run leaves its warm pool (pods kept running) and template: `sandbox prune --k8s`."""
+    """A harness killed mid-run leaves its warm pool (pods kept running) and template: `sandbox prune
+    --k8s`."""
     import subprocess
     import sys
 
@@ -251,7 +256,8 @@ def test_real_cluster_runs_and_grades_an_attempt(tmp_path):
 
 
 def test_cli_eval_with_k8s_sandboxes(fake_cluster, image, tmp_path):
-    """`harness eval --sandbox k8s` end to end: KUBECONFIG names the (fake) cluster; records and summary as on Docker."""
+    """`harness eval --sandbox k8s` end to end: KUBECONFIG names the (fake) cluster; records and summary as
+    on Docker."""
     import subprocess
     import sys
 

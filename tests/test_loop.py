@@ -1,6 +1,6 @@
-"""The agent loop with the replay model: exact, known outcomes. Most tests run the loop as the runner starts it
-(loop_policy) on an in-memory sandbox (tests/helpers.py FakeSandbox); a few run whole attempts and evals in
-real Docker sandboxes, graded, end to end."""
+"""The agent loop with the replay model: exact, known outcomes. Most tests run the loop as the runner
+starts it (loop_policy) on an in-memory sandbox (tests/helpers.py FakeSandbox); a few run whole attempts
+and evals in real Docker sandboxes, graded, end to end."""
 
 import asyncio
 import inspect
@@ -87,7 +87,8 @@ def test_a_misspelt_template_variable_fails_naming_the_file_and_the_variable(tmp
 
 
 def test_the_real_sandboxes_and_the_fake_have_what_the_loop_uses():
-    """Every member of agent/sandbox/protocol.py, with a signature that accepts every call the protocol allows."""
+    """Every member of agent/sandbox/protocol.py, with a signature that accepts every call the protocol
+    allows."""
     from agent.sandbox import Sandbox
     from agent.sandbox.k8s import K8sSandbox
     from agent.sandbox.native import NativeSandbox

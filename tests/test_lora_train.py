@@ -15,7 +15,8 @@ from results.errors import UserError
 
 
 class FakeBackend:
-    """Tasks are ids; `solves(task_id, sample, adapter)` decides each attempt; fine_tune writes a marker adapter."""
+    """Tasks are ids; `solves(task_id, sample, adapter)` decides each attempt; fine_tune writes a marker
+    adapter."""
 
     def __init__(self, solves, fail_sft_once: bool = False, fail_eval_at: int | None = None):
         self.solves = solves
@@ -319,7 +320,8 @@ def test_train_end_to_end_with_smollm2(tmp_path):
 @pytest.mark.slow
 @pytest.mark.model
 def test_fine_tune_smollm2_gives_an_adapter_the_local_model_loads(tmp_path):
-    """The SFT phase on the real model: trains from its own tokens, saves, and LocalModel(adapter=) loads it."""
+    """The SFT phase on the real model: trains from its own tokens, saves, and LocalModel(adapter=) loads
+    it."""
     import agent.models.local as local  # our own module: a broken import fails, never skips
     from lora.data import build_examples
     from lora.sft import SFTConfig

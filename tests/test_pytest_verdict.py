@@ -29,7 +29,8 @@ def case(name: str, body: str = OK, classname: str = "tests.test_a") -> str:
 
 def report(*cases: str, head: str = "") -> bytes:
     return (
-        f'{head}<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="{len(cases)}">'
+        f'{head}<?xml version="1.0" encoding="utf-8"?>'
+        f'<testsuites><testsuite name="pytest" tests="{len(cases)}">'
         + "".join(cases)
         + "</testsuite></testsuites>"
     ).encode()

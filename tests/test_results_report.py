@@ -1,4 +1,5 @@
-"""Report: every attempt in the page, untrusted text escaped, self-contained, summaries, rounds, screenshot."""
+"""Report: every attempt in the page, untrusted text escaped, self-contained, summaries, rounds,
+screenshot."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ def test_rows_are_written_in_the_existing_layout_once_each(tmp_path):
     assert lines == [
         '{"round": 0, "split": "heldout", "metric": "pass@1", "value": 0.25, "ci_low": 0.0, "ci_high": 0.5}',
         '{"round": 0, "split": "train", "metric": "pass@1", "value": 0.5, "ci_low": 0.25, "ci_high": 0.75}',
-        '{"round": 0, "split": "train", "metric": "pass@2_t0.7", "value": 0.75, "ci_low": NaN, "ci_high": NaN}',
+        '{"round": 0, "split": "train", "metric": "pass@2_t0.7", "value": 0.75, '
+        '"ci_low": NaN, "ci_high": NaN}',
         '{"round": 1, "split": "train", "metric": "pass@1", "value": 1.0, "ci_low": 1.0, "ci_high": 1.0}',
     ]
     rows = load_rounds(tmp_path, run="r")

@@ -284,7 +284,7 @@ WRITER = textwrap.dedent("""
         sys.stdin.read()
     store.close()
     print("done", flush=True)
-""")
+""")  # noqa: E501 -- the writer subprocess's script, byte for byte
 
 
 def test_sigkill_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_path):

@@ -1,4 +1,5 @@
-"""evaluators/tamper.tamper_reason: what an agent may not add or change, and what it may (no false positives)."""
+"""evaluators/tamper.tamper_reason: what an agent may not add or change, and what it may (no false
+positives)."""
 
 from __future__ import annotations
 

@@ -45,7 +45,8 @@ def test_import_humaneval_to_out(capsys, tmp_path):
 
 
 def test_validate_grades_a_suite_for_real(capsys, tmp_path, image):
-    """`tasks validate` on a suite written here: one good task, one whose oracle is wrong (real containers)."""
+    """`tasks validate` on a suite written here: one good task, one whose oracle is wrong (real
+    containers)."""
     suite = tmp_path / "suite"
     write_task(suite, "good")
     write_task(suite, "broken", files={"solution/solve.sh": "echo not-ok > answer.txt\n"})

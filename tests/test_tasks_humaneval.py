@@ -1,5 +1,6 @@
-"""tasks/humaneval.py: the import writes 164 loadable tasks, and its out-of-process proxy grades honest solutions
-while the usual reward hacks (always-equal objects, patched pytest reports, early exits) do not pass.
+"""tasks/humaneval.py: the import writes 164 loadable tasks, and its out-of-process proxy grades honest
+solutions while the usual reward hacks (always-equal objects, patched pytest reports, early exits) do not
+pass.
 Solutions are graded by the real grader (evaluators.grade.grade) in real containers; every oracle of the
 import is checked by tests/test_validate_suites.py."""
 

@@ -86,7 +86,8 @@ def test_load_task_reads_every_part(tmp_path):
     )
     assert task.evaluator.kind == "pytest" and task.evaluator.protected == ("tests/**",)
     assert task.dockerfile == "FROM harness-base\n"
-    # With a Dockerfile, environment/ is its build context only: nothing of it appears in the workspace by itself
+    # With a Dockerfile, environment/ is its build context only: nothing of it appears in the workspace by
+    # itself
     assert task.workspace_files == {}
     assert task.build_context == {
         "data.csv": b"a,b\n1,2\n",

@@ -7,13 +7,15 @@ Spec strings:
     local:/path/to/hf-model-folder      any Hugging Face model folder (config.json + weights)
     local:/path/to/file.gguf            any GGUF file (dequantized once, then cached)
     openai-compat:http://HOST:PORT/v1/MODEL
-                                        any OpenAI-compatible server (vLLM, llama.cpp, Ollama, `harness serve`);
+                                        any OpenAI-compatible server (vLLM, llama.cpp, Ollama,
+                                        `harness serve`);
                                         everything after the first "/v1/" is the model name (slashes allowed).
     openai-compat:MODEL                 the same, with the server given as base_url=http://HOST:PORT/v1
     replay:/path/file                   scripted replies: a JSON object of per-task scripts or a recorded
                                         attempts.jsonl (see agent/models/replay.py)
-    anything else                       LiteLLM: openai/gpt-4o-mini, anthropic/..., gemini/..., openrouter/...,
-                                        ollama/...; API keys from the usual env vars (OPENAI_API_KEY, ...)
+    anything else                       LiteLLM: openai/gpt-4o-mini, anthropic/..., gemini/...,
+                                        openrouter/..., ollama/...; API keys from the usual env vars
+                                        (OPENAI_API_KEY, ...)
 
 Options (unknown ones are a UserError; values may be strings, e.g. from the command line's -M key=value):
     all:            price_in, price_out     USD per 1M prompt/completion tokens; override the cost

@@ -9,7 +9,8 @@ from agent.models.base import Completion, ToolCall
 
 
 def parse_arguments(raw: Any) -> dict[str, Any]:
-    """Tool-call arguments as a dict; {"_raw": text} when the model sent something that is not a JSON object."""
+    """Tool-call arguments as a dict; {"_raw": text} when the model sent something that is not a JSON
+    object."""
     if isinstance(raw, dict):
         return raw
     if raw is None or raw == "":
@@ -125,7 +126,8 @@ def litellm_tokens(model: str, messages: list[dict[str, Any]]) -> int:
 
 
 def approx_tokens(messages: list[dict[str, Any]]) -> int:
-    """About 4 characters a token, plus a few per message for the role markup (remote models: no tokenizer here)."""
+    """About 4 characters a token, plus a few per message for the role markup (remote models: no
+    tokenizer here)."""
     chars = 0
     for m in messages:
         chars += len(message_text(m))

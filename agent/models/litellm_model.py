@@ -48,7 +48,8 @@ class LiteLLMModel:
             _, self.provider, _, _ = litellm.get_llm_provider(model, api_base=api_base)
         except Exception:
             raise UserError(
-                f"unknown model {model!r}: name the provider, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
+                f"unknown model {model!r}: name the provider, e.g. openai/gpt-4o-mini, "
+                "anthropic/claude-3-5-haiku-latest, "
                 "gemini/gemini-2.0-flash, openrouter/<org>/<model>, ollama/<model>; or local:smollm2-135m, "
                 "openai-compat:http://HOST:PORT/v1/MODEL, replay:FILE"
             ) from None

@@ -1,4 +1,5 @@
-"""Any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, Ollama, `harness serve`) via the official client."""
+"""Any OpenAI-compatible chat endpoint (vLLM, llama.cpp server, Ollama, `harness serve`) via the
+official client."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def parse_target(target: str, base_url: Optional[str] = None) -> tuple[str, str]
         return f"{scheme}://{host}{prefix}/v1", model.strip("/")
     if not base_url:
         raise UserError(
-            f"openai-compat:{target}: no server given; write openai-compat:http://HOST:PORT/v1/{target or 'MODEL'} "
+            f"openai-compat:{target}: no server given; "
+            f"write openai-compat:http://HOST:PORT/v1/{target or 'MODEL'} "
             "or pass base_url=http://HOST:PORT/v1"
         )
     return base_url.rstrip("/"), target

@@ -1,6 +1,8 @@
-"""Change capture, run inside a sandbox as root: `python3 -I -c <this file> MODE ROOT ...` (standard library only).
+"""Change capture, run inside a sandbox as root: `python3 -I -c <this file> MODE ROOT ...` (standard
+library only).
 
-  list ROOT MAX_FILES  -> JSON {"entries": {path: [kind, size, sha256|link target, executable]}, "rejected": [...]}
+  list ROOT MAX_FILES  -> JSON {"entries": {path: [kind, size, sha256|link target, executable]},
+                                "rejected": [...]}
                           kind: f file, l link, o other (fifo, socket, device), d folder
   read ROOT MAX_BYTES  -> paths as a JSON list on stdin; JSON {"files": {path: base64}, "rejected": [...]}
 

@@ -67,7 +67,8 @@ class ChangeCapture:
 
     async def snapshot(self, max_files: int = 5000) -> dict:
         """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
-        (kind: f file, l link, o other); "too_many" when over max_files, "!rejected": what could not be listed."""
+        (kind: f file, l link, o other); "too_many" when over max_files, "!rejected": what could not be
+        listed."""
         out = await self._capture(["list", WORKSPACE, str(max_files)])
         entries = {p: m for p, m in out.get("entries", {}).items() if m[0] != "d"}
         if "too_many" in out:

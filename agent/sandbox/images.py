@@ -184,7 +184,8 @@ def task_image(dockerfile: Optional[str], context_files: dict[str, bytes], log=p
     base_id = ensure_base_image(log)
     if not dockerfile:
         return base_id
-    tag = f"harness/task:{content_hash(base_id, dockerfile, *sorted(context_files), *[context_files[k] for k in sorted(context_files)])}"
+    contents = [context_files[k] for k in sorted(context_files)]
+    tag = f"harness/task:{content_hash(base_id, dockerfile, *sorted(context_files), *contents)}"
     img = find_image(tag)
     if img is not None:
         return img.id

@@ -1,10 +1,11 @@
 """Sandboxes for any image: the static command server, and the Harbor runtime contract.
 
-Our own tasks run agent/sandbox/server.py on the image's python3 (agent/sandbox/container.py). A sandbox whose Limits
-carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines protocol, compiled
-`gcc -static` once per host (cached by source hash) and bind-mounted read-only at /.harness-helper, so the image
-needs no interpreter (a Debian minbase, a busybox-only image, ...). It also walks the working folder for change
-capture ("op": "snapshot") and kills every process but itself ("op": "killall").
+Our own tasks run agent/sandbox/server.py on the image's python3 (agent/sandbox/container.py). A sandbox
+whose Limits carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines protocol,
+compiled `gcc -static` once per host (cached by source hash) and bind-mounted read-only at
+/.harness-helper, so the image needs no interpreter (a Debian minbase, a busybox-only image, ...). It also
+walks the working folder for change capture ("op": "snapshot") and kills every process but itself
+("op": "killall").
 
 A NativeSpec sandbox (Harbor tasks) differs from ours on purpose (README "Harbor tasks"):
   - the working folder is the image's WORKDIR (or the task's workdir), on a writable root filesystem
@@ -57,7 +58,8 @@ class NativeSpec:
 
 
 def helper_path() -> Path:
-    """The static helper binary for this host, compiled on first use (gcc -static) and cached by source hash."""
+    """The static helper binary for this host, compiled on first use (gcc -static) and cached by source
+    hash."""
     source = HELPER_SOURCE.read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:12]
     target = CACHE_DIR / f"sandbox-helper-{digest}"
@@ -107,8 +109,9 @@ class NativeSandbox(Sandbox):
         )
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
-        """Change capture without the image's python3 (agent/sandbox/capture.py's two modes): `list` walks
-        the working folder in the helper itself (same filesystem only), `read` streams the files out by tar."""
+        """Change capture without the image's python3 (agent/sandbox/capture.py's two modes): `list`
+        walks the working folder in the helper itself (same filesystem only), `read` streams the files
+        out by tar."""
         mode, root = args[0], (self.workdir if args[1] == WORKSPACE else args[1])
         if mode == "list":
             reply = await self._request({"op": "snapshot", "root": root, "max_files": int(args[2])}, 150)
@@ -129,7 +132,8 @@ class NativeSandbox(Sandbox):
         }
 
     async def kill_all(self):
-        """Kills every process in the container but init and the helper (nothing the agent started survives)."""
+        """Kills every process in the container but init and the helper (nothing the agent started
+        survives)."""
         await self._request({"op": "killall"}, 30)
 
 
@@ -151,7 +155,8 @@ def create_native(
     pool_id: str = "",
     network: Optional[str] = None,
 ) -> NativeSandbox:
-    """Creates, attaches and starts one container served by the static helper (blocking: call from a thread)."""
+    """Creates, attaches and starts one container served by the static helper (blocking: call from a
+    thread)."""
     spec: NativeSpec = limits.native
     client = docker_client()
     helper = helper_path()

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 
-EXAMPLE = """example:
-  harness serve --model local:smollm2-135m --adapter tuned=runs/train/round_1/adapter --api-key secret --port 8000
-  # then: openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")
-  #         .chat.completions.create(model="tuned", messages=[...], tools=[...], stream=True)"""
+EXAMPLE = (
+    "example:\n"
+    "  harness serve --model local:smollm2-135m --adapter tuned=runs/train/round_1/adapter "
+    "--api-key secret --port 8000\n"
+    '  # then: openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")\n'
+    '  #         .chat.completions.create(model="tuned", messages=[...], tools=[...], stream=True)'
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

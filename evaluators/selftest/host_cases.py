@@ -162,7 +162,8 @@ def host_cases() -> list[Case]:
             "50 MB of random bytes on stdout+stderr: bounded; solved",
             lambda c: [
                 bash(
-                    "head -c 50000000 /dev/urandom; head -c 5000000 /dev/urandom >&2; echo; echo FLOOD-END; echo >&2; echo FLOOD-END >&2"
+                    "head -c 50000000 /dev/urandom; head -c 5000000 /dev/urandom >&2; "
+                    "echo; echo FLOOD-END; echo >&2; echo FLOOD-END >&2"
                 ),
                 bash(A(c)),
                 SUBMIT,
@@ -213,7 +214,8 @@ def host_cases() -> list[Case]:
                     "getent hosts example.com >/dev/null 2>&1 && echo GETENT=OK || echo GETENT=FAIL\n"
                     "python3 -c \"import socket; socket.getaddrinfo('pypi.org', 443)\" >/dev/null 2>&1 "
                     "&& echo RESOLVE=OK || echo RESOLVE=FAIL\n"
-                    # an index host under .invalid never resolves: no packet could leave even if isolation broke
+                    # an index host under .invalid never resolves: no packet could leave even if
+                    # isolation broke
                     "(python3 -m pip install --index-url http://pypi.invalid/simple six || "
                     "pip install --index-url http://pypi.invalid/simple six) >/dev/null 2>&1 "
                     "&& echo PIP=OK || echo PIP=FAIL"
@@ -235,7 +237,8 @@ def host_cases() -> list[Case]:
                     "echo NoNewPrivs=$(awk '$1==\"NoNewPrivs:\" {print $2}' /proc/self/status)\n"
                     "sudo -n true >/dev/null 2>&1 && echo sudo=OK || echo sudo=FAIL\n"
                     "su -c true root </dev/null >/dev/null 2>&1 && echo su=OK || echo su=FAIL\n"
-                    "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m >/dev/null 2>&1 && echo mount=OK || echo mount=FAIL\n"
+                    "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m >/dev/null 2>&1 "
+                    "&& echo mount=OK || echo mount=FAIL\n"
                     "unshare -r true >/dev/null 2>&1 || unshare -U true >/dev/null 2>&1 "
                     "&& echo unshare=OK || echo unshare=FAIL\n"
                     "ls /var/run/docker.sock /run/docker.sock >/dev/null 2>&1 && echo dockersock=PRESENT "
@@ -269,8 +272,9 @@ def host_cases() -> list[Case]:
             "every write outside /workspace and /tmp denied; solved",
             lambda c: [
                 bash(
-                    f"n=0; for d in /etc /usr /usr/lib/python3/dist-packages /grader /root /var /opt /run/lock "
-                    f"/proc/sys/kernel /sys /; do if touch $d/pwned-{c.nonce} 2>/dev/null; then echo WROTE $d; "
+                    f"n=0; for d in /etc /usr /usr/lib/python3/dist-packages /grader /root /var /opt "
+                    f"/run/lock /proc/sys/kernel /sys /; do "
+                    f"if touch $d/pwned-{c.nonce} 2>/dev/null; then echo WROTE $d; "
                     f"else n=$((n+1)); fi; done\n"
                     f"echo pwned >/proc/sys/kernel/hostname 2>/dev/null || n=$((n+1))\necho DENIED=$n"
                 ),

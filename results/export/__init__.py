@@ -6,7 +6,8 @@ The source is Attempt.messages, the final conversation as OpenAI chat message di
 
 One module per concept (imports go down this list, never up):
   messages.py     the conversation cleaned to OpenAI's message shape; the worked example's turns
-  formats.py      one converter per format (openai, hf-chat, sharegpt, prompt-completion, kto): each format's fields
+  formats.py      one converter per format (openai, hf-chat, sharegpt, prompt-completion, kto): each
+                  format's fields
   validate.py     each format's record check (validate_*)
   run.py          export_run: a run folder to a JSONL file (and a `datasets` folder)
   inspect_log.py  export_inspect: a run folder to an Inspect AI log (`--format inspect`; needs inspect_ai)

@@ -6,12 +6,14 @@ prompt/completion formats keep it only inside prompts, and `hf-chat`/`sharegpt` 
 turn they hold) leave it out.
 
 - openai:            {"messages": [...], "tools": [...]} for OpenAI chat fine-tuning. Assistant tool_calls
-                     and tool messages as they are (arguments a JSON string); "tools" when native tools were used.
+                     and tool messages as they are (arguments a JSON string); "tools" when native tools
+                     were used.
 - hf-chat:           {"messages", "tools", "task_id", "reward", "split"} as TRL's SFTTrainer reads it:
                      assistant tool_calls stay structured with dict arguments, "tools" is the list of JSON
                      schemas offered (None for text-protocol attempts).
-- sharegpt:          {"conversations": [{"from": system|human|gpt|tool, "value"}]}; tool calls written into the
-                     text as <tool_call>{"name": ..., "arguments": {...}}</tool_call> (the Hermes/Qwen convention).
+- sharegpt:          {"conversations": [{"from": system|human|gpt|tool, "value"}]}; tool calls written
+                     into the text as <tool_call>{"name": ..., "arguments": {...}}</tool_call> (the
+                     Hermes/Qwen convention).
 - prompt-completion: one record per assistant turn, {"prompt": [messages before it], "completion": [the turn],
                      "tools", "task_id", "reward", "split"} (TRL's conversational prompt-completion type: loss
                      on the completion only).
@@ -36,7 +38,9 @@ def _flatten_tool_calls(msg: dict[str, Any]) -> str:
     """Assistant text with its tool calls written inline, for formats with plain string content."""
     text = msg.get("content") or ""
     calls = [
-        f"<tool_call>\n{json.dumps({'name': c['function']['name'], 'arguments': call_arguments(c)})}\n</tool_call>"
+        "<tool_call>\n"
+        f"{json.dumps({'name': c['function']['name'], 'arguments': call_arguments(c)})}"
+        "\n</tool_call>"
         for c in msg.get("tool_calls", [])
     ]
     return "\n".join(([text] if text else []) + calls)

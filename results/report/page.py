@@ -93,7 +93,8 @@ def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
         parts.append(
             "<details><summary>conversation start</summary>"
             + "".join(
-                f"<div class='label'>{e(str(m.get('role')))}</div><pre>{e(clip(content_text(m.get('content'))))}</pre>"
+                f"<div class='label'>{e(str(m.get('role')))}</div>"
+                f"<pre>{e(clip(content_text(m.get('content'))))}</pre>"
                 for m in start
             )
             + "</details>"
@@ -178,12 +179,14 @@ def write_html(
             f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
             f"style-src 'unsafe-inline'; script-src 'nonce-{nonce}'\">"
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-            f"<title>harness report: {e(', '.join(r.label for r in runs))}</title><style>\n{CSS}</style></head><body>"
+            f"<title>harness report: {e(', '.join(r.label for r in runs))}</title>"
+            f"<style>\n{CSS}</style></head><body>"
         )
         w(
-            f"<h1>harness report</h1><p class='meta'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · "
-            f"{len(runs)} run(s). Rates and pass@k exclude infra errors (status=error); CIs: 95% bootstrap over "
-            f"tasks.</p>"
+            "<h1>harness report</h1>"
+            f"<p class='meta'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · "
+            f"{len(runs)} run(s). Rates and pass@k exclude infra errors (status=error); "
+            f"CIs: 95% bootstrap over tasks.</p>"
         )
         w(f"<h2>Runs</h2>{html_table(_runs_table(runs))}")
         w(f"<h2>Overview</h2>{html_table(overview_table(runs))}")
@@ -199,11 +202,13 @@ def write_html(
             w(f"<h2>By training round</h2>{html_table(rounds_table(rounds))}")
         if comps:
             w(
-                f"<h2>Compared with {e(runs[0].label)} (paired by task)</h2>{html_table(comparison_table(comps))}"
+                f"<h2>Compared with {e(runs[0].label)} (paired by task)</h2>"
+                f"{html_table(comparison_table(comps))}"
             )
             for a, b, c in comps:
                 w(
-                    f"<p><b>{e(b)}</b>: improved: {e(id_list(c.improved, 50))}; regressed: {e(id_list(c.regressed, 50))}; "
+                    f"<p><b>{e(b)}</b>: improved: {e(id_list(c.improved, 50))}; "
+                    f"regressed: {e(id_list(c.regressed, 50))}; "
                     f"test: {e(c.test)}</p>"
                 )
         for level in ("domain", "difficulty"):
@@ -220,7 +225,8 @@ def write_html(
         w("</select>task <select id='f-task'><option value=''>all</option>")
         w("".join(f"<option value='{e(t)}'>{e(t)}</option>" for t in tasks))
         w(
-            "</select>outcome <select id='f-status'><option value=''>all</option><option value='solved'>solved</option>"
+            "</select>outcome <select id='f-status'><option value=''>all</option>"
+            "<option value='solved'>solved</option>"
             "<option value='failed'>failed</option><option value='error'>error</option></select>"
             "<span id='f-count' class='meta'></span></div>"
         )

@@ -233,9 +233,11 @@ def markdown_summary(
             "tasks": o["n_tasks"],
             "attempts": o["n_attempts"],
             "errors": o["n_errors"],
-            "solved rate (95% CI)": f"{o['solved_rate']:.3f} ({o['solved_ci_low']:.3f}-{o['solved_ci_high']:.3f})"
-            if not np.isnan(o["solved_rate"])
-            else "-",
+            "solved rate (95% CI)": (
+                f"{o['solved_rate']:.3f} ({o['solved_ci_low']:.3f}-{o['solved_ci_high']:.3f})"
+                if not np.isnan(o["solved_rate"])
+                else "-"
+            ),
         }
         for col in pass_cols(r.summary):
             if int(col[5:]) in ks:
@@ -251,7 +253,8 @@ def markdown_summary(
             out.append(
                 f"- **{_md_cell(b)}** vs **{_md_cell(a)}** on {c.n_tasks} shared tasks: "
                 f"{c.diff:+.3f} solved rate (95% CI {c.ci_low:+.3f} to {c.ci_high:+.3f}), "
-                f"{c.test} p = {c.p_value:.4f}; improved {len(c.improved)} ({_md_cell(id_list(c.improved))}), "
+                f"{c.test} p = {c.p_value:.4f}; "
+                f"improved {len(c.improved)} ({_md_cell(id_list(c.improved))}), "
                 f"regressed {len(c.regressed)} ({_md_cell(id_list(c.regressed))})"
             )
         out.append("")

@@ -95,8 +95,9 @@ def test_an_exec_that_never_answers_trips_the_host_watchdog(image, tmp_path, mon
 
 
 def test_sandbox_killed_from_outside_mid_attempt(image, tmp_path, monkeypatch):
-    """`docker kill` from outside, mid-attempt: when the agent's command is about to run in the victim's sandbox
-    the test kills that container through the Docker API (no polling of its processes: nothing to outrun)."""
+    """`docker kill` from outside, mid-attempt: when the agent's command is about to run in the victim's
+    sandbox the test kills that container through the Docker API (no polling of its processes: nothing to
+    outrun)."""
     killed = []
     original = Sandbox.exec
 
@@ -172,7 +173,8 @@ def test_engine_restart_during_a_run(image, tmp_path, monkeypatch):
     original = Sandbox.exec
 
     async def exec_after_a_restart(self, cmd, *args, **kw):
-        # The engine restarts when the first attempt's command is about to run (no polling: nothing to outrun).
+        # The engine restarts when the first attempt's command is about to run (no polling: nothing to
+        # outrun).
         if "RESTART-ME" in str(cmd) and not restarted:
             restarted.append(True)
             await asyncio.to_thread(restart_engine)

@@ -157,7 +157,8 @@ def test_networked_sandboxes_reach_neither_each_other_nor_the_host(image):
     t = threading.Thread(target=accept, daemon=True)
     t.start()
     probe = (
-        'python3 -c "import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)'
+        'python3 -c "import socket,sys\ntry:\n'
+        " socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)"
         "\n print('CONNECTED')\nexcept OSError as e:\n print('REFUSED', e)\" {} {}"
     )
 
@@ -174,7 +175,8 @@ def test_networked_sandboxes_reach_neither_each_other_nor_the_host(image):
                 gateway = gateway.strip() or ".".join(ip_a.split(".")[:3] + ["1"])
                 listener = asyncio.ensure_future(
                     a.exec(
-                        "python3 -c \"import socket,time\ns=socket.socket();s.bind(('0.0.0.0',8765));s.listen(8);"
+                        'python3 -c "import socket,time\n'
+                        "s=socket.socket();s.bind(('0.0.0.0',8765));s.listen(8);"
                         "s.settimeout(0.5)\nend=time.time()+8\nwhile time.time()<end:\n try:\n  s.accept()\n"
                         ' except OSError:\n  pass"',
                         timeout=12,

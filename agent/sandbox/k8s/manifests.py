@@ -105,8 +105,9 @@ def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str
                     "allowPrivilegeEscalation": False,
                     "privileged": False,
                     "readOnlyRootFilesystem": limits.read_only,
-                    # as on Docker (agent/sandbox/container.py create_sandbox): for the server and the harness's own root
-                    # commands (capture, the grader's runner); a command of the sandbox user gets none
+                    # as on Docker (agent/sandbox/container.py create_sandbox): for the server and the
+                    # harness's own root commands (capture, the grader's runner); a command of the sandbox
+                    # user gets none
                     "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]},
                 },
                 "volumeMounts": [
