@@ -92,6 +92,7 @@ def test_train_round_trains_an_adapter_and_evaluates_with_it(smoke):
     assert {k[0] for k in rows} == {0, 1}
 
 
+@pytest.mark.slow
 def test_budget_guard_stops_and_says_so(tmp_path):
     proc, report = run_check(tmp_path, "--budget", "1", timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -50,6 +50,7 @@ def test_resume_without_tasks_uses_the_runs_own_suite(image, tmp_path):
     assert all(r["solved"] for r in recs)
 
 
+@pytest.mark.slow
 def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
     from agent.serve import start_server
 

@@ -202,6 +202,7 @@ def test_cli_says_what_to_install_without_ray(tmp_path):
     assert len(errors) == 1 and "pip install 'harness[cluster]'" in errors[0], p.stderr
 
 
+@pytest.mark.slow
 def test_a_node_without_an_image_gets_it_by_docker_load(image):
     """The driver ships `docker save` of what a node lacks; the node's `docker load` yields the same id."""
     import io

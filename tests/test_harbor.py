@@ -275,6 +275,7 @@ def minbase(image):
     return ensure_minbase_image(log=lambda m: None)
 
 
+@pytest.mark.slow
 def test_fixture_corpus_validates(minbase):
     """`harness tasks validate`: every oracle solved, every null agent not, hidden tests unreachable."""
     rows = run(validate(load_suite(FIXTURES), repeats=1, concurrency=2))
@@ -407,6 +408,7 @@ def _one_of_each_kind():
     return list(kinds.values())
 
 
+@pytest.mark.slow
 def test_exported_tasks_validate_one_of_each_kind(image, tmp_path):
     rows = run(validate(_exported(tmp_path, _one_of_each_kind()), repeats=1, concurrency=2))
     assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])] * 3
@@ -427,6 +429,7 @@ def test_export_cli(tmp_path, capsys):
     assert (tmp_path / "x" / "fizzbuzz" / "tests" / "test.sh").stat().st_mode & 0o111
 
 
+@pytest.mark.slow
 def test_bench_sandbox_smoke_prints_the_python_less_figure(minbase):
     import subprocess
     import sys
@@ -554,6 +557,7 @@ def test_our_tasks_are_graded_fresh_only(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_exported_humaneval_tasks_validate(image, tmp_path):
     from tasks.humaneval import import_humaneval
 
@@ -639,6 +643,7 @@ def test_an_agent_that_ends_its_own_container_is_still_verified(image, mode):
     assert rec.solved, (rec.reason, rec.detail)
 
 
+@pytest.mark.slow
 def test_an_agent_that_freezes_the_command_server_scores_zero_without_crashing_the_run(image):
     """A root agent can SIGSTOP the helper: the host gives up on that sandbox; the attempt is graded 0."""
     import asyncio

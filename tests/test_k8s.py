@@ -255,6 +255,7 @@ def test_real_cluster_runs_and_grades_an_attempt(tmp_path):
     assert rec["solved"], rec["detail"]
 
 
+@pytest.mark.slow
 def test_cli_eval_with_k8s_sandboxes(fake_cluster, image, tmp_path):
     """`harness eval --sandbox k8s` end to end: KUBECONFIG names the (fake) cluster; records and summary as
     on Docker."""

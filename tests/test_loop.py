@@ -378,6 +378,7 @@ def test_run_eval_records_every_attempt_and_resume_runs_nothing_twice(image, tmp
     assert len((out / "attempts.jsonl").read_text().splitlines()) == 3
 
 
+@pytest.mark.slow
 def test_each_sample_and_step_gets_its_own_seed_and_a_rerun_the_same(image, tmp_path):
     """A seeded sampler (the local model, OpenAI's seed) returns the same reply for the same seed and
     prompt: one seed for every attempt would make a task's K samples copies of one."""

@@ -159,6 +159,7 @@ def test_max_steps_is_the_smaller_of_task_and_run(cli_steps, task_steps, expecte
     assert (res.exit_reason, len(res.steps)) == ("max_steps", expected)
 
 
+@pytest.mark.slow
 def test_the_tasks_wall_time_applies_unless_the_run_turns_it_off():
     slow = dict(reply="```bash\nsubmit\n```", delay=2.0)  # answers after 2 s; the task allows 1 s
     limits = AgentLimits(timeout_sec=1.0)

@@ -104,6 +104,7 @@ def test_attempts_are_bounded_and_the_error_says_what_failed(flaky):
     )
 
 
+@pytest.mark.slow
 def test_a_hung_request_hits_its_timeout_then_is_retried(flaky):
     # The hang never ends by itself, so only the timeout can end it; the timeout is generous so that the
     # answered retry fits in it on any machine (the test spends it once).

@@ -248,6 +248,7 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
 
 
+@pytest.mark.slow
 def test_hf_chat_records_render_with_a_real_chat_template(mixed_run, tmp_path, smollm2_tokenizer):
     records = read(export.export_run(mixed_run, "hf-chat", tmp_path / "h.jsonl").path)
     assert len(records) == 7

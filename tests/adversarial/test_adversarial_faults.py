@@ -71,6 +71,7 @@ def test_create_always_fails_for_one_task_others_unaffected(image, tmp_path, mon
     assert containers_of(out.name) == []
 
 
+@pytest.mark.slow
 def test_an_exec_that_never_answers_trips_the_host_watchdog(image, tmp_path, monkeypatch):
     """The command server never answers one request (it is lost): the host-side watchdog gives up, kills
     that sandbox, and the attempt is run again in a fresh one."""

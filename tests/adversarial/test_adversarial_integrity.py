@@ -142,6 +142,7 @@ def _listen_on_host() -> tuple[socket.socket, int]:
     return srv, srv.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_networked_sandboxes_reach_neither_each_other_nor_the_host(image):
     """Only local addresses are tried: a peer sandbox and this host's address on the run's bridge."""
     srv, port = _listen_on_host()
@@ -264,6 +265,7 @@ def test_readme_describes_the_grading_design():
         assert needle in text, needle
 
 
+@pytest.mark.slow
 def test_a_sandbox_that_never_answers_on_every_try_is_the_attempts_failure(image, tmp_path, monkeypatch):
     """A lost message is retried (test_adversarial_faults); when every try of an attempt ends with its
     command server silent, that is the attempt's own doing, not an error left out of the rates."""

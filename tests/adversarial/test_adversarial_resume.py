@@ -142,6 +142,7 @@ def test_resume_with_different_samples_is_refused(image, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs for the run folder: needs root")
+@pytest.mark.slow
 def test_full_disk_stops_the_run_with_nothing_corrupted(image, tmp_path):
     tasks, model = suite(tmp_path, n=1), replay(tmp_path, output=6000)  # records of ~15 KB
     mnt = tmp_path / "small"
