@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
 from agent.config import LoopConfig
-from agent.loop import TOOLS, LoopResult, run_loop
+from agent.loop import LoopResult, run_loop
 from agent.models import get_model, model_for_attempt
 from agent.models.base import Model
+from agent.protocol import TOOLS
 from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, SandboxUnresponsive, content_hash, prune
 from agent.sandbox.images import harbor_task_image, harbor_verifier_image, task_image
 from evaluators.grade import grade

@@ -23,8 +23,10 @@ LAYERS: list[tuple[str, list[str]]] = [
         "agent and graders",
         [
             "agent.config",
+            "agent.exits",
             "agent.loop",
             "agent.models",
+            "agent.protocol",
             "agent.serve",
             "evaluators.grade",
             "evaluators.pytest_kind",
