@@ -37,7 +37,17 @@ LAYERS: list[tuple[str, list[str]]] = [
             "evaluators.kinds",
         ],
     ),
-    ("orchestrator and task loading", ["evaluators.runner", "evaluators.cluster", "tasks"]),
+    (
+        "orchestrator and task loading",
+        [
+            "evaluators.runner",
+            "evaluators.policies",
+            "evaluators.progress",
+            "evaluators.task_images",
+            "evaluators.cluster",
+            "tasks",
+        ],
+    ),
     (
         "commands",
         [

@@ -16,7 +16,8 @@ from agent.models import get_model
 from agent.protocol import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
 from agent.sandbox import ExecResult, SandboxDied, SandboxPool
 from agent.sandbox.protocol import LoopSandbox
-from evaluators.runner import attempt_with_retries, loop_policy, run_attempt, run_eval
+from evaluators.policies import loop_policy
+from evaluators.runner import attempt_with_retries, run_attempt, run_eval
 from tests.conftest import run
 from tests.helpers import SUBMIT, WRITE_CORRECT, WRITE_WRONG, FakePool, FakeSandbox, make_task
 
