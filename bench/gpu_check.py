@@ -738,6 +738,7 @@ def section_e2e(
     import lora.train as lt
     from agent.models.local import LocalModel
     from agent.models.replay import ReplayModel
+    from lora.config import config_from
 
     why = budget.refuse(0)
     if why:
@@ -814,7 +815,7 @@ def section_e2e(
         fine_tune=lt._fine_tune,
         end_of_turn=lt._end_of_turn,
     )
-    cfg = lt.config_from(
+    cfg = config_from(
         None,
         model=model,
         tasks="builtin:easy",

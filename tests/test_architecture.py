@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "evaluators.validate",
             "evaluators.selftest",
             "agent.workflow",
+            "lora.config",
             "lora.data",
             "lora.sft",
             "lora.train",

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from lora_fakes import CharTokenizer, attempt, rollout
 
+import lora.config as lc
 import lora.train as lt
 from results.errors import UserError
 
@@ -68,8 +69,8 @@ class FakeBackend:
         return {"steps": 3, "examples": len(examples)}
 
 
-def config(tmp_path, **kw) -> lt.TrainConfig:
-    return lt.config_from(
+def config(tmp_path, **kw) -> lc.TrainConfig:
+    return lc.config_from(
         None,
         **{"model": "local:tiny", "tasks": "suite", "out": tmp_path / "run", "rounds": 2, "samples": 2, **kw},
     )
@@ -270,7 +271,7 @@ def test_cli_merges_preset_and_flags(tmp_path, monkeypatch):
         True,
         2,
     )
-    assert c.sft.lr == 1e-3 and c.sft.epochs == lt.PRESETS["rft-smollm2"]["sft"]["epochs"]
+    assert c.sft.lr == 1e-3 and c.sft.epochs == lc.PRESETS["rft-smollm2"]["sft"]["epochs"]
     assert c.continue_adapter is False and c.per_task_cap == 2
 
     with pytest.raises(UserError, match="--model"):
@@ -282,7 +283,7 @@ def test_cli_merges_preset_and_flags(tmp_path, monkeypatch):
 @pytest.mark.model
 def test_train_end_to_end_with_smollm2(tmp_path):
     """2 tasks x 2 samples x 1 round with the real model, runner and sandbox (Docker)."""
-    cfg = lt.config_from(
+    cfg = lc.config_from(
         "rft-smollm2",
         rounds=1,
         samples=2,
