@@ -105,7 +105,7 @@ def _run_eval(
 def _fine_tune(
     model: str, examples: list, cfg: SFTConfig, out_dir: Path, continue_from: Optional[Path]
 ) -> dict:
-    from agent.models.local import load_hf
+    from agent.models.local_loading import load_hf
     from lora.sft import free_memory, prepare_model, save_adapter, train
 
     base, _tokenizer = load_hf(local_spec(model))
@@ -121,7 +121,7 @@ def _fine_tune(
 def _end_of_turn(model: str) -> Optional[int]:
     """The token the chat template closes an assistant turn with (a GGUF model's tokenizer is on disk
     once the round-0 eval has loaded it)."""
-    from agent.models.local import end_of_turn_id
+    from agent.models.local_loading import end_of_turn_id
 
     return end_of_turn_id(local_spec(model))
 

@@ -141,7 +141,7 @@ def test_end_of_turn_comes_from_the_tokenizer_files_alone(tmp_path, monkeypatch)
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    from agent.models import local
+    from agent.models import local_loading
 
     def folder(name: str, vocab: dict, eos: str) -> str:
         path = tmp_path / name
@@ -161,7 +161,9 @@ def test_end_of_turn_comes_from_the_tokenizer_files_alone(tmp_path, monkeypatch)
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"x")
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
-    assert local.end_of_turn_id(str(gguf)) is None  # its tokenizer is cached only once the model was loaded
+    assert (
+        local_loading.end_of_turn_id(str(gguf)) is None
+    )  # its tokenizer is cached only once the model was loaded
 
 
 def test_resume_restarts_at_the_unfinished_phase(tmp_path, monkeypatch):
@@ -322,10 +324,11 @@ def test_train_end_to_end_with_smollm2(tmp_path):
 def test_fine_tune_smollm2_gives_an_adapter_the_local_model_loads(tmp_path):
     """The SFT phase on the real model: trains from its own tokens, saves, and LocalModel(adapter=) loads it."""
     import agent.models.local as local  # our own module: a broken import fails, never skips
+    import agent.models.local_loading as local_loading
     from lora.data import build_examples
     from lora.sft import SFTConfig
 
-    _, tok = local.load_hf("smollm2-135m")
+    _, tok = local_loading.load_hf("smollm2-135m")
     eot = lt._end_of_turn("local:smollm2-135m")
     assert tok.convert_ids_to_tokens(eot) == "<|im_end|>"
     messages = [{"role": "user", "content": "Create hello.txt containing hi."}]
