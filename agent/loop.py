@@ -2,97 +2,43 @@
 
 The model acts (a shell command, a file write, or submit), the action runs in the sandbox, the
 real output goes back, until the model submits or a limit ends the attempt. Two protocols:
-native tool calls, or text (one ```bash block per reply) for models without tool support.
+native tool calls, or text (one ```bash block per reply) for models without tool support; what the
+model is told and how its replies are read is agent/protocol.py.
 Each step is query (ask the model), execute (run its actions, build the observation) and the limit
-checks; whatever ends the attempt raises a LoopExit whose `reason` is the recorded exit_reason.
+checks; whatever ends the attempt raises a LoopExit (agent/exits.py) whose `reason` is the recorded
+exit_reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from string import Template
 from typing import TYPE_CHECKING, Any, Optional
 
 from agent.config import LoopConfig
+from agent.exits import (
+    ContextExceeded,
+    CostBudget,
+    LoopExit,
+    MaxSteps,
+    ModelFailed,
+    SandboxOutOfMemory,
+    Stuck,
+    Submitted,
+    TokenBudget,
+    WallTime,
+)
 from agent.models.base import Completion, Model, ModelError
 from agent.models.retry import ContextLengthError
+from agent.protocol import TOOLS, opening_messages, parse_text_reply, parse_tool_calls, prompt
 from results.schema import Action, Step, clip
 
-if TYPE_CHECKING:  # the sandbox package (Docker SDK) is imported where a sandbox is used: the CLIs and the
-    from agent.sandbox.protocol import (
-        LoopSandbox,  # server import LoopConfig from here on machines without it
-    )
-
-PROMPTS = Path(__file__).parent / "prompts"
-# The variables each prompt template is given (and must use): a template naming any other fails.
-PROMPT_VARIABLES = {
-    "system_tools": set(),
-    "system_text": set(),
-    "instance": {"instruction"},
-    "observation": {"exit_code", "output"},
-    "timeout": {"timeout", "output"},
-    "format_error": {"problem"},
-}
-
-
-class PromptError(Exception):
-    """A prompt template and the variables given to it disagree (a misspelt or missing $name)."""
-
-
-def prompt(name: str, **values) -> str:
-    path = PROMPTS / f"{name}.md"
-    template = Template(path.read_text())
-    if not template.is_valid():
-        raise PromptError(f"{path}: a $ that is not a variable (write $$ for a literal $)")
-    used, given = set(template.get_identifiers()), set(values)
-    if used != given:
-        problems = [f"unknown variable ${v}" for v in sorted(used - given)]
-        problems += [f"${v} missing" for v in sorted(given - used)]
-        raise PromptError(
-            f"{path}: {', '.join(problems)} (it is given: {', '.join(sorted(given)) or 'nothing'})"
-        )
-    return template.substitute(**values).strip()
-
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "description": "Run one shell command in /workspace; returns exit code and output.",
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {"type": "string"}},
-                "required": ["command"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "description": "Write a file with exactly this content (path relative to /workspace).",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                "required": ["path", "content"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "submit",
-            "description": "Finish: the task is done.",
-            "parameters": {"type": "object", "properties": {}},
-        },
-    },
-]
+# The sandbox package (Docker SDK) is imported where a sandbox is used (see _Loop.execute), so that the
+# CLIs and the server import the loop on machines without it.
+if TYPE_CHECKING:
+    from agent.sandbox.protocol import LoopSandbox
 
 
 @dataclass
@@ -110,58 +56,6 @@ class LoopResult:
     @property
     def tool_seconds(self) -> float:
         return sum(s.tool_seconds for s in self.steps)
-
-
-BLOCK = re.compile(r"```[ \t]*([A-Za-z]*)[ \t]*\n(.*?)```", re.DOTALL)
-
-
-def parse_text_reply(text: str) -> Action:
-    """Text protocol: exactly one fenced shell block; `submit` alone in it ends the task."""
-    blocks = [
-        body for lang, body in BLOCK.findall(text) if lang.lower() in ("", "bash", "sh", "shell", "console")
-    ]
-    if len(blocks) != 1:
-        problem = (
-            "no ```bash block found."
-            if not blocks
-            else f"{len(blocks)} code blocks found, expected exactly one."
-        )
-        return Action(kind="format_error", content=problem)
-    command = blocks[0].strip()
-    if command in ("submit", "echo submit", "exit", "exit 0"):
-        return Action(kind="submit")
-    if not command:
-        return Action(kind="format_error", content="the code block is empty.")
-    return Action(kind="bash", command=command)
-
-
-def parse_tool_calls(completion: Completion) -> list[Action]:
-    actions = []
-    for call in completion.tool_calls:
-        args = call.arguments
-        if call.name == "bash" and isinstance(args.get("command"), str):
-            actions.append(Action(kind="bash", command=args["command"], tool_call_id=call.id))
-        elif (
-            call.name == "write_file"
-            and isinstance(args.get("path"), str)
-            and isinstance(args.get("content"), str)
-        ):
-            actions.append(
-                Action(kind="write", path=args["path"], content=args["content"], tool_call_id=call.id)
-            )
-        elif call.name == "submit":
-            actions.append(Action(kind="submit", tool_call_id=call.id))
-        else:
-            actions.append(
-                Action(
-                    kind="format_error",
-                    tool_call_id=call.id,
-                    content=f"unknown tool or bad arguments: {call.name}({json.dumps(args)[:200]}).",
-                )
-            )
-    if not actions:
-        actions.append(Action(kind="format_error", content="no tool call: call bash, write_file or submit."))
-    return actions
 
 
 async def run_action(
@@ -202,69 +96,6 @@ def fit_context(model: Model, messages: list[dict], reply_tokens: int) -> bool:
 def clean(messages: list[dict]) -> list[dict]:
     """Messages as the model sees them (without the loop's own bookkeeping keys)."""
     return [{k: v for k, v in m.items() if k not in ("elided", "pinned")} for m in messages]
-
-
-def opening_messages(
-    instruction: str, use_tools: bool, demonstration: bool = True, workdir: str = "/workspace"
-) -> list[dict]:
-    """The conversation before the first step: the system prompt, the worked example (text protocol) and
-    the task (pinned: never elided to fit the context window)."""
-    system = prompt("system_tools" if use_tools else "system_text").replace("/workspace", workdir)
-    messages = [{"role": "system", "content": system}]
-    if demonstration and not use_tools:
-        messages += json.loads((PROMPTS / "demonstration.json").read_text())
-    return messages + [
-        {"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True}
-    ]
-
-
-# -- how an attempt ends: each exit's `reason` is the exit_reason recorded (results/schema.py) ----------
-class LoopExit(Exception):
-    reason = ""
-
-
-class Submitted(LoopExit):
-    reason = "submitted"
-
-
-class Stuck(LoopExit):  # the same actions three steps running
-    reason = "stuck"
-
-
-class LimitReached(LoopExit):
-    """One of LoopConfig's limits (or the model's context window) ended the attempt."""
-
-
-class MaxSteps(LimitReached):
-    reason = "max_steps"
-
-
-class WallTime(LimitReached):
-    reason = "wall_time"
-
-
-class TokenBudget(LimitReached):
-    reason = "token_budget"
-
-
-class CostBudget(LimitReached):
-    reason = "cost_budget"
-
-
-class ContextExceeded(LimitReached):
-    reason = "context_exceeded"
-
-
-class SandboxOutOfMemory(LoopExit):
-    reason = "sandbox_died"
-
-
-class ModelFailed(LoopExit):
-    reason = "model_error"
-
-    def __init__(self, error: ModelError):
-        super().__init__(str(error))
-        self.message, self.status = str(error), error.status
 
 
 async def run_loop(model: Model, sb: LoopSandbox, instruction: str, cfg: LoopConfig) -> LoopResult:

@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 SECTIONS = ("sft", "decode", "e2e")
 SHARES = {"sft": 0.5, "decode": 0.25, "e2e": 0.25}  # of the budget left when a section starts
-SPECIALS = ["<|im_end|>", "<|endoftext|>", "<|im_start|>"]  # ChatML, as local.CHATML_TEMPLATE renders
+SPECIALS = ["<|im_end|>", "<|endoftext|>", "<|im_start|>"]  # ChatML, as local_loading.CHATML_TEMPLATE renders
 
 # Sizes per mode. GPU: what the issue asks for, the target (1.5B at 4k) first in case the budget runs short.
 # CPU: the same code paths, tiny.
@@ -159,7 +159,9 @@ def bench_module(name: str):
 
 
 def on_gpu() -> bool:
-    from agent.models.local import pick_device  # the project's one device rule (cuda when there is one)
+    from agent.models.local_loading import (
+        pick_device,
+    )  # the project's one device rule (cuda when there is one)
 
     return pick_device().type == "cuda"
 
@@ -191,7 +193,7 @@ def byte_tokenizer(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from agent.models.local import CHATML_TEMPLATE
+    from agent.models.local_loading import CHATML_TEMPLATE
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {c: i for i, c in enumerate(alphabet)}
@@ -227,7 +229,7 @@ def random_model_folder(folder: Path, shape: str, max_positions: int = 8192) -> 
         bos_token_id=None,
     )
     torch.manual_seed(0)
-    from agent.models.local import pick_device
+    from agent.models.local_loading import pick_device
 
     with pick_device():  # a 0.5B init on the CPU is slow
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
@@ -243,7 +245,7 @@ def random_model_folder(folder: Path, shape: str, max_positions: int = 8192) -> 
 
 def section_sft(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
     bl = bench_module("lora")  # reuse: the synthetic data, FLOP count, both training loops, peak matmul
-    from agent.models.local import pick_device
+    from agent.models.local_loading import pick_device
 
     device = pick_device()
     cuda = device.type == "cuda"
@@ -645,7 +647,8 @@ def docker_ok() -> bool:
 def first_turn(instruction: str) -> list[dict]:
     """The loop's opening messages for the text protocol, for the no-sandbox evals (agent.loop imports the
     sandbox package only where a sandbox is used, so a bare GPU machine without the Docker SDK has it)."""
-    from agent.loop import clean, opening_messages
+    from agent.loop import clean
+    from agent.protocol import opening_messages
 
     return clean(opening_messages(instruction, use_tools=False))
 
@@ -742,6 +745,7 @@ def section_e2e(
     import lora.train as lt
     from agent.models.local import LocalModel
     from agent.models.replay import ReplayModel
+    from lora.config import config_from
 
     why = budget.refuse(0)
     if why:
@@ -818,7 +822,7 @@ def section_e2e(
         fine_tune=lt._fine_tune,
         end_of_turn=lt._end_of_turn,
     )
-    cfg = lt.config_from(
+    cfg = config_from(
         None,
         model=model,
         tasks="builtin:easy",

@@ -30,7 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lora.train import config_from, run
+from lora.config import config_from
+from lora.train import run
 
 
 def main(argv=None) -> int:

@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # the baseline's process
     args = ap.parse_args(argv)
     if args.pipeline_server:
-        from agent.models.local import load_hf
+        from agent.models.local_loading import load_hf
 
         url, _ = pipeline_server(*load_hf("smollm2-135m"))
         print(f"pipeline server at {url}", flush=True)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.clients, args.max_tokens, args.solo_requests, args.turns = 2, 3, 1, 1
 
-    from agent.models.local import load_hf
+    from agent.models.local_loading import load_hf
 
     _, tokenizer = load_hf("smollm2-135m", device="cpu")
     servers = {

@@ -145,7 +145,8 @@ class NodeWorker:
             )
 
     async def attempt(self, task_id: str, sample: int, image: str) -> dict[str, Any]:
-        from evaluators.runner import attempt_with_retries, loop_policy
+        from evaluators.policies import loop_policy
+        from evaluators.runner import attempt_with_retries
 
         s, task = self.spec, self.tasks[task_id]
         rec = await attempt_with_retries(

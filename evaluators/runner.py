@@ -1,7 +1,7 @@
 """Runs many attempts concurrently and records each one as it finishes.
 
-One attempt: fresh sandbox -> starting files -> a policy acts (the agent loop, the oracle, or
-nothing) -> changes captured -> sandbox destroyed -> graded in a fresh container -> one record.
+One attempt: fresh sandbox -> starting files -> a policy acts (evaluators/policies.py: the agent loop,
+the oracle, or nothing) -> changes captured -> sandbox destroyed -> graded in a fresh container -> one record.
 Model calls and sandbox work overlap under asyncio; separate limits bound concurrent attempts,
 model requests and containers.
 """
@@ -10,28 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import sys
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Awaitable, Callable, Optional
+from typing import Callable, Optional
 
 from agent.config import LoopConfig
-from agent.loop import TOOLS, LoopResult, run_loop
-from agent.models import get_model, model_for_attempt
+from agent.loop import LoopResult
+from agent.models import get_model
 from agent.models.base import Model
-from agent.sandbox import Changes, Limits, Sandbox, SandboxPool, SandboxUnresponsive, content_hash, prune
-from agent.sandbox.images import harbor_task_image, harbor_verifier_image, task_image
+from agent.protocol import TOOLS
+from agent.sandbox import Changes, Limits, SandboxPool, SandboxUnresponsive, prune
 from evaluators.grade import grade
+from evaluators.policies import Policy, loop_policy
+from evaluators.progress import Progress
+from evaluators.task_images import build_images
 from results.errors import InfraError, OracleFailed, UserError
 from results.schema import Attempt, attempt_key
 from tasks.model import Task
 
-# A policy acts in the sandbox; it returns the loop's result (or None for oracle/null).
-Policy = Callable[[Task, Sandbox], Awaitable[Optional[LoopResult]]]
 INFRA_RETRIES = 2  # an attempt hit by an infrastructure error is run again this many times
 
 
@@ -39,64 +38,8 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-async def oracle_policy(task: Task, sb: Sandbox) -> None:
-    """Runs the task's solution/solve.sh in /workspace, as the agent would."""
-    if task.harbor is not None:  # Harbor's oracle: /solution, the image's WORKDIR, [solution.env]
-        from evaluators import harbor_kind
-
-        return await harbor_kind.oracle(task, sb)
-    await sb.put_files(task.solution_files, dest="/tmp/oracle")
-    r = await sb.exec("bash /tmp/oracle/solve.sh", timeout=task.agent.timeout_sec)
-    await sb.exec("rm -rf /tmp/oracle", timeout=30)
-    if r.exit_code != 0:
-        raise OracleFailed(f"solve.sh exited {r.exit_code}: {r.output[-300:]}")
-
-
-async def null_policy(task: Task, sb: Sandbox) -> None:
-    """Does nothing: the untouched workspace must not be solved."""
-
-
-def attempt_seed(seed: int, task_id: str, sample: int) -> int:
-    """The seed of one attempt: a run's samples of a task must differ (a seeded sampler given the same
-    seed and prompt returns the same reply), and a re-run of the same attempt must repeat."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{task_id}:{sample}".encode()).digest()[:4], "big") >> 1
-
-
-def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, sample: int) -> Policy:
-    async def act(task: Task, sb: Sandbox) -> LoopResult:
-        per_task = replace(
-            cfg,
-            max_steps=min(cfg.max_steps, task.agent.max_steps),
-            wall_time=min(cfg.wall_time, task.agent.timeout_sec) if cfg.task_wall_time else cfg.wall_time,
-            command_timeout=min(cfg.command_timeout, task.agent.command_timeout_sec),
-            seed=None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample),
-        )
-        return await run_loop(
-            _Limited(model_for_attempt(model, task.id, sample), model_slots), sb, task.instruction, per_task
-        )
-
-    return act
-
-
-class _Limited:
-    """A model whose complete() waits for one of a shared number of request slots."""
-
-    def __init__(self, model: Model, slots: asyncio.Semaphore):
-        self._model, self._slots = model, slots
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    async def complete(self, *args, **kwargs):
-        async with self._slots:
-            return await self._model.complete(*args, **kwargs)
-
-
-REJECTED_STATUSES = (
-    400,
-    413,
-    422,
-)  # the provider refused the conversation's content: the attempt's own failure
+# the provider refused the conversation's content: the attempt's own failure
+REJECTED_STATUSES = (400, 413, 422)
 
 
 async def run_attempt(
@@ -219,63 +162,6 @@ async def attempt_with_retries(
         return rec
     rec.status, rec.reason, rec.error, rec.finished_at = "error", "infra_error", last[:2000], now()
     return rec
-
-
-async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
-    """task id -> image id, building each distinct image once."""
-    cache: dict[str, str] = {}
-    out = {}
-    for t in tasks:
-        # The whole build context is part of the key: two tasks with one Dockerfile but different files differ.
-        key = content_hash(
-            t.dockerfile or "",
-            *[p + "\0" for p in sorted(t.build_context)],
-            *[t.build_context[p] for p in sorted(t.build_context)],
-            repr(
-                t.harbor
-                and (t.harbor.docker_image, t.harbor.verifier_docker_image, t.harbor.verifier_dockerfile)
-            ),
-        )
-        if key not in cache:
-            try:
-                if t.harbor is not None:
-                    cache[key] = await asyncio.to_thread(harbor_task_image, t, log)
-                    await asyncio.to_thread(
-                        harbor_verifier_image, t, log
-                    )  # built now, found by grading later
-                else:
-                    cache[key] = await asyncio.to_thread(task_image, t.dockerfile, t.build_context, log)
-            except UserError as e:
-                where = f"{t.path}/environment/Dockerfile" if t.path else f"task {t.id}"
-                raise UserError(f"{where}: {e}") from None
-        out[t.id] = cache[key]
-    return out
-
-
-@dataclass
-class Progress:
-    total: int
-    done: int = 0
-    solved: int = 0
-    errors: int = 0
-    cost: float = 0.0
-    started: float = field(default_factory=time.monotonic)
-    stream = sys.stderr
-
-    def update(self, rec: Attempt):
-        self.done += 1
-        self.solved += rec.solved
-        self.errors += rec.status == "error"
-        self.cost += rec.cost
-        elapsed = time.monotonic() - self.started
-        eta = elapsed / self.done * (self.total - self.done) if self.done else 0
-        width = 24
-        filled = int(width * self.done / max(self.total, 1))
-        line = (
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} solved {self.solved} "
-            f"errors {self.errors} elapsed {elapsed:.0f}s ETA {eta:.0f}s spend ${self.cost:.4f}"
-        )
-        print(line, end="" if self.done < self.total else "\n", file=self.stream, flush=True)
 
 
 async def run_eval(

@@ -13,7 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from agent.sandbox import Sandbox, SandboxPool
-from evaluators.runner import build_images, null_policy, oracle_policy, run_attempt
+from evaluators.policies import null_policy, oracle_policy
+from evaluators.runner import run_attempt
+from evaluators.task_images import build_images
 from tasks.model import Task
 
 

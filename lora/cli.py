@@ -65,7 +65,8 @@ def register(subparsers) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lora.train import PRESETS, config_from, run
+    from lora.config import PRESETS, config_from
+    from lora.train import run
 
     model = args.model or PRESETS.get(args.preset or "", {}).get("model")
     tasks = args.tasks or PRESETS.get(args.preset or "", {}).get("tasks")

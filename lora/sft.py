@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agent.models.local import pick_device
+from agent.models.local_loading import pick_device
 from lora.data import IGNORE, Example
 
 

@@ -23,8 +23,10 @@ LAYERS: list[tuple[str, list[str]]] = [
         "agent and graders",
         [
             "agent.config",
+            "agent.exits",
             "agent.loop",
             "agent.models",
+            "agent.protocol",
             "agent.serve",
             "evaluators.grade",
             "evaluators.pytest_kind",
@@ -35,13 +37,24 @@ LAYERS: list[tuple[str, list[str]]] = [
             "evaluators.kinds",
         ],
     ),
-    ("orchestrator and task loading", ["evaluators.runner", "evaluators.cluster", "tasks"]),
+    (
+        "orchestrator and task loading",
+        [
+            "evaluators.runner",
+            "evaluators.policies",
+            "evaluators.progress",
+            "evaluators.task_images",
+            "evaluators.cluster",
+            "tasks",
+        ],
+    ),
     (
         "commands",
         [
             "evaluators.validate",
             "evaluators.selftest",
             "agent.workflow",
+            "lora.config",
             "lora.data",
             "lora.sft",
             "lora.train",

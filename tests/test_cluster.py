@@ -317,9 +317,9 @@ def random_adapter(folder):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from agent.models import local
+    from agent.models import local_loading
 
-    base, _ = local.load_hf("smollm2-135m")
+    base, _ = local_loading.load_hf("smollm2-135m")
     torch.manual_seed(0)
     lora = get_peft_model(
         base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)

@@ -95,11 +95,11 @@ def test_trl_renders_prompt_completion_without_the_demonstration_in_completions(
 def _smol_tokenizer():
     from transformers import AutoTokenizer
 
-    from agent.models import local
+    from agent.models import local_loading
 
-    folder = local.cache_dir_for("smollm2-135m")
+    folder = local_loading.cache_dir_for("smollm2-135m")
     if not (folder / "tokenizer.json").is_file():
-        local.load_hf("smollm2-135m")
+        local_loading.load_hf("smollm2-135m")
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 

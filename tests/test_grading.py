@@ -8,8 +8,9 @@ import pytest
 from agent.sandbox import Changes, SandboxPool
 from evaluators.grade import answer_matches, grade
 from evaluators.hidden_tests import expected_ids
+from evaluators.policies import null_policy
 from evaluators.pytest_kind import verdict
-from evaluators.runner import null_policy, run_attempt
+from evaluators.runner import run_attempt
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
 from tests.helpers import CORRECT, HIDDEN, WRONG, make_task

@@ -12,7 +12,9 @@ import pytest
 
 from agent.sandbox import SandboxPool
 from evaluators import harbor_kind
-from evaluators.runner import build_images, null_policy, oracle_policy, run_attempt
+from evaluators.policies import null_policy, oracle_policy
+from evaluators.runner import run_attempt
+from evaluators.task_images import build_images
 from evaluators.validate import validate
 from results.errors import UserError
 from tasks.loader import load_suite

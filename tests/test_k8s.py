@@ -21,7 +21,8 @@ from agent.sandbox.k8s import (
     render_template,
     render_warm_pool,
 )
-from evaluators.runner import loop_policy, run_attempt
+from evaluators.policies import loop_policy
+from evaluators.runner import run_attempt
 from results.errors import UserError
 from tests.conftest import ROOT, run
 from tests.helpers import SUBMIT, WRITE_CORRECT, make_task

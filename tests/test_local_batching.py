@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from agent.models import local
+from agent.models import local, local_loading
 from agent.models.local_decoding import PrefixCache
 
 pytestmark = pytest.mark.model  # loads SmolLM2 (its tokenizer and cache folder) and decodes on the CPU
@@ -18,9 +18,9 @@ def tiny_folder(tmp_path_factory):
     """A randomly initialised 2-layer Llama with SmolLM2's tokenizer (no weights to download)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    smol = local.cache_dir_for("smollm2-135m")
+    smol = local_loading.cache_dir_for("smollm2-135m")
     if not (smol / "tokenizer.json").is_file():
-        local.load_hf("smollm2-135m")  # fills the cache folder, tokenizer included
+        local_loading.load_hf("smollm2-135m")  # fills the cache folder, tokenizer included
     folder = tmp_path_factory.mktemp("tiny")
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         if (smol / name).is_file():

@@ -11,11 +11,13 @@ from string import Template
 import pytest
 
 from agent.config import LoopConfig, default_reply_tokens
-from agent.loop import PROMPT_VARIABLES, PROMPTS, LoopResult, PromptError, parse_text_reply, prompt
+from agent.loop import LoopResult
 from agent.models import get_model
+from agent.protocol import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
 from agent.sandbox import ExecResult, SandboxDied, SandboxPool
 from agent.sandbox.protocol import LoopSandbox
-from evaluators.runner import attempt_with_retries, loop_policy, run_attempt, run_eval
+from evaluators.policies import loop_policy
+from evaluators.runner import attempt_with_retries, run_attempt, run_eval
 from tests.conftest import run
 from tests.helpers import SUBMIT, WRITE_CORRECT, WRITE_WRONG, FakePool, FakeSandbox, make_task
 
@@ -75,11 +77,11 @@ def test_every_prompt_template_uses_exactly_the_variables_the_loop_gives_it():
 
 
 def test_a_misspelt_template_variable_fails_naming_the_file_and_the_variable(tmp_path, monkeypatch):
-    import agent.loop
+    import agent.protocol
 
     (tmp_path / "observation.md").write_text("exit code: $exit_code\n$outptu\n")
     (tmp_path / "timeout.md").write_text("did not finish within $timeout seconds and costs $5\n$output")
-    monkeypatch.setattr(agent.loop, "PROMPTS", tmp_path)
+    monkeypatch.setattr(agent.protocol, "PROMPTS", tmp_path)
     with pytest.raises(PromptError, match=r"observation\.md: unknown variable \$outptu, \$output missing"):
         prompt("observation", exit_code=0, output="hello")
     with pytest.raises(PromptError, match=r"timeout\.md: a \$ that is not a variable"):

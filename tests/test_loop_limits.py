@@ -10,12 +10,13 @@ import re
 import pytest
 
 from agent.config import LoopConfig
-from agent.loop import TOOLS, run_loop
+from agent.loop import run_loop
 from agent.models import RetryPolicy
 from agent.models.base import Completion
 from agent.models.openai_compat import OpenAICompatModel
+from agent.protocol import TOOLS
 from agent.sandbox import ExecResult
-from evaluators.runner import loop_policy
+from evaluators.policies import loop_policy
 from tasks.model import AgentLimits
 from tests.helpers import FakeSandbox, make_task
 

@@ -151,9 +151,9 @@ def test_dataset_jsonl_round_trip(tmp_path):
 @pytest.mark.model
 def test_masks_with_the_real_smollm2_tokenizer():
     """Same decode check through SmolLM2's own chat template and tokenizer ."""
-    import agent.models.local as local  # our own module: a broken import fails, never skips
+    import agent.models.local_loading as local_loading  # our own module: a broken import fails, never skips
 
-    _, tok = local.load_hf("smollm2-135m")
+    _, tok = local_loading.load_hf("smollm2-135m")
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     messages = [
         {"role": "system", "content": "You are an agent."},

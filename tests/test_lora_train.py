@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from lora_fakes import CharTokenizer, attempt, rollout
 
+import lora.config as lc
 import lora.train as lt
 from results.errors import UserError
 
@@ -69,8 +70,8 @@ class FakeBackend:
         return {"steps": 3, "examples": len(examples)}
 
 
-def config(tmp_path, **kw) -> lt.TrainConfig:
-    return lt.config_from(
+def config(tmp_path, **kw) -> lc.TrainConfig:
+    return lc.config_from(
         None,
         **{"model": "local:tiny", "tasks": "suite", "out": tmp_path / "run", "rounds": 2, "samples": 2, **kw},
     )
@@ -141,7 +142,7 @@ def test_end_of_turn_comes_from_the_tokenizer_files_alone(tmp_path, monkeypatch)
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    from agent.models import local
+    from agent.models import local_loading
 
     def folder(name: str, vocab: dict, eos: str) -> str:
         path = tmp_path / name
@@ -161,7 +162,9 @@ def test_end_of_turn_comes_from_the_tokenizer_files_alone(tmp_path, monkeypatch)
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"x")
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
-    assert local.end_of_turn_id(str(gguf)) is None  # its tokenizer is cached only once the model was loaded
+    assert (
+        local_loading.end_of_turn_id(str(gguf)) is None
+    )  # its tokenizer is cached only once the model was loaded
 
 
 def test_resume_restarts_at_the_unfinished_phase(tmp_path, monkeypatch):
@@ -271,7 +274,7 @@ def test_cli_merges_preset_and_flags(tmp_path, monkeypatch):
         True,
         2,
     )
-    assert c.sft.lr == 1e-3 and c.sft.epochs == lt.PRESETS["rft-smollm2"]["sft"]["epochs"]
+    assert c.sft.lr == 1e-3 and c.sft.epochs == lc.PRESETS["rft-smollm2"]["sft"]["epochs"]
     assert c.continue_adapter is False and c.per_task_cap == 2
 
     with pytest.raises(UserError, match="--model"):
@@ -283,7 +286,7 @@ def test_cli_merges_preset_and_flags(tmp_path, monkeypatch):
 @pytest.mark.model
 def test_train_end_to_end_with_smollm2(tmp_path):
     """2 tasks x 2 samples x 1 round with the real model, runner and sandbox (Docker)."""
-    cfg = lt.config_from(
+    cfg = lc.config_from(
         "rft-smollm2",
         rounds=1,
         samples=2,
@@ -323,10 +326,11 @@ def test_fine_tune_smollm2_gives_an_adapter_the_local_model_loads(tmp_path):
     """The SFT phase on the real model: trains from its own tokens, saves, and LocalModel(adapter=) loads
     it."""
     import agent.models.local as local  # our own module: a broken import fails, never skips
+    import agent.models.local_loading as local_loading
     from lora.data import build_examples
     from lora.sft import SFTConfig
 
-    _, tok = local.load_hf("smollm2-135m")
+    _, tok = local_loading.load_hf("smollm2-135m")
     eot = lt._end_of_turn("local:smollm2-135m")
     assert tok.convert_ids_to_tokens(eot) == "<|im_end|>"
     messages = [{"role": "user", "content": "Create hello.txt containing hi."}]

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from agent.models import get_model, local
+from agent.models import get_model, local, local_loading
 from results.errors import UserError
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -18,26 +18,26 @@ MESSAGES = [{"role": "user", "content": "Say hello."}]
 
 def test_unknown_local_model_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="not a known model"):
-        local.resolve("local:no-such-model")
+        local_loading.resolve("local:no-such-model")
     with pytest.raises(UserError, match="config.json"):
-        local.resolve(str(tmp_path))  # a folder without config.json
+        local_loading.resolve(str(tmp_path))  # a folder without config.json
 
 
 def test_embedded_gguf_is_found_without_the_hub():
-    kind, path, name = local.resolve("local:smollm2-135m")
+    kind, path, name = local_loading.resolve("local:smollm2-135m")
     assert kind == "gguf" and path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
     assert name == "smollm2-135m"
 
 
 def test_cache_dir_follows_harness_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
-    assert local.cache_dir_for("smollm2-135m") == tmp_path / "models" / "smollm2-135m"
+    assert local_loading.cache_dir_for("smollm2-135m") == tmp_path / "models" / "smollm2-135m"
 
 
 def test_invalid_adapter_path_is_a_user_error_naming_it(tmp_path):
     missing = tmp_path / "no-adapter-here"
     with pytest.raises(UserError, match=str(missing)):
-        local.load_adapter(object(), str(missing))
+        local_loading.load_adapter(object(), str(missing))
     with pytest.raises(UserError, match=str(missing)):  # checked before the base model is loaded
         get_model("local:smollm2-135m", adapter=str(missing))
 
@@ -49,7 +49,7 @@ def test_corrupt_adapter_is_a_user_error(tmp_path):
         '{"peft_type": "LORA", "target_modules": ["nothing"], "r": 2}'
     )
     with pytest.raises(UserError, match=str(tmp_path)):
-        local.load_adapter(torch.nn.Linear(2, 2), str(tmp_path))
+        local_loading.load_adapter(torch.nn.Linear(2, 2), str(tmp_path))
 
 
 def _tiny_llama():
@@ -77,7 +77,7 @@ def test_a_crash_while_caching_leaves_no_cache_and_no_debris(tmp_path):
             raise OSError("disk full")
 
     with pytest.raises(OSError):
-        local._write_cache(_tiny_llama(), CrashingTokenizer(), gguf, target)
+        local_loading._write_cache(_tiny_llama(), CrashingTokenizer(), gguf, target)
     assert not target.exists()
     assert list(target.parent.iterdir()) == []
 
@@ -94,9 +94,9 @@ def test_cache_round_trip_on_a_tiny_model(tmp_path):
     )
     model = _tiny_llama().eval()
     target = tmp_path / "cache" / "m"
-    local._write_cache(model, tok, gguf, target)
-    assert local._cache_ok(target, gguf)
-    again, _ = local._load_folder(target)
+    local_loading._write_cache(model, tok, gguf, target)
+    assert local_loading._cache_ok(target, gguf)
+    again, _ = local_loading._load_folder(target)
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, again.eval()(ids).logits)
@@ -120,16 +120,16 @@ def test_cached_weights_give_the_same_logits_as_the_gguf(monkeypatch, tmp_path):
     import torch
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
-    first, tokenizer = local.load_hf("smollm2-135m")  # dequantized from the GGUF, then cached
-    cache = local.cache_dir_for("smollm2-135m")
+    first, tokenizer = local_loading.load_hf("smollm2-135m")  # dequantized from the GGUF, then cached
+    cache = local_loading.cache_dir_for("smollm2-135m")
     assert (cache / "model.safetensors").is_file() and (cache / "config.json").is_file()
     assert not [p for p in cache.parent.iterdir() if p.name.startswith(".")]  # no temp folder left
 
     def no_gguf(path):
         raise AssertionError("the second load must come from the cache")
 
-    monkeypatch.setattr(local, "_load_gguf", no_gguf)
-    second, tokenizer2 = local.load_hf("smollm2-135m")
+    monkeypatch.setattr(local_loading, "_load_gguf", no_gguf)
+    second, tokenizer2 = local_loading.load_hf("smollm2-135m")
     ids = tokenizer("The quick brown fox", return_tensors="pt")["input_ids"]
     assert tokenizer2("The quick brown fox")["input_ids"] == ids[0].tolist()
     with torch.no_grad():
@@ -178,7 +178,7 @@ def test_lora_adapter_loads_and_changes_the_logits(smol, tmp_path):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    base, _ = local.load_hf("smollm2-135m")
+    base, _ = local_loading.load_hf("smollm2-135m")
     lora = get_peft_model(
         base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     )  # random B: the adapter changes outputs

@@ -241,7 +241,7 @@ def smollm2_tokenizer():
     """SmolLM2's own tokenizer (from the embedded GGUF; no model weights are loaded into a model)."""
     from transformers import AutoTokenizer
 
-    from agent.models.local import _offline, embedded_gguf
+    from agent.models.local_loading import _offline, embedded_gguf
 
     _offline()
     path = embedded_gguf("smollm2-135m")

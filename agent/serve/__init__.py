@@ -31,7 +31,9 @@ The package, one concept per module (each imports only those above it):
     tools.py     tools, tool_choice and response_format in the prompt; tool calls parsed from the reply
     requests.py  request bodies validated into ChatRequest / TextRequest (HTTPError for the 4xx answers)
     choices.py   one choice's text, logprobs, tool calls and usage, in either endpoint's shape
-    handler.py   the HTTP handler: routing, auth, local-model jobs, streaming, other backends
+    local_replies.py  a local model's replies: jobs on the batching decoder, sent whole or streamed
+    other_replies.py  the other backends' replies (Model.complete), sent whole or as one stream
+    handler.py   the HTTP handler: routing, auth, the endpoints, the event stream
     server.py    start_server / serve and the --adapter values
     cli.py       the `harness serve` command
 """

@@ -1,6 +1,7 @@
-"""The HTTP handler of `harness serve`: routing, the API key, and the two endpoints. Local models get
-their prompts submitted as jobs to the continuous-batching decoder and the reply sent whole or streamed
-token by token; other backends (replay scripts, API models) answer through Model.complete."""
+"""The HTTP handler of `harness serve`: routing, the API key, the two endpoints and the event stream.
+Local models get their prompts submitted as jobs to the continuous-batching decoder and the reply sent
+whole or streamed token by token (agent/serve/local_replies.py); other backends (replay scripts, API
+models) answer through Model.complete (agent/serve/other_replies.py)."""
 
 from __future__ import annotations
 
@@ -8,35 +9,15 @@ import hmac
 import json
 import logging
 import queue
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Optional
 
-from agent.config import (
-    API_REPLY_TOKENS,  # Model.complete needs a number; local models default to the context left
-)
 from agent.models import ContextLengthError, Model, ModelError
-from agent.serve.choices import (
-    Choice,
-    ChoiceText,
-    chat_logprobs,
-    choose_tool,
-    envelope,
-    final_choice,
-    finish_choice,
-    text_logprobs,
-    usage,
-)
-from agent.serve.requests import ChatRequest, GenRequest, HTTPError, bad_request, parse_chat, parse_text
-from agent.serve.tools import (
-    ResponseFormat,
-    ToolSpec,
-    check_response_format,
-    native_tools,
-    render_messages,
-    reply_prefix,
-    tool_stops,
-)
+from agent.serve.choices import choose_tool
+from agent.serve.local_replies import LocalReplies
+from agent.serve.other_replies import OtherReplies
+from agent.serve.requests import HTTPError, bad_request, parse_chat, parse_text
+from agent.serve.tools import native_tools, render_messages, reply_prefix, tool_stops
 from results.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -44,18 +25,7 @@ log = logging.getLogger(__name__)
 MAX_BODY = 32 * 1024 * 1024
 
 
-@dataclass
-class Job:
-    """One prompt submitted to a local model: its choices are indexes base .. base + n - 1."""
-
-    base: int
-    n: int
-    prompt_ids: list[int]
-    prefix: str
-    handle: Any  # the local model's request (future, events, stop)
-
-
-class Handler(BaseHTTPRequestHandler):
+class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: clients pool connections
     server_version = "harness-serve"
     models: dict[str, Model] = {}
@@ -223,55 +193,6 @@ class Handler(BaseHTTPRequestHandler):
             raise
         self._respond(model, req, jobs, chat=False, events=events)
 
-    def _submit(
-        self,
-        model: Any,
-        req: GenRequest,
-        ids: list[int],
-        prefix: str,
-        base: int,
-        stop: list[str],
-        events: Optional[queue.SimpleQueue],
-    ) -> Job:
-        handle = model.submit(
-            ids,
-            n=req.n,
-            temperature=req.temperature,
-            max_tokens=req.max_tokens,
-            seed=req.seed,
-            stop=stop,
-            logprobs=req.logprobs,
-            events=events,
-            stop_after_block=self.stop_after_block and isinstance(req, ChatRequest),
-        )
-        return Job(base, req.n, ids, prefix, handle)
-
-    def _respond(
-        self, model: Any, req: GenRequest, jobs: list[Job], chat: bool, events: Optional[queue.SimpleQueue]
-    ) -> None:
-        tools = req.tools if isinstance(req, ChatRequest) else None
-        fmt = req.fmt if isinstance(req, ChatRequest) else None
-        try:
-            if req.stream:
-                self._stream_local(model, req, jobs, events, chat, tools, fmt)
-                return
-            choices: dict[int, Choice] = {}
-            for job in jobs:
-                results = job.handle.future.result()
-                for k, c in enumerate(results):
-                    choices[job.base + k] = finish_choice(c, job.prefix, tools, fmt)
-        finally:
-            for job in jobs:
-                job.handle.stop.set()  # a no-op once finished; frees the rows of a client that left
-        prompt = sum(len(job.prompt_ids) for job in jobs)
-        completion = sum(len(c.token_ids or []) for c in choices.values())
-        response = envelope(req, chat)
-        response["choices"] = [final_choice(model, req, i, c, chat) for i, c in sorted(choices.items())]
-        response["usage"] = usage(prompt, completion)
-        if req.return_token_ids and chat:
-            response["prompt_token_ids"] = jobs[0].prompt_ids
-        self._send(200, response)
-
     # -- streaming
     def _start_stream(self) -> None:
         self.send_response(200)
@@ -283,219 +204,4 @@ class Handler(BaseHTTPRequestHandler):
 
     def _event(self, payload: Any) -> None:
         self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
-        self.wfile.flush()
-
-    def _stream_local(
-        self,
-        model: Any,
-        req: GenRequest,
-        jobs: list[Job],
-        events: queue.SimpleQueue,
-        chat: bool,
-        tools: Optional[ToolSpec],
-        fmt: Optional[ResponseFormat],
-    ) -> None:
-        """Send each choice's text as its tokens are decoded (chat.completion.chunk or text_completion
-        events), its tool calls and finish reason when it ends, then the usage chunk if asked."""
-        tok = model.tokenizer
-        head = envelope(req, chat, chunk=True)
-        if req.include_usage:
-            head["usage"] = None
-        calls = tools is not None and tools.choice != "none"
-        # A greedy request decodes one row and copies it n times: row k feeds choices base + k, or all n.
-        texts: dict[tuple[int, int], ChoiceText] = {}
-        targets: dict[tuple[int, int], list[int]] = {}
-        owner = {id(job.handle): j for j, job in enumerate(jobs)}
-        for j, job in enumerate(jobs):
-            width = job.handle.width
-            for k in range(width):
-                texts[j, k] = ChoiceText(tok, model.end_ids, job.prefix, req.stop, calls)
-                targets[j, k] = [job.base + k] if width == job.n else [job.base + i for i in range(job.n)]
-        left = set(texts)
-        completion_tokens = 0
-
-        def chunk(
-            index: int,
-            text: str,
-            entries: list,
-            finish: Optional[str] = None,
-            extra: Optional[dict[str, Any]] = None,
-        ) -> dict[str, Any]:
-            logprobs = None
-            if req.logprobs is not None and entries:
-                logprobs = chat_logprobs(tok, entries) if chat else text_logprobs(tok, entries, 0)
-            if chat:
-                delta: dict[str, Any] = {"content": text} if text else {}
-                delta.update(extra or {})
-                choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-            else:
-                choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-                choice.update(extra or {})
-            return dict(head, choices=[choice])
-
-        self._start_stream()
-        try:
-            if chat:
-                for index in sorted(i for t in targets.values() for i in t):
-                    self._event(chunk(index, "", [], extra={"role": "assistant", "content": ""}))
-            while left:
-                try:
-                    handle, kind, k, payload, entry = events.get(timeout=5.0)
-                except queue.Empty:  # nothing decoded for a while: make sure the decoder is alive
-                    failed = [
-                        job.handle.future.exception()
-                        for job in jobs
-                        if job.handle.future.done() and job.handle.future.exception() is not None
-                    ]
-                    if failed:
-                        raise failed[0] from None
-                    continue
-                if kind == "error":
-                    raise payload
-                key = (owner[id(handle)], k)
-                state = texts[key]
-                if kind == "token":
-                    delta, entries = state.push(payload, entry)
-                    if delta or entries:
-                        for index in targets[key]:
-                            self._event(chunk(index, delta, entries))
-                    continue
-                left.discard(key)  # "finish": what is left of the text, the tool calls, the finish reason
-                job = jobs[key[0]]
-                final = finish_choice(payload, job.prefix, tools, fmt)
-                completion_tokens += len(final.token_ids or []) * len(targets[key])
-                whole, emitted = final.text or "", state.text()[: state.sent]
-                rest = whole[len(emitted) :] if whole.startswith(emitted) else ""
-                entries = (final.logprobs or [])[state.sent_entries :]
-                extra: dict[str, Any] = {}
-                if req.return_token_ids:
-                    extra["token_ids"] = final.token_ids
-                    if not chat:
-                        extra["prompt_token_ids"] = final.prompt_ids
-                for index in targets[key]:
-                    if rest or entries:
-                        self._event(chunk(index, rest, entries))
-                    for n, call in enumerate(final.tool_calls if chat else []):
-                        self._event(
-                            chunk(
-                                index,
-                                "",
-                                [],
-                                extra={
-                                    "tool_calls": [
-                                        {
-                                            "index": n,
-                                            "id": call["id"],
-                                            "type": "function",
-                                            "function": {"name": call["function"]["name"], "arguments": ""},
-                                        }
-                                    ]
-                                },
-                            )
-                        )
-                        self._event(
-                            chunk(
-                                index,
-                                "",
-                                [],
-                                extra={
-                                    "tool_calls": [
-                                        {"index": n, "function": {"arguments": call["function"]["arguments"]}}
-                                    ]
-                                },
-                            )
-                        )
-                    if chat and final.refusal:
-                        self._event(chunk(index, "", [], extra={"refusal": final.refusal}))
-                    self._event(chunk(index, "", [], final.finish_reason, extra))
-            if req.include_usage:
-                self._event(
-                    dict(
-                        head, choices=[], usage=usage(sum(len(j.prompt_ids) for j in jobs), completion_tokens)
-                    )
-                )
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):  # the client left: stop decoding its rows
-            for job in jobs:
-                job.handle.stop.set()
-        except Exception as e:
-            log.exception("streaming failed")
-            self._event(
-                {
-                    "error": {
-                        "message": f"{type(e).__name__}: {e}",
-                        "type": "server_error",
-                        "param": None,
-                        "code": None,
-                    }
-                }
-            )
-
-    # -- other backends (replay scripts, API models): the finished reply
-    def _chat_other(self, model: Model, req: ChatRequest) -> None:
-        tools = (
-            req.tools.tools
-            if req.tools is not None and req.tools.choice != "none" and model.supports_tools
-            else None
-        )
-        completions = self.run(
-            model.complete(
-                req.messages, tools, req.n, req.temperature, req.max_tokens or API_REPLY_TOKENS, req.seed
-            )
-        )
-        choices = []
-        for c in completions:
-            cut = [i for i in (c.content.find(s) for s in req.stop) if i >= 0]
-            text = c.content[: min(cut)] if cut else c.content
-            calls = [
-                {
-                    "id": t.id,
-                    "type": "function",
-                    "function": {"name": t.name, "arguments": json.dumps(t.arguments)},
-                }
-                for t in c.tool_calls
-            ]
-            refusal = None
-            if req.fmt is not None and not calls:
-                problem = check_response_format(req.fmt, text)
-                refusal = f"response_format {req.fmt.kind}: {problem}" if problem else None
-            choices.append(
-                Choice(
-                    None if calls and not text else text,
-                    "tool_calls" if calls else "stop" if cut else c.finish_reason,
-                    calls,
-                    refusal,
-                )
-            )
-        prompt = completions[0].prompt_tokens if completions else 0
-        out = sum(c.completion_tokens for c in completions)
-        if not req.stream:
-            response = envelope(req, True)
-            response["choices"] = [final_choice(model, req, i, c, True) for i, c in enumerate(choices)]
-            response["usage"] = usage(prompt, out)
-            self._send(200, response)
-            return
-        head = envelope(req, True, chunk=True)
-        if req.include_usage:
-            head["usage"] = None
-        self._start_stream()
-        for i, c in enumerate(choices):
-            delta: dict[str, Any] = {"role": "assistant", "content": c.text or ""}
-            if c.tool_calls:
-                delta["tool_calls"] = [dict(t, index=n) for n, t in enumerate(c.tool_calls)]
-            if c.refusal:
-                delta["refusal"] = c.refusal
-            self._event(
-                dict(head, choices=[{"index": i, "delta": delta, "finish_reason": None, "logprobs": None}])
-            )
-            self._event(
-                dict(
-                    head,
-                    choices=[{"index": i, "delta": {}, "finish_reason": c.finish_reason, "logprobs": None}],
-                )
-            )
-        if req.include_usage:
-            self._event(dict(head, choices=[], usage=usage(prompt, out)))
-        self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()

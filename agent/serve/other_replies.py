@@ -1,0 +1,86 @@
+"""The replies of the other backends (replay scripts, API models): Model.complete answers, and the
+finished reply is sent whole or as one stream of chunks. OtherReplies is a part of the HTTP Handler
+(agent/serve/handler.py), whose run, _send, _start_stream and _event it uses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Model.complete needs a number; local models default to the context left
+from agent.config import API_REPLY_TOKENS
+from agent.models import Model
+from agent.serve.choices import Choice, envelope, final_choice, usage
+from agent.serve.requests import ChatRequest
+from agent.serve.tools import check_response_format
+
+
+class OtherReplies:
+    """The Handler's replies for models without submit(): the finished reply of Model.complete."""
+
+    def _chat_other(self, model: Model, req: ChatRequest) -> None:
+        tools = (
+            req.tools.tools
+            if req.tools is not None and req.tools.choice != "none" and model.supports_tools
+            else None
+        )
+        completions = self.run(
+            model.complete(
+                req.messages, tools, req.n, req.temperature, req.max_tokens or API_REPLY_TOKENS, req.seed
+            )
+        )
+        choices = []
+        for c in completions:
+            cut = [i for i in (c.content.find(s) for s in req.stop) if i >= 0]
+            text = c.content[: min(cut)] if cut else c.content
+            calls = [
+                {
+                    "id": t.id,
+                    "type": "function",
+                    "function": {"name": t.name, "arguments": json.dumps(t.arguments)},
+                }
+                for t in c.tool_calls
+            ]
+            refusal = None
+            if req.fmt is not None and not calls:
+                problem = check_response_format(req.fmt, text)
+                refusal = f"response_format {req.fmt.kind}: {problem}" if problem else None
+            choices.append(
+                Choice(
+                    None if calls and not text else text,
+                    "tool_calls" if calls else "stop" if cut else c.finish_reason,
+                    calls,
+                    refusal,
+                )
+            )
+        prompt = completions[0].prompt_tokens if completions else 0
+        out = sum(c.completion_tokens for c in completions)
+        if not req.stream:
+            response = envelope(req, True)
+            response["choices"] = [final_choice(model, req, i, c, True) for i, c in enumerate(choices)]
+            response["usage"] = usage(prompt, out)
+            self._send(200, response)
+            return
+        head = envelope(req, True, chunk=True)
+        if req.include_usage:
+            head["usage"] = None
+        self._start_stream()
+        for i, c in enumerate(choices):
+            delta: dict[str, Any] = {"role": "assistant", "content": c.text or ""}
+            if c.tool_calls:
+                delta["tool_calls"] = [dict(t, index=n) for n, t in enumerate(c.tool_calls)]
+            if c.refusal:
+                delta["refusal"] = c.refusal
+            self._event(
+                dict(head, choices=[{"index": i, "delta": delta, "finish_reason": None, "logprobs": None}])
+            )
+            self._event(
+                dict(
+                    head,
+                    choices=[{"index": i, "delta": {}, "finish_reason": c.finish_reason, "logprobs": None}],
+                )
+            )
+        if req.include_usage:
+            self._event(dict(head, choices=[], usage=usage(prompt, out)))
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()

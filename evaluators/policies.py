@@ -1,0 +1,74 @@
+"""The policies: what acts in an attempt's sandbox between its starting files and the capture of its
+changes. The agent loop (loop_policy), the task's own solution (oracle_policy), or nothing (null_policy).
+evaluators/runner.py runs an attempt with one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import replace
+from typing import Awaitable, Callable, Optional
+
+from agent.config import LoopConfig
+from agent.loop import LoopResult, run_loop
+from agent.models import model_for_attempt
+from agent.models.base import Model
+from agent.sandbox import Sandbox
+from results.errors import OracleFailed
+from tasks.model import Task
+
+# A policy acts in the sandbox; it returns the loop's result (or None for oracle/null).
+Policy = Callable[[Task, Sandbox], Awaitable[Optional[LoopResult]]]
+
+
+async def oracle_policy(task: Task, sb: Sandbox) -> None:
+    """Runs the task's solution/solve.sh in /workspace, as the agent would."""
+    if task.harbor is not None:  # Harbor's oracle: /solution, the image's WORKDIR, [solution.env]
+        from evaluators import harbor_kind
+
+        return await harbor_kind.oracle(task, sb)
+    await sb.put_files(task.solution_files, dest="/tmp/oracle")
+    r = await sb.exec("bash /tmp/oracle/solve.sh", timeout=task.agent.timeout_sec)
+    await sb.exec("rm -rf /tmp/oracle", timeout=30)
+    if r.exit_code != 0:
+        raise OracleFailed(f"solve.sh exited {r.exit_code}: {r.output[-300:]}")
+
+
+async def null_policy(task: Task, sb: Sandbox) -> None:
+    """Does nothing: the untouched workspace must not be solved."""
+
+
+def attempt_seed(seed: int, task_id: str, sample: int) -> int:
+    """The seed of one attempt: a run's samples of a task must differ (a seeded sampler given the same
+    seed and prompt returns the same reply), and a re-run of the same attempt must repeat."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{task_id}:{sample}".encode()).digest()[:4], "big") >> 1
+
+
+def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, sample: int) -> Policy:
+    async def act(task: Task, sb: Sandbox) -> LoopResult:
+        per_task = replace(
+            cfg,
+            max_steps=min(cfg.max_steps, task.agent.max_steps),
+            wall_time=min(cfg.wall_time, task.agent.timeout_sec) if cfg.task_wall_time else cfg.wall_time,
+            command_timeout=min(cfg.command_timeout, task.agent.command_timeout_sec),
+            seed=None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample),
+        )
+        return await run_loop(
+            _Limited(model_for_attempt(model, task.id, sample), model_slots), sb, task.instruction, per_task
+        )
+
+    return act
+
+
+class _Limited:
+    """A model whose complete() waits for one of a shared number of request slots."""
+
+    def __init__(self, model: Model, slots: asyncio.Semaphore):
+        self._model, self._slots = model, slots
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    async def complete(self, *args, **kwargs):
+        async with self._slots:
+            return await self._model.complete(*args, **kwargs)
