@@ -18,7 +18,7 @@ API_REPLY_TOKENS = (
 
 
 def default_reply_tokens(model: str) -> int:
-    """The reply-token limit `harness eval` uses for a model string when --max-reply-tokens is not given."""
+    """The reply-token limit for a model string when none is given (LoopConfig.max_reply_tokens None)."""
     return LOCAL_REPLY_TOKENS if model.startswith("local:") else API_REPLY_TOKENS
 
 
@@ -36,8 +36,10 @@ class LoopConfig:
     max_steps: int = field(default=30, metadata={"help": "model turns per attempt"})
     wall_time: float = field(default=600.0, metadata={"help": "seconds for the whole attempt"})
     command_timeout: float = field(default=60.0, metadata={"help": "seconds per command"})
-    # 512 where no model string is at hand (harness run, harness train); harness eval picks by model.
-    max_reply_tokens: int = field(default=512, metadata={"help": "tokens per model reply"})
+    # None: the loop picks by the model (default_reply_tokens), and `harness eval` records what it picked.
+    max_reply_tokens: Optional[int] = field(
+        default=None, metadata={"help": "tokens per model reply", "default_text": REPLY_TOKENS_BY_MODEL}
+    )
     token_budget: Optional[int] = field(
         default=None, metadata={"help": "prompt+completion tokens per attempt (works with any model)"}
     )
@@ -77,11 +79,12 @@ def add_loop_options(parser: argparse.ArgumentParser, *names: str, defaults: Opt
     by_name = {f.name: f for f in fields(LoopConfig)}
     for name in names:
         f = by_name[name]
-        default, said = (defaults or {}).get(name, (f.default, f.default))
+        described = f.metadata.get("default_text", f.default)
+        default, said = (defaults or {}).get(name, (f.default, described))
         kind = {"int": int, "float": float, "str": str}[f.type.removeprefix("Optional[").removesuffix("]")]
         choices = f.metadata.get("choices")
         text = f.metadata["help"] + (
-            "" if said is None else f" (default {str(said).format(default=f.default)})"
+            "" if said is None else f" (default {str(said).format(default=described)})"
         )
         parser.add_argument(
             "--" + name.replace("_", "-"),

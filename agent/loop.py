@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
-from agent.config import LoopConfig
+from agent.config import LoopConfig, default_reply_tokens
 from agent.exits import (
     ContextExceeded,
     CostBudget,
@@ -122,6 +122,8 @@ class _Loop:
     """One attempt's state (the conversation, its steps, what it has spent) and the three parts of a step."""
 
     def __init__(self, model: Model, sb: LoopSandbox, cfg: LoopConfig):
+        if cfg.max_reply_tokens is None:
+            cfg = replace(cfg, max_reply_tokens=default_reply_tokens(model.name))
         self.model, self.sb, self.cfg = model, sb, cfg
         self.use_tools = cfg.protocol == "tools" or (cfg.protocol == "auto" and model.supports_tools)
         self.tools = TOOLS

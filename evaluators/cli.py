@@ -7,7 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from agent.config import REPLY_TOKENS_BY_MODEL, add_loop_options
+from agent.config import add_loop_options
 from agent.models import DEFAULT_MODEL, MODEL_OPTION_HELP
 from results.errors import UserError
 
@@ -73,8 +73,7 @@ def register(sub):
         "token_budget",
         "cost_limit",
         "protocol",
-        defaults={"max_reply_tokens": (None, REPLY_TOKENS_BY_MODEL)},
-    )  # None: default_reply_tokens
+    )
     p.add_argument("--adapter", help="LoRA adapter folder for a local model (same as -M adapter=DIR)")
     p.add_argument(
         "--base-url", help="OpenAI-compatible endpoint (with --model NAME; same as -M base_url=URL)"
@@ -136,7 +135,7 @@ def cmd_selftest(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from agent.config import LoopConfig, default_reply_tokens
+    from agent.config import LoopConfig
     from evaluators.runner import run_eval
     from tasks.loader import load_suite
 
@@ -185,13 +184,12 @@ def cmd_eval(args) -> int:
         options["adapter"] = args.adapter
     if args.base_url:
         options["base_url"] = args.base_url
-    reply_tokens = args.max_reply_tokens or default_reply_tokens(args.model)
     loop = LoopConfig(
         max_steps=args.max_steps,
         token_budget=args.token_budget,
         cost_limit=args.cost_limit,
         protocol=args.protocol,
-        max_reply_tokens=reply_tokens,
+        max_reply_tokens=args.max_reply_tokens,  # None: default_reply_tokens, picked by run_eval
     )
     print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)
     run_dir = asyncio.run(

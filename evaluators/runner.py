@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
 
-from agent.config import LoopConfig
+from agent.config import LoopConfig, default_reply_tokens
 from agent.loop import LoopResult
 from agent.models import get_model
 from agent.models.base import Model
@@ -200,7 +200,9 @@ async def run_eval(
         raise UserError(f"duplicate task ids in the suite: {', '.join(dup[:5])}: give each task a unique id")
     model_options = dict(model_options or {})
     cfg = loop or LoopConfig()
-    cfg = replace(cfg, temperature=temperature, seed=seed)
+    # the manifest records the reply-token limit the loop will use
+    reply_tokens = cfg.max_reply_tokens or default_reply_tokens(model)
+    cfg = replace(cfg, temperature=temperature, seed=seed, max_reply_tokens=reply_tokens)
     config = {
         "model": model,
         "suite": suite,
@@ -218,7 +220,8 @@ async def run_eval(
         from evaluators.cluster import check_address, import_ray
 
         check_address(cluster), import_ray()
-    # A bad model string, missing API key or adapter fails here: before images are built or a run folder is made.
+    # A bad model string, missing API key or adapter fails here: before images are built or a run folder
+    # is made.
     the_model = model_obj or get_model(model, **model_options)
     if sandbox == "k8s":
         from agent.sandbox.k8s import k8s_images, k8s_pool

@@ -16,7 +16,8 @@ async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
     cache: dict[str, str] = {}
     out = {}
     for t in tasks:
-        # The whole build context is part of the key: two tasks with one Dockerfile but different files differ.
+        # The whole build context is part of the key: two tasks with one Dockerfile but different files
+        # differ.
         key = content_hash(
             t.dockerfile or "",
             *[p + "\0" for p in sorted(t.build_context)],

@@ -25,7 +25,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_samples": 4,
         "per_task_cap": 2,
         "max_steps": 5,
-        "max_reply_tokens": 64,  # shorter than the loop's default: a 135M model's useful replies are one command
+        # shorter than the loop's default: a 135M model's useful replies are one command
+        "max_reply_tokens": 64,
         "concurrency": 16,
         "sft": {
             "rank": 16,

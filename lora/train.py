@@ -13,7 +13,8 @@ round's samples solve no train task that earlier rounds had not solved.
 Layout of the run folder (re-running with the same folder resumes after the last finished phase;
 each phase writes round_N/<phase>.done.json atomically when it is finished):
   config.json                the settings (lora/config.py); a resume with other settings is refused
-  rounds.jsonl               append-only rows {round, split, metric, value, ci_low, ci_high} (results/rounds.py)
+  rounds.jsonl               append-only rows {round, split, metric, value, ci_low, ci_high}
+                             (results/rounds.py)
   round_N/eval/<run>/        the eval runs (attempts.jsonl): heldout-greedy, heldout-sample,
                              train-greedy, train-sample
   round_N/dataset.jsonl, round_N/adapter/, round_N/metrics.json
@@ -178,7 +179,8 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
         attempts = load_attempts(run_dir)
         for k in sorted({1, samples} if temperature > 0 else {1}):
             metric = metric_name(k, temperature)
-            # strict: a task counts as solved as it does for training (lora/data.py); infra errors are not samples
+            # strict: a task counts as solved as it does for training (lora/data.py); infra errors are not
+            # samples
             per_task = per_task_pass(attempts, k, strict=True)
             values = [per_task[t] for t in sorted(per_task)]
             lo, hi = bootstrap_ci(values)
@@ -227,7 +229,8 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
     if not heldout_tasks:
         raise UserError(f"--heldout {cfg.heldout or cfg.tasks}: no tasks in its heldout split")
     log(
-        f"train: {len(train_tasks)} train tasks, {len(heldout_tasks)} heldout tasks, up to {cfg.rounds} rounds, "
+        f"train: {len(train_tasks)} train tasks, {len(heldout_tasks)} heldout tasks, "
+        f"up to {cfg.rounds} rounds, "
         f"K={cfg.samples} at t={cfg.temperature:g}, in {out}"
     )
 

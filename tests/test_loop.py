@@ -419,3 +419,30 @@ def test_each_sample_and_step_gets_its_own_seed_and_a_rerun_the_same(image, tmp_
     first = seeds(tmp_path / "a")
     assert len(first) == 6 and None not in first and len(set(first)) == 6  # 3 samples x 2 steps, all distinct
     assert seeds(tmp_path / "b") == first  # the same run again: the same seeds
+
+
+@pytest.mark.parametrize(
+    "name, given, expected",
+    [("local:smollm2-135m", None, 256), ("openai/gpt-4o-mini", None, 1024), ("local:x", 77, 77)],
+)
+def test_the_reply_limit_is_the_models_default_unless_given(name, given, expected):
+    """LoopConfig.max_reply_tokens None: the loop asks for default_reply_tokens(model), the one rule."""
+    from agent.loop import run_loop
+    from agent.models.base import Completion
+
+    class Recorder:
+        supports_tools, context_window = False, 100_000
+
+        def __init__(self):
+            self.name, self.limits = name, []
+
+        def count_tokens(self, messages):
+            return 100
+
+        async def complete(self, messages, tools=None, n=1, temperature=0.0, max_tokens=512, seed=None):
+            self.limits.append(max_tokens)
+            return [Completion(content=SUBMIT)]
+
+    model = Recorder()
+    res = run(run_loop(model, FakeSandbox(), "do it", LoopConfig(max_reply_tokens=given)))
+    assert res.exit_reason == "submitted" and model.limits == [expected]

