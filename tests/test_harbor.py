@@ -418,7 +418,7 @@ def test_exported_tasks_validate_one_of_each_kind(image, tmp_path):
 
 @pytest.mark.slow
 def test_exported_builtin_suite_validates(image, tmp_path):
-    rows = run(validate(_exported(tmp_path, load_suite("builtin")), repeats=1, concurrency=2))
+    rows = run(validate(_exported(tmp_path, load_suite("builtin")), repeats=1, concurrency=4))
     bad = [(r.task, r.oracle, r.null, r.problems) for r in rows if not r.ok]
     assert bad == [] and len(rows) == len(load_suite("builtin"))
 
