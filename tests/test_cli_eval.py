@@ -28,6 +28,7 @@ def manifest(run: Path) -> dict:
     return json.loads((run / "manifest.json").read_text())
 
 
+@pytest.mark.slow
 def test_resume_without_tasks_uses_the_runs_own_suite(image, tmp_path):
     suite = tmp_path / "suite"
     for name in ("t1", "t2", "t3"):

@@ -76,6 +76,7 @@ def test_no_record_trains_on_the_demonstration(run, tmp_path, fmt):
         )  # the demonstration was there
 
 
+@pytest.mark.slow
 def test_trl_renders_prompt_completion_without_the_demonstration_in_completions(run, tmp_path):
     from trl.data_utils import apply_chat_template
 

@@ -33,6 +33,7 @@ def run(tmp_path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".eval", ".json"])
 def test_inspect_reads_back_our_log(run, tmp_path, suffix):
     from inspect_ai.log import read_eval_log

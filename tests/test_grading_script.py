@@ -68,6 +68,7 @@ def test_a_hanging_script_times_out(image):
     assert (v.reason, v.reward, v.solved) == ("timeout", 0.0, False), v
 
 
+@pytest.mark.slow
 def test_reward_written_before_a_hang_still_times_out(image):
     v = grade_script('echo 1 > "$REWARD_FILE"\nsleep 600\n', image, timeout=2)
     assert (v.reason, v.reward, v.solved) == ("timeout", 0.0, False), v

@@ -361,6 +361,7 @@ def test_attempts_in_real_sandboxes_are_graded(image, tmp_path):
     assert "return a + b" in rec.steps[1].observation
 
 
+@pytest.mark.slow
 def test_run_eval_records_every_attempt_and_resume_runs_nothing_twice(image, tmp_path):
     tasks = [make_task()]
     script = tmp_path / "s.json"

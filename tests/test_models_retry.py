@@ -115,6 +115,7 @@ def test_a_hung_request_hits_its_timeout_then_is_retried(flaky):
     assert server.calls == 2 and len(sleeps.waits) == 1
 
 
+@pytest.mark.slow
 def test_a_request_that_always_hangs_fails_with_timeout(flaky):
     server = flaky(["hang"])
     with pytest.raises(ModelError, match=r"timed out after 1s \(gave up after 2 attempts\)"):

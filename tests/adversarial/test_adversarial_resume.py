@@ -133,6 +133,7 @@ def test_resume_with_a_changed_task_is_refused(image, tmp_path):
     assert len(lines_of(run)) == 1
 
 
+@pytest.mark.slow
 def test_resume_with_different_samples_is_refused(image, tmp_path):
     tasks, model = suite(tmp_path, n=1), replay(tmp_path)
     run = tmp_path / unique("run")
