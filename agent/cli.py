@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from agent.config import add_loop_options
-from agent.models import DEFAULT_MODEL, MODEL_OPTION_HELP
+from agent.models import DEFAULT_MODEL, add_model_option
 
 RUN_EXAMPLE = (
     "example:\n"
@@ -28,15 +28,7 @@ def register(sub):
     )
     p.add_argument("instruction", help="what the agent should do, in plain words")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model string (default {DEFAULT_MODEL})")
-    p.add_argument(
-        "-M",
-        "--model-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="model_option",
-        help=MODEL_OPTION_HELP,
-    )
+    add_model_option(p)
     p.add_argument(
         "--workspace",
         type=Path,

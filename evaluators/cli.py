@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from agent.config import add_loop_options
-from agent.models import DEFAULT_MODEL, MODEL_OPTION_HELP
+from agent.models import DEFAULT_MODEL, add_model_option
 from results.errors import UserError
 
 DEFAULT_SUITE = "builtin:easy"
@@ -33,15 +33,7 @@ def register(sub):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--model", help=f"model string (default {DEFAULT_MODEL}); see README 'Model strings'")
-    p.add_argument(
-        "-M",
-        "--model-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="model_option",
-        help=MODEL_OPTION_HELP,
-    )
+    add_model_option(p)
     p.add_argument(
         "--tasks",
         default=DEFAULT_SUITE,

@@ -51,6 +51,7 @@ __all__ = [
     "ToolCall",
     "DEFAULT_MODEL",
     "MODEL_OPTION_HELP",
+    "add_model_option",
     "get_model",
     "model_for_attempt",
 ]
@@ -180,6 +181,20 @@ def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
         price_in=price_in,
         price_out=price_out,
         extra_params=options.get("extra_params"),
+    )
+
+
+def add_model_option(parser: Any, help: str = MODEL_OPTION_HELP) -> None:
+    """The repeatable -M/--model-option KEY=VALUE of `eval`, `run` and `serve` (parse_model_options
+    reads the values)."""
+    parser.add_argument(
+        "-M",
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="model_option",
+        help=help,
     )
 
 

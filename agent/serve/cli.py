@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from agent.models import add_model_option
+
 EXAMPLE = (
     "example:\n"
     "  harness serve --model local:smollm2-135m --adapter tuned=runs/train/round_1/adapter "
@@ -35,15 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a PEFT LoRA adapter folder (local models). DIR alone: merged into the served model. "
         "NAME=DIR (repeatable): served beside the base model, chosen by the request's model=NAME",
     )
-    p.add_argument(
-        "-M",
-        "--model-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="model_option",
-        help="model option, repeatable, as for eval (e.g. -M device=cpu, -M price_out=0.5)",
-    )
+    add_model_option(p, "model option, repeatable, as for eval (e.g. -M device=cpu, -M price_out=0.5)")
     p.add_argument(
         "--api-key",
         default=os.environ.get("HARNESS_API_KEY"),
