@@ -14,7 +14,7 @@ import secrets
 import tarfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import docker.errors
 import requests
@@ -80,13 +80,34 @@ class ExecResult:
         return self.stdout or self.stderr
 
 
-def ulimits(limits: Limits) -> list[Ulimit]:
-    """Open files, largest file, no core dumps: for every sandbox (ours and native.py's)."""
-    return [
-        Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
-        Ulimit(name="fsize", soft=limits.fsize_mb << 20, hard=limits.fsize_mb << 20),
-        Ulimit(name="core", soft=0, hard=0),
-    ]
+def hardened(limits: Limits, run_id: str, task: str, pool_id: str, network: Optional[str]) -> dict[str, Any]:
+    """The container settings every sandbox shares (ours and native.py's): root only for the command
+    server, no new privileges, the task's resource limits, no network unless the task asks, harness labels,
+    open files / largest file / no core dumps, and no logs on the host's disk."""
+    kwargs: dict[str, Any] = dict(
+        detach=True,
+        stdin_open=True,
+        tty=False,
+        init=True,
+        user="0:0",
+        name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
+        labels=owner_labels(run_id, pool_id, task),
+        network_mode=(network or "bridge") if limits.network else "none",
+        mem_limit=f"{limits.memory_mb}m",
+        memswap_limit=f"{limits.memory_mb}m",
+        nano_cpus=int(limits.cpus * 1e9),
+        pids_limit=limits.pids,
+        security_opt=["no-new-privileges"],
+        ulimits=[
+            Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+            Ulimit(name="fsize", soft=limits.fsize_mb << 20, hard=limits.fsize_mb << 20),
+            Ulimit(name="core", soft=0, hard=0),
+        ],
+        log_config={"type": "none"},  # replies travel over attach; keep nothing on the host's disk
+    )
+    if limits.runtime:
+        kwargs["runtime"] = limits.runtime
+    return kwargs
 
 
 class Sandbox(CommandChannel, ChangeCapture):
@@ -267,29 +288,16 @@ def create_sandbox(
         # root-owned and not writable by the sandbox user: hidden tests go here when grading
         "/grader": "size=64m,uid=0,gid=0,mode=0700,exec",
     }
-    kwargs = dict(
+    kwargs = hardened(limits, run_id, task, pool_id, network)
+    kwargs.update(
         command=["python3", "-u", "-I", "-c", "import os; exec(os.environ.pop('HARNESS_SERVER'))"],
-        detach=True,
-        stdin_open=True,
-        tty=False,
-        init=True,
-        user="0:0",
         working_dir=WORKSPACE,
-        name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
-        labels=owner_labels(run_id, pool_id, task),
-        network_mode=(network or "bridge") if limits.network else "none",
-        mem_limit=f"{limits.memory_mb}m",
-        memswap_limit=f"{limits.memory_mb}m",
-        nano_cpus=int(limits.cpus * 1e9),
-        pids_limit=limits.pids,
         # For the server and the harness's own root commands (capture, the grader's test runner) only: a
         # command of the sandbox user gets none (a uid change drops them; no-new-privileges keeps them off).
         cap_drop=["ALL"],
         cap_add=["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"],
-        security_opt=["no-new-privileges"],
         read_only=limits.read_only,
         tmpfs=tmpfs,
-        ulimits=ulimits(limits),
         environment={
             "HARNESS_SERVER": SERVER_SOURCE,
             "HARNESS_UID": str(AGENT_UID),
@@ -298,10 +306,7 @@ def create_sandbox(
             "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
         },
-        log_config={"type": "none"},  # replies travel over attach; keep nothing on the host's disk
     )
-    if limits.runtime:
-        kwargs["runtime"] = limits.runtime
     try:
         container = docker_retry(client.containers.create)(image, **kwargs)
     except docker.errors.ImageNotFound:

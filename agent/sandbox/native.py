@@ -36,7 +36,7 @@ import docker.errors
 
 from agent.sandbox.changes import CaptureError
 from agent.sandbox.client import docker_client, docker_retry
-from agent.sandbox.container import Limits, Sandbox, ulimits
+from agent.sandbox.container import Limits, Sandbox, hardened
 from agent.sandbox.images import WORKSPACE
 from agent.sandbox.labels import owner_labels
 from results.errors import InfraError, UserError
@@ -164,34 +164,18 @@ def create_native(
     workdir = spec.workdir or config.get("WorkingDir") or "/"
     user = spec.user or config.get("User") or "root"
     env = {"HARNESS_UID": user, **dict(spec.env)}
-    kwargs = dict(
+    kwargs = hardened(limits, run_id, task, pool_id, network)
+    kwargs.update(
         command=[HELPER_IN_CONTAINER],
         entrypoint=[],
-        detach=True,
-        stdin_open=True,
-        tty=False,
-        init=True,
-        user="0:0",
         working_dir=workdir,
-        name=f"harness-{run_id[:12]}-{secrets.token_hex(4)}",
-        labels=owner_labels(run_id, pool_id, task),
-        network_mode=(network or "bridge") if limits.network else "none",
-        mem_limit=f"{limits.memory_mb}m",
-        memswap_limit=f"{limits.memory_mb}m",
-        nano_cpus=int(limits.cpus * 1e9),
-        pids_limit=limits.pids,
-        security_opt=["no-new-privileges"],
         read_only=not spec.writable_root,
         tmpfs={} if spec.writable_root else {"/tmp": f"size={limits.tmp_mb}m,mode=1777,exec"},
         volumes={str(helper): {"bind": HELPER_IN_CONTAINER, "mode": "ro"}},
-        ulimits=ulimits(limits),
         environment=env,
-        log_config={"type": "none"},
     )
     if not spec.default_caps:
         kwargs.update(cap_drop=["ALL"], cap_add=["SETUID", "SETGID", "KILL"])
-    if limits.runtime:
-        kwargs["runtime"] = limits.runtime
     container = docker_retry(client.containers.create)(image, **kwargs)
     try:
         sb = NativeSandbox(container, image, limits, (image, limits))
