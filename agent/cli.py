@@ -47,8 +47,8 @@ def register(sub):
     p.add_argument(
         "--apply",
         action="store_true",
-        help="write the changes back into the folder: all of them or none; protected paths, files that run "
-        "by themselves, links and version-control files are held back and listed",
+        help="write the changes back into the folder when --verify passed: all of them or none; protected "
+        "paths, files that run by themselves, links and version-control files are held back and listed",
     )
     p.add_argument(
         "--include",
@@ -176,7 +176,7 @@ def cmd_run(args) -> int:
     sys.stdout.write(escape_terminal(result.diff))  # the agent's bytes never reach the terminal raw
     for cmd, r in result.verification:
         say(f"verify: {escape_terminal(cmd)} -> exit {r.exit_code}" + (" (timed out)" if r.timed_out else ""))
-        for line in _bounded(r.stdout + r.stderr):
+        for line in _bounded(r.stdout.rstrip("\n") + "\n" + r.stderr):
             say("  | " + escape_terminal(line))
     say(
         f"agent ended: {result.loop.exit_reason} after {len(result.loop.steps)} steps; "
@@ -184,10 +184,15 @@ def cmd_run(args) -> int:
     )
     for path in result.protected_changes:
         say(f"PROTECTED: the agent changed {escape_terminal(path)}; shown above, never applied")
-    plan = apply_changes(args.workspace, result, allow_hooks=args.allow_hooks) if args.apply else result.plan
+    verified = result.verified
+    # Only a verified patch is applied: a failed --verify leaves the folder as it was.
+    applying = args.apply and verified
+    plan = apply_changes(args.workspace, result, allow_hooks=args.allow_hooks) if applying else result.plan
     for path, why in plan:
         say(f"not applied: {escape_terminal(path)} ({escape_terminal(why)})")
-    if args.apply:
+    if args.apply and not verified:
+        say(f"nothing applied to {args.workspace}: --verify failed")
+    elif args.apply:
         if plan.refused:
             say(f"nothing applied to {args.workspace}: {len(plan.refused)} changes refused (listed above)")
         else:
@@ -195,7 +200,7 @@ def cmd_run(args) -> int:
                 f"applied {len(plan.applied)} changes to {args.workspace}"
                 + (f"; {len(plan.held_back)} held back (listed above)" if plan.held_back else "")
             )
-    return 0 if result.verified and not (args.apply and plan.refused) else 1
+    return 0 if verified and not (args.apply and plan.refused) else 1
 
 
 def _bounded(text: str, head: int = 40, tail: int = 40, width: int = 300) -> list[str]:

@@ -674,9 +674,9 @@ def _patched(sel: Selection, changes: Changes, plan: list[str]):
     planned = set(plan)
     for batch in _batches(sel):
         yield {
-            p: changes.files.get(p, d)
-            for p, d in batch.items()
-            if not (p in planned and p not in changes.files)
+            p: changes.files[p] if p in planned and p in changes.files else data
+            for p, data in batch.items()
+            if not (p in planned and p not in changes.files)  # a planned deletion
         }
     new = {p: changes.files[p] for p in plan if p in changes.files and p not in sel.files}
     if new:
@@ -756,13 +756,13 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> dict[str, str]:
         if key == "core.hookspath":
             rel = _inside(root, top, os.path.expanduser(value))
             if rel is not None:
-                held[rel or "*"] = f"git's hook folder (core.hooksPath = {value})"
+                held[rel or "*"] = f"git's hook folder, core.hooksPath = {value}"
             continue
         for tok in _TOKEN.findall(value):
             if "/" in tok or key.endswith("fsmonitor"):
                 rel = _inside(root, top, os.path.expanduser(tok))
                 if rel:
-                    held[rel] = f"a program git runs ({key})"
+                    held[rel] = f"a program git runs, {key}"
     for glob, why in AUTORUN_GLOBS:
         held.setdefault(glob, why)
     known = {p.relative_to(root).as_posix() for p in _iter_files(root)} | set(candidates)
@@ -867,7 +867,7 @@ def plan_changes(
     for why in changes.rejected:  # symlinks and special files the agent made, caps: never in `files`
         if why.startswith("symlink "):
             res.held_back.append(
-                (why[len("symlink ") :], "a symlink the agent made (links are never applied)")
+                (why[len("symlink ") :], "a symlink the agent made; links are never applied")
             )
         else:
             res.held_back.append((why, "not captured from the sandbox"))
@@ -886,7 +886,7 @@ def plan_changes(
         elif _any(rel, protect):
             res.held_back.append((rel, "protected: shown, never applied"))
         elif hook:
-            res.held_back.append((rel, f"runs by itself ({hook}); --allow-hooks writes it"))
+            res.held_back.append((rel, f"runs by itself: {hook}; --allow-hooks writes it"))
         elif rel in ignored:
             res.held_back.append((rel, "ignored by .gitignore (a build output or cache)"))
         else:

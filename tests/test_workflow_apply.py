@@ -63,10 +63,14 @@ def make_repo(root: Path) -> Path:
     (r / "src/config.py").write_text("DEBUG = False\n")
     os.chmod(r / "src/config.py", 0o640)
     (r / "tests").mkdir()
-    (r / "tests/test_f.py").write_text("from src.f import f\n\n\ndef test_f():\n    assert f(3) == [1, 2, 3]\n")
+    (r / "tests/test_f.py").write_text(
+        "from src.f import f\n\n\ndef test_f():\n    assert f(3) == [1, 2, 3]\n"
+    )
     (r / "run.log").write_text("old log\n")
     (r / ".husky").mkdir()
-    (r / ".husky/pre-commit").write_text('#!/bin/sh\necho user-hook >> "$(git rev-parse --git-dir)/hook.log"\n')
+    (r / ".husky/pre-commit").write_text(
+        '#!/bin/sh\necho user-hook >> "$(git rev-parse --git-dir)/hook.log"\n'
+    )
     os.chmod(r / ".husky/pre-commit", 0o755)
     git(r, "config", "core.hooksPath", ".husky")
     git(r, "add", ".gitignore", "src", "tests", ".husky")
@@ -142,7 +146,9 @@ def test_default_protect_names_the_tests_verify_runs():
     assert default_protect(["python3 -m pytest -q tests/test_f.py::test_f"], files) == ["tests/test_f.py"]
     assert default_protect(["pytest tests/"], files) == ["tests"]
     everything = default_protect(["pytest -q"], files)
-    assert "tests/test_f.py" in everything and "tests/test_g.py" in everything and "src/f.py" not in everything
+    assert (
+        "tests/test_f.py" in everything and "tests/test_g.py" in everything and "src/f.py" not in everything
+    )
     assert "package.json" in default_protect(["npm test"], files)
 
 
@@ -165,7 +171,9 @@ BAD_NAMES = [
 @pytest.mark.parametrize("bad", BAD_NAMES)
 def test_a_bad_name_refuses_the_whole_patch_and_is_listed(repo, bad):
     before = tree(repo)
-    changes = Changes(files={"src/f.py": b"def f(n):\n    return [1, 2, 3]\n", bad: b"x"}, deleted=["run.log"])
+    changes = Changes(
+        files={"src/f.py": b"def f(n):\n    return [1, 2, 3]\n", bad: b"x"}, deleted=["run.log"]
+    )
     res = apply_changes(repo, changes)
     assert [p for p, _ in res.refused] == [bad] and "nothing is applied" in res.refused[0][1]
     assert res.applied == [] and tree(repo) == before  # nothing written, nothing removed
@@ -227,7 +235,9 @@ def test_apply_keeps_modes_and_follows_the_agents_executable_bit(repo):
 def test_a_file_replaced_by_a_folder_applies(repo):
     changes = Changes(files={"src/f.py/inner.py": b"x"}, deleted=["src/f.py"])
     res = apply_changes(repo, changes)
-    assert res.applied == ["src/f.py", "src/f.py/inner.py"] and (repo / "src/f.py/inner.py").read_text() == "x"
+    assert (
+        res.applied == ["src/f.py", "src/f.py/inner.py"] and (repo / "src/f.py/inner.py").read_text() == "x"
+    )
 
 
 # ------------------------------------------------------------------------------------------ files that run
