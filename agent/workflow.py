@@ -110,6 +110,9 @@ CI_GLOBS = (
 )
 # Test files by the conventions of the common runners: protected when a --verify command names no file.
 TEST_GLOBS = (
+    "test_*.py",
+    "*_test.py",
+    "tests/*",
     "*_test.go",
     "*.test.*",
     "*.spec.*",
@@ -278,10 +281,19 @@ def limit_reason(root: Path, rel: str, name_max: int, path_max: int) -> str:
 # ------------------------------------------------------------------------------------------ git
 
 
-def _git(folder: Path, *args: str, git_dir: Optional[Path] = None, stdin: bytes = b"") -> Optional[bytes]:
-    """git's stdout, or None when git is missing or fails. Never prompts; takes no optional locks."""
+# Variables that would point git at another repository or index than the folder's (a git hook sets some).
+_GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR")
+
+
+def _git(
+    folder: Path, *args: str, git_dir: Optional[Path] = None, stdin: bytes = b"", any_owner: bool = False
+) -> Optional[bytes]:
+    """git's stdout, or None when git is missing or fails. Never prompts; takes no optional locks.
+    any_owner: read a repository owned by someone else too (only for commands that run nothing of it)."""
     pre = ["--git-dir", str(git_dir), "--work-tree", str(folder)] if git_dir else []
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    pre += ["-c", "safe.directory=*"] if any_owner else []
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION}
+    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     try:
         p = subprocess.run(
             ["git", *pre, *args], cwd=folder, input=stdin, capture_output=True, timeout=300, env=env
@@ -359,15 +371,15 @@ class Selection:
     def summary(self) -> list[str]:
         """Lines for the terminal: what was copied, left out (how much), kept out as secrets."""
         lines = [
-            f"copied {len(self.files)} files ({_size(self.total_bytes)}) into the sandbox"
+            f"copied {_count(len(self.files))} ({_size(self.total_bytes)}) into the sandbox"
             + (" (what git tracks plus untracked files not ignored)" if self.in_git else "")
         ]
         if self.left_out:
             n, b = sum(x.files for x in self.left_out), sum(x.bytes for x in self.left_out)
-            lines.append(f"left out: {n} files ({_size(b)}); --include GLOB copies them")
+            lines.append(f"left out: {_count(n)} ({_size(b)}); --include GLOB copies them")
             by_size = sorted(self.left_out, key=lambda x: (-x.bytes, x.path))
             for x in by_size[:12]:
-                lines.append(f"  {escape_terminal(x.path)}: {x.files} files, {_size(x.bytes)} ({x.why})")
+                lines.append(f"  {escape_terminal(x.path)}: {_count(x.files)}, {_size(x.bytes)} ({x.why})")
             if len(by_size) > 12:
                 lines.append(f"  ... and {len(by_size) - 12} more")
         if self.secrets:
@@ -377,6 +389,10 @@ class Selection:
                 + (f" and {len(self.secrets) - 20} more" if len(self.secrets) > 20 else "")
             )
         return lines
+
+
+def _count(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
 
 
 def _size(n: int) -> str:
@@ -524,7 +540,8 @@ def _batches(sel: Selection):
         try:
             data = (sel.root / rel).read_bytes()
         except OSError as e:
-            sel.left_out.append(LeftOut(rel, 1, 0, f"unreadable: {e.strerror}"))
+            if not any(x.path == rel for x in sel.left_out):
+                sel.left_out.append(LeftOut(rel, 1, 0, f"unreadable: {e.strerror}"))
             continue
         if batch and size + len(data) > BATCH_BYTES:
             yield batch
@@ -748,9 +765,9 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> dict[str, str]:
     that those files and the repository's installed hooks name."""
     root = Path(root)
     held: dict[str, str] = {}  # the repository's own configuration first: its reasons are the precise ones
-    toplevel = _git(root, "rev-parse", "--show-toplevel")
+    toplevel = _git(root, "rev-parse", "--show-toplevel", any_owner=True)
     top = Path(os.fsdecode(toplevel.strip())) if toplevel else root
-    for entry in _z(_git(root, "config", "--list", "-z")):
+    for entry in _z(_git(root, "config", "--list", "-z", any_owner=True)):
         key, _, value = entry.partition("\n")
         key = key.lower()
         if key == "core.hookspath":
@@ -767,7 +784,7 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> dict[str, str]:
         held.setdefault(glob, why)
     known = {p.relative_to(root).as_posix() for p in _iter_files(root)} | set(candidates)
     # The repository's installed hooks (.git/hooks, or the hook folder) run scripts of the working tree too.
-    hooks = _git(root, "rev-parse", "--git-path", "hooks")
+    hooks = _git(root, "rev-parse", "--git-path", "hooks", any_owner=True)
     texts: list[tuple[str, str]] = []
     if hooks:
         hooks_dir = Path(os.fsdecode(hooks.strip()))
@@ -878,7 +895,8 @@ def plan_changes(
     name_max, path_max = _limits(root)
     for rel in candidates:
         why = refuse_reason(rel)
-        hook = "" if why else next((w for g, w in held.items() if matches(rel, g)), "")
+        # Case-folded: on a case-insensitive file system .HUSKY/pre-commit is the hook folder.
+        hook = "" if why else next((w for g, w in held.items() if matches(rel.lower(), g.lower())), "")
         if why in VCS_REASONS:
             res.held_back.append((rel, why))
         elif why:

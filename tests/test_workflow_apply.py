@@ -333,3 +333,22 @@ def test_a_file_changed_in_the_folder_during_the_run_refuses_the_patch(repo):
     (repo / "src/f.py").write_text("def f(n):\n    return ['edited meanwhile']\n")
     res = apply_changes(repo, Changes(files={"src/f.py": b"agent\n", "src/new.py": b"x\n"}), copied=sel.files)
     assert "during the run" in dict(res.refused)["src/f.py"] and not (repo / "src/new.py").exists()
+
+
+def test_hook_folders_are_matched_case_insensitively(repo):
+    res = plan_changes(repo, Changes(files={".HUSKY/pre-commit": b"x", ".EnvRC": b"x", "src/f.py": b"x"}))
+    assert res.plan == ["src/f.py"] and {p for p, _ in res.held_back} == {".HUSKY/pre-commit", ".EnvRC"}
+
+
+def test_git_location_variables_of_the_callers_shell_do_not_redirect_git(repo, tmp_path, monkeypatch):
+    """A `harness run` started from inside a git hook (GIT_DIR, GIT_INDEX_FILE set) still reads the folder's
+    own repository and configuration."""
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    assert "src/f.py" in select_files(repo).files and ".venv/" in {
+        x.path for x in select_files(repo).left_out
+    }
+    assert ".husky" in autorun_paths(repo)

@@ -63,7 +63,7 @@ def test_run_apply_on_a_real_repository(image, tmp_path):
         write("notes.txt", "my private notes\nand the agent's line\n"),
         write("src/config.py", "DEBUG = True\n"),
     ]
-    p = cli_run(tmp_path, repo, steps)
+    p = cli_run(tmp_path, repo, steps, "--verify", "seq 1 5000")
     out, err = p.stdout, p.stderr
     assert p.returncode == 0, err[-3000:]
     # What was copied, left out and kept out is said; the secret never reached the sandbox.
@@ -73,6 +73,8 @@ def test_run_apply_on_a_real_repository(image, tmp_path):
     assert "sk-live" not in seen and ".env\n" not in seen and "left-pad" not in seen and "notes.txt" in seen
     # --verify ran on the user's test and says what it printed.
     assert f"verify: {VERIFY} -> exit 0" in err and "1 passed" in err
+    assert "verify: seq 1 5000 -> exit 0" in err and "  | 1\n" in err and "  | 5000\n" in err
+    assert "... 4920 lines left out ..." in err  # bounded: head and tail
     # The weakened test is shown, flagged, never applied.
     assert "# not applied: tests/test_f.py (protected" in out and "+    assert f(3) == [1, 2]" in out
     assert "PROTECTED: the agent changed tests/test_f.py" in err
@@ -105,6 +107,39 @@ def test_a_weakened_test_does_not_pass_verify_and_nothing_is_applied(image, tmp_
     assert p.returncode == 1, p.stderr[-3000:]
     assert f"verify: {VERIFY} -> exit 1" in p.stderr and "assert [1, 2] == [1, 2, 3]" in p.stderr
     assert "nothing applied" in p.stderr and tree(repo) == before
+
+
+def test_verify_is_not_fooled_by_new_test_files_or_runner_config(image, tmp_path):
+    """`pytest -q` names no file, so every test file is protected, new ones included: a test module that ends
+    the process with status 0 at import, a conftest.py that skips everything, pytest configuration."""
+    repo = make_repo(tmp_path)
+    before = tree(repo)
+    cheats = [
+        write("tests/test_aaa.py", "import os\n\nos._exit(0)\n"),
+        write(
+            "conftest.py", "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n    items.clear()\n"
+        ),
+        write("pytest.ini", "[pytest]\naddopts = -k nothing\n"),
+        write("src/f.py", "def f(n):\n    return [1, 2]\n"),
+    ]
+    script = tmp_path / "replay.json"
+    script.write_text(json.dumps({"*": [bash("\n".join(cheats)), SUBMIT]}))
+    p = harness(
+        "run",
+        "--model",
+        f"replay:{script}",
+        "--workspace",
+        str(repo),
+        "make the test pass",
+        "--verify",
+        "python3 -m pytest -q",
+        "--apply",
+        timeout=300,
+    )
+    assert p.returncode == 1 and "-> exit 1" in p.stderr and "1 failed" in p.stderr, p.stderr[-3000:]
+    for path in ("tests/test_aaa.py", "conftest.py", "pytest.ini"):
+        assert f"PROTECTED: the agent changed {path}" in p.stderr
+    assert tree(repo) == before
 
 
 @pytest.mark.parametrize("bad", ["evil\u202etxt.py", "csi\x9b.txt"])
