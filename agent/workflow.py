@@ -595,11 +595,17 @@ def test_machinery(changes: Changes, original: Iterable[str]) -> list[str]:
     """Changed paths that would rewrite how the tests run (conftest.py, pytest configuration, .pth files,
     modules shadowing the standard library: evaluators.tamper's rules), protected with the tests."""
     original = set(original)
-    return [
-        p
-        for p in changes.paths
-        if tamper_reason({p: changes.files.get(p)}, original) and not is_visible_test(p)
-    ]
+    out = []
+    for p in changes.paths:
+        why = tamper_reason({p: changes.files.get(p)}, original)
+        # A new module shadows the standard library only at the top (x.py, x/__init__.py): `python -m`
+        # puts the folder first on sys.path; a new file in an ordinary folder named `code/` does not.
+        shadows = why.startswith("adds ") and (
+            p.count("/") == 0 or p.endswith("/__init__.py") and p.count("/") == 1
+        )
+        if why and not is_visible_test(p) and (shadows or not why.startswith("adds ")):
+            out.append(p)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -990,6 +996,8 @@ def _check_target(root: Path, rel: str, write: bool, copied, deleting: set[str])
         return "a folder is there"
     if not stat.S_ISREG(st.st_mode):
         return "a symlink or special file is there"
+    if copied is None and write and _any(rel, SECRET_GLOBS):
+        return "held:an existing file that looks like a secret (kept out of the sandbox)"
     if copied is not None:
         if rel not in copied:
             return "held:exists in your folder but was not copied into the sandbox"

@@ -352,3 +352,33 @@ def test_git_location_variables_of_the_callers_shell_do_not_redirect_git(repo, t
         x.path for x in select_files(repo).left_out
     }
     assert ".husky" in autorun_paths(repo)
+
+
+def test_test_machinery_is_protected_with_the_tests():
+    from agent.workflow import test_machinery
+
+    changes = Changes(
+        files={
+            "conftest.py": b"",
+            "pytest.ini": b"[pytest]\n",
+            "pyproject.toml": b"[tool.pytest.ini_options]\naddopts = '-k nothing'\n",
+            "setup.cfg": b"[metadata]\nname = x\n",
+            "lib/hook.pth": b"import os\n",
+            "json.py": b"",  # shadows the standard library for `python -m pytest`
+            "code/helpers.py": b"",  # an ordinary folder that happens to share a module's name
+            "src/f.py": b"",
+        }
+    )
+    assert sorted(test_machinery(changes, ["setup.cfg", "src/f.py"])) == [
+        "conftest.py",
+        "json.py",
+        "lib/hook.pth",
+        "pyproject.toml",
+        "pytest.ini",
+    ]
+
+
+def test_the_python_api_without_a_selection_still_holds_back_existing_secrets(repo):
+    (repo / "deploy.pem").write_text("real key\n")
+    res = apply_changes(repo, Changes(files={"deploy.pem": b"agent's\n", "new.pem": b"fresh\n"}))
+    assert res.applied == ["new.pem"] and (repo / "deploy.pem").read_text() == "real key\n"
