@@ -443,17 +443,16 @@ def select_files(
     sel = Selection(root=folder)
     with _git_view(folder) as (git_dir, in_git):
         sel.in_git = in_git
-        if git_dir is False:
-            candidates = [
-                p.relative_to(folder).as_posix()
-                for p in folder.rglob("*")
-                if not ({".git", ".hg", ".svn"} & set(p.relative_to(folder).parts))
-            ]
+        if git_dir is False:  # no git on this machine: every file but version-control metadata
+            candidates = [p.relative_to(folder).as_posix() for p in _iter_files(folder, skip_deps=False)]
             ignored = []
         else:
-            candidates = _z(
-                _git(folder, "ls-files", "--cached", "--others", "--exclude-standard", "-z", git_dir=git_dir)
+            listed = _git(
+                folder, "ls-files", "--cached", "--others", "--exclude-standard", "-z", git_dir=git_dir
             )
+            if listed is None:
+                raise UserError(f"--workspace {folder}: `git ls-files` failed there (run it to see why)")
+            candidates = _z(listed)
             ignored = _z(
                 _git(
                     folder,
@@ -532,7 +531,7 @@ def read_workspace(folder: Path) -> dict[str, bytes]:
 
 
 def _batches(sel: Selection):
-    """(files, executable) batches of at most BATCH_BYTES (or one larger file) read from disk as they are
+    """The selected files in batches of at most BATCH_BYTES (or one larger file), read from disk as they are
     sent; a file that cannot be read is left out and listed."""
     batch: dict[str, bytes] = {}
     size = 0
@@ -612,6 +611,15 @@ def test_machinery(changes: Changes, original: Iterable[str]) -> list[str]:
 
 
 @dataclass
+class WorkflowChanges(Changes):
+    """A run's changes with what apply_changes needs to judge them: the protected globs and the files that
+    were copied (so `apply_changes(folder, result.changes)` holds back what the run protected)."""
+
+    protect: list[str] = field(default_factory=list)
+    copied: Optional[dict[str, tuple[int, int, int]]] = None
+
+
+@dataclass
 class WorkflowResult:
     loop: LoopResult
     changes: Changes
@@ -675,6 +683,7 @@ async def run_workflow(
             changes = await sb.changes(max_bytes=MAX_CHANGE_BYTES, max_files=max_files)
         protect = list(default_protect(verify, sel.files) if protect is None else protect)
         protect += list(CI_GLOBS) + test_machinery(changes, sel.files)
+        changes = WorkflowChanges(**vars(changes), protect=protect, copied=sel.files)
         plan = plan_changes(workspace, changes, protect=protect, allow_hooks=allow_hooks, copied=sel.files)
         checks = []
         if verify:
@@ -822,10 +831,11 @@ def _head(path: Path) -> str:
         return ""
 
 
-def _iter_files(root: Path, cap: int = 100_000):
-    """Regular files under root for the script scan, skipping VCS folders and the usual dependency ones."""
+def _iter_files(root: Path, cap: int = 100_000, skip_deps: bool = True):
+    """Files under root (links not followed), skipping VCS folders and, for the script scan, the usual
+    dependency folders; at most cap."""
     n = 0
-    skip = VCS_DIRS | {"node_modules", ".venv", "venv", "__pycache__", ".tox"}
+    skip = VCS_DIRS | ({"node_modules", ".venv", "venv", "__pycache__", ".tox"} if skip_deps else set())
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d.lower() not in skip]
         for name in filenames:
@@ -936,17 +946,19 @@ def apply_changes(
     copied: Optional[dict[str, tuple[int, int, int]]] = None,
 ) -> ApplyResult:
     """Writes the agent's changes back into the folder (the CLI's --apply): regular files of the working tree
-    only, all of them or none. `changes` is a WorkflowResult (its protected paths and copied files are used)
-    or a Changes. Every change is checked first (plan_changes): version-control metadata, protected paths,
-    files that run by themselves (unless allow_hooks), paths git ignores and existing files that were not
-    copied are held back and listed; a bad name (control or format characters), a path over the platform's
-    limits, a link on the way or a special file in the way refuses the whole patch, as does an I/O error
-    while writing (what was done is undone). Never follows or creates a link, never writes outside the
-    folder, never removes anything but a regular file; an existing file keeps its mode (640 stays 640)."""
+    only, all of them or none. `changes` is a run's WorkflowResult or its changes (the run's protected paths
+    and copied files are used), or any Changes. Every change is checked first (plan_changes):
+    version-control metadata, protected paths, files that run by themselves (unless allow_hooks), paths git
+    ignores and existing files that were not copied are held back and listed; a bad name (control or format
+    characters), a path over the platform's limits, a link on the way or a special file in the way refuses
+    the whole patch, as does an I/O error while writing (what was done is undone). Never follows or creates
+    a link, never writes outside the folder, never removes anything but a regular file; an existing file
+    keeps its mode (640 stays 640)."""
     if isinstance(changes, WorkflowResult):
-        protect = changes.protect if protect is None else protect
-        copied = changes.selection.files if copied is None and changes.selection else copied
         changes = changes.changes
+    if isinstance(changes, WorkflowChanges):
+        protect = changes.protect if protect is None else protect
+        copied = changes.copied if copied is None else copied
     root = Path(workspace).resolve()
     res = plan_changes(
         root,
