@@ -174,6 +174,8 @@ def cmd_run(args) -> int:
         )
     )
     sys.stdout.write(escape_terminal(result.diff))  # the agent's bytes never reach the terminal raw
+    if result.verification and result.plan.refused:
+        say("the patch is refused (see below): --verify ran on your files without the agent's changes")
     for cmd, r in result.verification:
         say(f"verify: {escape_terminal(cmd)} -> exit {r.exit_code}" + (" (timed out)" if r.timed_out else ""))
         for line in _bounded(r.stdout.rstrip("\n") + "\n" + r.stderr):
@@ -190,16 +192,15 @@ def cmd_run(args) -> int:
     plan = apply_changes(args.workspace, result, allow_hooks=args.allow_hooks) if applying else result.plan
     for path, why in plan:
         say(f"not applied: {escape_terminal(path)} ({escape_terminal(why)})")
-    if args.apply and not verified:
+    if args.apply and plan.refused:
+        say(f"nothing applied to {args.workspace}: {len(plan.refused)} changes refused (listed above)")
+    elif args.apply and not verified:
         say(f"nothing applied to {args.workspace}: --verify failed")
     elif args.apply:
-        if plan.refused:
-            say(f"nothing applied to {args.workspace}: {len(plan.refused)} changes refused (listed above)")
-        else:
-            say(
-                f"applied {len(plan.applied)} changes to {args.workspace}"
-                + (f"; {len(plan.held_back)} held back (listed above)" if plan.held_back else "")
-            )
+        say(
+            f"applied {len(plan.applied)} changes to {args.workspace}"
+            + (f"; {len(plan.held_back)} held back (listed above)" if plan.held_back else "")
+        )
     return 0 if verified and not (args.apply and plan.refused) else 1
 
 

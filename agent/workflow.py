@@ -878,7 +878,7 @@ class ApplyResult(list):
     def _finish(self):
         if self.refused:
             self.refused = [(p, f"{w}; so nothing is applied") for p, w in self.refused]
-            self.held_back += [(p, "not applied: the patch was refused") for p in self.plan]
+            self.held_back += [(p, "the patch was refused") for p in self.plan]
             self.plan = []
         self[:] = self.refused + self.held_back
 
