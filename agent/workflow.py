@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import difflib
 import fnmatch
+import json
 import os
 import re
 import shlex
@@ -157,6 +158,8 @@ AUTORUN_GLOBS = (
     (".overcommit.yml", "overcommit's hook configuration"),
     (".simple-git-hooks.*", "simple-git-hooks' configuration"),
     ("simple-git-hooks.*", "simple-git-hooks' configuration"),
+    (".huskyrc*", "husky's hook configuration"),
+    ("husky.config.*", "husky's hook configuration"),
     (".lintstagedrc*", "lint-staged (run by git hooks)"),
     ("lint-staged.config.*", "lint-staged (run by git hooks)"),
     (".envrc", "direnv runs it on cd"),
@@ -773,13 +776,50 @@ def _named_paths(text: str, known: set[str], base: str = "") -> set[str]:
     return found
 
 
-def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> dict[str, str]:
+# package.json keys that git hook managers read at each commit (husky 4, yorkie, pre-commit, ghooks, ...).
+PACKAGE_HOOK_KEYS = ("husky", "gitHooks", "simple-git-hooks", "pre-commit", "precommit", "git-hooks")
+PACKAGE_HOOK_KEYS += ("lint-staged", "nano-staged", "ghooks")
+NPM_RUNNERS = {"npm", "npx", "yarn", "pnpm", "bun", "lint-staged"}
+
+
+class AutorunPaths(dict):
+    """glob/path -> why; `package_scripts`: who runs package.json's scripts by itself ("" when nothing)."""
+
+    package_scripts = ""
+
+
+def package_hooks_changed(before: Optional[bytes], after: bytes, scripts_run_by: str) -> str:
+    """Why the agent's package.json changes what runs by itself (a hook manager's section, or the scripts
+    when a hook runs them), or ""."""
+
+    def load(data):
+        try:
+            out = json.loads(data)
+            return out if isinstance(out, dict) else {}
+        except (ValueError, TypeError):
+            return None
+
+    old, new = load(before or b"{}"), load(after)
+    if old is None or new is None:
+        return "package.json that cannot be read as JSON"
+    for key in PACKAGE_HOOK_KEYS:
+        pick = (
+            (lambda d: (d.get("config") or {}).get("ghooks")) if key == "ghooks" else (lambda d: d.get(key))
+        )
+        if pick(old) != pick(new):
+            return f'git hook configuration in package.json ("{key}")'
+    if scripts_run_by and old.get("scripts") != new.get("scripts"):
+        return f"package.json scripts, which {scripts_run_by} runs"
+    return ""
+
+
+def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> AutorunPaths:
     """glob/path -> why, for everything under root that runs without being asked: the well-known files
     (AUTORUN_GLOBS), the hook folder and every program git's own configuration names inside the folder
     (core.hooksPath, core.fsmonitor, filters, aliases; includes are read by git itself), and the scripts
     that those files and the repository's installed hooks name."""
     root = Path(root)
-    held: dict[str, str] = {}  # the repository's own configuration first: its reasons are the precise ones
+    held = AutorunPaths()  # the repository's own configuration first: its reasons are the precise ones
     toplevel = _git(root, "rev-parse", "--show-toplevel", any_owner=True)
     top = Path(os.fsdecode(toplevel.strip())) if toplevel else root
     for entry in _z(_git(root, "config", "--list", "-z", any_owner=True)):
@@ -815,7 +855,14 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> dict[str, str]:
         nxt = []
         for who, text in texts:
             base = os.path.dirname(who) if who in known else ""
-            for q in sorted(_named_paths(text, known, base) - seen):
+            words = set(_TOKEN.findall(text))
+            if words & NPM_RUNNERS and not held.package_scripts:
+                held.package_scripts = who
+            # `make lint` in a hook runs the Makefile: the files that say what a named runner runs.
+            named = {
+                c for w in words for c in RUNNER_CONFIGS.get(w, ()) if c != "package.json" and c in known
+            }
+            for q in sorted((_named_paths(text, known, base) | named) - seen):
                 held[q] = f"{who} runs it"
                 seen.add(q)
                 nxt.append(q)
@@ -906,7 +953,7 @@ def plan_changes(
             res.held_back.append((why, "not captured from the sandbox"))
     candidates = sorted(set(writes) | deleting)
     clean = [p for p in candidates if not refuse_reason(p)]
-    held = {} if allow_hooks else autorun_paths(root, clean)
+    held = AutorunPaths() if allow_hooks else autorun_paths(root, clean)
     ignored = ignored_paths(root, [p for p in clean if p in writes and (copied is None or p not in copied)])
     name_max, path_max = _limits(root)
     for rel in candidates:
@@ -923,6 +970,13 @@ def plan_changes(
             res.held_back.append((rel, f"runs by itself: {hook}; --allow-hooks writes it"))
         elif rel in ignored:
             res.held_back.append((rel, "ignored by .gitignore (a build output or cache)"))
+        elif (
+            not allow_hooks
+            and rel.rsplit("/", 1)[-1] == "package.json"
+            and rel in writes
+            and (why := package_hooks_changed(_read_original(root, rel), writes[rel], held.package_scripts))
+        ):
+            res.held_back.append((rel, f"runs by itself: {why}; --allow-hooks writes it"))
         else:
             why = limit_reason(root, rel, name_max, path_max) or _check_target(
                 root, rel, rel in writes, copied, deleting

@@ -2,6 +2,7 @@
 folder, secrets kept out) and what apply_changes writes back (checked first, then all or nothing; names,
 platform limits, files that run by themselves, modes). The end-to-end runs are in test_workflow_e2e.py."""
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from agent.sandbox import Changes
 from agent.workflow import (
+    ApplyResult,
     _transaction,
     apply_changes,
     autorun_paths,
@@ -382,3 +384,22 @@ def test_the_python_api_without_a_selection_still_holds_back_existing_secrets(re
     (repo / "deploy.pem").write_text("real key\n")
     res = apply_changes(repo, Changes(files={"deploy.pem": b"agent's\n", "new.pem": b"fresh\n"}))
     assert res.applied == ["new.pem"] and (repo / "deploy.pem").read_text() == "real key\n"
+
+
+def test_what_a_hook_runs_through_package_json_or_make_is_held_back(repo):
+    """The user's hook runs `npm test` and `make lint`: the agent's change to the test script or the Makefile
+    would run at the next commit; a new dependency would not (it is applied)."""
+    (repo / ".husky/pre-commit").write_text("#!/bin/sh\nnpm test\nmake lint\n")
+    (repo / "Makefile").write_text("lint:\n\techo lint\n")
+    pkg = {"name": "x", "scripts": {"test": "jest"}, "dependencies": {}}
+    (repo / "package.json").write_text(json.dumps(pkg))
+    def plan(new: dict) -> ApplyResult:
+        return plan_changes(repo, Changes(files={"package.json": json.dumps(new).encode()}))
+
+    assert plan({**pkg, "dependencies": {"left-pad": "1.3.0"}}).plan == ["package.json"]
+    scripts = dict(plan({**pkg, "scripts": {"test": "touch /tmp/pwned"}}).held_back)
+    assert "scripts" in scripts["package.json"] and "pre-commit runs" in scripts["package.json"]
+    hooks = dict(plan({**pkg, "husky": {"hooks": {"pre-commit": "touch /tmp/pwned"}}}).held_back)
+    assert '"husky"' in hooks["package.json"]
+    res = plan_changes(repo, Changes(files={"Makefile": b"lint:\n\ttouch /tmp/pwned\n"}))
+    assert "pre-commit runs it" in dict(res.held_back)["Makefile"]
