@@ -109,6 +109,7 @@ def test_a_weakened_test_does_not_pass_verify_and_nothing_is_applied(image, tmp_
     assert "nothing applied" in p.stderr and tree(repo) == before
 
 
+@pytest.mark.slow
 def test_verify_is_not_fooled_by_new_test_files_or_runner_config(image, tmp_path):
     """`pytest -q` names no file, so every test file is protected, new ones included: a test module that ends
     the process with status 0 at import, a conftest.py that skips everything, pytest configuration."""
@@ -142,6 +143,7 @@ def test_verify_is_not_fooled_by_new_test_files_or_runner_config(image, tmp_path
     assert tree(repo) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["evil\u202etxt.py", "csi\x9b.txt"])
 def test_a_bad_path_from_the_agent_applies_nothing(image, tmp_path, bad):
     repo = make_repo(tmp_path)
@@ -179,3 +181,25 @@ def test_a_large_repository_streams_in_and_applies(image, tmp_path):
     assert "copied 6007 files" in p.stderr and ".venv/" in p.stderr
     assert (repo / "pkg/m59/f099.py").read_text() == "changed = True\n"
     assert (repo / "src/f.py").read_text() == CORRECT_F
+
+
+@pytest.mark.slow
+def test_the_python_api_applies_a_runs_changes_with_its_protection(image, tmp_path):
+    """run_workflow + apply_changes(folder, result.changes), as the module's docstring shows: the weakened
+    test is still held back, and the run's copy is still what "not copied" means."""
+    from agent.workflow import apply_changes, run_workflow
+    from tests.conftest import run
+
+    repo = make_repo(tmp_path)
+    (repo / "deploy.pem").write_text("real key\n")
+    script = tmp_path / "replay.json"
+    steps = [write("src/f.py", CORRECT_F), write("tests/test_f.py", WEAKENED), write("deploy.pem", "agent\n")]
+    script.write_text(json.dumps({"*": [bash("\n".join(steps)), SUBMIT]}))
+    result = run(
+        run_workflow(f"replay:{script}", repo, "make the test pass", verify=["python3 -m pytest -q"])
+    )
+    assert result.verified and result.protected_changes == ["tests/test_f.py"]
+    res = apply_changes(repo, result.changes)
+    assert res.applied == ["src/f.py"] and {p for p, _ in res} == {"tests/test_f.py", "deploy.pem"}
+    assert (repo / "deploy.pem").read_text() == "real key\n"
+    assert (repo / "tests/test_f.py").read_text().endswith("== [1, 2, 3]\n")
