@@ -123,6 +123,19 @@ TEST_GLOBS = (
     "conftest.py",
 )
 
+# Dependency and cache folders: left out of the copy outside git too (in a repository .gitignore decides).
+DEPENDENCY_DIRS = {
+    ".venv",
+    "venv",
+    "node_modules",
+    "__pycache__",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+}
+
 # Version-control metadata: a checkout runs what these say (core.fsmonitor, hooks, filters, submodule URLs),
 # so nothing from a sandbox is ever written into them. Compared in lower case (case-insensitive file systems).
 VCS_DIRS = {".git", "git~1", ".hg", ".svn", ".bzr", "_darcs", "cvs", ".jj", ".pijul", ".fossil-settings"}
@@ -450,8 +463,11 @@ def select_files(
             candidates = [p.relative_to(folder).as_posix() for p in _iter_files(folder, skip_deps=False)]
             ignored = []
         else:
+            # Outside git nothing says that a venv is not the project's: the usual dependency folders count
+            # as ignored there.
+            deps = [] if in_git else [f"--exclude={d}/" for d in sorted(DEPENDENCY_DIRS)]
             listed = _git(
-                folder, "ls-files", "--cached", "--others", "--exclude-standard", "-z", git_dir=git_dir
+                folder, "ls-files", "--cached", "--others", "--exclude-standard", *deps, "-z", git_dir=git_dir
             )
             if listed is None:
                 raise UserError(f"--workspace {folder}: `git ls-files` failed there (run it to see why)")
@@ -463,6 +479,7 @@ def select_files(
                     "--others",
                     "--ignored",
                     "--exclude-standard",
+                    *deps,
                     "--directory",
                     "-z",
                     git_dir=git_dir,
@@ -476,6 +493,7 @@ def select_files(
                         "--others",
                         "--ignored",
                         "--exclude-standard",
+                        *deps,
                         "-z",
                         git_dir=git_dir,
                     )
@@ -484,6 +502,8 @@ def select_files(
     brought = set(candidates) if include else set()
     for entry in ignored:
         why = "ignored by .gitignore"
+        if not in_git and entry.rstrip("/").rsplit("/", 1)[-1] in DEPENDENCY_DIRS:
+            why = "a dependency or cache folder (outside git these are left out)"
         if any(b == entry or b.startswith(entry) for b in brought):
             why += " (partly copied: --include)"
         n, b = _walk_size(folder / entry) if entry.endswith("/") else (1, _lsize(folder / entry))
@@ -882,7 +902,7 @@ def _iter_files(root: Path, cap: int = 100_000, skip_deps: bool = True):
     """Files under root (links not followed), skipping VCS folders and, for the script scan, the usual
     dependency folders; at most cap."""
     n = 0
-    skip = VCS_DIRS | ({"node_modules", ".venv", "venv", "__pycache__", ".tox"} if skip_deps else set())
+    skip = VCS_DIRS | (DEPENDENCY_DIRS if skip_deps else set())
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d.lower() not in skip]
         for name in filenames:

@@ -131,9 +131,17 @@ def test_select_outside_git_still_honours_gitignore(tmp_path):
     (folder / "sub/a.py").write_text("x")
     (folder / ".gitignore").write_text("build/\n")
     (folder / "main.py").write_text("print(1)\n")
+    (folder / ".venv/lib").mkdir(parents=True)  # no .gitignore names it: left out as a dependency folder
+    (folder / ".venv/lib/x.py").write_text("x\n")
+    (folder / "web/node_modules/pkg").mkdir(parents=True)
+    (folder / "web/node_modules/pkg/i.js").write_text("x\n")
+    (folder / "web/app.js").write_text("x\n")
     sel = select_files(folder)
-    assert sorted(sel.files) == [".gitignore", "main.py", "sub/.gitignore", "sub/a.py"] and not sel.in_git
-    assert {x.path for x in sel.left_out} == {"build/", "sub/a.tmp"}
+    assert sorted(sel.files) == [".gitignore", "main.py", "sub/.gitignore", "sub/a.py", "web/app.js"]
+    assert not sel.in_git
+    left = {x.path: x.why for x in sel.left_out}
+    assert set(left) == {"build/", "sub/a.tmp", ".venv/", "web/node_modules/"}
+    assert "dependency" in left[".venv/"] and "dependency" in left["web/node_modules/"]
 
 
 def test_select_size_limit_is_an_option_with_a_clear_message(repo):
@@ -393,6 +401,7 @@ def test_what_a_hook_runs_through_package_json_or_make_is_held_back(repo):
     (repo / "Makefile").write_text("lint:\n\techo lint\n")
     pkg = {"name": "x", "scripts": {"test": "jest"}, "dependencies": {}}
     (repo / "package.json").write_text(json.dumps(pkg))
+
     def plan(new: dict) -> ApplyResult:
         return plan_changes(repo, Changes(files={"package.json": json.dumps(new).encode()}))
 
