@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import difflib
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -216,18 +217,28 @@ AUTORUN_GLOBS = (
 def matches(path: str, glob: str) -> bool:
     """A --include/--exclude/--protect/--secret GLOB against a relative path: the whole path, one of its
     folders (`docs`, `build/`), or, for a glob without "/", any one name in it (`*.log`, `.env*`)."""
-    glob = glob.strip().removeprefix("./").rstrip("/")
-    if not glob:
-        return False
-    parts = path.split("/")
-    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    if any(fnmatch.fnmatchcase(p, glob) for p in prefixes):
-        return True
-    return "/" not in glob and any(fnmatch.fnmatchcase(p, glob) for p in parts)
+    return _any(path, (glob,))
 
 
 def _any(path: str, globs: Iterable[str]) -> bool:
-    return any(matches(path, g) for g in globs)
+    """matches() for any of the globs: one compiled pattern per set of globs (a repository has 100k files)."""
+    whole, name = _compiled(tuple(globs))
+    if whole is None:
+        return False
+    parts = path.split("/")
+    if name is not None and any(name.match(p) for p in parts):
+        return True
+    return any(whole.match("/".join(parts[: i + 1])) for i in range(len(parts)))
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(globs: tuple[str, ...]) -> tuple[Optional[re.Pattern], Optional[re.Pattern]]:
+    cleaned = [g for g in (g.strip().removeprefix("./").rstrip("/") for g in globs) if g]
+
+    def one(gs):
+        return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in gs)) if gs else None
+
+    return one(cleaned), one([g for g in cleaned if "/" not in g])
 
 
 def unsafe_char(ch: str) -> bool:
@@ -288,8 +299,9 @@ def limit_reason(root: Path, rel: str, name_max: int, path_max: int) -> str:
     for part in rel.split("/"):
         if len(os.fsencode(part)) > name_max:
             return f"a name longer than the platform's limit of {name_max} bytes"
-    # Room for the temporary names apply_changes writes next to the target.
-    if len(os.fsencode(str(root / rel))) + 1 >= path_max:
+    # With room for the temporary names (".harness-PID-N.tmp") apply_changes writes next to the target.
+    parent, _, name = str(root / rel).rpartition("/")
+    if len(os.fsencode(parent)) + max(len(os.fsencode(name)), 40) + 2 >= path_max:
         return f"a path longer than the platform's limit of {path_max} bytes"
     return ""
 
@@ -868,7 +880,8 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> AutorunPaths:
             for h in sorted(hooks_dir.iterdir())[:200]:
                 if h.is_file() and not h.name.endswith(".sample"):
                     texts.append((f"the git hook {h.name}", _head(h)))
-    frontier = sorted(p for p in known if any(matches(p, g) for g in held) and (root / p).is_file())
+    globs = tuple(held)
+    frontier = sorted(p for p in known if _any(p, globs) and (root / p).is_file())
     texts += [(p, _head(root / p)) for p in frontier]
     seen = set(frontier)
     for _ in range(4):  # scripts that scripts run, a few levels deep
