@@ -148,18 +148,20 @@ def test_verify_is_not_fooled_by_new_test_files_or_runner_config(image, tmp_path
 def test_a_bad_path_from_the_agent_applies_nothing(image, tmp_path, bad):
     repo = make_repo(tmp_path)
     before = tree(repo)
-    deep = "/".join(["d" * 200] * 25) + "/f.txt"
+    # A file under 25 ordinary 200-character folders: over PATH_MAX, made one folder at a time.
+    deep = "(for i in $(seq 25); do mkdir " + "d" * 200 + " && cd " + "d" * 200 + "; done; echo x > f.txt)"
     p = cli_run(
         tmp_path,
         repo,
         [
             write("src/f.py", CORRECT_F),
             write(bad, "x"),
-            f"mkdir -p {deep.rsplit('/', 1)[0]} 2>/dev/null; true",
+            deep,
         ],
     )
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     assert "nothing applied" in p.stderr and "control or format characters" in p.stderr
+    assert "a path longer than the platform's limit" in p.stderr
     assert "\u202e" not in p.stderr and "\x9b" not in p.stderr  # listed escaped
     assert tree(repo) == before
 
