@@ -386,6 +386,7 @@ class Selection:
     files: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # path -> (size, mode, mtime_ns)
     left_out: list[LeftOut] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)  # kept out because they look like secrets
+    private: list[str] = field(default_factory=list)  # untracked and readable only by their owner: kept out
     in_git: bool = False
 
     @property
@@ -410,6 +411,12 @@ class Selection:
                 lines.append(f"  {escape_terminal(x.path)}: {_count(x.files)}, {_size(x.bytes)} ({x.why})")
             if len(by_size) > 12:
                 lines.append(f"  ... and {len(by_size) - 12} more")
+        if self.private:
+            lines.append(
+                "kept out as private (untracked, readable only by you; --include GLOB copies one): "
+                + ", ".join(escape_terminal(s) for s in self.private[:20])
+                + (f" and {len(self.private) - 20} more" if len(self.private) > 20 else "")
+            )
         if self.secrets:
             lines.append(
                 "kept out as secrets (never shown to the model; --include GLOB copies one): "
@@ -520,11 +527,16 @@ def select_files(
             why += " (partly copied: --include)"
         n, b = _walk_size(folder / entry) if entry.endswith("/") else (1, _lsize(folder / entry))
         sel.left_out.append(LeftOut(entry, n, b, why))
+    stats = {}
     for rel in sorted(set(candidates)):
-        try:
-            st = os.lstat(folder / rel)
-        except OSError:
-            continue  # a tracked file deleted in the working tree
+        with contextlib.suppress(OSError):  # (a tracked file deleted in the working tree)
+            stats[rel] = os.lstat(folder / rel)
+    # An untracked file that only its owner may read was made private on purpose, unless every file here is
+    # (a umask of 077): kept out like a secret.
+    tracked = set(_z(_git(folder, "ls-files", "--cached", "-z"))) if in_git else set()
+    usual = [st for rel, st in stats.items() if stat.S_ISREG(st.st_mode) and (rel in tracked or not in_git)]
+    deliberate = sum(1 for st in usual if st.st_mode & 0o044) > len(usual) / 2
+    for rel, st in stats.items():
         if stat.S_ISLNK(st.st_mode):
             sel.left_out.append(LeftOut(rel, 1, 0, "a symlink (not copied)"))
         elif stat.S_ISDIR(st.st_mode):
@@ -538,6 +550,8 @@ def select_files(
             sel.left_out.append(LeftOut(rel, 1, st.st_size, "--exclude"))
         elif _any(rel, secret):
             sel.secrets.append(rel)
+        elif deliberate and rel not in tracked and not st.st_mode & 0o044:
+            sel.private.append(rel)
         else:
             sel.files[rel] = (st.st_size, st.st_mode, st.st_mtime_ns)
     if sel.total_bytes > max_bytes:

@@ -64,6 +64,8 @@ def make_repo(root: Path) -> Path:
     (r / "src/f.py").write_text("def f(n):\n    return []\n")
     (r / "src/config.py").write_text("DEBUG = False\n")
     os.chmod(r / "src/config.py", 0o640)
+    (r / "deploy.sh").write_text("#!/bin/sh\necho deploy\n")
+    os.chmod(r / "deploy.sh", 0o700)
     (r / "tests").mkdir()
     (r / "tests/test_f.py").write_text(
         "from src.f import f\n\n\ndef test_f():\n    assert f(3) == [1, 2, 3]\n"
@@ -75,7 +77,7 @@ def make_repo(root: Path) -> Path:
     )
     os.chmod(r / ".husky/pre-commit", 0o755)
     git(r, "config", "core.hooksPath", ".husky")
-    git(r, "add", ".gitignore", "src", "tests", ".husky")
+    git(r, "add", ".gitignore", "src", "tests", ".husky", "deploy.sh")
     git(r, "commit", "-qm", "init")
     return r
 
@@ -93,18 +95,30 @@ def test_select_copies_what_git_would_commit_and_keeps_secrets_out(repo):
     assert sorted(sel.files) == [
         ".gitignore",
         ".husky/pre-commit",
-        "notes.txt",  # untracked, not ignored: git would offer it, so the agent sees it
+        "deploy.sh",  # tracked: mode 700 does not keep it out
         "src/__init__.py",
         "src/config.py",
         "src/f.py",
         "tests/test_f.py",
     ]
     assert sel.secrets == [".env"] and sel.in_git
+    assert sel.private == ["notes.txt"]  # untracked and mode 600: the user made it private
     left = {x.path: x for x in sel.left_out}
     assert set(left) == {".venv/", "node_modules/", "run.log"}
     assert left[".venv/"].bytes >= 300_000 and left["node_modules/"].files == 1
     text = "\n".join(sel.summary())
     assert ".venv/" in text and "node_modules/" in text and "kept out as secrets" in text and ".env" in text
+    assert "kept out as private" in text and "notes.txt" in text
+
+
+def test_with_a_umask_of_077_private_modes_say_nothing(repo):
+    for p in repo.rglob("*"):
+        if p.is_file() and ".git" not in p.parts:
+            os.chmod(p, 0o600)
+    (repo / "new_module.py").write_text("x = 1\n")
+    os.chmod(repo / "new_module.py", 0o600)
+    sel = select_files(repo)
+    assert "new_module.py" in sel.files and "notes.txt" in sel.files and not sel.private
 
 
 def test_select_include_exclude_and_more_secrets(repo):

@@ -62,15 +62,19 @@ def test_run_apply_on_a_real_repository(image, tmp_path):
         write("src/f.py", CORRECT_F),
         write("notes.txt", "my private notes\nand the agent's line\n"),
         write("src/config.py", "DEBUG = True\n"),
+        write("deploy.sh", "#!/bin/sh\necho deploy v2\n"),
     ]
     p = cli_run(tmp_path, repo, steps, "--verify", "seq 1 5000")
     out, err = p.stdout, p.stderr
     assert p.returncode == 0, err[-3000:]
     # What was copied, left out and kept out is said; the secret never reached the sandbox.
     assert ".venv/" in err and "node_modules/" in err and "ignored by .gitignore" in err
-    assert "kept out as secrets" in err and ".env" in err
+    assert "kept out as secrets" in err and ".env" in err and "kept out as private" in err
     seen = (repo / "seen.txt").read_text()
-    assert "sk-live" not in seen and ".env\n" not in seen and "left-pad" not in seen and "notes.txt" in seen
+    assert (
+        "sk-live" not in seen and ".env\n" not in seen and "left-pad" not in seen and "notes.txt" not in seen
+    )
+    assert "src\n" in seen  # the listing is real
     # --verify ran on the user's test and says what it printed.
     assert f"verify: {VERIFY} -> exit 0" in err and "1 passed" in err
     assert "verify: seq 1 5000 -> exit 0" in err and "  | 1\n" in err and "  | 5000\n" in err
@@ -81,12 +85,14 @@ def test_run_apply_on_a_real_repository(image, tmp_path):
     for path in (".husky/pre-commit", ".husky/post-commit", ".envrc", ".vscode/tasks.json"):
         assert f"not applied: {path} (runs by itself" in err, path
     assert "not applied: pw (a symlink the agent made" in err
+    assert "not applied: notes.txt (exists in your folder but was not copied" in err
     # Exactly the answer was written, with the user's modes.
     after = tree(repo)
     changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
-    assert changed == {"src/f.py", "notes.txt", "src/config.py", "seen.txt"}, changed
+    assert changed == {"src/f.py", "src/config.py", "deploy.sh", "seen.txt"}, changed
     assert os.stat(repo / "notes.txt").st_mode & 0o777 == 0o600
     assert os.stat(repo / "src/config.py").st_mode & 0o777 == 0o640
+    assert os.stat(repo / "deploy.sh").st_mode & 0o777 == 0o700
     assert (repo / "tests/test_f.py").read_text().endswith("== [1, 2, 3]\n")
     # The user's next commit runs the user's hook, and nothing of the agent's.
     hook_log = (repo / ".git/hook.log").read_text()
