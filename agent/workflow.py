@@ -711,7 +711,7 @@ async def run_workflow(
     originals), and returns the changes as a diff. The folder itself is not touched (see apply_changes).
     `selection`: select_files' answer when the caller has it already (the CLI prints it first)."""
     workspace = Path(workspace)
-    sel = select_files(
+    sel = selection or select_files(
         workspace, include=include, exclude=exclude, secret=secret, max_bytes=max_copy_mb << 20
     )
     cfg = cfg or LoopConfig()
