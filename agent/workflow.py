@@ -992,10 +992,13 @@ def plan_changes(
     writes = changes.files
     deleting = {p for p in changes.deleted if p not in writes}
     for why in changes.rejected:  # symlinks and special files the agent made, caps: never in `files`
-        if why.startswith("symlink "):
-            res.held_back.append(
-                (why[len("symlink ") :], "a symlink the agent made; links are never applied")
-            )
+        for prefix, reason in (
+            ("symlink ", "a symlink the agent made; links are never applied"),
+            ("special or unreadable file ", "a special or unreadable file the agent made; never applied"),
+        ):
+            if why.startswith(prefix):
+                res.held_back.append((why[len(prefix) :], reason))
+                break
         else:
             res.held_back.append((why, "not captured from the sandbox"))
     candidates = sorted(set(writes) | deleting)
