@@ -872,6 +872,8 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> AutorunPaths:
         key, _, value = entry.partition("\n")
         key = key.lower()
         if key == "core.hookspath":
+            if not value.strip():
+                continue  # empty: git's default folder under .git
             rel = _inside(root, top, os.path.expanduser(value))
             if rel is not None:
                 held[rel or "*"] = f"git's hook folder, core.hooksPath = {value}"
