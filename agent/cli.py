@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 from pathlib import Path
 
-from agent.config import add_loop_options
+from agent.config import DEFAULT_MAX_COPY_MB, add_loop_options
 from agent.models import DEFAULT_MODEL, add_model_option
 
 RUN_EXAMPLE = (
@@ -36,10 +37,61 @@ def register(sub):
         help="the folder to work on (copied; untouched without --apply)",
     )
     p.add_argument(
-        "--verify", action="append", default=[], help="a command that must succeed at the end (repeatable)"
+        "--verify",
+        action="append",
+        default=[],
+        help="a command that must succeed at the end (repeatable); it runs on what --apply would write, "
+        "with your originals of protected paths",
     )
     add_loop_options(p, "max_steps")
-    p.add_argument("--apply", action="store_true", help="write the changes back into the folder")
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="write the changes back into the folder when --verify passed: all of them or none; protected "
+        "paths, files that run by themselves, links and version-control files are held back and listed",
+    )
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="copy these files into the sandbox although .gitignore, --exclude or the secret patterns "
+        "leave them out (repeatable)",
+    )
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave these files out of the sandbox (repeatable; a path, a folder or a name pattern)",
+    )
+    p.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="more files that are secrets, kept out like .env*, *.pem, id_*, cloud credentials (repeatable)",
+    )
+    p.add_argument(
+        "--protect",
+        action="append",
+        default=None,
+        metavar="GLOB",
+        help="paths whose changes are shown but never applied, and whose originals --verify uses "
+        "(repeatable; default: the test files --verify names, or all test files when it names none; "
+        "CI configuration and test-runner configuration are always protected)",
+    )
+    p.add_argument(
+        "--allow-hooks",
+        action="store_true",
+        help="with --apply: also write files that run by themselves (git hooks, .envrc, editor tasks, ...)",
+    )
+    p.add_argument(
+        "--max-copy-mb",
+        type=int,
+        default=DEFAULT_MAX_COPY_MB,
+        help=f"the most the files copied into the sandbox may total (default {DEFAULT_MAX_COPY_MB})",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -93,8 +145,18 @@ def register(sub):
 def cmd_run(args) -> int:
     from agent.config import LoopConfig
     from agent.models import parse_model_options
-    from agent.workflow import apply_changes, escape_terminal, run_workflow
+    from agent.workflow import apply_changes, escape_terminal, run_workflow, select_files
 
+    say = functools.partial(print, file=sys.stderr)
+    sel = select_files(
+        args.workspace,
+        include=args.include,
+        exclude=args.exclude,
+        secret=args.secret,
+        max_bytes=args.max_copy_mb << 20,
+    )
+    for line in sel.summary():
+        say(line)
     result = asyncio.run(
         run_workflow(
             args.model,
@@ -103,25 +165,51 @@ def cmd_run(args) -> int:
             verify=args.verify,
             cfg=LoopConfig(max_steps=args.max_steps),
             model_options=parse_model_options(args.model, args.model_option),
+            include=args.include,
+            exclude=args.exclude,
+            secret=args.secret,
+            protect=args.protect,
+            allow_hooks=args.allow_hooks,
+            selection=sel,
         )
     )
     sys.stdout.write(escape_terminal(result.diff))  # the agent's bytes never reach the terminal raw
+    if result.verification and result.plan.refused:
+        say("the patch is refused (see below): --verify ran on your files without the agent's changes")
     for cmd, r in result.verification:
-        print(f"verify: {cmd!r} -> exit {r.exit_code}", file=sys.stderr)
-    print(
+        say(f"verify: {escape_terminal(cmd)} -> exit {r.exit_code}" + (" (timed out)" if r.timed_out else ""))
+        for line in _bounded(r.stdout.rstrip("\n") + "\n" + r.stderr):
+            say("  | " + escape_terminal(line))
+    say(
         f"agent ended: {result.loop.exit_reason} after {len(result.loop.steps)} steps; "
-        f"{len(result.changes.paths)} files changed",
-        file=sys.stderr,
+        f"{len(result.changes.paths)} files changed"
     )
-    if args.apply:
-        refused = apply_changes(args.workspace, result.changes)
-        for path, why in refused:
-            print(f"not applied: {escape_terminal(path)} ({why})", file=sys.stderr)
-        print(
-            f"applied to {args.workspace}" + (f" except {len(refused)} refused" if refused else ""),
-            file=sys.stderr,
+    for path in result.protected_changes:
+        say(f"PROTECTED: the agent changed {escape_terminal(path)}; shown above, never applied")
+    verified = result.verified
+    # Only a verified patch is applied: a failed --verify leaves the folder as it was.
+    applying = args.apply and verified
+    plan = apply_changes(args.workspace, result, allow_hooks=args.allow_hooks) if applying else result.plan
+    for path, why in plan:
+        say(f"not applied: {escape_terminal(path)} ({escape_terminal(why)})")
+    if args.apply and plan.refused:
+        say(f"nothing applied to {args.workspace}: {len(plan.refused)} changes refused (listed above)")
+    elif args.apply and not verified:
+        say(f"nothing applied to {args.workspace}: --verify failed")
+    elif args.apply:
+        say(
+            f"applied {len(plan.applied)} changes to {args.workspace}"
+            + (f"; {len(plan.held_back)} held back (listed above)" if plan.held_back else "")
         )
-    return 0 if result.verified else 1
+    return 0 if verified and not (args.apply and plan.refused) else 1
+
+
+def _bounded(text: str, head: int = 40, tail: int = 40, width: int = 300) -> list[str]:
+    """A command's output for the terminal: its first and last lines, each cut to width."""
+    lines = [x[:width] + ("..." if len(x) > width else "") for x in text.rstrip("\n").splitlines()]
+    if len(lines) > head + tail:
+        lines = lines[:head] + [f"... {len(lines) - head - tail} lines left out ..."] + lines[-tail:]
+    return lines
 
 
 def cmd_images_build(args) -> int:

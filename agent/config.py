@@ -22,6 +22,10 @@ def default_reply_tokens(model: str) -> int:
     return LOCAL_REPLY_TOKENS if model.startswith("local:") else API_REPLY_TOKENS
 
 
+# `harness run --max-copy-mb`: what may be copied into its sandbox. A normal repository fits once its
+# dependencies (.venv, node_modules: ignored by .gitignore) are left out.
+DEFAULT_MAX_COPY_MB = 256
+
 REPLY_TOKENS_BY_MODEL = (
     f"{LOCAL_REPLY_TOKENS} for local models, else {API_REPLY_TOKENS}"  # default_reply_tokens in words
 )

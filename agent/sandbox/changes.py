@@ -77,9 +77,10 @@ class ChangeCapture:
             entries["!rejected"] = list(out["rejected"])
         return entries
 
-    async def mark_baseline(self):
-        """Remembers the workspace as it is now; changes() compares against it."""
-        self._baseline = await self.snapshot()
+    async def mark_baseline(self, max_files: int = 5000):
+        """Remembers the workspace as it is now; changes() compares against it (`run` on a large
+        repository passes a larger max_files, here and to changes())."""
+        self._baseline = await self.snapshot(max_files=max_files)
 
     async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
         """The agent's changes since mark_baseline(), bounded in bytes and file count. Never raises for
