@@ -119,14 +119,19 @@ def _replace_text(path: Path, text: str) -> None:
 
 
 def _finish_folder(folder: Path, name: Optional[str]) -> None:
-    """The cache folder as a plain float model: no GGUF quantization_config in config.json (transformers
-    copies it from the GGUF although the weights were dequantized; TRL and PEFT then refuse to train a
-    "quantized model"), and the embedded model's training-ready chat template."""
+    """The cache folder as a plain float model that tools load by path (TRL's SFTTrainer(model=FOLDER),
+    PEFT): config.json without the GGUF's quantization_config (transformers copies it although the
+    weights were dequantized, and trainers then refuse a "quantized model") and with `architectures`
+    (which GGUF configs lack), and the embedded model's training-ready chat template."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text())
-    if "quantization_config" in config:
-        del config["quantization_config"]
-        _replace_text(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    fixed = {k: v for k, v in config.items() if k != "quantization_config"}
+    if not fixed.get("architectures") and config.get("model_type") in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        fixed["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config["model_type"]]]
+    if fixed != config:
+        _replace_text(config_path, json.dumps(fixed, indent=2, sort_keys=True) + "\n")
     template = TEMPLATES.get(name or "")
     if template is not None:
         _replace_text(folder / "chat_template.jinja", template.read_text(encoding="utf-8"))
