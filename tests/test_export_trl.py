@@ -216,3 +216,50 @@ def test_plain_conversations_render_as_smollm2s_own_template(folder):
             assert ours.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=prompt
             ) == own.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt)
+
+
+def test_a_cache_written_before_is_repaired_in_place(tmp_path):
+    """A cache folder from an older harness (GGUF quantization_config, no architectures, the GGUF's own
+    template) is fixed on its next load without dequantizing again; a fresh cache is written fixed."""
+    from tokenizers import Tokenizer, models
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from agent.models import local_loading
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"x" * 10)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
+    )
+    tok.chat_template = "{{ messages[0]['content'] }}"
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+        )
+    )
+    model.config.architectures = None  # as a GGUF-loaded config has it
+    folder = tmp_path / "models" / "smollm2-135m"
+    local_loading._write_cache(model, tok, gguf, folder)
+    shipped = local_loading.TEMPLATES["smollm2-135m"].read_text()
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
+    assert (folder / "chat_template.jinja").read_text() == shipped
+
+    # make it an old cache, as the harness wrote it before
+    config.pop("architectures")
+    config["quantization_config"] = {"quant_method": "gguf", "gguf_file": "m.gguf", "dequantize": False}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    source = json.loads((folder / "source.json").read_text())
+    source.pop("format")
+    (folder / "source.json").write_text(json.dumps(source))
+    assert local_loading._cache_ok(folder, gguf)  # still a valid cache: no second dequantization
+
+    local_loading._repair_cache(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
+    assert (folder / "chat_template.jinja").read_text() == shipped
+    assert json.loads((folder / "source.json").read_text())["format"] == local_loading.CACHE_FORMAT
+    loaded = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
+    assert getattr(loaded, "hf_quantizer", None) is None and not getattr(loaded, "is_quantized", False)
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temp files left
