@@ -232,6 +232,9 @@ def load_hf(spec: str = DEFAULT_LOCAL_MODEL, *, device: Optional[str] = None) ->
             model, tokenizer = _load_gguf(path)
             try:
                 _write_cache(model, tokenizer, path, target)
+                # Then the cached folder, so the first load is every later one: a plain float model (the
+                # GGUF-loaded one still says it is quantized, and trainers refuse it).
+                model, tokenizer = _load_folder(target)
             except OSError as e:  # a read-only home, a full disk: slower next time, still correct
                 log.warning("could not cache %s to %s: %s", path.name, target, e)
     template = TEMPLATES.get(name or "")
