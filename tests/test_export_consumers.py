@@ -78,17 +78,27 @@ def test_no_record_trains_on_the_demonstration(run, tmp_path, fmt):
 
 @pytest.mark.slow
 def test_trl_renders_prompt_completion_without_the_demonstration_in_completions(run, tmp_path):
+    """TRL renders each record with the embedded model's template: the completion is the one turn, its
+    tool calls written out (never an empty turn), and the worked example stays in prompts only."""
     from trl.data_utils import apply_chat_template
 
     tokenizer = _smol_tokenizer()
     for r in read(export.export_run(run, "prompt-completion", tmp_path / "pc.jsonl").path):
-        if r["tools"] is not None:
-            continue  # SmolLM2's own template has no tool calls; the hf-chat test renders those
-        rendered = apply_chat_template({"prompt": r["prompt"], "completion": r["completion"]}, tokenizer)
-        assert (
-            rendered["completion"] == r["completion"][0]["content"] + "<|im_end|>\n"
-        )  # the target: one turn
-        assert r["completion"][0]["content"] not in DEMO_REPLIES
+        rendered = apply_chat_template(
+            {"prompt": r["prompt"], "completion": r["completion"]}, tokenizer, tools=r["tools"]
+        )
+        turn = r["completion"][0]
+        calls = [
+            "<tool_call>\n"
+            + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+            + "\n</tool_call>"
+            for c in turn.get("tool_calls") or []
+        ]
+        expected = "\n".join(([turn["content"]] if turn["content"] else []) + calls)
+        assert rendered["completion"] == expected + "<|im_end|>\n"  # the target: one turn, calls included
+        assert turn["content"] not in DEMO_REPLIES
+        if r["tools"]:
+            assert all(json.dumps(t) in rendered["prompt"] for t in r["tools"])  # the schemas offered
         if r["task_id"] == "sum":
             assert all(d in rendered["prompt"] for d in DEMO_REPLIES)
 

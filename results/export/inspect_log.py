@@ -7,39 +7,54 @@ id = task id and epoch = sample + 1, its conversation as Inspect chat messages (
 score "harness" (value = reward; answer = status; explanation = the evaluator's reason and detail) and
 the attempt's columns as metadata. Infra errors are samples with an `error`. Results hold accuracy
 (solved rate over scored attempts) and mean reward.
+
+Each sample also carries the transcript Inspect itself records (what `inspect view`'s transcript tab,
+messages_df and events_df read): a sample_init event, one model event per model reply (its input
+messages, the tools offered, the reply and that step's token usage and time), one tool event per tool
+call (its result message), and the score event; `model_usage` holds the attempt's token totals. Message,
+event and sample ids are derived from the attempt's key, so exporting a run twice gives the same ids.
 """
 
 from __future__ import annotations
 
+import hashlib
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Optional
 
 from results.attempts import is_solved
 from results.errors import UserError
 from results.export.messages import call_arguments, content_text, demonstration_turns, tool_call
-from results.schema import Attempt
+from results.schema import Attempt, Step
 from results.store import open_run
 
 
 def _import() -> Any:
     try:
+        import inspect_ai.dataset as dataset
+        import inspect_ai.event as event
         import inspect_ai.log as log
         import inspect_ai.model as model
         import inspect_ai.scorer as scorer
         import inspect_ai.tool as tool
     except ImportError:
         raise UserError("--format inspect needs inspect_ai: pip install 'harness[inspect]'") from None
-    return log, model, scorer, tool
+    return dataset, event, log, model, scorer, tool
+
+
+def _id(*parts: Any) -> str:
+    """A stable id (Inspect's are 22-character short uuids; any unique string is accepted)."""
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:22]
 
 
 def _messages(attempt: Attempt, model: Any, tool: Any) -> list[Any]:
     out, names = [], {}
-    for m in attempt.messages:
-        role, text = m.get("role"), content_text(m.get("content"))
+    for i, m in enumerate(attempt.messages):
+        role, text, mid = m.get("role"), content_text(m.get("content")), _id(attempt.key, "message", i)
         if role == "system":
-            out.append(model.ChatMessageSystem(content=text))
+            out.append(model.ChatMessageSystem(id=mid, content=text, source="input"))
         elif role == "user":
-            out.append(model.ChatMessageUser(content=text))
+            out.append(model.ChatMessageUser(id=mid, content=text, source="input"))
         elif role == "assistant":
             calls = []
             for tc in m.get("tool_calls") or []:
@@ -54,12 +69,131 @@ def _messages(attempt: Attempt, model: Any, tool: Any) -> list[Any]:
                     )
                 )
             out.append(
-                model.ChatMessageAssistant(content=text, tool_calls=calls or None, model=attempt.model)
+                model.ChatMessageAssistant(
+                    id=mid, content=text, tool_calls=calls or None, model=attempt.model, source="generate"
+                )
             )
         elif role == "tool":
             call_id = str(m.get("tool_call_id") or "")
-            out.append(model.ChatMessageTool(content=text, tool_call_id=call_id, function=names.get(call_id)))
+            out.append(
+                model.ChatMessageTool(id=mid, content=text, tool_call_id=call_id, function=names.get(call_id))
+            )
     return out
+
+
+def _tool_infos(tools: Any, tool: Any) -> list[Any]:
+    """The tools offered (OpenAI format, from the run manifest) as Inspect ToolInfo; a schema Inspect's
+    model cannot hold is left out of the transcript rather than failing the export."""
+    out = []
+    for t in tools or []:
+        fn = t.get("function", t) if isinstance(t, dict) else {}
+        try:
+            out.append(
+                tool.ToolInfo.model_validate(
+                    {
+                        "name": fn["name"],
+                        "description": fn.get("description") or fn["name"],
+                        "parameters": fn.get("parameters") or {},
+                    }
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def _time(start: Optional[datetime], seconds: float) -> Any:
+    return (start + timedelta(seconds=seconds)).isoformat() if start else None
+
+
+def _usage(model: Any, prompt: int, completion: int, cost: float = 0.0) -> Any:
+    return model.ModelUsage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        total_tokens=prompt + completion,
+        total_cost=cost or None,
+    )
+
+
+def _events(
+    attempt: Attempt, messages: list[Any], sample: Any, score: Any, offered: list[Any], mods: tuple
+) -> tuple[list[Any], Optional[Any]]:
+    """(the sample's transcript as Inspect records it, the last model output). Model replies are paired
+    with the attempt's steps in order (the worked example's replies were not generated: no event)."""
+    event, model = mods
+    try:
+        start: Optional[datetime] = datetime.fromisoformat(attempt.started_at) if attempt.started_at else None
+    except ValueError:
+        start = None
+    demo = demonstration_turns(attempt.messages)
+    replies = [i for i, m in enumerate(messages) if m.role == "assistant" and i not in demo]
+    steps: list[Optional[Step]] = list(attempt.steps[: len(replies)])
+    steps += [None] * (len(replies) - len(steps))
+    results = {m.tool_call_id: m for m in messages if m.role == "tool"}
+    clock, n = 0.0, 0
+
+    def stamp(**fields: Any) -> dict[str, Any]:
+        nonlocal n
+        n += 1
+        return {"uuid": _id(attempt.key, "event", n), "working_start": clock, **fields}
+
+    out: list[Any] = [
+        event.SampleInitEvent(**stamp(timestamp=_time(start, 0.0) or _now()), sample=sample, state={})
+    ]
+    output = None
+    for i, step in zip(replies, steps):
+        reply = messages[i]
+        spent = step.model_seconds if step else 0.0
+        output = model.ModelOutput(
+            model=attempt.model,
+            choices=[
+                model.ChatCompletionChoice(
+                    message=reply, stop_reason="tool_calls" if reply.tool_calls else "stop"
+                )
+            ],
+            usage=_usage(model, step.prompt_tokens, step.completion_tokens, step.cost) if step else None,
+            time=spent or None,
+        )
+        out.append(
+            event.ModelEvent(
+                **stamp(timestamp=_time(start, clock) or _now()),
+                model=attempt.model,
+                input=messages[:i],
+                tools=offered if reply.tool_calls else [],
+                tool_choice="auto",
+                config=model.GenerateConfig(temperature=attempt.temperature),
+                output=output,
+                completed=_time(start, clock + spent),
+                working_time=spent,
+            )
+        )
+        clock += spent
+        calls = reply.tool_calls or []
+        for call in calls:
+            result = results.get(call.id)
+            spent = (step.tool_seconds / len(calls)) if step else 0.0
+            out.append(
+                event.ToolEvent(
+                    **stamp(timestamp=_time(start, clock) or _now()),
+                    id=call.id,
+                    function=call.function,
+                    arguments=call.arguments,
+                    result=result.text if result is not None else "",
+                    completed=_time(start, clock + spent),
+                    working_time=spent,
+                    message_id=result.id if result is not None else None,
+                )
+            )
+            clock += spent
+        if not calls and step:
+            clock += step.tool_seconds
+    if score is not None:
+        out.append(event.ScoreEvent(**stamp(timestamp=_time(start, clock) or _now()), score=score, target=""))
+    return out, output
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat()
 
 
 def _instruction(attempt: Attempt) -> str:
@@ -71,13 +205,15 @@ def _instruction(attempt: Attempt) -> str:
 
 def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tuple[Path, int]:
     """Write the run as an Inspect log (.eval, or .json by the file name); returns (path, samples)."""
-    log, model, scorer, tool = _import()
+    dataset, event, log, model, scorer, tool = _import()
     run = open_run(run_dir)
     path = Path(out) if out else run.dir / f"{run.run_id or run.dir.name}.eval"
     if path.suffix not in (".eval", ".json"):
         raise UserError(f"{path}: an Inspect log file ends in .eval or .json")
     manifest = run.manifest
+    offered = _tool_infos(manifest.config.get("tools"), tool)
     samples, scored, solved, rewards, epochs = [], 0, 0, [], 1
+    usage: dict[str, Any] = {}
     for a in run.iter_attempts():
         epochs = max(epochs, a.sample + 1)
         error = None
@@ -88,41 +224,61 @@ def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tup
             solved += is_solved(a)
             rewards.append(float(a.reward))
         messages = _messages(a, model, tool)
-        last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+        score = (
+            None
+            if error
+            else scorer.Score(
+                value=float(a.reward),
+                answer=a.status,
+                explanation=" ".join(x for x in (a.reason, a.detail) if x),
+                metadata={"solved": a.solved},
+            )
+        )
+        metadata = {
+            "domain": a.domain,
+            "difficulty": a.difficulty,
+            "split": a.split,
+            "status": a.status,
+            "reason": a.reason,
+            "exit_reason": a.exit_reason,
+            "n_steps": a.n_steps,
+            "cost": a.cost,
+            "prompt_tokens": a.prompt_tokens,
+            "completion_tokens": a.completion_tokens,
+            "solved": a.solved,
+            "key": a.key,
+        }
+        instruction = _instruction(a)
+        events, output = _events(
+            a,
+            messages,
+            dataset.Sample(input=instruction, target="", id=a.task_id, metadata=metadata),
+            score,
+            offered,
+            (event, model),
+        )
+        totals = _usage(model, a.prompt_tokens, a.completion_tokens, a.cost)
+        if a.prompt_tokens or a.completion_tokens:
+            usage[a.model] = usage[a.model] + totals if a.model in usage else totals
         samples.append(
             log.EvalSample(
                 id=a.task_id,
                 epoch=a.sample + 1,
-                input=_instruction(a),
+                uuid=_id(a.key, "sample"),
+                input=instruction,
                 target="",
                 messages=messages,
-                output=model.ModelOutput.from_content(model=a.model, content=last.text if last else ""),
-                scores=None
-                if error
-                else {
-                    "harness": scorer.Score(
-                        value=float(a.reward),
-                        answer=a.status,
-                        explanation=" ".join(x for x in (a.reason, a.detail) if x),
-                        metadata={"solved": a.solved},
-                    )
-                },
-                metadata={
-                    "domain": a.domain,
-                    "difficulty": a.difficulty,
-                    "split": a.split,
-                    "status": a.status,
-                    "reason": a.reason,
-                    "exit_reason": a.exit_reason,
-                    "n_steps": a.n_steps,
-                    "cost": a.cost,
-                    "prompt_tokens": a.prompt_tokens,
-                    "completion_tokens": a.completion_tokens,
-                    "solved": a.solved,
-                    "key": a.key,
-                },
+                output=output or model.ModelOutput(model=a.model),
+                scores=None if score is None else {"harness": score},
+                metadata=metadata,
+                events=events,
+                model_usage={a.model: totals} if a.prompt_tokens or a.completion_tokens else {},
                 error=error,
+                started_at=a.started_at or None,
+                completed_at=a.finished_at or None,
                 total_time=a.durations.total or None,
+                working_time=(a.durations.model + a.durations.sandbox) or None,
+                turn_count=len([e for e in events if e.event == "model"]),
             )
         )
     if not samples:
@@ -149,7 +305,11 @@ def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tup
             completed_samples=scored,
             scores=[log.EvalScore(name="harness", scorer="harness", metrics=metrics)],
         ),
-        stats=log.EvalStats(started_at=manifest.started_at or "", completed_at=manifest.finished_at or ""),
+        stats=log.EvalStats(
+            started_at=manifest.started_at or "",
+            completed_at=manifest.finished_at or "",
+            model_usage=usage,
+        ),
         samples=samples,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
