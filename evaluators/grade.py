@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
+from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxDied, SandboxPool
 from evaluators import kinds, pytest_kind
 from evaluators.tamper import tamper_reason
 from results.errors import InfraError
@@ -51,7 +51,7 @@ class Verdict:
     reward: float
     solved: bool
     # pass | fail | timeout | no_report | missing_tests | tamper | skipped | error_in_tests | wrong_answer |
-    # no_answer | oom | grader_error
+    # no_answer | oom | rebuild_failed | grader_error
     reason: str
     tests: list[TestOutcome] = field(default_factory=list)
     detail: str = ""
@@ -66,6 +66,8 @@ async def grade(task: Task, changes: Changes, pool: SandboxPool, image: str) -> 
         v = await kinds.grader(task.evaluator.kind)(task, changes, pool, image)
     except InfraError:
         raise
+    except FilesNotWritten as e:  # a live sandbox refused the files (their names or contents): the attempt's
+        v = Verdict(0.0, False, "rebuild_failed", detail=str(e)[:500])
     except Exception as e:
         v = Verdict(0.0, False, "grader_error", detail=f"{type(e).__name__}: {str(e)[:500]}")
     v.seconds = time.monotonic() - started
@@ -99,18 +101,24 @@ async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: s
     argv, report = pytest_kind.command(timeout)
     folder = _private_folder()
     env = pytest_kind.clean_env(task.evaluator.import_mode, timeout, folder)
-    async with _grading_sandbox(task, changes, pool, image) as sb:
+    grading = _grading_sandbox(task, changes, pool, image)
+    async with grading as sb:
         await _mkdirs(sb, f"{folder}/tmp", f"{folder}/home")
         await sb.put_files(files, dest=folder, user="root")
+        before = await pids_events(sb)
         run = await _run(sb, argv, timeout, env, cwd=folder)
         if isinstance(run, Verdict):
             return run
+        at_limit = await _pid_limit_note(sb, before, task)
         report = await _read(sb, f"{folder}/{report}")
     pv = pytest_kind.verdict(
         report, run["exit_code"], run["timed_out"], prepared.expected, prepared.canaries, prepared.names
     )
     tail = run["out_tail"].decode("utf-8", "replace")[-400:]
-    return Verdict(pv.reward, pv.solved, pv.reason, pv.tests, pv.detail or tail)
+    detail = pv.detail or tail
+    if pv.reason == "timeout" and at_limit:
+        detail = f"{detail}: {at_limit}"
+    return Verdict(pv.reward, pv.solved, pv.reason, pv.tests, grading.not_written + detail)
 
 
 async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
@@ -132,9 +140,11 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
         "REWARD_FILE": reward_file,
         "HARNESS_TEST_SH": f"{folder}/tests/test.sh",
     }
-    async with _grading_sandbox(task, changes, pool, image) as sb:
+    grading = _grading_sandbox(task, changes, pool, image)
+    async with grading as sb:
         await _mkdirs(sb, f"{folder}/home")
         await sb.put_files(files, dest=folder, user="root", executable={"bin/as-candidate"})
+        before = await pids_events(sb)
         # Sourced by name from the environment, which only root can read: the command line (readable by
         # anyone) does not say where the hidden files are. ${BASH_SOURCE[0]} is the script's path.
         run = await _run(
@@ -146,13 +156,15 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
         )
         if isinstance(run, Verdict):
             return run
+        at_limit = await _pid_limit_note(sb, before, task)
         raw = await _read(sb, reward_file)
     if run["timed_out"] or run["exit_code"] in (124, 137, -9):
-        return Verdict(0.0, False, "timeout")
+        why = f"test.sh ran out of time ({timeout:.0f}s)" + (f": {at_limit}" if at_limit else "")
+        return Verdict(0.0, False, "timeout", detail=grading.not_written + why)
     reward = parse_reward(raw)
     if isinstance(reward, str):
-        return Verdict(0.0, False, "no_report", detail=reward)
-    return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail")
+        return Verdict(0.0, False, "no_report", detail=grading.not_written + reward)
+    return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail", detail=grading.not_written)
 
 
 def parse_reward(raw: bytes | None) -> float | str:
@@ -185,6 +197,7 @@ class _grading_sandbox:
 
     def __init__(self, task, changes, pool, image):
         self.task, self.changes, self.pool, self.image = task, changes, pool, image
+        self.not_written = ""  # for the record: files of the changes that this container could not hold
 
     async def __aenter__(self):
         self.cm = self.pool.sandbox(self.image, Limits.for_task(self.task.environment), task=self.task.id)
@@ -192,7 +205,7 @@ class _grading_sandbox:
         try:
             workspace = {p: d for p, d in self.task.workspace_files.items() if p not in self.changes.deleted}
             workspace.update(self.changes.files)
-            await sb.put_files(
+            refused = await sb.put_files(
                 workspace,
                 executable=(set(self.task.executable_files) - set(self.changes.files))
                 | self.changes.executable,
@@ -200,6 +213,9 @@ class _grading_sandbox:
         except BaseException:
             await self.cm.__aexit__(None, None, None)
             raise
+        # Capture applies the same rule (agent.sandbox.changes.unwritable), so this stays empty unless the
+        # grading container's folder differs; then the attempt is graded without them, and the record says so.
+        self.not_written = f"not written back: {'; '.join(refused)[:300]}\n" if refused else ""
         return sb
 
     async def __aexit__(self, *exc):
@@ -226,6 +242,33 @@ async def _run(sb, argv, timeout, env, cwd):
                 0.0, False, "oom", detail="the code under test used the memory limit up while graded"
             )
         raise
+
+
+async def pids_events(sb) -> int | None:
+    """How often a fork in the sandbox failed on its pid limit so far (the pids cgroup's `max` event count,
+    cgroup v2 or v1), or None where the kernel does not say."""
+    script = "cat /sys/fs/cgroup/pids.events 2>/dev/null || cat /sys/fs/cgroup/pids/pids.events"
+    try:
+        r = await sb.exec_raw(["sh", "-c", script], timeout=10, user="root", cwd="/")
+    except Exception:  # a sandbox that died shows when the report is read
+        return None
+    for line in r["out_head"].decode("ascii", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "max" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+async def _pid_limit_note(sb, before: int | None, task: Task) -> str:
+    """For a run that timed out: whether the code under test was at the sandbox's pid limit meanwhile
+    (forks failed), the usual reason why code that forks a lot never finishes."""
+    after = await pids_events(sb)
+    if before is None or after is None or after <= before:
+        return ""
+    return (
+        f"meanwhile the code under test reached the sandbox's limit of {task.environment.pids} processes "
+        f"({after - before} forks refused)"
+    )
 
 
 async def _death_cause(sb) -> str | None:

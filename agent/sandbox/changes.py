@@ -16,6 +16,38 @@ from typing import Optional
 from agent.sandbox.images import WORKSPACE
 
 CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
+NAME_MAX = 255  # bytes in one file name (Linux filesystems)
+PATH_MAX = 4096  # bytes in a path the kernel accepts, with its final NUL
+MAX_DEPTH = 256  # agent/sandbox/capture.py's: deeper folders are never listed
+
+
+def unwritable(path: str, root: str = WORKSPACE) -> Optional[str]:
+    """Why the file `path` (relative to `root`) cannot be written into a sandbox as it was captured, or None.
+    The one rule change capture (which then leaves the file out) and put_files (which never writes such a
+    name) share: what capture accepts, a grading container can recreate. Names cross as text with
+    undecodable bytes as surrogate escapes (capture.py), so they are measured as the bytes they stand for."""
+    try:
+        raw = path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return "a name with characters that stand for no bytes"
+    parts = raw.split(b"/")
+    if b"\0" in raw or any(part in (b"", b".", b"..") for part in parts):
+        return "not a plain relative path"
+    longest = max(len(part) for part in parts)
+    if longest > NAME_MAX:
+        return f"a name of {longest} bytes, over the limit of {NAME_MAX}"
+    if len(parts) > MAX_DEPTH:
+        return f"{len(parts)} levels deep, over the limit of {MAX_DEPTH}"
+    full = len(root.rstrip("/").encode("utf-8", "surrogateescape")) + 1 + len(raw)
+    if full >= PATH_MAX:
+        return f"a path of {full} bytes, over the limit of {PATH_MAX - 1}"
+    return None
+
+
+def shown(path: str, limit: int = 80) -> str:
+    """A path for a message: its repr (odd characters escaped), long ones cut in the middle."""
+    text = repr(path)[1:-1]
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 
 class CaptureError(Exception):
@@ -42,6 +74,7 @@ class ChangeCapture:
 
     _baseline: Optional[dict]
     _initial_files: dict[str, bytes]
+    workdir: str = WORKSPACE  # where the files are: the limits on a path count from here
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
         """Runs agent/sandbox/capture.py inside as root; its JSON answer, or CaptureError."""
@@ -98,25 +131,36 @@ class ChangeCapture:
         base = {p: m for p, m in (self._baseline or {}).items() if p != "!rejected"}
         changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
-        wanted, total = [], 0
+        files = []
         for p in sorted(changed):
-            kind, size = now[p][0], now[p][1]
+            kind = now[p][0]
             if kind == "l":
                 ch.rejected.append(f"symlink {p}")
             elif kind == "o":
                 ch.rejected.append(f"special or unreadable file {p}")
             elif kind == "f":
-                total += size
-                wanted.append(p)
-                if now[p][3:4] == [True]:
-                    ch.executable.add(p)
-        if total > max_bytes:
-            ch.rejected.append(f"changes total {total} bytes, over the cap of {max_bytes}")
-            return ch
+                why = unwritable(p, self.workdir)
+                if why:  # no container could hold it: graded without it
+                    ch.rejected.append(f"{shown(p)} ({why})")
+                else:
+                    files.append(p)
+        # Over the byte cap, the largest files stay out (each listed), so that a huge file left beside a
+        # solution costs only itself.
+        wanted, total = [], 0
+        for p in sorted(files, key=lambda p: (now[p][1], p)):
+            if total + now[p][1] > max_bytes:
+                ch.rejected.append(
+                    f"{shown(p)} ({now[p][1]} bytes: the changes would pass the cap of {max_bytes})"
+                )
+                continue
+            total += now[p][1]
+            wanted.append(p)
+            if now[p][3:4] == [True]:
+                ch.executable.add(p)
         if wanted:
             try:
                 out = await self._capture(
-                    ["read", WORKSPACE, str(max_bytes)], stdin=json.dumps(wanted).encode()
+                    ["read", WORKSPACE, str(max(total, 1))], stdin=json.dumps(sorted(wanted)).encode()
                 )
                 ch.files = {p: base64.b64decode(d) for p, d in out.get("files", {}).items()}
                 ch.rejected += out.get("rejected", [])
