@@ -19,6 +19,7 @@ CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
 NAME_MAX = 255  # bytes in one file name (Linux filesystems)
 PATH_MAX = 4096  # bytes in a path the kernel accepts, with its final NUL
 MAX_DEPTH = 256  # agent/sandbox/capture.py's: deeper folders are never listed
+MAX_LISTED = 20_000  # entries of a workspace listing (files, folders, links); beyond: no change is captured
 
 
 def unwritable(path: str, root: str = WORKSPACE) -> Optional[str]:
@@ -98,7 +99,7 @@ class ChangeCapture:
             raise CaptureError("capture answered something other than an object")
         return out
 
-    async def snapshot(self, max_files: int = 5000) -> dict:
+    async def snapshot(self, max_files: int = MAX_LISTED) -> dict:
         """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
         (kind: f file, l link, o other); "too_many" when over max_files, "!rejected": what could not be
         listed."""
@@ -117,15 +118,17 @@ class ChangeCapture:
     async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
         """The agent's changes since mark_baseline(), bounded in bytes and file count. Never raises for
         anything the agent can make in its workspace: symlinks, special files, unreadable or too deep
-        entries are not copied out, only listed in `rejected` (the attempt is graded without them)."""
+        entries, names no container can hold (unwritable()) and files past the caps are not copied out,
+        only listed in `rejected` (the attempt is graded without them). Past a cap, changed starting
+        files come first, then the smallest: junk left beside a solution costs only itself."""
         ch = Changes()
         try:
-            now = await self.snapshot(max_files=max_files)
+            now = await self.snapshot()
         except CaptureError as e:
             ch.rejected.append(str(e))
             return ch
-        if "too_many" in now:
-            ch.rejected.append(f"more than {max_files} files in the workspace")
+        if "too_many" in now or "too_many" in (self._baseline or {}):
+            ch.rejected.append(f"more than {MAX_LISTED} entries in the workspace: no change is captured")
             return ch
         ch.rejected += now.pop("!rejected", [])
         base = {p: m for p, m in (self._baseline or {}).items() if p != "!rejected"}
@@ -144,19 +147,21 @@ class ChangeCapture:
                     ch.rejected.append(f"{shown(p)} ({why})")
                 else:
                     files.append(p)
-        # Over the byte cap, the largest files stay out (each listed), so that a huge file left beside a
-        # solution costs only itself.
-        wanted, total = [], 0
-        for p in sorted(files, key=lambda p: (now[p][1], p)):
-            if total + now[p][1] > max_bytes:
-                ch.rejected.append(
-                    f"{shown(p)} ({now[p][1]} bytes: the changes would pass the cap of {max_bytes})"
-                )
+        wanted, total, over = [], 0, []
+        for p in sorted(files, key=lambda p: (p not in base, now[p][1], p)):
+            if len(wanted) >= max_files or total + now[p][1] > max_bytes:
+                over.append(p)
                 continue
             total += now[p][1]
             wanted.append(p)
             if now[p][3:4] == [True]:
                 ch.executable.add(p)
+        if over:
+            some = ", ".join(shown(p, 40) for p in over[-3:])  # the largest
+            ch.rejected.append(
+                f"{len(over)} changed files past the caps of {max_files} files and {max_bytes} bytes, "
+                f"e.g. {some}"
+            )
         if wanted:
             try:
                 out = await self._capture(
