@@ -221,7 +221,7 @@ async def _reward_files(sb: NativeSandbox) -> dict[str, bytes]:
         r = await sb.exec_raw(
             ["head", "-c", str(MAX_REWARD_BYTES + 1), "--", f"{REWARD_DIR}/{names[-1]}"],
             timeout=30,
-            cap=MAX_REWARD_BYTES + 1,
+            cap=2 * MAX_REWARD_BYTES + 2,  # the cap is shared between head and tail
             user="root",
             cwd="/",
         )

@@ -32,6 +32,8 @@ FAST = {
     "writes_outside_workspace",
     "network_probes",
     "privilege_probes",
+    "long_path",
+    "reward_huge_integer",
 }
 
 
