@@ -159,11 +159,17 @@ async def run_verifier(task, sb: NativeSandbox):
     spec = task.harbor
     user = spec.verifier_user or sb.image_user
     owner = "" if user in ("root", "0", "0:0") else f" && chown {user} {REWARD_DIR}"
-    await _root(
-        sb,
-        f"rm -rf /tests {REWARD_DIR} && mkdir -p /tests {REWARD_DIR} /logs/agent "
-        f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}",
-    )
+    try:  # a /logs the agent replaced (a file, a link) goes too
+        await _root(
+            sb,
+            f"rm -rf /tests {REWARD_DIR} && {{ [ -d /logs ] && [ ! -L /logs ] || rm -rf /logs; }} "
+            f"&& mkdir -p /tests {REWARD_DIR} /logs/agent "
+            f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}",
+        )
+    except InfraError as e:  # a live container refused: the filesystem the agent left, not the engine
+        return Verdict(
+            0.0, False, "rebuild_failed", detail=f"the verifier's folders could not be made: {e}"[:500]
+        )
     await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
     env = {**sb.env, **dict(spec.verifier_env)}
     timeout = task.verifier_timeout_sec

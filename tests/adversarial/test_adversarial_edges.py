@@ -323,3 +323,16 @@ def test_a_long_path_in_a_harbor_workdir_is_left_out_in_fresh_mode(image, tmp_pa
     rec = _harbor_attempt(task, agent)
     assert (rec.status, rec.solved) == ("solved", True), (rec.status, rec.reason, rec.error, rec.detail)
     assert "not captured" in rec.detail and "deep.txt" in rec.detail
+
+
+@pytest.mark.parametrize("mode", ["shared", "snapshot"])
+def test_a_harbor_agent_that_replaces_logs_with_a_file_is_graded_not_an_error(image, tmp_path, mode):
+    """/logs made a file (or a link) by a root agent: the verifier's folders are made anew; it is graded."""
+    task = _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n", mode=mode)
+
+    async def agent(task, sb):
+        r = await sb.exec("rm -rf /logs && echo x > /logs && ln -s /proc/1 /tests", timeout=30)
+        assert r.exit_code == 0, r.output
+
+    rec = _harbor_attempt(task, agent)
+    assert rec.status != "error" and (rec.status, rec.reason) == ("solved", "pass"), (rec.error, rec.detail)
