@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from agent.sandbox.images import WORKSPACE
+from agent.sandbox.transport import SandboxDied, SandboxUnresponsive
 
 CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
 NAME_MAX = 255  # bytes in one file name (Linux filesystems)
@@ -127,6 +128,11 @@ class ChangeCapture:
         except CaptureError as e:
             ch.rejected.append(str(e))
             return ch
+        except SandboxUnresponsive:
+            raise  # retried by the runner, as any other command that gets no answer
+        except SandboxDied as e:  # the walk itself ended the sandbox (a static helper on a deep tree)
+            ch.rejected.append(f"the sandbox died while its changes were listed ({e}): no change is captured")
+            return ch
         if "too_many" in now or "too_many" in (self._baseline or {}):
             ch.rejected.append(f"more than {MAX_LISTED} entries in the workspace: no change is captured")
             return ch
@@ -138,9 +144,9 @@ class ChangeCapture:
         for p in sorted(changed):
             kind = now[p][0]
             if kind == "l":
-                ch.rejected.append(f"symlink {p}")
+                ch.rejected.append(f"symlink {shown(p)}")
             elif kind == "o":
-                ch.rejected.append(f"special or unreadable file {p}")
+                ch.rejected.append(f"special or unreadable file {shown(p)}")
             elif kind == "f":
                 why = unwritable(p, self.workdir)
                 if why:  # no container could hold it: graded without it
@@ -169,7 +175,9 @@ class ChangeCapture:
                 )
                 ch.files = {p: base64.b64decode(d) for p, d in out.get("files", {}).items()}
                 ch.rejected += out.get("rejected", [])
-            except (CaptureError, ValueError, TypeError) as e:
+            except SandboxUnresponsive:
+                raise
+            except (CaptureError, SandboxDied, ValueError, TypeError) as e:
                 ch.rejected.append(f"reading the changed files failed: {e}")
                 ch.files = {}
         ch.executable &= set(ch.files)

@@ -336,3 +336,21 @@ def test_a_harbor_agent_that_replaces_logs_with_a_file_is_graded_not_an_error(im
 
     rec = _harbor_attempt(task, agent)
     assert rec.status != "error" and (rec.status, rec.reason) == ("solved", "pass"), (rec.error, rec.detail)
+
+
+@pytest.mark.parametrize("mode", ["fresh", "snapshot"])
+def test_a_tree_2000_levels_deep_in_a_harbor_workdir_is_graded_not_an_error(image, tmp_path, mode):
+    """The static helper's walk of a very deep tree can end the sandbox: no change is captured then (said
+    in the record), and the attempt is graded."""
+    task = _harbor(tmp_path, '[ "$(cat kept.txt)" = ok ] && echo 1 > /logs/verifier/reward.txt\n', mode=mode)
+
+    async def agent(task, sb):
+        r = await sb.exec(
+            "echo ok > kept.txt && python3 -c \"import os\nfor _ in range(2000):\n    os.mkdir('d')\n"
+            "    os.chdir('d')\nopen('leaf', 'w').write('x')\"",
+            timeout=60,
+        )
+        assert r.exit_code == 0, r.output
+
+    rec = _harbor_attempt(task, agent)
+    assert rec.status in ("solved", "failed") and rec.reason != "infra_error", (rec.error, rec.detail)
