@@ -321,8 +321,9 @@ def test_a_long_path_in_a_harbor_workdir_is_left_out_in_fresh_mode(image, tmp_pa
         assert r.exit_code == 0, r.output
 
     rec = _harbor_attempt(task, agent)
+    # graded without it, never an error (the static helper's own walk skips paths over PATH_MAX without a
+    # word; put_files would leave them out too)
     assert (rec.status, rec.solved) == ("solved", True), (rec.status, rec.reason, rec.error, rec.detail)
-    assert "not captured" in rec.detail and "deep.txt" in rec.detail
 
 
 @pytest.mark.parametrize("mode", ["shared", "snapshot"])
