@@ -355,3 +355,18 @@ def test_a_tree_2000_levels_deep_in_a_harbor_workdir_is_graded_not_an_error(imag
 
     rec = _harbor_attempt(task, agent)
     assert rec.status in ("solved", "failed") and rec.reason != "infra_error", (rec.error, rec.detail)
+
+
+def test_changes_larger_than_the_grading_workspace_are_rebuild_failed(image):
+    """A sparse file takes no room in the agent's workspace but its full size in the grading one: when
+    that is more than the task's storage, tar's refusal is the attempt's failure, never an error."""
+    task = add_task("t")
+    task.environment = dataclasses.replace(task.environment, storage_mb=1)
+    files = {"solution.py": CORRECT.encode(), "sparse.bin": bytes(3 << 20)}
+
+    async def main():
+        async with SandboxPool(warm=0) as pool:
+            return await grade(task, Changes(files=files), pool, image)
+
+    v = run(main())
+    assert (v.reason, v.solved) == ("rebuild_failed", False) and "No space left" in v.detail, v.detail
