@@ -33,7 +33,6 @@ FAST = {
     "network_probes",
     "privilege_probes",
     "long_path",
-    "reward_huge_integer",
 }
 
 
