@@ -176,6 +176,7 @@ def test_a_timeout_at_the_pid_limit_says_so(image):
     assert "limit of 64 processes" in v.detail and "forks refused" in v.detail
 
 
+@pytest.mark.slow
 def test_a_timeout_without_forks_says_nothing_of_the_pid_limit(image):
     task = dataclasses.replace(add_task("t"), verifier_timeout_sec=3)
     hang = CORRECT + "import time\ntime.sleep(60)\n"
@@ -299,6 +300,7 @@ def _harbor_attempt(task, policy):
     return _attempt(task, policy)
 
 
+@pytest.mark.slow
 def test_a_50_mb_reward_json_is_too_large_not_absent(image, tmp_path):
     task = _harbor(tmp_path, "head -c 50000000 /dev/zero | tr '\\0' ' ' > /logs/verifier/reward.json\n")
 
@@ -309,6 +311,7 @@ def test_a_50_mb_reward_json_is_too_large_not_absent(image, tmp_path):
     assert (rec.status, rec.reason) == ("failed", "no_report") and "too large" in rec.detail, rec.detail
 
 
+@pytest.mark.slow
 def test_a_long_path_in_a_harbor_workdir_is_left_out_in_fresh_mode(image, tmp_path):
     task = _harbor(tmp_path, '[ "$(cat kept.txt)" = ok ] && echo 1 > /logs/verifier/reward.txt\n')
 
@@ -326,6 +329,7 @@ def test_a_long_path_in_a_harbor_workdir_is_left_out_in_fresh_mode(image, tmp_pa
     assert (rec.status, rec.solved) == ("solved", True), (rec.status, rec.reason, rec.error, rec.detail)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["shared", "snapshot"])
 def test_a_harbor_agent_that_replaces_logs_with_a_file_is_graded_not_an_error(image, tmp_path, mode):
     """/logs made a file (or a link) by a root agent: the verifier's folders are made anew; it is graded."""
@@ -339,6 +343,7 @@ def test_a_harbor_agent_that_replaces_logs_with_a_file_is_graded_not_an_error(im
     assert rec.status != "error" and (rec.status, rec.reason) == ("solved", "pass"), (rec.error, rec.detail)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fresh", "snapshot"])
 def test_a_tree_2000_levels_deep_in_a_harbor_workdir_is_graded_not_an_error(image, tmp_path, mode):
     """The static helper's walk of a very deep tree can end the sandbox: no change is captured then (said
