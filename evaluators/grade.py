@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
-from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
+from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxDied, SandboxPool
+from agent.sandbox.changes import shown
 from evaluators import kinds, pytest_kind
 from evaluators.tamper import tamper_reason
 from results.errors import InfraError
@@ -51,7 +53,7 @@ class Verdict:
     reward: float
     solved: bool
     # pass | fail | timeout | no_report | missing_tests | tamper | skipped | error_in_tests | wrong_answer |
-    # no_answer | oom | grader_error
+    # no_answer | oom | rebuild_failed | grader_error
     reason: str
     tests: list[TestOutcome] = field(default_factory=list)
     detail: str = ""
@@ -66,6 +68,8 @@ async def grade(task: Task, changes: Changes, pool: SandboxPool, image: str) -> 
         v = await kinds.grader(task.evaluator.kind)(task, changes, pool, image)
     except InfraError:
         raise
+    except FilesNotWritten as e:  # a live sandbox refused the files (their names or contents): the attempt's
+        v = Verdict(0.0, False, "rebuild_failed", detail=str(e)[:500])
     except Exception as e:
         v = Verdict(0.0, False, "grader_error", detail=f"{type(e).__name__}: {str(e)[:500]}")
     v.seconds = time.monotonic() - started
@@ -78,8 +82,11 @@ async def grade_answer(task: Task, changes: Changes, pool: SandboxPool, image: s
     data = changes.files.get(ev.answer_file, task.workspace_files.get(ev.answer_file))
     if data is None:
         return Verdict(0.0, False, "no_answer", detail=f"{ev.answer_file} was not written")
-    ok = answer_matches(data.decode("utf-8", "replace"), ev.expected, ev.mode, ev.tolerance)
-    return Verdict(float(ok), ok, "pass" if ok else "wrong_answer")
+    got = data.decode("utf-8", "replace")
+    ok = answer_matches(got, ev.expected, ev.mode, ev.tolerance)
+    return Verdict(
+        float(ok), ok, "pass" if ok else "wrong_answer", detail="" if ok else _unreadable(got, ev.mode)
+    )
 
 
 async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
@@ -99,18 +106,24 @@ async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: s
     argv, report = pytest_kind.command(timeout)
     folder = _private_folder()
     env = pytest_kind.clean_env(task.evaluator.import_mode, timeout, folder)
-    async with _grading_sandbox(task, changes, pool, image) as sb:
+    grading = _grading_sandbox(task, changes, pool, image)
+    async with grading as sb:
         await _mkdirs(sb, f"{folder}/tmp", f"{folder}/home")
         await sb.put_files(files, dest=folder, user="root")
+        before = await pids_events(sb)
         run = await _run(sb, argv, timeout, env, cwd=folder)
         if isinstance(run, Verdict):
             return run
+        at_limit = await _pid_limit_note(sb, before, task)
         report = await _read(sb, f"{folder}/{report}")
     pv = pytest_kind.verdict(
         report, run["exit_code"], run["timed_out"], prepared.expected, prepared.canaries, prepared.names
     )
     tail = run["out_tail"].decode("utf-8", "replace")[-400:]
-    return Verdict(pv.reward, pv.solved, pv.reason, pv.tests, pv.detail or tail)
+    detail = pv.detail or tail
+    if pv.reason == "timeout" and at_limit:
+        detail = f"{detail}: {at_limit}"
+    return Verdict(pv.reward, pv.solved, pv.reason, pv.tests, grading.not_written + detail)
 
 
 async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
@@ -132,9 +145,11 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
         "REWARD_FILE": reward_file,
         "HARNESS_TEST_SH": f"{folder}/tests/test.sh",
     }
-    async with _grading_sandbox(task, changes, pool, image) as sb:
+    grading = _grading_sandbox(task, changes, pool, image)
+    async with grading as sb:
         await _mkdirs(sb, f"{folder}/home")
         await sb.put_files(files, dest=folder, user="root", executable={"bin/as-candidate"})
+        before = await pids_events(sb)
         # Sourced by name from the environment, which only root can read: the command line (readable by
         # anyone) does not say where the hidden files are. ${BASH_SOURCE[0]} is the script's path.
         run = await _run(
@@ -146,27 +161,90 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
         )
         if isinstance(run, Verdict):
             return run
+        at_limit = await _pid_limit_note(sb, before, task)
         raw = await _read(sb, reward_file)
     if run["timed_out"] or run["exit_code"] in (124, 137, -9):
-        return Verdict(0.0, False, "timeout")
+        why = f"test.sh ran out of time ({timeout:.0f}s)" + (f": {at_limit}" if at_limit else "")
+        return Verdict(0.0, False, "timeout", detail=grading.not_written + why)
     reward = parse_reward(raw)
     if isinstance(reward, str):
-        return Verdict(0.0, False, "no_report", detail=reward)
-    return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail")
+        return Verdict(0.0, False, "no_report", detail=grading.not_written + reward)
+    return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail", detail=grading.not_written)
 
 
 def parse_reward(raw: bytes | None) -> float | str:
     """The number a test.sh wrote, or why there is none."""
     if raw is None:
         return "test.sh wrote no reward file"
-    text = raw[:256].decode("utf-8", "replace").strip()
-    try:
-        reward = float(text)
-    except ValueError:
-        return f"test.sh wrote no reward number ({text[:40]!r})"
-    if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
+    reward = parse_number(raw, "the reward file")
+    if isinstance(reward, str):
+        return reward
+    if not 0.0 <= reward <= 1.0:
         return f"reward {reward} outside 0..1"
     return reward
+
+
+# One bounded reader for every number the harness reads from a file (reward files, numeric answers): a size
+# bound before any parsing, plain decimal notation only, and a finite value; anything else is a message
+# saying what was wrong, never an exception.
+MAX_NUMBER_CHARS = 4096
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_number(raw: bytes | str, what: str) -> float | str:
+    """The finite number in `raw` (surrounding white space allowed), or why there is none."""
+    if len(raw) > MAX_NUMBER_CHARS:
+        return f"{what} is over {MAX_NUMBER_CHARS} bytes long: too long for a number"
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"{what} is not text: {raw[:40]!r}"
+    text = raw.strip()
+    if not _NUMBER.fullmatch(text):
+        if text.lstrip("+-").lower() in ("nan", "inf", "infinity"):
+            return f"{what} is {text}: a non-finite number"
+        return f"{what} is not a number: {text[:40]!r}"
+    value = float(text)  # digits only: cannot raise; too large -> inf
+    if not math.isfinite(value):
+        short = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+        return f"{what} is {short}: too large for a float (the limit is about 1.8e308)"
+    return value
+
+
+def parse_reward_json(
+    raw: bytes, what: str = "reward.json", max_bytes: int = 1 << 20
+) -> dict[str, float] | str:
+    """Named finite numbers from a JSON object (a bare number is named "reward"), or why there are none:
+    bounded in size and nesting before parsing, integers of any length, NaN and infinities refused by name."""
+    if len(raw) > max_bytes:
+        return f"{what} is over {max_bytes} bytes: too large for named numbers"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{what} is not UTF-8 text: {raw[:40]!r}"
+    if json_depth(text) > MAX_JSON_DEPTH:
+        return f"{what} is nested deeper than {MAX_JSON_DEPTH} levels"
+    try:  # numbers stay text here, checked one by one below: no int of 5,000 digits, no NaN gets through
+        data = json.loads(text, parse_int=_JsonNumber, parse_float=_JsonNumber, parse_constant=_JsonNumber)
+    except (ValueError, RecursionError) as e:
+        return f"{what} is not JSON ({str(e)[:80]})"
+    data = data if isinstance(data, dict) else {"reward": data}
+    if not data:
+        return f"{what} names no reward"
+    rewards: dict[str, float] = {}
+    for key, value in data.items():
+        if not isinstance(value, _JsonNumber):
+            return f"{what} must map names to numbers: '{shown(str(key))}' is {type(value).__name__}"
+        number = parse_number(value, f"{what}'s '{shown(str(key))}'")
+        if isinstance(number, str):
+            return number
+        rewards[str(key)] = number
+    return rewards
+
+
+class _JsonNumber(str):
+    """A number's text as json read it (parse_number decides what it is worth)."""
 
 
 def _private_folder() -> str:
@@ -185,6 +263,7 @@ class _grading_sandbox:
 
     def __init__(self, task, changes, pool, image):
         self.task, self.changes, self.pool, self.image = task, changes, pool, image
+        self.not_written = ""  # for the record: files of the changes that this container could not hold
 
     async def __aenter__(self):
         self.cm = self.pool.sandbox(self.image, Limits.for_task(self.task.environment), task=self.task.id)
@@ -192,7 +271,7 @@ class _grading_sandbox:
         try:
             workspace = {p: d for p, d in self.task.workspace_files.items() if p not in self.changes.deleted}
             workspace.update(self.changes.files)
-            await sb.put_files(
+            refused = await sb.put_files(
                 workspace,
                 executable=(set(self.task.executable_files) - set(self.changes.files))
                 | self.changes.executable,
@@ -200,6 +279,9 @@ class _grading_sandbox:
         except BaseException:
             await self.cm.__aexit__(None, None, None)
             raise
+        # Capture applies the same rule (agent.sandbox.changes.unwritable), so this stays empty unless the
+        # grading container's folder differs; then the attempt is graded without them, and the record says so.
+        self.not_written = f"not written back: {'; '.join(refused)[:300]}\n" if refused else ""
         return sb
 
     async def __aexit__(self, *exc):
@@ -228,19 +310,56 @@ async def _run(sb, argv, timeout, env, cwd):
         raise
 
 
+async def pids_events(sb) -> int | None:
+    """How often a fork in the sandbox failed on its pid limit so far (the pids cgroup's `max` event count,
+    cgroup v2 or v1), or None where the kernel does not say."""
+    script = "cat /sys/fs/cgroup/pids.events 2>/dev/null || cat /sys/fs/cgroup/pids/pids.events"
+    try:
+        r = await sb.exec_raw(["sh", "-c", script], timeout=10, user="root", cwd="/")
+    except Exception:  # a sandbox that died shows when the report is read
+        return None
+    for line in r["out_head"].decode("ascii", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "max" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+async def _pid_limit_note(sb, before: int | None, task: Task) -> str:
+    """For a run that timed out: whether the code under test was at the sandbox's pid limit meanwhile
+    (forks failed), the usual reason why code that forks a lot never finishes."""
+    after = await pids_events(sb)
+    if before is None or after is None or after <= before:
+        return ""
+    return (
+        f"meanwhile the code under test reached the sandbox's limit of {task.environment.pids} processes "
+        f"({after - before} forks refused)"
+    )
+
+
 async def _death_cause(sb) -> str | None:
     import asyncio
 
     return await asyncio.to_thread(sb.death_cause)
 
 
-async def _read(sb, path: str) -> bytes | None:
-    """Reads one file the harness created in the grading container, or None."""
+async def _read(sb, path: str, max_bytes: int = pytest_kind.MAX_REPORT_BYTES) -> bytes | None:
+    """Reads one file the harness created in the grading container, or None. A file over `max_bytes`
+    comes back as its first max_bytes + 1 bytes, so that the verdict can say it is too large (not absent)."""
     directory, name = path.rsplit("/", 1)
     try:
-        files = await sb.get_files([name], root=directory, max_bytes=pytest_kind.MAX_REPORT_BYTES)
+        files = await sb.get_files([name], root=directory, max_bytes=max_bytes)
     except SandboxDied:
         raise
+    except InfraError:  # over the bound
+        r = await sb.exec_raw(
+            ["head", "-c", str(max_bytes + 1), "--", path],
+            timeout=30,
+            cap=max_bytes + 1,
+            user="root",
+            cwd="/",
+        )
+        return (r["out_head"] + r["out_tail"]) or None
     except Exception:
         return None
     return files.get(name)
@@ -258,13 +377,10 @@ def answer_matches(got: str, expected, mode: str, tolerance: float = 1e-6) -> bo
     if mode == "regex":
         return _regex_fullmatch(str(expected), got.strip())
     if mode == "numeric":
-        try:
-            value = float(got.strip().replace(",", ""))
-        except ValueError:
+        value = parse_number(got.strip().replace(",", ""), "the answer")
+        if isinstance(value, str):
             return False
-        return math.isfinite(value) and abs(value - float(expected)) <= tolerance * max(
-            1.0, abs(float(expected))
-        )
+        return abs(value - float(expected)) <= tolerance * max(1.0, abs(float(expected)))
     if mode == "json":
         if json_depth(got) > MAX_JSON_DEPTH:
             return False
@@ -273,6 +389,23 @@ def answer_matches(got: str, expected, mode: str, tolerance: float = 1e-6) -> bo
         except (ValueError, RecursionError):
             return False
     raise ValueError(f"unknown answer mode {mode!r}")
+
+
+def _unreadable(got: str, mode: str) -> str:
+    """Why a wrong answer could not even be read as its mode asks ("" when it could: just wrong)."""
+    if len(got) > MAX_ANSWER_CHARS:
+        return f"the answer is {len(got)} characters: over the limit of {MAX_ANSWER_CHARS}"
+    if mode == "numeric":
+        value = parse_number(got.strip().replace(",", ""), "the answer")
+        return value if isinstance(value, str) else ""
+    if mode == "json":
+        if json_depth(got) > MAX_JSON_DEPTH:
+            return f"the answer is nested deeper than {MAX_JSON_DEPTH} levels"
+        try:
+            json.loads(got)
+        except (ValueError, RecursionError) as e:
+            return f"the answer is not JSON ({str(e)[:80]})"
+    return ""
 
 
 def json_depth(text: str) -> int:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from typing import Optional
 
@@ -160,11 +159,17 @@ async def run_verifier(task, sb: NativeSandbox):
     spec = task.harbor
     user = spec.verifier_user or sb.image_user
     owner = "" if user in ("root", "0", "0:0") else f" && chown {user} {REWARD_DIR}"
-    await _root(
-        sb,
-        f"rm -rf /tests {REWARD_DIR} && mkdir -p /tests {REWARD_DIR} /logs/agent "
-        f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}",
-    )
+    try:  # a /logs the agent replaced (a file, a link) goes too
+        await _root(
+            sb,
+            f"rm -rf /tests {REWARD_DIR} && {{ [ -d /logs ] && [ ! -L /logs ] || rm -rf /logs; }} "
+            f"&& mkdir -p /tests {REWARD_DIR} /logs/agent "
+            f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}",
+        )
+    except InfraError as e:  # a live container refused: the filesystem the agent left, not the engine
+        return Verdict(
+            0.0, False, "rebuild_failed", detail=f"the verifier's folders could not be made: {e}"[:500]
+        )
     await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
     env = {**sb.env, **dict(spec.verifier_env)}
     timeout = task.verifier_timeout_sec
@@ -187,26 +192,13 @@ def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str
     number), as in Harbor's verifier.
     Every named reward is recorded in the detail; the task's reward is "reward" when present, else the only
     value, else the mean of them all. Solved means a task reward of at least 1."""
-    from evaluators.grade import Verdict
+    from evaluators.grade import Verdict, parse_number, parse_reward_json
 
-    rewards: dict[str, float] = {}
     if reward_json is not None:
-        try:
-            data = json.loads(reward_json)
-        except ValueError:
-            return Verdict(0.0, False, "no_report", detail="reward.json is not JSON")
-        data = data if isinstance(data, dict) else {"reward": data}
-        if not data or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()
-        ):
-            return Verdict(0.0, False, "no_report", detail="reward.json must map names to numbers")
-        rewards = {str(k): float(v) for k, v in data.items()}
+        rewards = parse_reward_json(reward_json, max_bytes=MAX_REWARD_BYTES)
     elif reward_txt is not None:
-        try:
-            value = float(reward_txt.decode().strip())
-        except (ValueError, UnicodeDecodeError):
-            return Verdict(0.0, False, "no_report", detail=f"reward.txt is not a number: {reward_txt[:40]!r}")
-        rewards = {"reward": value}
+        value = parse_number(reward_txt, "reward.txt")
+        rewards = value if isinstance(value, str) else {"reward": value}
     else:
         return Verdict(
             0.0,
@@ -214,10 +206,10 @@ def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str
             "no_report",
             detail=f"test.sh wrote neither {REWARD_DIR}/reward.txt nor reward.json; output: {tail}",
         )
-    if not all(math.isfinite(v) for v in rewards.values()):
-        return Verdict(0.0, False, "no_report", detail=f"non-finite reward in {rewards}")
+    if isinstance(rewards, str):  # what was wrong with the file, bounded and without a traceback
+        return Verdict(0.0, False, "no_report", detail=rewards)
     key = "reward" if "reward" in rewards else (next(iter(rewards)) if len(rewards) == 1 else None)
-    value = rewards[key] if key else sum(rewards.values()) / len(rewards)
+    value = rewards[key] if key else sum(v / len(rewards) for v in rewards.values())  # no overflow
     reward = min(max(value, 0.0), 1.0)
     which = f"task reward = {key!r}" if key else "task reward = mean of all"
     detail = f"rewards {json.dumps(rewards, sort_keys=True)}; {which}"
@@ -231,8 +223,15 @@ async def _reward_files(sb: NativeSandbox) -> dict[str, bytes]:
         return {}
     try:
         return await sb.get_files(names, root=REWARD_DIR, max_bytes=MAX_REWARD_BYTES)
-    except InfraError:
-        return {}
+    except InfraError:  # over the bound: its first bytes, so that verdict() says it is too large
+        r = await sb.exec_raw(
+            ["head", "-c", str(MAX_REWARD_BYTES + 1), "--", f"{REWARD_DIR}/{names[-1]}"],
+            timeout=30,
+            cap=2 * MAX_REWARD_BYTES + 2,  # the cap is shared between head and tail
+            user="root",
+            cwd="/",
+        )
+        return {names[-1]: r["out_head"] + r["out_tail"]}
 
 
 def _scripts(files: dict[str, bytes]) -> list[str]:

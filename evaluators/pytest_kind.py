@@ -149,8 +149,12 @@ def verdict(
         return PytestVerdict(0.0, False, "timeout", [], "the hidden tests ran out of time")
     if not report:
         return PytestVerdict(0.0, False, "no_report", [], f"no JUnit report (pytest exit {exit_code})")
-    if len(report) > MAX_REPORT_BYTES or b"<!DOCTYPE" in report or b"<!ENTITY" in report:
-        return PytestVerdict(0.0, False, "tamper", [], "report too large or with a DTD")
+    if len(report) > MAX_REPORT_BYTES:  # only pytest writes it (root-only folder): no sign of tampering
+        return PytestVerdict(
+            0.0, False, "no_report", [], f"the JUnit report is over {MAX_REPORT_BYTES} bytes"
+        )
+    if b"<!DOCTYPE" in report or b"<!ENTITY" in report:
+        return PytestVerdict(0.0, False, "tamper", [], "report with a DTD")
     try:
         root = ET.fromstring(report)
     except (ET.ParseError, RecursionError) as e:

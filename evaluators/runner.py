@@ -22,7 +22,7 @@ from agent.loop import LoopResult
 from agent.models import get_model
 from agent.models.base import Model
 from agent.protocol import TOOLS
-from agent.sandbox import Changes, Limits, SandboxPool, SandboxUnresponsive, prune
+from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxPool, SandboxUnresponsive, prune
 from evaluators.grade import grade
 from evaluators.policies import Policy, loop_policy
 from evaluators.progress import Progress
@@ -65,7 +65,10 @@ async def run_attempt(
         from evaluators import harbor_kind as harbor
     limits = harbor.limits(task) if harbor else Limits.for_task(task.environment)
     async with pool.sandbox(image, limits, task=task.id) as sb:
-        await sb.put_files(task.workspace_files, executable=task.executable_files)
+        try:
+            await sb.put_files(task.workspace_files, executable=task.executable_files)
+        except FilesNotWritten as e:  # nothing of the agent's yet: the task's files, or the engine
+            raise InfraError(str(e)) from None
         if harbor:
             await harbor.prepare(task, sb)
         await sb.mark_baseline()

@@ -88,7 +88,8 @@ def test_report_size_limit_is_exactly_four_mebibytes():
     at_limit, over = padded(4 * 1024 * 1024), padded(4 * 1024 * 1024 + 1)
     assert (len(at_limit), len(over)) == (4194304, 4194305)
     assert outcome(at_limit) == ("pass", 1.0, True)
-    assert outcome(over) == ("tamper", 0.0, False)
+    # only pytest writes the report (a root-only folder): too large is no report, not tampering
+    assert outcome(over) == ("no_report", 0.0, False)
 
 
 @pytest.mark.parametrize(

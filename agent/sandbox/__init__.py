@@ -27,7 +27,7 @@ One concept per module:
 from agent.sandbox.changes import CAPTURE_SOURCE, CaptureError, Changes
 from agent.sandbox.cleanup import prune
 from agent.sandbox.client import docker_client, docker_retry
-from agent.sandbox.container import ExecResult, Limits, Sandbox, create_sandbox
+from agent.sandbox.container import ExecResult, FilesNotWritten, Limits, Sandbox, create_sandbox
 from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE, content_hash
 from agent.sandbox.labels import LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK
 from agent.sandbox.network import create_network, remove_network
@@ -47,6 +47,7 @@ __all__ = [
     "CaptureError",
     "Changes",
     "ExecResult",
+    "FilesNotWritten",
     "Limits",
     "Sandbox",
     "SandboxDied",

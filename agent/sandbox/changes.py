@@ -14,8 +14,42 @@ from pathlib import Path
 from typing import Optional
 
 from agent.sandbox.images import WORKSPACE
+from agent.sandbox.transport import SandboxDied, SandboxUnresponsive
 
 CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
+NAME_MAX = 255  # bytes in one file name (Linux filesystems)
+PATH_MAX = 4096  # bytes in a path the kernel accepts, with its final NUL
+MAX_DEPTH = 256  # agent/sandbox/capture.py's: deeper folders are never listed
+MAX_LISTED = 20_000  # entries of a workspace listing (files, folders, links); beyond: no change is captured
+
+
+def unwritable(path: str, root: str = WORKSPACE) -> Optional[str]:
+    """Why the file `path` (relative to `root`) cannot be written into a sandbox as it was captured, or None.
+    The one rule change capture (which then leaves the file out) and put_files (which never writes such a
+    name) share: what capture accepts, a grading container can recreate. Names cross as text with
+    undecodable bytes as surrogate escapes (capture.py), so they are measured as the bytes they stand for."""
+    try:
+        raw = path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return "a name with characters that stand for no bytes"
+    parts = raw.split(b"/")
+    if b"\0" in raw or any(part in (b"", b".", b"..") for part in parts):
+        return "not a plain relative path"
+    longest = max(len(part) for part in parts)
+    if longest > NAME_MAX:
+        return f"a name of {longest} bytes, over the limit of {NAME_MAX}"
+    if len(parts) > MAX_DEPTH:
+        return f"{len(parts)} levels deep, over the limit of {MAX_DEPTH}"
+    full = len(root.rstrip("/").encode("utf-8", "surrogateescape")) + 1 + len(raw)
+    if full >= PATH_MAX:
+        return f"a path of {full} bytes, over the limit of {PATH_MAX - 1}"
+    return None
+
+
+def shown(path: str, limit: int = 80) -> str:
+    """A path for a message: its repr (odd characters escaped), long ones cut in the middle."""
+    text = repr(path)[1:-1]
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 
 class CaptureError(Exception):
@@ -42,6 +76,7 @@ class ChangeCapture:
 
     _baseline: Optional[dict]
     _initial_files: dict[str, bytes]
+    workdir: str = WORKSPACE  # where the files are: the limits on a path count from here
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
         """Runs agent/sandbox/capture.py inside as root; its JSON answer, or CaptureError."""
@@ -65,7 +100,7 @@ class ChangeCapture:
             raise CaptureError("capture answered something other than an object")
         return out
 
-    async def snapshot(self, max_files: int = 5000) -> dict:
+    async def snapshot(self, max_files: int = MAX_LISTED) -> dict:
         """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
         (kind: f file, l link, o other); "too_many" when over max_files, "!rejected": what could not be
         listed."""
@@ -85,43 +120,65 @@ class ChangeCapture:
     async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
         """The agent's changes since mark_baseline(), bounded in bytes and file count. Never raises for
         anything the agent can make in its workspace: symlinks, special files, unreadable or too deep
-        entries are not copied out, only listed in `rejected` (the attempt is graded without them)."""
+        entries, names no container can hold (unwritable()) and files past the caps are not copied out,
+        only listed in `rejected` (the attempt is graded without them). Past a cap, changed starting
+        files come first, then the smallest: junk left beside a solution costs only itself."""
         ch = Changes()
         try:
-            now = await self.snapshot(max_files=max_files)
+            now = await self.snapshot()
         except CaptureError as e:
             ch.rejected.append(str(e))
             return ch
-        if "too_many" in now:
-            ch.rejected.append(f"more than {max_files} files in the workspace")
+        except SandboxUnresponsive:
+            raise  # retried by the runner, as any other command that gets no answer
+        except SandboxDied as e:  # the walk itself ended the sandbox (a static helper on a deep tree)
+            ch.rejected.append(f"the sandbox died while its changes were listed ({e}): no change is captured")
+            return ch
+        if "too_many" in now or "too_many" in (self._baseline or {}):
+            ch.rejected.append(f"more than {MAX_LISTED} entries in the workspace: no change is captured")
             return ch
         ch.rejected += now.pop("!rejected", [])
         base = {p: m for p, m in (self._baseline or {}).items() if p != "!rejected"}
         changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
-        wanted, total = [], 0
+        files = []
         for p in sorted(changed):
-            kind, size = now[p][0], now[p][1]
+            kind = now[p][0]
             if kind == "l":
-                ch.rejected.append(f"symlink {p}")
+                ch.rejected.append(f"symlink {shown(p)}")
             elif kind == "o":
-                ch.rejected.append(f"special or unreadable file {p}")
+                ch.rejected.append(f"special or unreadable file {shown(p)}")
             elif kind == "f":
-                total += size
-                wanted.append(p)
-                if now[p][3:4] == [True]:
-                    ch.executable.add(p)
-        if total > max_bytes:
-            ch.rejected.append(f"changes total {total} bytes, over the cap of {max_bytes}")
-            return ch
+                why = unwritable(p, self.workdir)
+                if why:  # no container could hold it: graded without it
+                    ch.rejected.append(f"{shown(p)} ({why})")
+                else:
+                    files.append(p)
+        wanted, total, over = [], 0, []
+        for p in sorted(files, key=lambda p: (p not in base, now[p][1], p)):
+            if len(wanted) >= max_files or total + now[p][1] > max_bytes:
+                over.append(p)
+                continue
+            total += now[p][1]
+            wanted.append(p)
+            if now[p][3:4] == [True]:
+                ch.executable.add(p)
+        if over:
+            some = ", ".join(shown(p, 40) for p in over[-3:])  # the largest
+            ch.rejected.append(
+                f"{len(over)} changed files past the caps of {max_files} files and {max_bytes} bytes, "
+                f"e.g. {some}"
+            )
         if wanted:
             try:
                 out = await self._capture(
-                    ["read", WORKSPACE, str(max_bytes)], stdin=json.dumps(wanted).encode()
+                    ["read", WORKSPACE, str(max(total, 1))], stdin=json.dumps(sorted(wanted)).encode()
                 )
                 ch.files = {p: base64.b64decode(d) for p, d in out.get("files", {}).items()}
                 ch.rejected += out.get("rejected", [])
-            except (CaptureError, ValueError, TypeError) as e:
+            except SandboxUnresponsive:
+                raise
+            except (CaptureError, SandboxDied, ValueError, TypeError) as e:
                 ch.rejected.append(f"reading the changed files failed: {e}")
                 ch.files = {}
         ch.executable &= set(ch.files)

@@ -20,7 +20,7 @@ import docker.errors
 import requests
 from docker.types import Ulimit
 
-from agent.sandbox.changes import ChangeCapture
+from agent.sandbox.changes import ChangeCapture, shown, unwritable
 from agent.sandbox.client import docker_client, docker_retry
 from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE
 from agent.sandbox.labels import owner_labels
@@ -29,6 +29,11 @@ from results.errors import InfraError, UserError
 
 if TYPE_CHECKING:
     from agent.sandbox.native import NativeSpec
+
+
+class FilesNotWritten(Exception):
+    """`tar -x` inside a live sandbox refused the files: the doing of their names or contents (the task's, or
+    the agent's when its changes are written back for grading), never of the engine, so no InfraError."""
 
 
 @dataclass(frozen=True)
@@ -185,16 +190,25 @@ class Sandbox(CommandChannel, ChangeCapture):
         dest: str = WORKSPACE,
         user: str = "agent",
         executable: Iterable[str] = (),
-    ):
+    ) -> list[str]:
         """Writes files by streaming a tar into `tar -x` inside (put_archive cannot reach a tmpfs).
-        Modes are 0644, or 0755 for the paths named in `executable`."""
+        Modes are 0644, or 0755 for the paths named in `executable`. A name no filesystem can hold
+        (changes.unwritable: too long, too deep, not a plain relative path) is left out: the reasons are
+        returned. Raises FilesNotWritten when tar refuses the rest, SandboxDied when the sandbox is gone."""
+        refused: list[str] = []
+        for name in list(files):
+            why = unwritable(name.lstrip("/"), dest)
+            if why:
+                refused.append(f"{shown(name)} ({why})")
+        if refused:
+            files = {n: d for n, d in files.items() if not unwritable(n.lstrip("/"), dest)}
         if not files:
-            return
+            return refused
         if dest == WORKSPACE:
             self._initial_files.update(files)
         executable = set(executable)
         buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for name, data in sorted(files.items()):
                 info = tarfile.TarInfo(name.lstrip("/"))
                 info.size = len(data)
@@ -209,9 +223,10 @@ class Sandbox(CommandChannel, ChangeCapture):
             cwd="/",
         )
         if r["exit_code"] != 0:
-            raise InfraError(
-                f"writing files into {dest} failed: {r['err_head'].decode(errors='replace')[:300]}"
+            raise FilesNotWritten(
+                f"writing files into {dest} failed: {r['err_head'].decode(errors='replace')[:300]!r}"
             )
+        return refused
 
     async def get_files(
         self, paths: list[str], root: str = WORKSPACE, max_bytes: int = 16 << 20

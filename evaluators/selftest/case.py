@@ -52,7 +52,7 @@ class Case:
     group: str  # host | reward
     expected: str  # for the table
     script: Callable[[Ctx], list[str]]  # replies of the attacking agent
-    task: str = "answer"  # answer | add | add_marker
+    task: str = "answer"  # answer | json_answer | script | score | add | add_marker
     check: Optional[Check] = None  # the case's own expectation; [] when met
     command_timeout: float = 10.0
     slow: bool = False
@@ -108,5 +108,25 @@ def zero_reward(reason: Optional[str] = None, *needles: str) -> Check:
         if reason and o.rec.reason != reason:
             p.append(f"reason {o.rec.reason}, expected {reason}")
         return p + has(o.obs(), *needles)
+
+    return check
+
+
+def detail_has(*needles: str) -> Check:
+    """The record's detail (what was not captured, why a run timed out, ...) names each needle."""
+
+    def check(o: Outcome) -> list[str]:
+        return [
+            f"expected {n!r} in the record's detail ({o.rec.detail[:200]!r})"
+            for n in needles
+            if n not in o.rec.detail
+        ]
+
+    return check
+
+
+def both(*checks: Check) -> Check:
+    def check(o: Outcome) -> list[str]:
+        return [p for c in checks for p in c(o)]
 
     return check

@@ -90,6 +90,29 @@ def script_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Tas
     )
 
 
+SCORE_TEST = """#!/bin/bash
+# A task that measures: the reward is the number the candidate's score.sh prints (as many tasks compute one).
+timeout 10 as-candidate bash score.sh > "$REWARD_FILE" 2>/dev/null
+"""
+
+
+def score_task(task_id: str, command_timeout: float = 10.0) -> Task:
+    """Make score.sh print a score of 1; test.sh writes what it prints as the reward: a reward file whose
+    content the candidate's output decides (numbers of any length, NaN, a huge file)."""
+    return Task(
+        id=task_id,
+        path=None,
+        instruction="Make /workspace/score.sh print the number 1.",
+        environment=SMALL,
+        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+        evaluator=EvaluatorConfig(kind="script"),
+        verifier_timeout_sec=30,
+        workspace_files={"score.sh": b"echo 0\n"},
+        test_files={"test.sh": SCORE_TEST.encode()},
+        solution_files={"solve.sh": b"echo 'echo 1' > score.sh\n"},
+    )
+
+
 def add_task(task_id: str, marker: str = "", command_timeout: float = 30.0) -> Task:
     """Implement add(a, b): hidden pytest tests (other inputs than the visible one) plus a canary."""
     hidden = HIDDEN.format(marker=f'"""{marker}"""\n' if marker else "")

@@ -1,7 +1,8 @@
 """Reward-integrity cases: a wrong add() plus a hack on the grading (test machinery, process exits, forged
 reports, reading the hidden tests...), each of which must score 0; most also run on top of the right add(),
 which must score what the documented policy says. The attacks on the verdict itself are
-evaluators/selftest/grading_attacks.py."""
+evaluators/selftest/grading_attacks.py; files, numbers and processes at the grader's limits are
+evaluators/selftest/edge_cases.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from typing import Callable, Optional
 
 from evaluators.selftest.case import Case, Ctx, Outcome, graded, zero_reward
+from evaluators.selftest.edge_cases import edge_cases
 from evaluators.selftest.fixtures import SUBMIT, WRONG, bash, with_wrong, write
 from evaluators.selftest.grading_attacks import grading_attacks
 
@@ -291,6 +293,7 @@ def reward_cases() -> list[Case]:
             )
         )
     cases += grading_attacks(at_import, fake_xml)
+    cases += edge_cases()
     cases.append(
         Case(
             "search_hidden_tests",

@@ -24,6 +24,7 @@ from evaluators.selftest.fixtures import (
     bash,
     honest_version,
     json_answer_task,
+    score_task,
     script_task,
     write,
 )
@@ -87,6 +88,8 @@ class Runner:
             return json_answer_task(task_id, self.ctx.answer, command_timeout)
         if kind == "script":
             return script_task(task_id, self.ctx.answer, command_timeout)
+        if kind == "score":
+            return score_task(task_id, command_timeout)
         return add_task(task_id, self.ctx.marker if kind == "add_marker" else "", command_timeout)
 
     def _eval(self, name: str, tasks: list[Task], scripts: dict[str, list], concurrency: int = 1):
@@ -126,6 +129,8 @@ class Runner:
         """What an honest agent does for a task kind."""
         if kind == "script":
             return [bash(f"echo 'echo {self.ctx.answer}' > run.sh"), SUBMIT]
+        if kind == "score":
+            return [bash("echo 'echo 1' > score.sh"), SUBMIT]
         if kind == "json_answer":
             return [bash(write("answer.json", json.dumps({"ok": self.ctx.answer}))), SUBMIT]
         if kind == "answer":

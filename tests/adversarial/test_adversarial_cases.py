@@ -32,6 +32,7 @@ FAST = {
     "writes_outside_workspace",
     "network_probes",
     "privilege_probes",
+    "long_path",
 }
 
 
