@@ -74,6 +74,12 @@ def register(sub):
     p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
     p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="with --resume: also run again the attempts recorded as error (infrastructure or provider "
+        "outage); their old records move to DIR/retried.jsonl",
+    )
+    p.add_argument(
         "--cluster",
         metavar="ADDRESS",
         help="run the attempts on a Ray cluster: ray://HOST:PORT, HOST:PORT or auto (needs harness[cluster])",
@@ -132,6 +138,8 @@ def cmd_eval(args) -> int:
     from tasks.loader import load_suite
 
     resume_dir = args.resume
+    if args.retry_errors and resume_dir is None:
+        raise UserError("--retry-errors needs --resume DIR (the run whose errored attempts to run again)")
     if resume_dir is not None:
         from results.manifest import resume_settings
 
@@ -193,6 +201,7 @@ def cmd_eval(args) -> int:
             out_dir=resume_dir or args.out,
             concurrency=args.concurrency,
             resume=resume_dir is not None,
+            retry_errors=args.retry_errors,
             seed=args.seed,
             model_options=options,
             loop=loop,
