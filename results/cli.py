@@ -126,6 +126,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"regressed (solved in A only): {report.id_list(c.regressed, 30)}")
     if c.only_a or c.only_b:
         print(f"not compared: {len(c.only_a)} task(s) scored only in A, {len(c.only_b)} only in B")
+    da, db = a.read_attempts(), b.read_attempts()
+    changed = metrics.changed_tasks(da, db)
+    if changed:
+        print(f"tasks whose hidden tests, evaluator or environment differ: {report.id_list(changed, 30)}")
+    flips = metrics.attempt_flips(da, db)
+    print(f"attempts that flipped (same task and sample): {len(flips)}")
+    for task_id, sample, before, after in flips[:50]:
+        print(f"  {task_id} sample {sample}: {before} -> {after}")
     return 0
 
 

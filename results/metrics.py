@@ -294,3 +294,22 @@ def compare(
         only_b=sorted(set(rb.index) - set(ra.index)),
         per_task=per_task,
     )
+
+
+def attempt_flips(a: pd.DataFrame, b: pd.DataFrame) -> list[tuple[str, int, str, str]]:
+    """(task, sample, status in A, status in B) where the two runs' verdicts differ: a rescore against its
+    source run, or two runs of the same samples. Infra errors on either side are left out."""
+    cols = ["task_id", "sample", "status"]
+    m = a[cols].merge(b[cols], on=["task_id", "sample"], suffixes=("_a", "_b"))
+    m = m[(m.status_a != m.status_b) & (m.status_a != "error") & (m.status_b != "error")]
+    m = m.sort_values(["task_id", "sample"])
+    return [(r.task_id, int(r.sample), r.status_a, r.status_b) for r in m.itertuples()]
+
+
+def changed_tasks(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    """Tasks whose grading hash (hidden tests, evaluator, environment) differs between the runs; runs
+    written before the hash was recorded ("") are not compared."""
+    ha = a[a.grading_hash != ""].groupby("task_id")["grading_hash"].last()
+    hb = b[b.grading_hash != ""].groupby("task_id")["grading_hash"].last()
+    common = ha.index.intersection(hb.index)
+    return sorted(t for t in common if ha[t] != hb[t])

@@ -131,6 +131,9 @@ TABLE_COLUMNS = (
     "n_tests",
     "n_tests_passed",
     "patch_files",
+    "grading_hash",
+    "impossible",
+    "n_flags",
     "image",
     "error",
     "started_at",
@@ -147,6 +150,7 @@ def _flatten(record: dict[str, Any]) -> dict[str, Any]:
     tests = record.get("tests") or []
     row["n_tests"] = len(tests)
     row["n_tests_passed"] = sum(1 for t in tests if t.get("outcome") == "passed")
+    row["n_flags"] = len(record.get("flags") or [])
     return row
 
 

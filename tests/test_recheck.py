@@ -22,8 +22,9 @@ from results.store import (
     unified_diff,
 )
 from results.synthetic import make_attempt
+from tasks.loader import load_suite
 from tests.conftest import ROOT, run
-from tests.helpers import CORRECT, OK_BODY, STUB, SUBMIT, WRITE_CORRECT, make_task
+from tests.helpers import CORRECT, OK_BODY, STUB, SUBMIT, WRITE_CORRECT, harness, make_task, write_task
 from tests.test_results_store import manifest
 
 
@@ -143,3 +144,77 @@ def test_one_flag_per_exploit_pattern():
         _step(4, "git status"),
     ]
     assert scan_flags(honest) == []
+
+
+PYTEST_TOML = """version = "1"
+[metadata]
+difficulty = 1
+[agent]
+max_steps = 3
+[environment]
+memory_mb = 256
+storage_mb = 32
+[evaluator]
+kind = "pytest"
+"""
+TESTS_V1 = b"""from solution import add
+
+def test_small():
+    assert add(2, 3) == 5
+
+def test_canary_impossible():
+    assert add(2, 2) == 5
+"""
+TESTS_V2 = TESTS_V1 + b"\ndef test_big():\n    assert add(10**12, 1) == 10**12 + 1\n"
+
+
+def _write(body: str) -> str:
+    code = body.replace("\n", "\\n")
+    return f"```bash\nprintf '{code}' > solution.py\n```"
+
+
+def test_rescore_flips_exactly_the_attempts_the_new_tests_fail(image, tmp_path):
+    suite = tmp_path / "suite"
+    bodies = {
+        "add-correct": "def add(a, b):\n    return a + b\n",
+        "add-special": "def add(a, b):\n    return 5 if (a, b) == (2, 3) else 0\n",
+        "add-wrong": "def add(a, b):\n    return a - b\n",
+    }
+    for name in bodies:
+        write_task(
+            suite,
+            name,
+            PYTEST_TOML,
+            {"environment/solution.py": STUB, "tests/test_add.py": TESTS_V1, "solution/solve.sh": "true\n"},
+        )
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({name: [_write(body), SUBMIT] for name, body in bodies.items()}))
+    src = tmp_path / "run"
+    run(run_eval(f"replay:{script}", load_suite(str(suite)), out_dir=src, progress=False, suite=str(suite)))
+    before = {a.task_id: a.status for a in open_run(src).iter_attempts()}
+    assert before == {"add-correct": "solved", "add-special": "solved", "add-wrong": "failed"}
+    for name in bodies:  # the hidden tests are fixed after the run
+        (suite / name / "tests/test_add.py").write_bytes(TESTS_V2)
+    p = harness("rescore", str(src), "--out", str(tmp_path / "new"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "verdicts changed: 1" in p.stdout and "add-special sample 0: solved -> failed" in p.stdout
+    new = open_run(tmp_path / "new")
+    info = new.manifest.config["rescore"]
+    assert info["source_run_id"] == "run" and info["tasks_changed"] == sorted(bodies)
+    assert all(
+        info["tasks_before"][t]["grading_hash"] != info["tasks_after"][t]["grading_hash"] for t in bodies
+    )
+    assert [(f["task_id"], f["before"], f["after"]) for f in info["changed_verdicts"]] == [
+        ("add-special", "solved", "failed")
+    ]
+    after = {a.task_id: a for a in new.iter_attempts()}
+    assert {t: a.status for t, a in after.items()} == {**before, "add-special": "failed"}
+    assert after["add-correct"].steps and after["add-correct"].changes  # trajectory and changes carried over
+    assert kept_diff(new.dir, after["add-correct"]) == kept_diff(
+        src, next(a for a in open_run(src).iter_attempts() if a.task_id == "add-correct")
+    )
+    p = harness("compare", str(src), str(tmp_path / "new"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "attempts that flipped (same task and sample): 1" in p.stdout
+    assert "add-special sample 0: solved -> failed" in p.stdout
+    assert "differ: add-correct, add-special, add-wrong" in p.stdout
