@@ -77,9 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         required=True,
-        choices=export.FORMATS + ("inspect",),
+        choices=export.FORMATS + ("inspect", "atif"),
         help="openai | hf-chat (TRL SFT) | sharegpt | prompt-completion | kto (unpaired preference) | "
-        "inspect (an Inspect AI eval log, for inspect view; needs harness[inspect])",
+        "inspect (an Inspect AI eval log, for inspect view; needs harness[inspect]) | "
+        "atif (Harbor's trajectory format, ATIF-v1.7; replay:FILE reads it back)",
     )
     p.add_argument(
         "--hf-dataset",
@@ -153,6 +154,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "atif":
+        from results.export.atif import export_atif
+
+        path, n = export_atif(args.run, args.out)
+        print(f"wrote {n} ATIF trajectories to {path} (harness eval --model replay:{path} replays them)")
+        return 0
     if args.format == "inspect":
         from results.export.inspect_log import export_inspect
 
