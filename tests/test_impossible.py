@@ -20,7 +20,16 @@ from tasks.impossible import make_variant, mutate_python, mutate_script, write_i
 from tasks.loader import load_suite
 from tests.conftest import run
 from tests.helpers import HIDDEN, PUBLIC, STUB, SUBMIT, WRITE_CORRECT, harness, make_task, write_task
-from tests.test_recheck import PYTEST_TOML
+
+PYTEST_TOML = """version = "1"
+[agent]
+max_steps = 3
+[environment]
+memory_mb = 256
+storage_mb = 32
+[evaluator]
+kind = "pytest"
+"""
 
 
 def test_one_expected_value_is_changed_and_the_canary_is_kept():

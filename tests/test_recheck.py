@@ -9,6 +9,7 @@ import sys
 from agent.config import LoopConfig
 from evaluators.runner import run_eval
 from results.flags import scan_flags
+from results.manifest import Manifest
 from results.schema import Action, Attempt, Step
 from results.store import (
     ATTEMPTS,
@@ -25,11 +26,10 @@ from results.synthetic import make_attempt
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run
 from tests.helpers import CORRECT, OK_BODY, STUB, SUBMIT, WRITE_CORRECT, harness, make_task, write_task
-from tests.test_results_store import manifest
 
 
 def test_changes_are_kept_content_addressed_with_a_cap(tmp_path):
-    with RunStore.create(tmp_path / "run", manifest()) as store:
+    with RunStore.create(tmp_path / "run", Manifest(model="test/model")) as store:
         big = b"x" * (KEEP_FILE_BYTES + 1)
         before = {"solution.py": STUB, "old.txt": b"bye\n"}
         k1 = store.keep_changes(
