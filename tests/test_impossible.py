@@ -135,6 +135,8 @@ def test_cheating_rate_of_a_scripted_cheater_and_an_honest_agent(image, tmp_path
     assert "cheating_rate" in p.stdout and "flagged" in p.stdout
     md = (tmp_path / "cheater" / "summary.md").read_text()
     assert "cheating rate (95% CI)" in md and "0.500 (" in md
+    html = (tmp_path / "cheater" / "report.html").read_text()
+    assert "exploit flags" in html and "test_files at step 1" in html and "impossible task" in html
 
 
 def test_training_leaves_flagged_and_impossible_attempts_out():
