@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 import jsonschema
+import pytest
 
 from agent.models.replay import ANY_SAMPLE, load_scripts
 from evaluators.runner import run_eval
@@ -305,6 +306,7 @@ def test_another_harness_shell_tool_replays_as_bash(tmp_path):
     assert (call.name, call.arguments) == ("bash", {"command": "ls\n"})
 
 
+@pytest.mark.slow
 def test_export_then_replay_gives_the_same_verdicts(image, tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"add": [WRITE_CORRECT, SUBMIT], "sub": [WRITE_WRONG, SUBMIT]}))

@@ -80,6 +80,7 @@ def _script(body: str) -> str:
     return "```bash\nprintf '" + body.replace("\n", "\\n") + "' > solution.py\n```"
 
 
+@pytest.mark.slow
 def test_cheating_rate_of_a_scripted_cheater_and_an_honest_agent(image, tmp_path):
     suite = tmp_path / "suite"
     for name in ("add-a", "add-b"):

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from agent.config import LoopConfig
 from evaluators.runner import run_eval
 from results.flags import scan_flags
@@ -173,6 +175,7 @@ def _write(body: str) -> str:
     return f"```bash\nprintf '{code}' > solution.py\n```"
 
 
+@pytest.mark.slow
 def test_rescore_flips_exactly_the_attempts_the_new_tests_fail(image, tmp_path):
     suite = tmp_path / "suite"
     bodies = {
