@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 import traceback
 from dataclasses import replace
@@ -28,7 +29,8 @@ from evaluators.policies import Policy, loop_policy
 from evaluators.progress import Progress
 from evaluators.task_images import build_images
 from results.errors import InfraError, OracleFailed, UserError
-from results.schema import Attempt, attempt_key
+from results.flags import scan_flags
+from results.schema import Attempt, KeptChanges, attempt_key
 from tasks.model import Task
 
 INFRA_RETRIES = 2  # an attempt hit by an infrastructure error is run again this many times
@@ -52,9 +54,11 @@ async def run_attempt(
     model_name: str,
     sample: int = 0,
     temperature: float = 0.0,
+    keep: Optional[Callable[[Task, Changes], KeptChanges]] = None,
 ) -> Attempt:
     """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries);
-    nothing the agent does in its sandbox raises: it is graded."""
+    nothing the agent does in its sandbox raises: it is graded. `keep` stores the final changes in the
+    run folder (RunStore.keep_changes) before the record that names them is written."""
     started, t0 = now(), time.monotonic()
     rec = _record(task, run_id, model_name, sample, temperature, image)
     rec.started_at = started
@@ -91,6 +95,7 @@ async def run_attempt(
         rec.completion_tokens = sum(s.completion_tokens for s in result.steps)
         rec.cost = sum(s.cost for s in result.steps)
         rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
+        rec.flags = scan_flags(result.steps)
         if result.exit_reason == "model_error":
             if (
                 result.model_error_status not in REJECTED_STATUSES
@@ -98,6 +103,8 @@ async def run_attempt(
                 raise InfraError(result.model_error or "model error")
             rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
     rec.patch_files = len(changes.paths)
+    if keep is not None:
+        rec.changes = await asyncio.to_thread(keep, task, changes)
     if changes.rejected and not verdict:
         rec.detail = "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
     verdict = verdict or await grade(task, changes, pool, image)
@@ -129,6 +136,8 @@ def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: 
         model=model_name,
         temperature=temperature,
         image=image,
+        grading_hash=task.grading_hash(),
+        impossible="impossible" in task.tags,
     )
 
 
@@ -176,6 +185,7 @@ async def run_eval(
     out_dir: Optional[Path] = None,
     concurrency: int = 4,
     resume: bool = False,
+    retry_errors: bool = False,
     seed: int = 0,
     model_options: Optional[dict] = None,
     loop: Optional[LoopConfig] = None,
@@ -241,6 +251,10 @@ async def run_eval(
     out_dir = Path(out_dir) if out_dir else default_run_dir(model)
     store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
     try:
+        if resume and retry_errors:  # their records move to retried.jsonl; the attempts run again
+            n = store.drop_errors()
+            if progress or n:
+                print(f"harness eval: retrying {n} attempt(s) recorded as error", file=sys.stderr)
         done = store.done_keys()
         run_id = store.run_id
         todo = [(t, s) for t in tasks for s in range(samples) if attempt_key(run_id, t.id, s) not in done]
@@ -296,6 +310,9 @@ async def run_eval(
                         model_name=model,
                         sample=sample,
                         temperature=temperature,
+                        keep=lambda t, ch: store.keep_changes(
+                            t.workspace_files, ch.files, ch.deleted, ch.executable
+                        ),
                     )
                 store.append(rec)  # durable before it counts as done
                 if bar:
