@@ -324,9 +324,8 @@ sleep 0.3
 """  # noqa: E501 -- the agent's script, byte for byte
 
 
-@pytest.mark.parametrize(
-    "mode,writer", [("snapshot", True), ("fresh", True), ("shared", False)]
-)  # shared: the agent's processes run alongside test.sh, as under Harbor (README: what the agent can still do)
+# shared: the agent's processes run alongside test.sh, as under Harbor (README: what the agent can still do)
+@pytest.mark.parametrize("mode,writer", [("snapshot", True), ("fresh", True), ("shared", False)])
 def test_planted_rewards_and_background_writers_do_not_count(image, mode, writer):
     async def cheat(task, sb):
         seen = await sb.exec("ls -A /tests 2>/dev/null; true", timeout=10)
