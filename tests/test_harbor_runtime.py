@@ -207,6 +207,11 @@ def test_a_failing_verdict_keeps_the_verifier_output_and_its_files(image, tmp_pa
     assert (out / files["verifier/ctrf.json"]["path"]).read_text().startswith('{"results"')
     assert b"command not found" in (out / files["verifier/test-stdout.txt"]["path"]).read_bytes()
     assert (out / files["artifacts/app/result.txt"]["path"]).read_text() == "42\n"
+    from results.report.build import build_report
+
+    page = build_report([out], echo=lambda m: None)["html"].read_text()
+    assert "verifier output" in page and "uvx-not-installed: command not found" in page
+    assert "verifier/ctrf.json" in page and "&quot;failed&quot;: 1" in page
 
 
 def test_test_sh_sees_what_docker_exec_gives(image, tmp_path):
