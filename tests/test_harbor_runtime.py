@@ -338,3 +338,64 @@ def test_a_shadowing_module_in_the_working_folder_is_tamper_in_fresh_mode(image,
     for tid in ("planted", "planted-on-top"):
         assert (recs[tid]["status"], recs[tid]["reason"]) == ("failed", "tamper"), recs[tid]["detail"]
         assert "json.py" in recs[tid]["detail"]
+
+
+# ---------------------------------------------------------------------------------------------- multi-step
+
+STEPS_TOML = """schema_version = "1.4"
+multi_step_reward_strategy = "mean"
+[task]
+name = "harness/two-steps"
+[[steps]]
+name = "write"
+min_reward = 1.0
+[[steps]]
+name = "extend"
+[steps.verifier]
+env = { EXPECT = "two" }
+"""
+
+
+def _steps_task(tmp_path):
+    root = tmp_path / "two-steps"
+    files = {
+        "task.toml": STEPS_TOML,
+        "environment/Dockerfile": "FROM harness/base:latest\nWORKDIR /app\n",
+        "steps/write/instruction.md": "Write one into /app/a.txt.\n",
+        "steps/write/tests/test.sh": '#!/bin/bash\n[ "$(cat /app/a.txt)" = one ] && echo 1 > '
+        "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+        "steps/write/solution/solve.sh": "#!/bin/bash\necho one > /app/a.txt\n",
+        "steps/extend/instruction.md": "Now write two into /app/b.txt.\n",
+        "steps/extend/workdir/given.txt": "from the step\n",
+        "steps/extend/tests/test.sh": '#!/bin/bash\n[ "$(cat /app/a.txt)" = one ] '
+        '&& [ "$(cat /app/b.txt)" = "$EXPECT" ] && r=1 || r=0\necho $r > /logs/verifier/reward.txt\n',
+        "steps/extend/solution/solve.sh": "#!/bin/bash\n[ -f given.txt ] && [ ! -e /tests/test.sh ] "
+        "&& echo two > b.txt\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return harbor.offline([load_task(root)])[0]
+
+
+def test_multi_step_tasks_run_each_step_in_the_same_container(image, tmp_path):
+    """[[steps]]: each step's instruction, workdir files, solution and verifier in turn; the next step's agent
+    sees neither the tests nor the results of the one before; the reward is the mean of the steps."""
+    from evaluators.validate import validate
+
+    task = _steps_task(tmp_path)
+    assert [s.name for s in task.harbor.steps] == ["write", "extend"] and task.instruction.startswith(
+        "Write one"
+    )
+    rows = run(validate([task], repeats=1, concurrency=1))
+    assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])], rows
+    out, recs = eval_replay(
+        tmp_path, {"two-steps": ["echo one > a.txt", SUBMIT[6:].strip("`\n"), "echo 2 > b.txt"]}, [task]
+    )
+    r = recs["two-steps"]
+    assert (r["status"], r["reward"]) == ("failed", 0.5), r["detail"]
+    assert "write=1 (pass)" in r["detail"] and "extend=0 (fail)" in r["detail"]
+    assert {f["name"] for f in r["files"]} >= {
+        "steps/write/verifier/reward.txt",
+        "steps/extend/verifier/reward.txt",
+    }
