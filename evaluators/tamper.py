@@ -122,7 +122,7 @@ def harbor_tamper_reason(
         if name == "pyproject.toml" and b"[tool.pytest" in data:
             return f"adds {path} (pytest config in pyproject.toml)"
         top = path.split("/", 1)[0]
-        module = top.removesuffix(".py")
+        module = top.split(".", 1)[0] if "/" not in path else top  # json.py, json.cpython-312-...so, json/
         if (path.endswith(".py") or path.endswith(".so")) and module in shadowable and module not in original:
             return f"adds {path} (shadows the module {module!r} the verifier imports)"
     return ""
