@@ -142,6 +142,17 @@ async def after_agent(task, sb: NativeSandbox, end: bool = True) -> dict[str, by
     return files
 
 
+async def capture(sb: NativeSandbox) -> Changes:
+    """The working folder's changes. A process the agent left running may end the container meanwhile:
+    then the attempt goes on without them (verified from the container's filesystem), never an error."""
+    if sb.dead:
+        return Changes(rejected=["the sandbox died before its changes could be captured"])
+    try:
+        return await sb.changes()
+    except SandboxDied as e:
+        return Changes(rejected=[f"the sandbox stopped while its changes were captured: {e}"])
+
+
 async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[str]) -> Optional[str]:
     """Ours, stricter than Harbor: working-folder files that shadow what the verifier runs (every mode), and
     in snapshot/shared mode changes to the verifier's toolchain as the engine sees them (docker diff)."""
@@ -226,7 +237,7 @@ async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: s
         except OracleFailed as e:
             errors.append(f"step {step.name}: {e}")
         files = dict(await after_agent(st, sb, end=last))
-        changes = Changes(rejected=["the sandbox died"]) if sb.dead else await sb.changes()
+        changes = await capture(sb)
         v = await verify_agent(st, sb, pool, changes)
         if v is None:
             v = await grade_fresh(st, changes, pool, image, files)

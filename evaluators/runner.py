@@ -79,7 +79,9 @@ async def run_attempt(
                 rec.error = str(e)
             if harbor:  # the agent's processes end (not in shared mode); artifacts are collected
                 kept = await harbor.after_agent(task, sb)
-            if sb.dead:
+            if harbor:  # its processes live on: one of them may end the container while it is captured
+                changes = await harbor.capture(sb)
+            elif sb.dead:
                 changes = Changes(rejected=["the sandbox died before its changes could be captured"])
             else:
                 changes = await sb.changes()
