@@ -260,7 +260,7 @@ ATTACKS = {
     "kills-the-helper-later": (
         "shared",
         "(sleep 1.5; kill -9 -1) > /dev/null 2>&1 &",
-        "no_report",
+        "no_report|fail",  # while test.sh runs: nothing is read; before it: verified from its filesystem
         ("failed", "no_report"),
     ),
     "logs-is-a-file": ("snapshot", "rm -rf /logs && echo no > /logs", "fail", ("solved", "pass")),
@@ -304,13 +304,11 @@ def test_attacks_on_the_harness_own_work_are_graded_never_an_error(image, tmp_pa
     assert len(recs) == len(ATTACKS)  # the run went on
     for name, (_, _, alone, on_top) in ATTACKS.items():
         r = recs[f"{name}-{'oracle' if with_oracle else 'alone'}"]
-        want = on_top if with_oracle else ("failed", alone)
-        assert (r["status"], r["reason"]) == want, (
-            name,
-            r["detail"],
-            r["error"],
-            r["verifier_output"][-300:],
-        )
+        wants = {on_top} if with_oracle else {("failed", a) for a in alone.split("|")}
+        if name == "kills-the-helper-later" and with_oracle:  # timing: while test.sh runs, or before it
+            wants = {("failed", "no_report"), ("solved", "pass")}
+        got = (r["status"], r["reason"])
+        assert got in wants, (name, r["detail"], r["error"], r["verifier_output"][-300:])
 
 
 def test_a_shadowing_module_in_the_working_folder_is_tamper_in_fresh_mode(image, tmp_path):
