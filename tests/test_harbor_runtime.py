@@ -464,3 +464,41 @@ def test_toolchain_rule(diff, present, expected):
 
     why = toolchain_reason(diff, present)
     assert (expected in why) if expected else why == "", why
+
+
+def test_a_timeout_kills_the_commands_group_and_what_was_left_running_ends_with_kill_all(image, tmp_path):
+    task = harbor_task(tmp_path, name="timeouts")
+
+    async def go():
+        images = await build_images([task], log=lambda m: None)
+        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+            async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
+                left = await sb.exec("setsid sleep 300 > /dev/null 2>&1 & echo started", timeout=10)
+                slow = await sb.exec("sleep 301 & sleep 302", timeout=1)
+                after_timeout = (await sb.exec("ps -eo args", timeout=10)).stdout
+                await sb.kill_all()
+                after_kill_all = (await sb.exec("ps -eo args", timeout=10)).stdout
+                return left, slow, after_timeout, after_kill_all
+
+    left, slow, after_timeout, after_kill_all = run(go())
+    assert left.exit_code == 0 and slow.timed_out
+    assert "sleep 300" in after_timeout  # left running by a command that ended: lives on
+    assert "sleep 301" not in after_timeout and "sleep 302" not in after_timeout  # the timed-out group
+    assert "sleep 300" not in after_kill_all
+
+
+def test_one_line_says_which_tasks_have_network_and_why(tmp_path):
+    on = harbor_task(tmp_path, name="a")
+    root = tmp_path / "b"
+    for rel, text in {
+        "task.toml": 'schema_version = "1.1"\n[environment]\nallow_internet = true\n',
+        "instruction.md": "x\n",
+        "tests/test.sh": "true\n",
+        "solution/solve.sh": "true\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    line = harbor.network_line([on, load_task(root)])
+    assert "\n" not in line and line.startswith("Harbor tasks: ")
+    assert "(b) network: [environment] allow_internet = true" in line
+    assert "(a) no network: --no-internet (was: no network key: Harbor's default" in line
