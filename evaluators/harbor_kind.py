@@ -338,6 +338,7 @@ async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, art
     the collected artifacts at their own paths (as Harbor's separate verifier gets them)."""
     from agent.sandbox.images import harbor_verifier_image
 
+    t0 = time.monotonic()
     vimage = await asyncio.to_thread(harbor_verifier_image, task) or image
     async with pool.sandbox(vimage, verifier_limits(task), task=task.id) as sb:
         files = {p: d for p, d in task.workspace_files.items() if p not in changes.deleted}
@@ -350,7 +351,9 @@ async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, art
         for name, data in (artifacts or {}).items():
             if name.startswith("artifacts/") and not name.endswith("NOT-COLLECTED.txt"):
                 await sb.write_file(name[len("artifacts") :], data)
-        return await run_verifier(task, sb)
+        v = await run_verifier(task, sb)
+    v.seconds = time.monotonic() - t0
+    return v
 
 
 async def run_verifier(task, sb: NativeSandbox):
@@ -367,12 +370,19 @@ async def run_verifier(task, sb: NativeSandbox):
         await sb.mkdirs(REWARD_DIR, mode=0o700, owner=user, fresh=True)
         await sb.mkdirs("/logs/agent", ARTIFACTS_DIR, mode=0o777)
         await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
-    except FileOpError as e:
+    except (FileOpError, SandboxDied) as e:
         return Verdict(
             0.0, False, "no_report", detail=f"the verifier could not be set up in the container: {e}"
         )
     timeout = task.verifier_timeout_sec
-    r = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
+    try:
+        r = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
+    except SandboxDied as e:  # the code under test or a process the agent left ended the container
+        if await asyncio.to_thread(sb.death_cause) == "oom":
+            return Verdict(0.0, False, "oom", detail="the memory limit was used up while test.sh ran")
+        return Verdict(
+            0.0, False, "no_report", detail=f"the container stopped while test.sh ran ({e}); nothing was read"
+        )
     out = r["output"]
     files = {"verifier/test-stdout.txt": out}
     budget = [KEEP_BYTES]

@@ -502,3 +502,19 @@ def test_one_line_says_which_tasks_have_network_and_why(tmp_path):
     assert "\n" not in line and line.startswith("Harbor tasks: ")
     assert "(b) network: [environment] allow_internet = true" in line
     assert "(a) no network: --no-internet (was: no network key: Harbor's default" in line
+
+
+@pytest.mark.parametrize("mode", ["fresh", "snapshot"])
+def test_code_under_test_that_ends_the_verifiers_container_is_a_failed_verdict(image, tmp_path, mode):
+    """test.sh runs the agent's program as root; one that kills every process (the helper too) stops the
+    verifier's container: 0 with a reason, never an infrastructure error."""
+    task = harbor_task(
+        tmp_path,
+        f'schema_version = "1.1"\n[verifier]\nisolation = "{mode}"\n',
+        name=f"killer-{mode}",
+        test_sh="#!/bin/bash\nbash /app/prog.sh; echo 1 > /logs/verifier/reward.txt\n",
+    )
+    out, recs = eval_replay(tmp_path, {task.id: ["printf 'kill -9 -1\\n' > prog.sh"]}, [task])
+    r = recs[task.id]
+    assert (r["status"], r["reason"]) == ("failed", "no_report"), (r["detail"], r["error"])
+    assert "stopped while test.sh ran" in r["detail"]
