@@ -36,7 +36,7 @@ import docker.errors
 
 from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
-from evaluators.tamper import PROGRAM_DIRS
+from evaluators.tamper import PROGRAM_DIRS, dpkg_sums
 from results.errors import InfraError, OracleFailed
 from results.schema import clip
 
@@ -156,7 +156,13 @@ async def capture(sb: NativeSandbox) -> Changes:
 async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[str]) -> Optional[str]:
     """Ours, stricter than Harbor: working-folder files that shadow what the verifier runs (every mode), and
     in snapshot/shared mode changes to the verifier's toolchain as the engine sees them (docker diff)."""
-    from evaluators.tamper import harbor_tamper_reason, shadow_candidates, toolchain_reason, verifier_imports
+    from evaluators.tamper import (
+        changed_toolchain,
+        harbor_tamper_reason,
+        shadow_candidates,
+        toolchain_reason,
+        verifier_imports,
+    )
 
     changed = {**changes.files, **{p: None for p in changes.deleted}}
     why = harbor_tamper_reason(changed, original, verifier_imports(task.test_files), task.instruction)
@@ -177,7 +183,44 @@ async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[
             }
         except (SandboxDied, FileOpError):
             pass
-    return toolchain_reason(diff, present) or None
+    return toolchain_reason(diff, present, await _packaged(sb, changed_toolchain(diff))) or None
+
+
+async def _packaged(sb: NativeSandbox, changed: list[str]) -> frozenset[str]:
+    """Which changed toolchain files hold what dpkg recorded for them (an upgrade pulled in by a package
+    install, e.g. libc6 or python3.12 by apt-get install): read by the helper, md5 compared on the host."""
+    import hashlib
+
+    if not changed or sb.dead:
+        return frozenset()
+    info = "/var/lib/dpkg/info"
+    ok: set[str] = set()
+    try:
+        links = {
+            d
+            for d, k in zip(
+                ("/bin", "/sbin", "/lib", "/lib64"), await sb.kinds("/bin", "/sbin", "/lib", "/lib64")
+            )
+            if k == "l"
+        }
+        listing = await sb.list_files(info, max_files=50000) or {}
+        sums = {}
+        for name, meta in listing.items():
+            if name.endswith(".md5sums") and meta[0] == "f":
+                sums[name] = (await sb.read_file(f"{info}/{name}", 4 << 20))[0]
+        recorded = dpkg_sums(sums, links)
+        for path in changed:
+            if path not in recorded:
+                continue
+            try:  # a link or a file gone is not what dpkg recorded
+                data, _, more = await sb.read_file(path, 256 << 20)
+            except FileOpError:
+                continue
+            if not more and hashlib.md5(data).hexdigest() == recorded[path]:
+                ok.add(path)
+        return frozenset(ok)
+    except (SandboxDied, FileOpError):
+        return frozenset(ok)
 
 
 # ------------------------------------------------------------------------------------------ multi-step tasks
