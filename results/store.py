@@ -5,7 +5,8 @@
                       always replaced whole (temp file + fsync + os.replace)
       attempts.jsonl  append-only: each Attempt is one line written with one os.write on an O_APPEND fd,
                       then fsync; only then does the attempt count as done
-      objects/ab/<sha256>  the attempts' final changes, content-addressed (each file and each diff once,
+      objects/ab/<sha256>  the attempts' final changes and kept files (a Harbor verifier's output and
+                      /logs files, artifacts), content-addressed (each file and each diff once,
                       whatever number of attempts wrote it); written and fsync'd before the record naming
                       them (Attempt.changes), so a record never points at a missing object
       retried.jsonl   records of `error` attempts that --resume --retry-errors ran again
@@ -528,6 +529,14 @@ class RunStore(RunReader):
     def __len__(self) -> int:
         return len(self._keys)
 
+    def _write_files(self, attempt: Attempt) -> None:
+        """The attempt's kept files (Harbor verifier output, artifacts) as objects like its changes, each
+        durable before the record that names them is written; the record says where each one is."""
+        data = attempt.file_data()
+        for kept in attempt.files:
+            digest = self.put_object(data.get(kept.name, b""))
+            kept.path = f"{OBJECTS}/{digest[:2]}/{digest}"
+
     def append(self, attempt: Attempt) -> bool:
         """Record one finished attempt durably. Returns False (and writes nothing) if its key is already
         there.
@@ -540,6 +549,8 @@ class RunStore(RunReader):
             raise ValueError(
                 f"attempt {attempt.key} has run_id {attempt.run_id!r}, this run is {self.run_id!r}"
             )
+        if attempt.file_data() and attempt.key not in self._keys:
+            self._write_files(attempt)
         data = _encode(attempt)
         with self._mutex:
             if self._fd is None:
