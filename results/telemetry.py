@@ -375,6 +375,7 @@ class RunMetrics:
         self.hit_ratio = Gauge("harness_warm_pool_hit_ratio", METRICS[9][2], registry=r)
         self.containers = Gauge("harness_containers_alive", METRICS[10][2], registry=r)
         self.cost = Counter("harness_cost_usd", METRICS[11][2], registry=r)
+        self.server: Any = None  # (HTTP server, thread) of start_metrics
         self.pools: list[Any] = []  # the live SandboxPools, read at scrape time
         self.containers.set_function(lambda: sum(getattr(p, "_live", 0) for p in self.pools))
         self._hits = self._acquired = 0
@@ -396,9 +397,10 @@ def start_metrics(port: int, host: str = "127.0.0.1") -> RunMetrics:
         from results.errors import UserError
 
         raise UserError("--metrics-port needs prometheus-client: pip install 'harness[otel]'") from None
+    stop_metrics()
     _metrics = RunMetrics()
     try:
-        start_http_server(port, host, registry=_metrics.registry)
+        _metrics.server = start_http_server(port, host, registry=_metrics.registry)
     except OSError as e:
         from results.errors import UserError
 
@@ -406,6 +408,15 @@ def start_metrics(port: int, host: str = "127.0.0.1") -> RunMetrics:
             f"--metrics-port {port}: cannot listen on {host}:{port} ({e}); pick a free port"
         ) from None
     return _metrics
+
+
+def stop_metrics() -> None:
+    """Stops serving /metrics and switches the run's metrics off."""
+    global _metrics
+    m, _metrics = _metrics, None
+    if m is not None and m.server:
+        m.server[0].shutdown()
+        m.server[0].server_close()
 
 
 def metrics() -> Optional[RunMetrics]:
