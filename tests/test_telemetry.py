@@ -194,6 +194,33 @@ def test_json_events_carry_the_trace_id(capsys, tmp_path):
     assert capsys.readouterr().err == ""
 
 
+def test_serve_request_span_and_metrics_route(tmp_path):
+    from agent.serve import start_server
+
+    trace = tmp_path / "t.jsonl"
+    telemetry.configure_tracing(str(trace))
+    server = start_server(replay(tmp_path, ["hello there"]), api_key="k")
+    try:
+        base = server.base_url.removesuffix("/v1")
+        body = {"model": server.name, "messages": [{"role": "user", "content": "hi"}]}
+        headers = {"Content-Type": "application/json", "Authorization": "Bearer k"}
+        req = urllib.request.Request(f"{base}/v1/chat/completions", json.dumps(body).encode(), headers)
+        assert json.loads(urllib.request.urlopen(req, timeout=30).read())["choices"][0]["message"]["content"]
+        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:  # no key needed, as vLLM's
+            assert r.headers["Content-Type"].startswith("text/plain")
+            text = r.read().decode()
+    finally:
+        server.stop()
+    telemetry.shutdown_tracing()
+    assert 'harness_serve_requests_total{endpoint="/v1/chat/completions",status="200"} 1.0' in text
+    assert "harness_serve_queue_depth 0.0" in text  # a replay model has no decoder: zero
+    (sp,) = [s for s in spans_of(trace) if s["name"] == "POST /v1/chat/completions"]
+    assert sp["kind"] == 2  # SERVER
+    assert (
+        sp["attrs"]["http.response.status_code"] == 200 and sp["attrs"]["gen_ai.request.model"] == server.name
+    )
+
+
 def test_old_records_load_without_the_new_fields():
     from results.schema import Attempt
 

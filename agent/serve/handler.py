@@ -136,6 +136,7 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
                 if self._status >= 400:
                     span.set({"error.type": str(self._status)})
                 self._span = telemetry.NO_SPAN
+                telemetry.event("request", path=path, status=self._status, seconds=time.monotonic() - started)
                 if self.metrics is not None:
                     self.metrics.requests.labels(path, str(self._status)).inc()
                     self.metrics.duration.labels(path).observe(time.monotonic() - started)
