@@ -161,13 +161,13 @@ class _Receiver:
             self.httpd.shutdown()
 
 
-def _tracing(mode: str, receiver: "_Receiver", trace_file: Path) -> None:
+def _tracing(mode: str, receivers: dict, trace_file: Path) -> None:
     telemetry.shutdown_tracing()
     os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     if mode == "file":
         telemetry.configure_tracing(str(trace_file))
-    elif mode == "live":
-        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
+    elif mode in receivers:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receivers[mode].url
         telemetry.configure_tracing()
 
 
@@ -188,32 +188,39 @@ def off_hook_cost_ns(reps: int = 200_000) -> float:
 
 def tracing_comparison(image: str, n: int, concurrency: int, rounds: int, reps: int, phoenix: bool = True):
     """Attempts per minute and loop overhead per step per tracing mode, interleaved `rounds` times."""
-    receiver = _Receiver(phoenix)
+    # live: Phoenix when installed (it shares this machine's cores: its ingest is in the figure);
+    # sink: a receiver that costs nothing, so the difference is the receiver's own work
+    receivers = {"live": _Receiver(phoenix)}
+    if receivers["live"].proc:
+        receivers["sink"] = _Receiver(False)
     trace_file = Path(tempfile.mkdtemp()) / "trace.jsonl"
-    modes = ("off", "file", "live")
+    modes = ("off", "file", *receivers)
     rate: dict[str, list[float]] = {m: [] for m in modes}
     over: dict[str, list[float]] = {m: [] for m in modes}
     try:
         for _ in range(rounds):
             for mode in modes:
-                _tracing(mode, receiver, trace_file)
+                _tracing(mode, receivers, trace_file)
                 rate[mode].append(asyncio.run(harness_rate(make_tasks(n), concurrency)))
                 wall, execs = asyncio.run(overhead_per_step(image, reps=reps))
                 over[mode].append(wall - execs)
                 telemetry.shutdown_tracing()  # flushes: the export's cost lands in its own mode
     finally:
-        _tracing("off", receiver, trace_file)
-        receiver.close()
+        _tracing("off", receivers, trace_file)
+        for r in receivers.values():
+            r.close()
     med = {m: sorted(rate[m])[len(rate[m]) // 2] for m in modes}
     ovh = {m: sorted(over[m])[len(over[m]) // 2] for m in modes}
     hook = off_hook_cost_ns()
     print(
         f"tracing, {n} attempts at concurrency {concurrency}, {rounds} interleaved rounds (median); "
-        f"live receiver: {receiver.name}"
+        f"live receiver: {receivers['live'].name}"
+        + (", sink: a local OTLP/HTTP sink" if "sink" in receivers else "")
     )
-    print(f"{'tracing':>8} {'att/min':>8} {'vs off':>7} {'overhead/step ms':>17}")
+    print(f"{'tracing':>8} {'att/min':>8} {'vs off':>7} {'overhead/step ms':>17}  att/min of each round")
     for m in modes:
-        print(f"{m:>8} {med[m]:8.1f} {med[m] / med['off']:6.2f}x {ovh[m]:17.2f}")
+        each = " ".join(f"{x:.1f}" for x in rate[m])
+        print(f"{m:>8} {med[m]:8.1f} {med[m] / med['off']:6.2f}x {ovh[m]:17.2f}  {each}")
     share = hook / 1e6 / max(ovh["off"], 1e-9) * 100
     print(f"off: the hooks of one step take {hook:.0f} ns ({share:.3f}% of the loop's overhead per step)")
     return med, ovh, hook

@@ -290,8 +290,10 @@ def get_json(url: str) -> dict:
 
 @pytest.mark.slow
 def test_eval_trace_in_phoenix(image, phoenix, tmp_path):
+    solve = (ROOT / "tasks/builtin/coding/fizzbuzz/solution/solve.sh").read_text()
+    check = "```bash\npython3 -c 'from solution import fizzbuzz; print(fizzbuzz(15)[-1])'\n```"
     replies = tmp_path / "r.json"
-    replies.write_text(json.dumps({"*": [CHECK, SUBMIT]}))
+    replies.write_text(json.dumps({"*": [f"I will write it.\n```bash\n{solve}\n```", check, SUBMIT]}))
     run_dir, trace = tmp_path / "run", tmp_path / "trace.jsonl"
     proc = harness(
         *("eval", "--model", f"replay:{replies}", "--tasks", "builtin:easy", "--glob", "fizzbuzz"),
@@ -301,6 +303,7 @@ def test_eval_trace_in_phoenix(image, phoenix, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec,) = [json.loads(line) for line in (run_dir / "attempts.jsonl").read_text().splitlines()]
     assert len(rec["trace_id"]) == 32 and rec["durations"]["acquire"] > 0 and rec["durations"]["agent"] > 0
+    assert rec["solved"] and rec["reward"] == 1.0
 
     # the JSON events: one object per line, the attempt's with its trace id
     events = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
@@ -314,7 +317,7 @@ def test_eval_trace_in_phoenix(image, phoenix, tmp_path):
     for _ in range(40):
         query = urllib.parse.urlencode({"trace_id": rec["trace_id"], "limit": 100})
         spans = get_json(f"{phoenix}/v1/projects/default/spans/otlpv1?{query}")["data"]
-        if any(s["name"].startswith("invoke_agent") for s in spans) and len(spans) >= 7:
+        if any(s["name"].startswith("invoke_agent") for s in spans) and len(spans) >= 9:
             break
         time.sleep(0.5)
     by_name: dict[str, list] = {}
@@ -331,11 +334,12 @@ def test_eval_trace_in_phoenix(image, phoenix, tmp_path):
         n for n, group in by_name.items() for s in group if s.get("parent_span_id") == root["span_id"]
     }
     assert children == {"sandbox acquire", f"chat {model}", "execute_tool bash", "capture changes", "grade"}
-    assert len(by_name[f"chat {model}"]) == 2
+    assert len(by_name[f"chat {model}"]) == 3 and len(by_name["execute_tool bash"]) == 2
     chat = by_name[f"chat {model}"][0]["attrs"]
     assert chat["gen_ai.provider.name"] == "harness.replay" and chat["gen_ai.usage.input_tokens"] > 0
     tool = by_name["execute_tool bash"][0]["attrs"]
     assert tool["process.exit.code"] == 0 and tool["gen_ai.tool.name"] == "bash"
+    assert tool["harness.tool.timed_out"] is False
     grade = by_name["grade"][0]["attrs"]
     assert grade["harness.reward"] == rec["reward"] and grade["harness.reason"] == rec["reason"]
     assert isinstance(by_name["sandbox acquire"][0]["attrs"]["harness.sandbox.warm"], bool)
