@@ -178,6 +178,28 @@ def test_timeout_before_the_first_reply_counts_model_time(tmp_path):
     assert chat["status"]["code"] == 2  # ERROR
 
 
+@pytest.mark.slow
+def test_the_record_of_a_timeout_before_the_first_reply(image, tmp_path):
+    """The issue's case: the wall-time limit ends the model's first call. The record says where the time
+    went (model time, not 0.0 s) and why, beside the grader's own reason."""
+    from agent.sandbox import SandboxPool
+    from evaluators.policies import loop_policy
+    from evaluators.runner import run_attempt
+    from tests.helpers import make_task
+
+    async def go():
+        async with SandboxPool(warm=0, max_containers=3) as pool:
+            policy = loop_policy(_Silent(), LoopConfig(wall_time=1), asyncio.Semaphore(1), 0)
+            return await run_attempt(make_task(), policy, pool, image, run_id="r", model_name="openai/slow")
+
+    rec = run(go())
+    assert rec.exit_reason == "wall_time" and rec.n_steps == 0 and rec.reason == "fail"
+    d = rec.durations
+    assert d.model >= 0.9 and d.model_unanswered == d.model and d.agent >= d.model
+    assert d.acquire > 0 and d.capture > 0 and d.evaluation > 0 and d.total >= d.acquire + d.agent
+    assert "the model had not replied after" in rec.detail
+
+
 def test_json_events_carry_the_trace_id(capsys, tmp_path):
     telemetry.set_log_format("json")
     telemetry.configure_tracing(str(tmp_path / "t.jsonl"))
