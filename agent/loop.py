@@ -195,17 +195,19 @@ class _Loop:
     async def query(self, index: int) -> tuple[Step, Completion]:
         """Asks the model for its next reply; records it as a step and as the assistant's message."""
         cfg, started, name = self.cfg, time.monotonic(), self.model.name
-        attrs = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": telemetry.provider_name(name),
-            "gen_ai.request.model": name,
-            "gen_ai.request.temperature": cfg.temperature,
-            "gen_ai.request.max_tokens": cfg.max_reply_tokens,
-            "harness.step": index,
-            "openinference.span.kind": "LLM",  # Phoenix's own span kind, beside the conventions'
-        }
-        if telemetry.capture_content():
-            attrs["gen_ai.input.messages"] = telemetry.messages_attr(clean(self.res.messages))
+        attrs = None
+        if telemetry.tracing():  # nothing is built while tracing is off
+            attrs = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": telemetry.provider_name(name),
+                "gen_ai.request.model": name,
+                "gen_ai.request.temperature": cfg.temperature,
+                "gen_ai.request.max_tokens": cfg.max_reply_tokens,
+                "harness.step": index,
+                "openinference.span.kind": "LLM",  # Phoenix's own span kind, beside the conventions'
+            }
+            if telemetry.capture_content():
+                attrs["gen_ai.input.messages"] = telemetry.messages_attr(clean(self.res.messages))
         with telemetry.span(f"chat {name}", attrs, kind="CLIENT") as span:
             try:
                 completion = (
@@ -231,16 +233,17 @@ class _Loop:
                 if isinstance(e, ContextLengthError):  # the server's own count said the prompt no longer fits
                     raise ContextExceeded() from None
                 raise ModelFailed(e) from None
-            span.set(
-                {
-                    "gen_ai.response.model": name,
-                    "gen_ai.response.finish_reasons": [completion.finish_reason],
-                    "gen_ai.usage.input_tokens": completion.prompt_tokens,
-                    "gen_ai.usage.output_tokens": completion.completion_tokens,
-                    "gen_ai.usage.cache_read.input_tokens": completion.cached_tokens,
-                    "harness.cost_usd": completion.cost,
-                }
-            )
+            if telemetry.tracing():
+                span.set(
+                    {
+                        "gen_ai.response.model": name,
+                        "gen_ai.response.finish_reasons": [completion.finish_reason],
+                        "gen_ai.usage.input_tokens": completion.prompt_tokens,
+                        "gen_ai.usage.output_tokens": completion.completion_tokens,
+                        "gen_ai.usage.cache_read.input_tokens": completion.cached_tokens,
+                        "harness.cost_usd": completion.cost,
+                    }
+                )
             if telemetry.capture_content():
                 span.set({"gen_ai.output.messages": _output_messages(completion)})
         telemetry.record_chat(
