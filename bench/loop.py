@@ -86,14 +86,19 @@ async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
     return wall / steps * 1000, execs / steps * 1000
 
 
+LAST_CPU_MS = [0.0]  # this process's CPU time per attempt in the last harness_rate (all its threads)
+
+
 async def harness_rate(tasks: list[Task], concurrency: int, commands: list[str] = COMMANDS) -> float:
     """Attempts per minute of run_eval with the scripted commands; every attempt must be solved."""
+    cpu = time.process_time()
     script = Path(tempfile.mkdtemp()) / "s.json"
     script.write_text(json.dumps({"*": [reply(c) for c in commands] + [reply("submit")]}))
     out = Path(tempfile.mkdtemp()) / "run"
     t = time.perf_counter()
     await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
     wall = time.perf_counter() - t
+    LAST_CPU_MS[0] = (time.process_time() - cpu) / len(tasks) * 1000
     solved = sum(json.loads(line)["solved"] for line in (out / "attempts.jsonl").read_text().splitlines())
     assert solved == len(tasks), f"bench tasks must all be solved, got {solved}/{len(tasks)}"
     return len(tasks) / wall * 60
@@ -197,11 +202,13 @@ def tracing_comparison(image: str, n: int, concurrency: int, rounds: int, reps: 
     modes = ("off", "file", *receivers)
     rate: dict[str, list[float]] = {m: [] for m in modes}
     over: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
     try:
         for _ in range(rounds):
             for mode in modes:
                 _tracing(mode, receivers, trace_file)
                 rate[mode].append(asyncio.run(harness_rate(make_tasks(n), concurrency)))
+                cpu[mode].append(LAST_CPU_MS[0])
                 wall, execs = asyncio.run(overhead_per_step(image, reps=reps))
                 over[mode].append(wall - execs)
                 telemetry.shutdown_tracing()  # flushes: the export's cost lands in its own mode
@@ -209,18 +216,27 @@ def tracing_comparison(image: str, n: int, concurrency: int, rounds: int, reps: 
         _tracing("off", receivers, trace_file)
         for r in receivers.values():
             r.close()
-    med = {m: sorted(rate[m])[len(rate[m]) // 2] for m in modes}
-    ovh = {m: sorted(over[m])[len(over[m]) // 2] for m in modes}
+
+    def median(xs):
+        return sorted(xs)[len(xs) // 2]
+
+    med, ovh, cpu_ms = ({m: median(d[m]) for m in modes} for d in (rate, over, cpu))
     hook = off_hook_cost_ns()
     print(
         f"tracing, {n} attempts at concurrency {concurrency}, {rounds} interleaved rounds (median); "
         f"live receiver: {receivers['live'].name}"
         + (", sink: a local OTLP/HTTP sink" if "sink" in receivers else "")
     )
-    print(f"{'tracing':>8} {'att/min':>8} {'vs off':>7} {'overhead/step ms':>17}  att/min of each round")
+    print(
+        f"{'tracing':>8} {'att/min':>8} {'vs off':>7} {'overhead/step ms':>17} {'CPU ms/attempt':>15} "
+        f"{'vs off':>7}  att/min of each round"
+    )
     for m in modes:
         each = " ".join(f"{x:.1f}" for x in rate[m])
-        print(f"{m:>8} {med[m]:8.1f} {med[m] / med['off']:6.2f}x {ovh[m]:17.2f}  {each}")
+        print(
+            f"{m:>8} {med[m]:8.1f} {med[m] / med['off']:6.2f}x {ovh[m]:17.2f} {cpu_ms[m]:15.1f} "
+            f"{cpu_ms[m] - cpu_ms['off']:+7.1f}  {each}"
+        )
     share = hook / 1e6 / max(ovh["off"], 1e-9) * 100
     print(f"off: the hooks of one step take {hook:.0f} ns ({share:.3f}% of the loop's overhead per step)")
     return med, ovh, hook
