@@ -60,11 +60,17 @@ def configure_tracing(trace_file: Optional[str] = None, service: str = "harness"
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
+        if not trace_file:  # an endpoint set for other programs must not stop this one
+            print(
+                "harness: OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry's SDK is not installed "
+                "(pip install 'harness[otel]'): not tracing",
+                file=sys.stderr,
+            )
+            return False
         from results.errors import UserError
 
         raise UserError(
-            "tracing needs OpenTelemetry's SDK: pip install 'harness[otel]' "
-            "(or unset OTEL_EXPORTER_OTLP_ENDPOINT and drop --trace)"
+            f"--trace {trace_file}: tracing needs OpenTelemetry's SDK: pip install 'harness[otel]'"
         ) from None
     shutdown_tracing()
     attrs = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service}

@@ -106,6 +106,18 @@ def test_off_unless_configured(tmp_path):
     assert "opentelemetry.sdk" not in sys.modules or not telemetry.tracing()
 
 
+def test_without_the_sdk(monkeypatch, capsys, tmp_path):
+    """An endpoint set for other programs warns and runs untraced; --trace says what to install."""
+    from results.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.resources", None)  # import fails, as when missing
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    assert telemetry.configure_tracing() is False
+    assert "harness[otel]" in capsys.readouterr().err
+    with pytest.raises(UserError, match=r"--trace .*pip install 'harness\[otel\]'"):
+        telemetry.configure_tracing(str(tmp_path / "t.jsonl"))
+
+
 def test_loop_spans_follow_the_genai_conventions_and_hide_content(tmp_path):
     trace = tmp_path / "t.jsonl"
     assert telemetry.configure_tracing(str(trace))
