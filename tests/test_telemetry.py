@@ -98,6 +98,20 @@ def test_help_loads_neither_opentelemetry_nor_prometheus():
     assert out.stdout.strip() == "[]"
 
 
+def test_every_long_running_command_takes_the_options():
+    import harness as cli
+
+    parser = cli.build_parser()
+    for command in ("eval", "train"):
+        args = parser.parse_args(
+            [command, "--trace", "t.jsonl", "--metrics-port", "9464", "--log-format", "json"]
+        )
+        assert (args.trace, args.metrics_port, args.log_format) == ("t.jsonl", 9464, "json")
+    args = parser.parse_args(["serve", "--trace", "t.jsonl", "--log-format", "json"])  # /metrics is on --port
+    assert (args.trace, args.log_format) == ("t.jsonl", "json")
+    assert parser.parse_args(["eval"]).log_format == "human"
+
+
 def test_off_unless_configured(tmp_path):
     assert telemetry.configure_tracing(None) is False
     assert telemetry.span("chat x") is telemetry.NO_SPAN
