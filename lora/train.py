@@ -268,13 +268,11 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
 
 
 def _flat(prefix: str, info: dict) -> dict:
-    """A phase's numbers as span attributes (prefix.key), nested dicts one level down."""
-    out = {}
+    """A phase's numbers and names as span attributes: prefix.key(.subkey...)."""
+    out: dict = {}
     for k, v in info.items():
         if isinstance(v, dict):
-            out.update(
-                {f"{prefix}.{k}.{k2}": v2 for k2, v2 in v.items() if isinstance(v2, (int, float, str))}
-            )
+            out.update(_flat(f"{prefix}.{k}", v))
         elif isinstance(v, (int, float, str, bool)):
             out[f"{prefix}.{k}"] = v
     return out

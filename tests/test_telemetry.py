@@ -226,6 +226,32 @@ def test_the_record_of_a_timeout_before_the_first_reply(image, tmp_path):
     assert "the model had not replied after" in rec.detail
 
 
+def test_train_spans_per_round_and_phase(tmp_path):
+    import lora.train as lt
+    from tests.test_lora_train import FakeBackend, config, improving
+
+    trace = tmp_path / "t.jsonl"
+    telemetry.configure_tracing(str(trace))
+    lt.run(config(tmp_path, rounds=1), FakeBackend(improving).backend(), log=lambda _: None)
+    telemetry.shutdown_tracing()
+    spans = spans_of(trace)
+    by_id = {s["spanId"]: s for s in spans}
+    names = sorted(
+        (s["name"], by_id[s["parentSpanId"]]["name"] if s.get("parentSpanId") else "") for s in spans
+    )
+    assert names == sorted(
+        [("train round 0", ""), ("train round 1", "")]
+        + [("train eval", f"train round {r}") for r in (0, 1) for _ in range(3)]
+        + [("train sample", "train round 0"), ("train sample", "train round 1")]
+        + [("train data", "train round 1"), ("train sft", "train round 1")]
+    )
+    round1 = next(s for s in spans if s["name"] == "train round 1")["attrs"]
+    assert round1["harness.metrics.train.pass@1.value"] == pytest.approx(2 / 3)
+    assert round1["harness.metrics.train.pass@1.delta"] == pytest.approx(1 / 3)
+    data = next(s for s in spans if s["name"] == "train data")["attrs"]
+    assert data["harness.data.examples"] > 0
+
+
 def test_json_events_carry_the_trace_id(capsys, tmp_path):
     telemetry.set_log_format("json")
     telemetry.configure_tracing(str(tmp_path / "t.jsonl"))
