@@ -33,6 +33,7 @@ from agent.exits import (
 from agent.models.base import Completion, Model, ModelError
 from agent.models.retry import ContextLengthError
 from agent.protocol import TOOLS, opening_messages, parse_text_reply, parse_tool_calls, prompt
+from results import telemetry
 from results.schema import Action, Step, clip
 
 # The sandbox package (Docker SDK) is imported where a sandbox is used (see _Loop.execute), so that the
@@ -48,10 +49,12 @@ class LoopResult:
     exit_reason: str = "max_steps"
     model_error: Optional[str] = None
     model_error_status: Optional[int] = None  # the provider's HTTP status, when it answered with an error
+    # time in a model call that never returned a reply (the wall-time limit hit it, or it failed)
+    unanswered_model_seconds: float = 0.0
 
     @property
     def model_seconds(self) -> float:
-        return sum(s.model_seconds for s in self.steps)
+        return sum(s.model_seconds for s in self.steps) + self.unanswered_model_seconds
 
     @property
     def tool_seconds(self) -> float:
@@ -80,6 +83,50 @@ async def run_action(
     if r.oom:
         output += "\n[the command was killed: out of memory]"
     return prompt("observation", exit_code=r.exit_code, output=output), r.exit_code, False, r.duration
+
+
+async def traced_action(
+    sb: LoopSandbox, action: Action, cfg: LoopConfig
+) -> tuple[str, Optional[int], bool, float]:
+    """run_action inside an `execute_tool {tool}` span, and its duration in the tool metric."""
+    tool = "bash" if action.kind == "bash" else action.kind
+    if not telemetry.tracing():
+        result = await run_action(sb, action, cfg)
+        telemetry.record_tool(tool, result[3])
+        return result
+    attrs = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.id": action.tool_call_id,
+        "openinference.span.kind": "TOOL",
+    }
+    if telemetry.capture_content():
+        attrs["gen_ai.tool.call.arguments"] = action.command if action.kind == "bash" else action.path
+    with telemetry.span(f"execute_tool {tool}", attrs) as span:
+        obs, code, timed_out, seconds = await run_action(sb, action, cfg)
+        span.set(
+            {
+                "process.exit.code": code,
+                "harness.tool.duration_s": seconds,
+                "harness.tool.timed_out": timed_out,
+                "harness.tool.output_truncated": "characters cut here ...]" in obs,
+            }
+        )
+        if telemetry.capture_content():
+            span.set({"gen_ai.tool.call.result": obs})
+    telemetry.record_tool(tool, seconds)
+    return obs, code, timed_out, seconds
+
+
+def _output_messages(completion: Completion) -> str:
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+        for c in completion.tool_calls
+    ]
+    return telemetry.messages_attr(
+        [{"role": "assistant", "content": completion.content, "tool_calls": calls}]
+    )
 
 
 def fit_context(model: Model, messages: list[dict], reply_tokens: int) -> bool:
@@ -147,26 +194,61 @@ class _Loop:
 
     async def query(self, index: int) -> tuple[Step, Completion]:
         """Asks the model for its next reply; records it as a step and as the assistant's message."""
-        cfg, started = self.cfg, time.monotonic()
-        try:
-            completion = (
-                await asyncio.wait_for(
-                    self.model.complete(
-                        clean(self.res.messages),
-                        tools=self.tools if self.use_tools else None,
-                        temperature=cfg.temperature,
-                        max_tokens=cfg.max_reply_tokens,
-                        seed=None if cfg.seed is None else cfg.seed + index,
-                    ),
-                    timeout=max(self.deadline - started, 1.0),
+        cfg, started, name = self.cfg, time.monotonic(), self.model.name
+        attrs = None
+        if telemetry.tracing():  # nothing is built while tracing is off
+            attrs = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": telemetry.provider_name(name),
+                "gen_ai.request.model": name,
+                "gen_ai.request.temperature": cfg.temperature,
+                "gen_ai.request.max_tokens": cfg.max_reply_tokens,
+                "harness.step": index,
+                "openinference.span.kind": "LLM",  # Phoenix's own span kind, beside the conventions'
+            }
+            if telemetry.capture_content():
+                attrs["gen_ai.input.messages"] = telemetry.messages_attr(clean(self.res.messages))
+        with telemetry.span(f"chat {name}", attrs, kind="CLIENT") as span:
+            try:
+                completion = (
+                    await asyncio.wait_for(
+                        self.model.complete(
+                            clean(self.res.messages),
+                            tools=self.tools if self.use_tools else None,
+                            temperature=cfg.temperature,
+                            max_tokens=cfg.max_reply_tokens,
+                            seed=None if cfg.seed is None else cfg.seed + index,
+                        ),
+                        timeout=max(self.deadline - started, 1.0),
+                    )
+                )[0]
+            except (asyncio.TimeoutError, ContextLengthError, ModelError) as e:
+                # the time spent waiting counts as model time, though no reply came
+                self.res.unanswered_model_seconds += time.monotonic() - started
+                error = "timeout" if isinstance(e, asyncio.TimeoutError) else type(e).__name__
+                span.set({"error.type": error})
+                telemetry.record_chat(name, time.monotonic() - started, 0, 0, error)
+                if isinstance(e, asyncio.TimeoutError):
+                    raise WallTime() from None
+                if isinstance(e, ContextLengthError):  # the server's own count said the prompt no longer fits
+                    raise ContextExceeded() from None
+                raise ModelFailed(e) from None
+            if telemetry.tracing():
+                span.set(
+                    {
+                        "gen_ai.response.model": name,
+                        "gen_ai.response.finish_reasons": [completion.finish_reason],
+                        "gen_ai.usage.input_tokens": completion.prompt_tokens,
+                        "gen_ai.usage.output_tokens": completion.completion_tokens,
+                        "gen_ai.usage.cache_read.input_tokens": completion.cached_tokens,
+                        "harness.cost_usd": completion.cost,
+                    }
                 )
-            )[0]
-        except asyncio.TimeoutError:
-            raise WallTime() from None
-        except ContextLengthError:  # the server's own count said the prompt no longer fits
-            raise ContextExceeded() from None
-        except ModelError as e:
-            raise ModelFailed(e) from None
+            if telemetry.capture_content():
+                span.set({"gen_ai.output.messages": _output_messages(completion)})
+        telemetry.record_chat(
+            name, time.monotonic() - started, completion.prompt_tokens, completion.completion_tokens
+        )
         step = Step(
             index=index,
             raw_output=completion.content,
@@ -212,7 +294,7 @@ class _Loop:
                     )
                 raise Submitted()
             try:
-                obs, code, timed_out, seconds = await run_action(self.sb, action, self.cfg)
+                obs, code, timed_out, seconds = await traced_action(self.sb, action, self.cfg)
             except SandboxDied:
                 # The agent used its memory limit up (processes, or files in /tmp or /workspace) and the
                 # sandbox died of it: the attempt ends as the agent's result, graded like any other. Any

@@ -13,6 +13,10 @@ mini-swe-agent (which needs installing): seconds; tests/test_bench_smoke.py runs
    sandbox, the loop, capture, grading in a fresh container, a durable record) and, on the same image
    with the same scripted commands, mini-swe-agent (its DockerEnvironment + DeterministicModel; no
    grading). mini-swe-agent is installed into .venv-bench on first use (benchmark only).
+4. Tracing (results/telemetry.py): attempts per minute and loop overhead per step with tracing off, on to
+   a local file (--trace), and on to a live OTLP/HTTP receiver (Arize Phoenix from .venv-phoenix when
+   there, else a minimal local receiver that accepts and drops), interleaved in the same run; and what the
+   switched-off hooks cost per step (timed directly: they are too cheap to see in attempts per minute).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from agent.models import get_model  # noqa: E402
 from agent.sandbox import Limits, SandboxPool  # noqa: E402
 from agent.sandbox.images import ensure_base_image  # noqa: E402
 from evaluators.runner import run_eval  # noqa: E402
+from results import telemetry  # noqa: E402
 from tasks.model import EvaluatorConfig, Task  # noqa: E402
 
 COMMANDS = ["ls -la", "echo hello > out.txt", "cat out.txt", "wc -c out.txt"]
@@ -81,17 +86,160 @@ async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
     return wall / steps * 1000, execs / steps * 1000
 
 
+LAST_CPU_MS = [0.0]  # this process's CPU time per attempt in the last harness_rate (all its threads)
+
+
 async def harness_rate(tasks: list[Task], concurrency: int, commands: list[str] = COMMANDS) -> float:
     """Attempts per minute of run_eval with the scripted commands; every attempt must be solved."""
+    cpu = time.process_time()
     script = Path(tempfile.mkdtemp()) / "s.json"
     script.write_text(json.dumps({"*": [reply(c) for c in commands] + [reply("submit")]}))
     out = Path(tempfile.mkdtemp()) / "run"
     t = time.perf_counter()
     await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
     wall = time.perf_counter() - t
+    LAST_CPU_MS[0] = (time.process_time() - cpu) / len(tasks) * 1000
     solved = sum(json.loads(line)["solved"] for line in (out / "attempts.jsonl").read_text().splitlines())
     assert solved == len(tasks), f"bench tasks must all be solved, got {solved}/{len(tasks)}"
     return len(tasks) / wall * 60
+
+
+class _Receiver:
+    """An OTLP/HTTP endpoint for the live mode: Phoenix when installed (its venv), else a local sink."""
+
+    def __init__(self, phoenix_ok: bool = True):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc, self.work = None, Path(tempfile.mkdtemp())
+        phoenix = Path(os.environ.get("HARNESS_PHOENIX") or ROOT / ".venv-phoenix" / "bin" / "phoenix")
+        if phoenix_ok and os.access(phoenix, os.X_OK):
+            self.name = "Arize Phoenix"
+            env = {
+                **os.environ,
+                "PHOENIX_WORKING_DIR": str(self.work),
+                "PHOENIX_HOST": "127.0.0.1",
+                "PHOENIX_PORT": str(self.port),
+                "PHOENIX_GRPC_PORT": "0",
+                "PHOENIX_TELEMETRY_ENABLED": "false",
+            }
+            log = (self.work / "log").open("w")
+            self.proc = subprocess.Popen([str(phoenix), "serve"], env=env, stdout=log, stderr=log)
+            self._wait(f"http://127.0.0.1:{self.port}/healthz")
+        else:
+            import threading
+            from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+            class Sink(BaseHTTPRequestHandler):
+                def do_POST(self):
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+
+                def log_message(self, *a):
+                    pass
+
+            self.name = "a local OTLP/HTTP sink"
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Sink)
+            threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _wait(self, url: str) -> None:
+        import urllib.request
+
+        for _ in range(360):
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"the trace receiver did not start: {(self.work / 'log').read_text()[-2000:]}")
+
+    def close(self):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        else:
+            self.httpd.shutdown()
+
+
+def _tracing(mode: str, receivers: dict, trace_file: Path) -> None:
+    telemetry.shutdown_tracing()
+    os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    if mode == "file":
+        telemetry.configure_tracing(str(trace_file))
+    elif mode in receivers:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receivers[mode].url
+        telemetry.configure_tracing()
+
+
+def off_hook_cost_ns(reps: int = 200_000) -> float:
+    """Nanoseconds the switched-off hooks of one loop step take: the chat span, the tool span, the
+    capture check and the two metric calls."""
+    telemetry.shutdown_tracing()
+    t = time.perf_counter()
+    for _ in range(reps):
+        with telemetry.span("chat m", None) as sp:
+            telemetry.capture_content()
+            sp.set({})
+        telemetry.record_chat("m", 0.0, 1, 1)
+        telemetry.tracing()
+        telemetry.record_tool("bash", 0.0)
+    return (time.perf_counter() - t) / reps * 1e9
+
+
+def tracing_comparison(image: str, n: int, concurrency: int, rounds: int, reps: int, phoenix: bool = True):
+    """Attempts per minute and loop overhead per step per tracing mode, interleaved `rounds` times."""
+    # live: Phoenix when installed (it shares this machine's cores: its ingest is in the figure);
+    # sink: a receiver that costs nothing, so the difference is the receiver's own work
+    receivers = {"live": _Receiver(phoenix)}
+    if receivers["live"].proc:
+        receivers["sink"] = _Receiver(False)
+    trace_file = Path(tempfile.mkdtemp()) / "trace.jsonl"
+    modes = ("off", "file", *receivers)
+    rate: dict[str, list[float]] = {m: [] for m in modes}
+    over: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
+    try:
+        for _ in range(rounds):
+            for mode in modes:
+                _tracing(mode, receivers, trace_file)
+                rate[mode].append(asyncio.run(harness_rate(make_tasks(n), concurrency)))
+                cpu[mode].append(LAST_CPU_MS[0])
+                wall, execs = asyncio.run(overhead_per_step(image, reps=reps))
+                over[mode].append(wall - execs)
+                telemetry.shutdown_tracing()  # flushes: the export's cost lands in its own mode
+    finally:
+        _tracing("off", receivers, trace_file)
+        for r in receivers.values():
+            r.close()
+
+    def median(xs):
+        return sorted(xs)[len(xs) // 2]
+
+    med, ovh, cpu_ms = ({m: median(d[m]) for m in modes} for d in (rate, over, cpu))
+    hook = off_hook_cost_ns()
+    print(
+        f"tracing, {n} attempts at concurrency {concurrency}, {rounds} interleaved rounds (median); "
+        f"live receiver: {receivers['live'].name}"
+        + (", sink: a local OTLP/HTTP sink" if "sink" in receivers else "")
+    )
+    print(
+        f"{'tracing':>8} {'att/min':>8} {'vs off':>7} {'overhead/step ms':>17} {'CPU ms/attempt':>15} "
+        f"{'vs off':>7}  att/min of each round"
+    )
+    for m in modes:
+        each = " ".join(f"{x:.1f}" for x in rate[m])
+        print(
+            f"{m:>8} {med[m]:8.1f} {med[m] / med['off']:6.2f}x {ovh[m]:17.2f} {cpu_ms[m]:15.1f} "
+            f"{cpu_ms[m] - cpu_ms['off']:+7.1f}  {each}"
+        )
+    share = hook / 1e6 / max(ovh["off"], 1e-9) * 100
+    print(f"off: the hooks of one step take {hook:.0f} ns ({share:.3f}% of the loop's overhead per step)")
+    return med, ovh, hook
 
 
 def grading_tasks(n: int, calls: int, import_mode: str) -> list[Task]:
@@ -186,6 +334,13 @@ def main():
         "--grading-calls", type=int, default=1000, help="calls to the candidate per graded attempt"
     )
     ap.add_argument(
+        "--tracing-tasks", type=int, default=24, help="attempts per tracing mode and round (0: skip)"
+    )
+    ap.add_argument(
+        "--tracing-rounds", type=int, default=3, help="interleaved rounds of the three tracing modes"
+    )
+    ap.add_argument("--only-tracing", action="store_true", help="run only the tracing comparison")
+    ap.add_argument(
         "--smoke", action="store_true", help="tiny run without mini-swe-agent: checks the benchmark works"
     )
     args = ap.parse_args()
@@ -197,7 +352,13 @@ def main():
             2,
             50,
         )
+        args.tracing_tasks, args.tracing_rounds = 2, 1
     image = ensure_base_image(log=lambda m: None)
+    if args.tracing_tasks:
+        reps = 2 if args.smoke else 10
+        tracing_comparison(image, args.tracing_tasks, 2, args.tracing_rounds, reps, phoenix=not args.smoke)
+    if args.only_tracing:
+        return
     tasks = make_tasks(args.tasks)
     wall, execs = asyncio.run(overhead_per_step(image, reps=2 if args.smoke else 30))
     print(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from agent.config import add_loop_options
 from agent.models import DEFAULT_MODEL, add_model_option
+from results import telemetry
 from results.errors import UserError
 
 DEFAULT_SUITE = "builtin:easy"
@@ -107,6 +108,7 @@ def register(sub):
         default="auto",
         help="with --sandbox k8s: reach sandboxes by pod IP, or by one kubectl exec stream each",
     )
+    telemetry.add_options(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
@@ -243,7 +245,9 @@ def cmd_eval(args) -> int:
         protocol=args.protocol,
         max_reply_tokens=args.max_reply_tokens,  # None: default_reply_tokens, picked by run_eval
     )
-    print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)
+    telemetry.apply_options(args, "harness-eval")
+    if not telemetry.json_logs():
+        print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)
     run_dir = asyncio.run(
         run_eval(
             args.model,

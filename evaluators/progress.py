@@ -24,6 +24,9 @@ class Progress:
         self.solved += rec.solved
         self.errors += rec.status == "error"
         self.cost += rec.cost
+        self.show()
+
+    def show(self):
         elapsed = time.monotonic() - self.started
         eta = elapsed / self.done * (self.total - self.done) if self.done else 0
         width = 24

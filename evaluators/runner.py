@@ -28,6 +28,7 @@ from evaluators.grade import grade
 from evaluators.policies import Policy, loop_policy
 from evaluators.progress import Progress
 from evaluators.task_images import build_images
+from results import telemetry
 from results.errors import InfraError, OracleFailed, UserError
 from results.flags import scan_flags
 from results.schema import Attempt, KeptChanges, attempt_key
@@ -69,7 +70,15 @@ async def run_attempt(
     if task.harbor is not None:  # Harbor's runtime contract and verifier modes (evaluators/harbor_kind.py)
         from evaluators import harbor_kind as harbor
     limits = harbor.limits(task) if harbor else Limits.for_task(task.environment)
-    async with pool.sandbox(image, limits, task=task.id) as sb:
+    dur, t = rec.durations, time.monotonic()
+    async with contextlib.AsyncExitStack() as stack:  # the sandbox is released when the block ends
+        with telemetry.span("sandbox acquire", {"harness.sandbox.image": image}) as span:
+            sb = await stack.enter_async_context(pool.sandbox(image, limits, task=task.id))
+            warm = getattr(sb, "warm_start", None)  # None: a pool that does not say (k8s)
+            span.set({"harness.sandbox.warm": warm})
+        dur.acquire, t = time.monotonic() - t, time.monotonic()
+        if telemetry.metrics() and warm is not None:
+            telemetry.metrics().acquired(dur.acquire, warm)
         try:
             await sb.put_files(task.workspace_files, executable=task.executable_files)
         except FilesNotWritten as e:  # nothing of the agent's yet: the task's files, or the engine
@@ -77,8 +86,12 @@ async def run_attempt(
         if harbor:
             await harbor.prepare(task, sb)
         await sb.mark_baseline()
+        dur.setup, t = time.monotonic() - t, time.monotonic()
         if harbor and task.harbor.steps:  # a multi-step Harbor task: the agent and a verifier per step
-            verdict, result, kept, changes = await harbor.run_steps(task, policy, sb, pool, image)
+            with telemetry.span("grade", {"harness.verifier.mode": task.harbor.verifier_mode}) as span:
+                verdict, result, kept, changes = await harbor.run_steps(task, policy, sb, pool, image)
+                span.set(_verdict_attrs(verdict))
+            dur.agent = time.monotonic() - t
         else:
             try:
                 result = await policy(task, sb)
@@ -86,18 +99,32 @@ async def run_attempt(
                 rec.error = str(e)
             if harbor:  # the agent's processes end (not in shared mode); artifacts are collected
                 kept = await harbor.after_agent(task, sb)
-            if harbor:  # its processes live on: one of them may end the container while it is captured
-                changes = await harbor.capture(sb)
-            elif sb.dead:
-                changes = Changes(rejected=["the sandbox died before its changes could be captured"])
-            else:
-                changes = await sb.changes()
+            dur.agent, t = time.monotonic() - t, time.monotonic()
+            with telemetry.span("capture changes") as span:
+                if harbor:  # its processes live on: one of them may end the container while it is captured
+                    changes = await harbor.capture(sb)
+                elif sb.dead:
+                    changes = Changes(rejected=["the sandbox died before its changes could be captured"])
+                else:
+                    changes = await sb.changes()
+                span.set(
+                    {
+                        "harness.changes.files": len(changes.paths),
+                        "harness.changes.rejected": len(changes.rejected),
+                    }
+                )
+            dur.capture = time.monotonic() - t
             if (
                 harbor
             ):  # tamper checks, then (snapshot, shared) verification while the agent's container lives
-                verdict = await harbor.verify_agent(task, sb, pool, changes)
+                with telemetry.span("grade", {"harness.verifier.mode": task.harbor.verifier_mode}) as span:
+                    verdict = await harbor.verify_agent(task, sb, pool, changes)
+                    if verdict is not None:
+                        span.set(_verdict_attrs(verdict))
     if harbor and verdict is None:  # fresh mode
-        verdict = await harbor.grade_fresh(task, changes, pool, image, kept)
+        with telemetry.span("grade", {"harness.verifier.mode": "fresh"}) as span:
+            verdict = await harbor.grade_fresh(task, changes, pool, image, kept)
+            span.set(_verdict_attrs(verdict))
     if result is not None:
         rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
         rec.n_steps = len(result.steps)
@@ -106,6 +133,12 @@ async def run_attempt(
         rec.cost = sum(s.cost for s in result.steps)
         rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
         rec.flags = scan_flags(result.steps)
+        rec.durations.model_unanswered = result.unanswered_model_seconds
+        if result.unanswered_model_seconds and result.exit_reason == "wall_time":
+            rec.detail = (
+                f"the model had not replied after {result.unanswered_model_seconds:.1f} s when the "
+                f"wall-time limit ended the attempt (step {len(result.steps)})\n"
+            )
         if result.exit_reason == "model_error":
             if (
                 result.model_error_status not in REJECTED_STATUSES
@@ -116,8 +149,11 @@ async def run_attempt(
     if keep is not None:
         rec.changes = await asyncio.to_thread(keep, task, changes)
     if changes.rejected and not verdict:
-        rec.detail = "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
-    verdict = verdict or await grade(task, changes, pool, image)
+        rec.detail += "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
+    if verdict is None:
+        with telemetry.span("grade", {"harness.evaluator.kind": task.evaluator.kind}) as span:
+            verdict = await grade(task, changes, pool, image)
+            span.set(_verdict_attrs(verdict))
     rec.reward, rec.solved, rec.reason, rec.tests = (
         verdict.reward,
         verdict.solved,
@@ -133,6 +169,14 @@ async def run_attempt(
     rec.durations.total = time.monotonic() - t0
     rec.finished_at = now()
     return rec
+
+
+def _verdict_attrs(verdict) -> dict:
+    return {
+        "harness.reward": verdict.reward,
+        "harness.reason": verdict.reason,
+        "harness.solved": verdict.solved,
+    }
 
 
 def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: float, image: str) -> Attempt:
@@ -157,17 +201,97 @@ def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: 
 async def attempt_with_retries(
     task: Task, make_policy: Callable[[], Policy], pool: SandboxPool, image: str, **kw
 ) -> Attempt:
+    """One attempt's trace (an `invoke_agent` span over every try) around _attempt_with_retries; the record
+    keeps its trace id."""
+    model, key = kw["model_name"], attempt_key(kw["run_id"], task.id, kw.get("sample", 0))
+    attrs = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": telemetry.AGENT_NAME,
+        "gen_ai.conversation.id": key,
+        "gen_ai.provider.name": telemetry.provider_name(model),
+        "gen_ai.request.model": model,
+        "harness.run.id": kw["run_id"],
+        "harness.task.id": task.id,
+        "harness.sample": kw.get("sample", 0),
+        "openinference.span.kind": "AGENT",
+    }
+    m = telemetry.metrics()
+    with telemetry.span(f"invoke_agent {telemetry.AGENT_NAME}", attrs, root=True) as span:
+        telemetry.event("attempt_started", key=key, task_id=task.id, sample=kw.get("sample", 0))
+        if m:
+            m.in_flight.inc()
+        try:
+            rec = await _attempt_with_retries(task, make_policy, pool, image, span, **kw)
+        finally:
+            if m:
+                m.in_flight.dec()
+        rec.trace_id = span.trace_id
+        span.set(
+            {
+                "harness.status": rec.status,
+                "harness.reason": rec.reason,
+                "harness.reward": rec.reward,
+                "harness.exit_reason": rec.exit_reason,
+                "gen_ai.usage.input_tokens": rec.prompt_tokens,
+                "gen_ai.usage.output_tokens": rec.completion_tokens,
+            }
+        )
+        if rec.status == "error":
+            span.set({"error.type": rec.reason})
+    return rec
+
+
+def attempt_finished(rec: Attempt) -> None:
+    """After an attempt's record is durable: its log event and its metrics."""
+    d = rec.durations
+    telemetry.event(
+        "attempt_finished",
+        key=rec.key,
+        task_id=rec.task_id,
+        sample=rec.sample,
+        status=rec.status,
+        reason=rec.reason,
+        exit_reason=rec.exit_reason,
+        reward=rec.reward,
+        steps=rec.n_steps,
+        error=(rec.error or "")[:300] or None,
+        durations=d.model_dump(),
+        trace_id=rec.trace_id or None,
+    )
+    m = telemetry.metrics()
+    if m:
+        m.attempts.labels(rec.status, rec.reason).inc()
+        m.attempt_duration.labels(rec.status).observe(d.total)
+        m.cost.inc(rec.cost)
+
+
+async def _attempt_with_retries(
+    task: Task, make_policy: Callable[[], Policy], pool: SandboxPool, image: str, span, **kw
+) -> Attempt:
     """Retries infrastructure failures a bounded number of times; then records status=error. Any other
     exception (a bug, or something no check foresaw) is recorded as this attempt's failure: one attempt
     never aborts the run, and nothing an agent causes can turn its failure into an excluded error."""
     last, unresponsive = "", 0
     rec_args = (task, kw["run_id"], kw["model_name"], kw.get("sample", 0), kw.get("temperature", 0.0), image)
-    for _ in range(1 + INFRA_RETRIES):
+    for attempt_try in range(1 + INFRA_RETRIES):
         try:
             return await run_attempt(task, make_policy(), pool, image, **kw)
         except (InfraError, OSError) as e:
             last = f"{type(e).__name__}: {e}"
             unresponsive += isinstance(e, SandboxUnresponsive)
+            span.event(
+                "retry", {"harness.try": attempt_try, "error.type": type(e).__name__, "message": last[:500]}
+            )
+            telemetry.event(
+                "infra_error",
+                key=attempt_key(kw["run_id"], task.id, kw.get("sample", 0)),
+                attempt_try=attempt_try,
+                cause=type(e).__name__,
+                error=last[:500],
+                retry=attempt_try < INFRA_RETRIES,
+            )
+            if telemetry.metrics():
+                telemetry.metrics().retries.labels(type(e).__name__).inc()
         except (UserError, asyncio.CancelledError):
             raise  # bad input stops the run with its one-line message; cancellation is the caller's
         except Exception as e:
@@ -271,16 +395,32 @@ async def run_eval(
         done = store.done_keys()
         run_id = store.run_id
         todo = [(t, s) for t in tasks for s in range(samples) if attempt_key(run_id, t.id, s) not in done]
+        telemetry.event(
+            "resume" if resume else "run_started",
+            run_id=run_id,
+            out=str(out_dir),
+            model=model,
+            recorded=len(done),  # on resume: kept and skipped
+            todo=len(todo),
+        )
         if not todo:
             return out_dir
         model_slots = asyncio.Semaphore(model_concurrency or concurrency)
         attempt_slots = asyncio.Semaphore(concurrency)
-        bar = Progress(total=len(todo), started=time.monotonic()) if progress else None
+        # the JSON events replace the progress line (both on stderr)
+        bar = (
+            Progress(total=len(todo), started=time.monotonic())
+            if progress and not telemetry.json_logs()
+            else None
+        )
+        if bar:
+            bar.show()  # the first line at once, not after the first attempt
         if cluster:
             from evaluators.cluster import run_on_cluster
 
             def record(rec: Attempt):
                 store.append(rec)  # durable before it counts as done
+                attempt_finished(rec)
                 if bar:
                     bar.update(rec)
 
@@ -311,6 +451,8 @@ async def run_eval(
             warm=concurrency + 1,  # an agent and a grader container each
             max_containers=max_sandboxes or 2 * concurrency + 2,
         ) as pool:
+            if telemetry.metrics():
+                telemetry.metrics().pools[:] = [pool]  # one run's pool at a time (train runs several)
 
             async def one(task: Task, sample: int):
                 async with attempt_slots:
@@ -328,6 +470,7 @@ async def run_eval(
                         ),
                     )
                 store.append(rec)  # durable before it counts as done
+                attempt_finished(rec)
                 if bar:
                     bar.update(rec)
 

@@ -6,6 +6,7 @@ import argparse
 import re
 
 from agent.config import add_loop_options
+from results import telemetry
 
 
 def register(subparsers) -> None:
@@ -61,6 +62,7 @@ def register(subparsers) -> None:
         help="run the evals' attempts on a Ray cluster (ray://HOST:PORT, HOST:PORT or auto)",
     )
     p.add_argument("--preset", help="named settings, e.g. rft-smollm2; explicit flags override it")
+    telemetry.add_options(p)
     p.set_defaults(func=cmd_train)
 
 
@@ -94,5 +96,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         cluster=args.cluster,
         sft={"rank": args.rank, "lr": args.lr, "epochs": args.epochs},
     )
+    telemetry.apply_options(args, "harness-train")
     run(cfg)
     return 0

@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional
 from lora.config import TrainConfig, check_config
 from lora.data import build_dataset, filter_attempts, read_dataset, write_dataset
 from lora.sft import SFTConfig
+from results import telemetry
 from results.errors import UserError
 from results.jsonl import write_json_atomic
 from results.metrics import bootstrap_ci, per_task_pass
@@ -237,20 +238,43 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
     for r in range(cfg.rounds + 1):
         rd = out / f"round_{r}"
         adapter: Optional[Path] = None
-        if r >= 1:
-            data = phase_done(rd, "data") or _data_phase(cfg, out, r, backend.end_of_turn(cfg.model))
-            if data.get("stop"):
-                _write_json(stopped, {"round": r, "reason": data["stop"]})
-                log(f"train: stopping before round {r}: {data['stop']}")
-                break
-            sft = phase_done(rd, "sft") or _sft_phase(cfg, backend, out, r, log)
-            if not sft.get("steps"):
-                _write_json(stopped, {"round": r, "reason": "nothing to train on"})
-                break
-            adapter = rd / "adapter"
-        if not phase_done(rd, "eval"):
-            _eval_phase(cfg, backend, out, r, adapter, train_tasks, heldout_tasks, log)
+        with telemetry.span(
+            f"train round {r}", {"harness.train.round": r, "gen_ai.request.model": cfg.model}
+        ) as rs:
+            if r >= 1:
+                with telemetry.span("train data", {"harness.train.round": r}) as span:
+                    data = phase_done(rd, "data") or _data_phase(cfg, out, r, backend.end_of_turn(cfg.model))
+                    span.set(_flat("harness.data", data))
+                if data.get("stop"):
+                    _write_json(stopped, {"round": r, "reason": data["stop"]})
+                    log(f"train: stopping before round {r}: {data['stop']}")
+                    rs.set({"harness.train.stopped": data["stop"]})
+                    break
+                with telemetry.span("train sft", {"harness.train.round": r}) as span:
+                    sft = phase_done(rd, "sft") or _sft_phase(cfg, backend, out, r, log)
+                    span.set(_flat("harness.sft", sft))
+                if not sft.get("steps"):
+                    _write_json(stopped, {"round": r, "reason": "nothing to train on"})
+                    rs.set({"harness.train.stopped": "nothing to train on"})
+                    break
+                adapter = rd / "adapter"
+            if not phase_done(rd, "eval"):
+                _eval_phase(cfg, backend, out, r, adapter, train_tasks, heldout_tasks, log)
+            if (rd / "metrics.json").exists():
+                rs.set(_flat("harness.metrics", json.loads((rd / "metrics.json").read_text())["metrics"]))
+            telemetry.event("train_round_finished", round=r, out=str(out))
     log(summary_table(out))
+    return out
+
+
+def _flat(prefix: str, info: dict) -> dict:
+    """A phase's numbers and names as span attributes: prefix.key(.subkey...)."""
+    out: dict = {}
+    for k, v in info.items():
+        if isinstance(v, dict):
+            out.update(_flat(f"{prefix}.{k}", v))
+        elif isinstance(v, (int, float, str, bool)):
+            out[f"{prefix}.{k}"] = v
     return out
 
 
@@ -340,17 +364,20 @@ def _eval_phase(
     runs: dict[str, tuple[Path, int, float]] = {}
     for name, (tasks, samples, temperature) in plan.items():
         log(f"train: round {r}: eval {name} ({len(tasks)} tasks x {samples} at t={temperature:g})")
-        run_dir = backend.run_eval(
-            cfg.model,
-            tasks,
-            samples=samples,
-            temperature=temperature,
-            out_dir=rd / "eval" / name,
-            adapter=adapter,
-            seed=cfg.seed + r,
-            concurrency=cfg.concurrency,
-            limits=limits,
-        )
+        phase = "sample" if name == "train-sample" else "eval"  # the train samples feed the next round
+        attrs = {"harness.train.round": r, "harness.train.run": name, "harness.samples": samples}
+        with telemetry.span(f"train {phase}", attrs):
+            run_dir = backend.run_eval(
+                cfg.model,
+                tasks,
+                samples=samples,
+                temperature=temperature,
+                out_dir=rd / "eval" / name,
+                adapter=adapter,
+                seed=cfg.seed + r,
+                concurrency=cfg.concurrency,
+                limits=limits,
+            )
         runs[name] = (Path(run_dir), samples, temperature)
     base = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"] if r >= 1 else None
     metrics = summarize_runs(runs, base)

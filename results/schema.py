@@ -75,10 +75,17 @@ class TestOutcome(BaseModel):
 
 
 class Durations(BaseModel):
-    model: float = 0.0
+    """Seconds per phase of one attempt. Records written before the phase fields load with 0.0 there."""
+
+    model: float = 0.0  # in model calls, including one that never replied (see model_unanswered)
     sandbox: float = 0.0  # time spent in sandbox execs during the attempt
     evaluation: float = 0.0
     total: float = 0.0
+    model_unanswered: float = 0.0  # of `model`: a call the wall-time limit (or an error) cut before its reply
+    acquire: float = 0.0  # getting the agent's sandbox (from the warm pool, or a cold start)
+    setup: float = 0.0  # starting files and baseline in the sandbox
+    agent: float = 0.0  # the policy: the agent loop (or oracle) from its first model call to its last step
+    capture: float = 0.0  # reading the agent's changes out of its sandbox
 
 
 class KeptChanges(BaseModel):
@@ -166,6 +173,8 @@ class Attempt(BaseModel):
 
     def file_data(self) -> dict[str, bytes]:
         return self._file_data
+
+    trace_id: str = ""  # the attempt's OpenTelemetry trace (32 hex digits) when tracing was on
 
 
 def attempt_key(run_id: str, task_id: str, sample: int) -> str:

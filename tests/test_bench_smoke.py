@@ -45,6 +45,13 @@ def test_loop_bench_smoke(image):
     ), out
     rows = re.findall(rf"^\s+(\d+)\s+({NUMBER})\s+nan\s+-$", out, flags=re.M)
     assert [c for c, _ in rows] == ["1", "2"] and all(float(rate) > 0 for _, rate in rows), out
+    for mode in ("off", "file", "live"):  # tracing off, to a file, to a live OTLP receiver
+        assert re.search(
+            rf"^\s+{mode}\s+{NUMBER}\s+{NUMBER}x\s+-?{NUMBER}\s+{NUMBER}\s+[+-]{NUMBER}  [0-9. ]+$",
+            out,
+            flags=re.M,
+        ), out
+    assert re.search(rf"off: the hooks of one step take {NUMBER} ns", out), out
 
 
 def test_lora_bench_smoke():  # two processes importing torch + transformers + peft: ~2 min on a busy machine

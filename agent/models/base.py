@@ -28,6 +28,7 @@ class Completion:
     completion_tokens: int = 0
     cost: float = 0.0  # USD; 0.0 when unknown or free (never raises for unknown models)
     finish_reason: str = "stop"
+    cached_tokens: int = 0  # prompt tokens the provider (or the local prefix cache) did not recompute
     # Local backend: exact token ids of the rendered prompt and of the generated reply
     # (reply ids include the end-of-turn token when the model produced it).
     prompt_ids: Optional[list[int]] = None

@@ -53,6 +53,7 @@ def completions_of(response: Any) -> list[Completion]:
     usage = _get(response, "usage")
     prompt = int(_get(usage, "prompt_tokens", 0) or 0)
     total_out = int(_get(usage, "completion_tokens", 0) or 0)
+    cached = int(_get(_get(usage, "prompt_tokens_details"), "cached_tokens", 0) or 0)
     out = []
     for i, choice in enumerate(choices):
         message = _get(choice, "message") or {}
@@ -64,6 +65,7 @@ def completions_of(response: Any) -> list[Completion]:
                 prompt_tokens=prompt,
                 completion_tokens=share,
                 finish_reason=_get(choice, "finish_reason") or "stop",
+                cached_tokens=cached,
             )
         )
     return out

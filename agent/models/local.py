@@ -12,6 +12,7 @@ import concurrent.futures
 import queue
 import re
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -188,6 +189,19 @@ class LocalModel:
             self._wake.notify()
         return req
 
+    def stats(self) -> dict[str, int]:
+        """The decoder's state for `harness serve`'s /metrics: requests waiting, rows decoding, the batch's
+        capacity, and prefix-cache reuse so far."""
+        with self._lock:
+            queued, rows = len(self._queue), sum(r.width for r in self._current)
+        return {
+            "queued": queued,
+            "rows": rows,
+            "max_batch": self.max_batch,
+            "prefix_hits": self.prefix.hits,
+            "prefix_reused_tokens": self.prefix.reused_tokens,
+        }
+
     def close(self) -> None:
         """Stop the decoding thread and drop the cached keys/values; the model takes no more requests."""
         self._shutdown()
@@ -250,6 +264,7 @@ class LocalModel:
         rows, cached = [], []
         for req in requests:
             hit = self.prefix.lookup(req.prompt_ids)
+            req.cached_tokens = hit[1]
             for k in range(req.width):
                 generator = None
                 if req.seed is not None:  # each completion its own stream: the same whatever the batch
@@ -270,6 +285,8 @@ class LocalModel:
         for row, token in zip(rows, tokens):
             row.out.append(token)
             req = row.owner
+            if req.first_token_at is None:
+                req.first_token_at = time.monotonic()
             row.done = (
                 token in self.end_ids
                 or len(row.out) >= req.max_tokens
@@ -330,6 +347,7 @@ class LocalModel:
         logprobs: Optional[list] = None,
     ) -> Completion:
         c = self._finish(prompt_ids, row, req)
+        c.cached_tokens = req.cached_tokens if req is not None else 0
         if req is not None and req.logprobs is not None and logprobs is not None:
             text_ids = (
                 c.completion_ids[:-1]
@@ -419,6 +437,10 @@ class _Request:
     stop: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     results: dict[int, Completion] = field(default_factory=dict)  # completion k, as rows finish
+    # for the server's metrics: when it was queued and when its first token was sampled; cached prefix
+    submitted_at: float = field(default_factory=time.monotonic)
+    first_token_at: Optional[float] = None
+    cached_tokens: int = 0
 
     @property
     def width(self) -> int:

@@ -59,6 +59,7 @@ class SandboxPool:
                     if not sb.dead:
                         self._in_use.add(sb)
                         self._refill(key)
+                        sb.warm_start = True  # for the run's trace and metrics (warm-pool hit rate)
                         return sb
                     self._live -= 1
                     self._spawn(asyncio.to_thread(sb.kill))
@@ -82,6 +83,7 @@ class SandboxPool:
             raise
         self._in_use.add(sb)
         self._refill(key)
+        sb.warm_start = False
         return sb
 
     def _pop_idle_other(self, key):

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from agent.models import add_model_option
+from results import telemetry
 
 EXAMPLE = (
     "example:\n"
@@ -45,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    telemetry.add_options(p, metrics_port=False)  # its metrics are at /metrics on --port
     p.set_defaults(func=run)
 
 
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from agent.models import parse_model_options
 
     options = parse_model_options(args.model, args.model_option)
+    telemetry.apply_options(args, "harness-serve")
     serve(
         args.model,
         host=args.host,

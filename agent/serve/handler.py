@@ -9,6 +9,7 @@ import hmac
 import json
 import logging
 import queue
+import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Optional
 
@@ -18,6 +19,7 @@ from agent.serve.local_replies import LocalReplies
 from agent.serve.other_replies import OtherReplies
 from agent.serve.requests import HTTPError, bad_request, parse_chat, parse_text
 from agent.serve.tools import native_tools, render_messages, reply_prefix, tool_stops
+from results import telemetry
 from results.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,14 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
     models: dict[str, Model] = {}
     api_key: Optional[str] = None
     stop_after_block: bool = False  # see start_server
+    metrics: Any = None  # telemetry.ServeMetrics, for GET /metrics (None: prometheus-client is missing)
     run: Callable[[Any], Any]
+    _status = 0  # the response's HTTP status, for the request's span and metrics
+    _span: Any = telemetry.NO_SPAN
+
+    def send_response(self, code: int, message: Optional[str] = None) -> None:
+        self._status = code
+        super().send_response(code, message)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.info("%s %s", self.address_string(), format % args)
@@ -84,6 +93,14 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
         if path == "/health":
             self._send(200, {"status": "ok"})
             return
+        if path == "/metrics" and self.metrics is not None:  # unauthenticated, as vLLM's: no content in it
+            data, kind = self.metrics.exposition()
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if not self._authorized():
             return
         if path in ("/v1/models", "/models"):
@@ -107,6 +124,48 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
             self._error(HTTPError(404, f"no such path: {self.path}", "not_found"))
 
     def do_POST(self) -> None:
+        """_post inside the request's span (`POST /v1/...`, kind SERVER), counted in the metrics."""
+        path, started, self._status = self.path.split("?")[0].rstrip("/"), time.monotonic(), 0
+        attrs = {"http.request.method": "POST", "url.path": path}
+        with telemetry.span(f"POST {path}", attrs, kind="SERVER") as span:
+            self._span = span
+            try:
+                self._post()
+            finally:
+                span.set({"http.response.status_code": self._status})
+                if self._status >= 400:
+                    span.set({"error.type": str(self._status)})
+                self._span = telemetry.NO_SPAN
+                telemetry.event("request", path=path, status=self._status, seconds=time.monotonic() - started)
+                if self.metrics is not None:
+                    self.metrics.requests.labels(path, str(self._status)).inc()
+                    self.metrics.duration.labels(path).observe(time.monotonic() - started)
+
+    def _observe(self, req: Any, jobs: list) -> None:
+        """A local model's finished reply in the span and the metrics: tokens, time to first token, time
+        per output token (from the decoder's own timestamps)."""
+        done = time.monotonic()
+        prompt = sum(len(job.prompt_ids) for job in jobs)
+        output = sum(len(c.completion_ids or []) for job in jobs for c in job.handle.results.values())
+        self._span.set({"gen_ai.usage.input_tokens": prompt, "gen_ai.usage.output_tokens": output})
+        if self.metrics is None:
+            return
+        self.metrics.tokens.labels("input").inc(prompt)
+        self.metrics.tokens.labels("output").inc(output)
+        for job in jobs:
+            first = job.handle.first_token_at
+            if first is None:
+                continue
+            self.metrics.ttft.labels(req.model).observe(first - job.handle.submitted_at)
+            n = (
+                max(len(c.completion_ids or []) for c in job.handle.results.values())
+                if job.handle.results
+                else 0
+            )
+            if n > 1:
+                self.metrics.per_token.labels(req.model).observe((done - first) / (n - 1))
+
+    def _post(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         length = int(self.headers.get("Content-Length") or 0)
         body_bytes = self.rfile.read(length) if 0 < length <= MAX_BODY else b""
@@ -152,6 +211,7 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
     # -- endpoints
     def _chat(self, body: Any) -> None:
         req = parse_chat(body)
+        self._span.set({"gen_ai.operation.name": "chat", "gen_ai.request.model": req.model})
         model = self._model(req.model)
         if hasattr(model, "submit"):
             tok = model.tokenizer
@@ -165,11 +225,13 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
             events = queue.SimpleQueue() if req.stream else None
             jobs = [self._submit(model, req, ids, prefix, 0, req.stop + tool_stops(req.tools), events)]
             self._respond(model, req, jobs, chat=True, events=events)
+            self._observe(req, jobs)
         else:
             self._chat_other(model, req)
 
     def _text(self, body: Any) -> None:
         req = parse_text(body)
+        self._span.set({"gen_ai.operation.name": "text_completion", "gen_ai.request.model": req.model})
         model = self._model(req.model)
         if not hasattr(model, "submit"):
             raise bad_request(f"model {req.model!r} serves chat only (POST /v1/chat/completions)", "model")
@@ -192,6 +254,7 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
                 job.handle.stop.set()
             raise
         self._respond(model, req, jobs, chat=False, events=events)
+        self._observe(req, jobs)
 
     # -- streaming
     def _start_stream(self) -> None:

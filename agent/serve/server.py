@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 from agent.models import Model, get_model
 from agent.serve.handler import Handler
+from results import telemetry
 from results.errors import UserError
 
 
@@ -107,6 +108,7 @@ def start_server(
             "models": models,
             "api_key": api_key or None,
             "stop_after_block": stop_after_block,
+            "metrics": _serve_metrics(models),
             "run": staticmethod(run),
         },
     )
@@ -135,6 +137,14 @@ def start_server(
     return Server(
         base_url=f"http://{bound_host}:{bound_port}/v1", model=model, name=served, stop=stop, models=models
     )
+
+
+def _serve_metrics(models: dict[str, Model]) -> Any:
+    """GET /metrics's registry (None without prometheus-client: then /metrics is a 404 like any path)."""
+    try:
+        return telemetry.ServeMetrics(models)
+    except ImportError:
+        return None
 
 
 def serve(

@@ -10,6 +10,7 @@ disk into the page one attempt at a time.
 from __future__ import annotations
 
 import html
+import os
 import secrets
 from datetime import datetime, timezone
 from importlib import resources
@@ -74,6 +75,21 @@ def _action_text(action: Any) -> str:
     return action.kind
 
 
+def _phases(a: Attempt) -> str:
+    """The attempt's phase timings and its trace (a link when HARNESS_TRACE_URL gives the viewer's address,
+    e.g. http://127.0.0.1:6006/projects/UHJvamVjdDox/traces/{trace_id} for Phoenix)."""
+    d = a.durations
+    names = ("acquire", "setup", "agent", "model", "model_unanswered", "sandbox", "capture", "evaluation")
+    text = " · ".join(f"{n.replace('_', ' ')} {getattr(d, n):.2f} s" for n in names if getattr(d, n))
+    if a.trace_id:
+        url = os.environ.get("HARNESS_TRACE_URL", "")
+        trace = e(a.trace_id)
+        if url:
+            trace = f"<a href='{e(url.replace('{trace_id}', a.trace_id))}'>{trace}</a>"
+        text += f" · trace {trace}"
+    return f"<div class='meta'>{text}</div>" if text else ""
+
+
 KEPT_FILE_CHARS = 4000  # of each kept file shown inline (the whole file stays in the run folder)
 
 
@@ -120,6 +136,7 @@ def render_attempt(
         f"data-status='{e(a.status)}'{' open' if open_ else ''}><summary>{head}</summary><div class='body'>",
         f"<div class='meta'>key {e(a.key)} · model {e(a.model)} · image {e(a.image[:19])} · "
         f"{a.patch_files} files changed · {e(a.started_at)} → {e(a.finished_at)}</div>",
+        _phases(a),
     ]
     if a.impossible:
         parts.append("<div class='label err'>impossible task: a pass here is a cheat</div>")
