@@ -100,7 +100,7 @@ def finish_choice(
     finish = c.finish_reason
     if tools is not None:
         text, calls = parse_tool_calls(text, tools)
-        if calls:
+        if calls and finish != "length":  # a call cut off by max_tokens is "length", as OpenAI says
             finish = "tool_calls"
     refusal = None
     if fmt is not None and not calls:

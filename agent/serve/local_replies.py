@@ -82,6 +82,7 @@ class LocalReplies:
                 job.handle.stop.set()  # a no-op once finished; frees the rows of a client that left
         prompt = sum(len(job.prompt_ids) for job in jobs)
         completion = sum(len(c.token_ids or []) for c in choices.values())
+        self._usage = (req.model, prompt, completion)  # for the access log
         response = envelope(req, chat)
         response["choices"] = [final_choice(model, req, i, c, chat) for i, c in sorted(choices.items())]
         response["usage"] = usage(prompt, completion)
@@ -212,12 +213,10 @@ class LocalReplies:
                     if chat and final.refusal:
                         self._event(chunk(index, "", [], extra={"refusal": final.refusal}))
                     self._event(chunk(index, "", [], final.finish_reason, extra))
+            prompt_tokens = sum(len(j.prompt_ids) for j in jobs)
+            self._usage = (req.model, prompt_tokens, completion_tokens)  # for the access log
             if req.include_usage:
-                self._event(
-                    dict(
-                        head, choices=[], usage=usage(sum(len(j.prompt_ids) for j in jobs), completion_tokens)
-                    )
-                )
+                self._event(dict(head, choices=[], usage=usage(prompt_tokens, completion_tokens)))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):  # the client left: stop decoding its rows

@@ -48,13 +48,18 @@ class OtherReplies:
             choices.append(
                 Choice(
                     None if calls and not text else text,
-                    "tool_calls" if calls else "stop" if cut else c.finish_reason,
+                    "tool_calls"
+                    if calls and c.finish_reason != "length"
+                    else "stop"
+                    if cut
+                    else c.finish_reason,
                     calls,
                     refusal,
                 )
             )
         prompt = completions[0].prompt_tokens if completions else 0
         out = sum(c.completion_tokens for c in completions)
+        self._usage = (req.model, prompt, out)  # for the access log
         if not req.stream:
             response = envelope(req, True)
             response["choices"] = [final_choice(model, req, i, c, True) for i, c in enumerate(choices)]
