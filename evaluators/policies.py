@@ -12,7 +12,7 @@ from typing import Awaitable, Callable, Optional
 from agent.config import LoopConfig
 from agent.loop import LoopResult, run_loop
 from agent.models import model_for_attempt
-from agent.models.base import Model
+from agent.models.base import Model, waiting
 from agent.sandbox import Sandbox
 from results.errors import OracleFailed
 from tasks.model import Task
@@ -70,5 +70,9 @@ class _Limited:
         return getattr(self._model, name)
 
     async def complete(self, *args, **kwargs):
-        async with self._slots:
+        with waiting():  # queued behind other attempts: not this attempt's time (agent.models.base.Waiting)
+            await self._slots.acquire()
+        try:
             return await self._model.complete(*args, **kwargs)
+        finally:
+            self._slots.release()

@@ -16,7 +16,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from agent.models.base import Completion
+from agent.models.base import WAITING, Completion
 from agent.models.common import apply_prices, message_text
 from agent.models.local_decoding import (
     Batch,
@@ -113,12 +113,20 @@ class LocalModel:
     ) -> list[Completion]:
         # Generation runs in the batching thread, so the event loop stays free. A thread cannot be
         # cancelled: a cancelled call (wall-time limit, Ctrl-C) marks its rows to stop instead.
-        req = self._request(messages, n, temperature, max_tokens, seed)
+        # Until the request joins the batch it waits for others' rows: the attempt's waiting, not its time.
+        clock = WAITING.get()
+        token = clock.begin() if clock is not None else 0
+        joined = (lambda: clock.end(token)) if clock is not None else None
         try:
-            out = await asyncio.wrap_future(req.future)
-        except asyncio.CancelledError:
-            req.stop.set()
-            raise
+            req = self._request(messages, n, temperature, max_tokens, seed, joined)
+            try:
+                out = await asyncio.wrap_future(req.future)
+            except asyncio.CancelledError:
+                req.stop.set()
+                raise
+        finally:
+            if joined is not None:
+                joined()  # a no-op once joined
         apply_prices(out, self.price_in, self.price_out)
         return out
 
@@ -133,7 +141,7 @@ class LocalModel:
         """Blocking: n completions of one conversation."""
         return self._request(messages, n, temperature, max_tokens, seed).future.result()
 
-    def _request(self, messages, n, temperature, max_tokens, seed) -> "_Request":
+    def _request(self, messages, n, temperature, max_tokens, seed, on_join=None) -> "_Request":
         return self.submit(
             self.encode(messages),
             n=n,
@@ -141,6 +149,7 @@ class LocalModel:
             max_tokens=max_tokens,
             seed=seed,
             stop_after_block=self.stop_after_block,
+            on_join=on_join,
         )
 
     def submit(
@@ -155,13 +164,15 @@ class LocalModel:
         logprobs: Optional[int] = None,
         events: Optional[queue.SimpleQueue] = None,
         stop_after_block: bool = False,
+        on_join: Optional[Any] = None,
     ) -> "_Request":
         """Queue a generation from exact prompt token ids (what `harness serve` uses). `stop` strings end
         a row inside the decoder; `logprobs` = None (off) or how many top alternatives to keep per token.
         With an `events` queue (streaming; several requests may share one) the decoder puts
         (request, "token", k, id, logprob entry or None) as row k decodes a token, (request, "finish", k,
         Completion, None) when row k ends, and (request, "error", 0, exception, None) if decoding fails.
-        max_tokens None: up to the context window."""
+        max_tokens None: up to the context window. `on_join` is called (in the decoding thread) when the
+        request leaves the queue and joins the running batch."""
         room = self.context_window - len(prompt_ids)
         if room <= 0:
             raise ContextLengthError(
@@ -179,6 +190,7 @@ class LocalModel:
             logprobs=logprobs,
             stop_after_block=stop_after_block,
             events=events,
+            on_join=on_join,
         )
         with self._lock:
             self._queue.append(req)
@@ -225,6 +237,9 @@ class LocalModel:
                     self._queue.remove(req)
                 running = list({id(r.owner): r.owner for r in batch.rows}.values()) if batch else []
                 self._current = running + joining
+            for req in joining:
+                if req.on_join is not None:
+                    req.on_join()  # its queue wait ends here
             try:
                 with torch.inference_mode():
                     if joining:
@@ -416,6 +431,7 @@ class _Request:
     logprobs: Optional[int] = None  # None: off; else top alternatives kept per token
     stop_after_block: bool = True
     events: Optional[queue.SimpleQueue] = None  # streaming: see LocalModel.submit
+    on_join: Optional[Any] = None  # called when it joins the batch (LocalModel.submit)
     stop: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     results: dict[int, Completion] = field(default_factory=dict)  # completion k, as rows finish
