@@ -59,7 +59,7 @@ class Step(BaseModel):
     exit_code: Optional[int] = None
     timed_out: bool = False
     model_seconds: float = 0.0
-    # of model_seconds, queued for a shared decoder, model slots or a rate limit (not counted against wall_time)
+    # of model_seconds, queued (a shared decoder, model slots, a rate limit): not counted in wall_time
     wait_seconds: float = 0.0
     tool_seconds: float = 0.0
     prompt_tokens: int = 0
