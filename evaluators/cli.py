@@ -222,7 +222,9 @@ def cmd_eval(args) -> int:
         )
     except KeyboardInterrupt:
         if (Path(out_dir) / "manifest.json").exists():
-            print(f"harness eval: interrupted; resume with: {resume_command(args, out_dir)}", file=sys.stderr)
+            print(
+                f"harness eval: interrupted; resume with:\n  {resume_command(args, out_dir)}", file=sys.stderr
+            )
         else:
             print("harness eval: interrupted before anything was recorded", file=sys.stderr)
         raise

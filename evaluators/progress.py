@@ -78,16 +78,23 @@ class Progress:
 
     def close(self) -> None:
         if self.live is not None:
-            self.flight.clear()  # the last screen keeps the bar only
-            self.live.stop()
+            self.live.stop()  # the last screen stays: the bar, and what was in flight if interrupted
             self.live = None
 
     # -- the display (rich calls this at every refresh)
     def __rich__(self) -> Group:
-        width = self.console.width
+        # Three columns short of the width: the terminal echoes a Ctrl-C as "^C" after the last line, and
+        # past the last column that wraps, pushing the display down a line (a stale copy would stay).
+        width = self.console.width - 3
+
+        def line(text: str) -> Text:
+            out = Text(text, no_wrap=True, overflow="ellipsis")
+            out.truncate(width, overflow="ellipsis")
+            return out
+
         now = time.monotonic()
         if self.stage:
-            return Group(Text(f"{self.stage} ({now - self.started:.0f}s)", no_wrap=True, overflow="ellipsis"))
+            return Group(line(f"{self.stage} ({now - self.started:.0f}s)"))
         elapsed = now - self.started
         eta = f"{elapsed / self.done * (self.total - self.done):.0f}s" if self.done else "?"
         counts = (
@@ -96,13 +103,11 @@ class Progress:
         )
         bar = max(min(24, width - len(counts) - 2), 4)
         filled = int(bar * self.done / max(self.total, 1))
-        lines = [Text(f"[{'#' * filled}{'.' * (bar - filled)}]{counts}", no_wrap=True, overflow="ellipsis")]
+        lines = [line(f"[{'#' * filled}{'.' * (bar - filled)}]{counts}")]
         if self.flight:
             waits = [
                 f"{name} {what} {now - since:.0f}s"
                 for name, (what, since) in sorted(self.flight.items(), key=lambda kv: kv[1][1])
             ]
-            lines.append(
-                Text(f"{len(waits)} running: " + ", ".join(waits), no_wrap=True, overflow="ellipsis")
-            )
+            lines.append(line(f"{len(waits)} running: " + ", ".join(waits)))
         return Group(*lines)

@@ -325,9 +325,8 @@ async def run_eval(
                         bar.close()  # the display ends: the messages follow on lines of their own
                     if flying:
                         print(
-                            f"harness eval: {len(flying)} attempts in flight were not recorded "
-                            f"({', '.join(flying[:6])}{', ...' if len(flying) > 6 else ''}); "
-                            "--resume runs them again from the start",
+                            f"harness eval: {len(flying)} attempts in flight were not recorded;\n"
+                            "  --resume runs them again from the start",
                             file=sys.stderr,
                         )
                     for j in jobs:

@@ -202,6 +202,8 @@ def terminal_overview(runs: Sequence[RunData]) -> pd.DataFrame:
     """The overview turned on its side for the terminal: one row per measure, one column per run (a row
     per run would need ~130 columns)."""
     full = overview_table(runs, headline_ks(runs))
+    if full.empty:
+        return full
     rows: dict[str, list[Any]] = {"model": list(full["model"])}
     rows["solved"] = [_cell(x) for x in full["solved_rate"]]
     rows["95% CI"] = _ci(full["ci_low"], full["ci_high"])
@@ -352,4 +354,4 @@ def print_summary(run_dir: str | Path, echo: Callable[[str], Any] = print, n_boo
     """The terminal tables for one run (what `harness eval` prints when it finishes)."""
     runs = load_runs([run_dir], n_boot)
     echo(terminal_report(runs, []))
-    echo(f"every column, plots and each attempt's steps: harness report {run_dir}")
+    echo(f"every column, plots and each attempt's steps:\n  harness report {run_dir}")
