@@ -33,6 +33,10 @@ from agent.models.retry import ContextLengthError
 from results.errors import UserError
 
 
+class GrammarError(ValueError):
+    """A JSON schema the constrained decoder cannot enforce (LocalModel.submit json_schema)."""
+
+
 class LocalModel:
     """Generates in-process with transformers. supports_tools is False: the loop uses its text protocol."""
 
@@ -165,6 +169,7 @@ class LocalModel:
         events: Optional[queue.SimpleQueue] = None,
         stop_after_block: bool = False,
         on_join: Optional[Any] = None,
+        json_schema: Optional[dict[str, Any]] = None,
     ) -> "_Request":
         """Queue a generation from exact prompt token ids (what `harness serve` uses). `stop` strings end
         a row inside the decoder; `logprobs` = None (off) or how many top alternatives to keep per token.
@@ -172,7 +177,9 @@ class LocalModel:
         (request, "token", k, id, logprob entry or None) as row k decodes a token, (request, "finish", k,
         Completion, None) when row k ends, and (request, "error", 0, exception, None) if decoding fails.
         max_tokens None: up to the context window. `on_join` is called (in the decoding thread) when the
-        request leaves the queue and joins the running batch."""
+        request leaves the queue and joins the running batch. `json_schema`: every row's reply is constrained
+        to JSON that matches it (each step masks the tokens that cannot continue a match, as vLLM's structured
+        outputs do; llguidance); a schema it cannot compile raises GrammarError."""
         room = self.context_window - len(prompt_ids)
         if room <= 0:
             raise ContextLengthError(
@@ -180,6 +187,7 @@ class LocalModel:
                 f"the context window {self.context_window}"
             )
         limit = room if max_tokens is None else max(1, min(max_tokens, room))
+        grammar = self._grammar(json_schema) if json_schema is not None else None
         req = _Request(
             list(prompt_ids),
             n,
@@ -191,6 +199,7 @@ class LocalModel:
             stop_after_block=stop_after_block,
             events=events,
             on_join=on_join,
+            grammar=grammar,
         )
         with self._lock:
             self._queue.append(req)
@@ -199,6 +208,25 @@ class LocalModel:
                 self._worker.start()
             self._wake.notify()
         return req
+
+    def _grammar(self, schema: dict[str, Any]) -> str:
+        """The llguidance grammar of a JSON schema, checked against this tokenizer."""
+        import llguidance
+        import llguidance.hf
+
+        if getattr(self, "_lltok", None) is None:
+            vocab = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
+            self._lltok = llguidance.hf.from_tokenizer(self.tokenizer, n_vocab=vocab, eos_token=self.end_ids)
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                schema, defaults={"whitespace_flexible": False}
+            )
+            problem = llguidance.LLMatcher.validate_grammar(grammar, self._lltok)
+        except (ValueError, TypeError, RuntimeError) as e:
+            problem = str(e)
+        if problem:
+            raise GrammarError(f"the JSON schema cannot be enforced: {str(problem).strip().splitlines()[0]}")
+        return grammar
 
     def close(self) -> None:
         """Stop the decoding thread and drop the cached keys/values; the model takes no more requests."""
@@ -271,11 +299,30 @@ class LocalModel:
                     generator = torch.Generator().manual_seed((req.seed * 1_000_003 + k) % 2**63)
                 rows.append(Row(req, k, req.prompt_ids, req.temperature, generator))
                 cached.append(hit)
+                if req.grammar is not None:
+                    import llguidance
+
+                    req.matchers[k] = llguidance.LLMatcher(self._lltok, req.grammar, log_level=0)
         batch, logits = prefill(self.model, rows, cached, self.pad_id)
         self._advance(rows, logits)
         return batch
 
+    def _constrain(self, rows: list[Row], logits: Any) -> None:
+        """Masks, in place, the tokens that would break a constrained row's JSON schema."""
+        import llguidance.torch as llt
+
+        held = [(i, row.owner.matchers[row.k]) for i, row in enumerate(rows) if row.owner.matchers]
+        if not held:
+            return
+        mask = llt.allocate_token_bitmask(len(held), self._lltok.vocab_size)
+        for j, (_, matcher) in enumerate(held):
+            llt.fill_next_token_bitmask(matcher, mask, j)
+        mask = mask.to(logits.device)
+        for j, (i, _) in enumerate(held):
+            llt.apply_token_bitmask_inplace(logits[i : i + 1], mask[j : j + 1])
+
     def _advance(self, rows: list[Row], logits: Any) -> None:
+        self._constrain(rows, logits)
         tokens = sample(rows, logits)
         want = [i for i, row in enumerate(rows) if row.owner.logprobs is not None]
         if want:  # only the rows that asked: a softmax over the vocabulary per row
@@ -285,6 +332,8 @@ class LocalModel:
         for row, token in zip(rows, tokens):
             row.out.append(token)
             req = row.owner
+            if req.matchers and token not in self.end_ids:
+                req.matchers[row.k].consume_token(token)  # once the JSON is whole, only an end token fits
             row.done = (
                 token in self.end_ids
                 or len(row.out) >= req.max_tokens
@@ -432,6 +481,8 @@ class _Request:
     stop_after_block: bool = True
     events: Optional[queue.SimpleQueue] = None  # streaming: see LocalModel.submit
     on_join: Optional[Any] = None  # called when it joins the batch (LocalModel.submit)
+    grammar: Optional[str] = None  # llguidance grammar of the request's JSON schema
+    matchers: dict[int, Any] = field(default_factory=dict)  # row k -> its llguidance matcher
     stop: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     results: dict[int, Completion] = field(default_factory=dict)  # completion k, as rows finish

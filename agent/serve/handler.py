@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Optional
 
 from agent.models import ContextLengthError, Model, ModelError
+from agent.models.local import GrammarError
 from agent.serve.choices import choose_tool
 from agent.serve.local_replies import LocalReplies
 from agent.serve.other_replies import OtherReplies
@@ -200,10 +201,17 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
             text = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
             if req.tools is not None and req.tools.choice == "required" and len(req.tools.names) > 1:
                 req.tools = choose_tool(model, text, req.tools)  # then the reply starts that call
-            prefix = reply_prefix(req.tools, req.fmt)
+            # response_format constrains the decoding (as vLLM does) unless tool calls may come instead
+            constrained = req.fmt is not None and (req.tools is None or req.tools.choice == "none")
+            schema = (req.fmt.schema or {"type": "object"}) if constrained and req.fmt else None
+            prefix = reply_prefix(req.tools, None if constrained else req.fmt)
             ids = list(tok(text + prefix, add_special_tokens=False)["input_ids"])
             events = queue.SimpleQueue() if req.stream else None
-            jobs = [self._submit(model, req, ids, prefix, 0, req.stop + tool_stops(req.tools), events)]
+            stops = req.stop + tool_stops(req.tools)
+            try:
+                jobs = [self._submit(model, req, ids, prefix, 0, stops, events, schema)]
+            except GrammarError as e:
+                raise bad_request(f"response_format json_schema: {e}", "response_format") from None
             self._respond(model, req, jobs, chat=True, events=events)
         else:
             self._chat_other(model, req)
