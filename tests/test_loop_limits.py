@@ -250,9 +250,11 @@ class _RateLimited(Exception):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_an_attempt_queued_behind_the_local_decoder_is_not_timed_out_by_the_queue():
     """The real scheduler of agent/models/local.py: the decoding thread is held (inside a blocker request's
-    join) for longer than the attempt's whole wall time while the attempt's request waits in the queue."""
+    join) for longer than the attempt's whole wall time while the attempt's request waits in the queue.
+    The limit is 30 s so that the reply's own decoding fits it on a loaded 2-core machine (load 20: ~12 s)."""
     import threading
     import time
 
@@ -263,7 +265,7 @@ def test_an_attempt_queued_behind_the_local_decoder_is_not_timed_out_by_the_queu
 
     def hold():
         entered.set()
-        gate.wait(30)
+        gate.wait(120)
 
     try:
         blocker = model.submit(model.encode([{"role": "user", "content": "hi"}]), max_tokens=1, on_join=hold)
@@ -271,7 +273,7 @@ def test_an_attempt_queued_behind_the_local_decoder_is_not_timed_out_by_the_queu
 
         async def main():
             async def release():
-                await asyncio.sleep(5.0)  # past the attempt's 3 s limit
+                await asyncio.sleep(35.0)  # past the attempt's 30 s limit
                 gate.set()
 
             opened = asyncio.ensure_future(release())
@@ -280,7 +282,7 @@ def test_an_attempt_queued_behind_the_local_decoder_is_not_timed_out_by_the_queu
                 model,
                 FakeSandbox(),
                 "Do the task.",
-                LoopConfig(wall_time=3.0, max_steps=1, max_reply_tokens=4),
+                LoopConfig(wall_time=30.0, max_steps=1, max_reply_tokens=2),
             )
             await opened
             return res, time.monotonic() - started
@@ -288,7 +290,28 @@ def test_an_attempt_queued_behind_the_local_decoder_is_not_timed_out_by_the_queu
         res, took = asyncio.run(main())
         blocker.future.result(timeout=60)
         assert res.exit_reason == "max_steps", res.exit_reason  # it got its reply: not "wall_time"
-        assert took > 3.0 and res.steps[0].wait_seconds >= 4.0
+        assert took > 30.0 and res.steps[0].wait_seconds >= 34.0
     finally:
         gate.set()
+        model.close()
+
+
+@pytest.mark.model
+def test_the_local_decoder_counts_the_other_requests_share_of_a_shared_step_as_waiting():
+    from agent.models import get_model
+    from agent.models.base import Waiting
+
+    model = get_model("local:smollm2-135m")
+    try:
+        prompt = model.encode([{"role": "user", "content": "Count to ten."}])
+        alone = Waiting()
+        model.submit(prompt, max_tokens=8, clock=alone).future.result(timeout=120)
+        assert alone.seconds() == 0.0  # every step was its own: nothing to leave out of its limit
+        together = [Waiting(), Waiting()]
+        requests = [model.submit(prompt, max_tokens=8, seed=s, temperature=1.0, clock=c) for s, c in
+                    zip((1, 2), together)]  # fmt: skip
+        for r in requests:
+            r.future.result(timeout=120)
+        assert all(c.seconds() > 0 for c in together)  # half of each shared step was the other's
+    finally:
         model.close()

@@ -18,8 +18,9 @@ class ModelError(Exception):
 
 
 class Waiting:
-    """The seconds one attempt's model calls spent waiting in a queue, not working: for a slot of a shared
-    local decoder, for the run's model-concurrency slots, in a provider's rate-limit backoff. The loop
+    """The seconds one attempt's model calls spent waiting, not working for it: in the queue of a shared
+    local decoder and, once decoding, the other requests' share of each batch step it shares with them;
+    for the run's model-concurrency slots; in a provider's rate-limit backoff. The loop
     (agent/loop.py) sets one per attempt (WAITING) and leaves this time out of its wall-time limit, so the
     limit measures the agent, not the machine's load. begin/end may be called from other threads (the
     local decoder's)."""
@@ -41,6 +42,11 @@ class Waiting:
             started = self._open.pop(token, None)
             if started is not None:
                 self.total += time.monotonic() - started
+
+    def add(self, seconds: float) -> None:
+        """A wait measured elsewhere (a shared decoder's step: the other requests' share of it)."""
+        with self._lock:
+            self.total += seconds
 
     def seconds(self) -> float:
         """Waited so far, waits under way included."""

@@ -12,6 +12,7 @@ import concurrent.futures
 import queue
 import re
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -122,7 +123,7 @@ class LocalModel:
         token = clock.begin() if clock is not None else 0
         joined = (lambda: clock.end(token)) if clock is not None else None
         try:
-            req = self._request(messages, n, temperature, max_tokens, seed, joined)
+            req = self._request(messages, n, temperature, max_tokens, seed, joined, clock)
             try:
                 out = await asyncio.wrap_future(req.future)
             except asyncio.CancelledError:
@@ -145,7 +146,7 @@ class LocalModel:
         """Blocking: n completions of one conversation."""
         return self._request(messages, n, temperature, max_tokens, seed).future.result()
 
-    def _request(self, messages, n, temperature, max_tokens, seed, on_join=None) -> "_Request":
+    def _request(self, messages, n, temperature, max_tokens, seed, on_join=None, clock=None) -> "_Request":
         return self.submit(
             self.encode(messages),
             n=n,
@@ -154,6 +155,7 @@ class LocalModel:
             seed=seed,
             stop_after_block=self.stop_after_block,
             on_join=on_join,
+            clock=clock,
         )
 
     def submit(
@@ -170,6 +172,7 @@ class LocalModel:
         stop_after_block: bool = False,
         on_join: Optional[Any] = None,
         json_schema: Optional[dict[str, Any]] = None,
+        clock: Optional[Any] = None,
     ) -> "_Request":
         """Queue a generation from exact prompt token ids (what `harness serve` uses). `stop` strings end
         a row inside the decoder; `logprobs` = None (off) or how many top alternatives to keep per token.
@@ -177,9 +180,10 @@ class LocalModel:
         (request, "token", k, id, logprob entry or None) as row k decodes a token, (request, "finish", k,
         Completion, None) when row k ends, and (request, "error", 0, exception, None) if decoding fails.
         max_tokens None: up to the context window. `on_join` is called (in the decoding thread) when the
-        request leaves the queue and joins the running batch. `json_schema`: every row's reply is constrained
-        to JSON that matches it (each step masks the tokens that cannot continue a match, as vLLM's structured
-        outputs do; llguidance); a schema it cannot compile raises GrammarError."""
+        request leaves the queue and joins the running batch; a `clock` (agent.models.base.Waiting) gets
+        the other requests' share of each step this one shares with them. `json_schema`: every row's reply is
+        constrained to JSON that matches it (each step masks the tokens that cannot continue a match, as
+        vLLM's structured outputs do; llguidance); a schema it cannot compile raises GrammarError."""
         room = self.context_window - len(prompt_ids)
         if room <= 0:
             raise ContextLengthError(
@@ -200,6 +204,7 @@ class LocalModel:
             events=events,
             on_join=on_join,
             grammar=grammar,
+            clock=clock,
         )
         with self._lock:
             self._queue.append(req)
@@ -271,10 +276,15 @@ class LocalModel:
             try:
                 with torch.inference_mode():
                     if joining:
+                        started = time.monotonic()
+                        before = batch.rows if batch else []
                         batch = Batch.merge(batch, self._join(joining))
+                        _share(before + batch.rows[len(before) :], len(before), time.monotonic() - started)
                     batch = self._retire(batch)
                     if batch is not None:
+                        started = time.monotonic()
                         self._advance(batch.rows, step(self.model, batch))
+                        _share(batch.rows, 0, time.monotonic() - started)
                     else:
                         with self._lock:
                             self._current = []  # nothing is being decoded
@@ -456,6 +466,21 @@ class LocalModel:
         )
 
 
+def _share(rows: list[Row], waiting: int, seconds: float) -> None:
+    """Counts a decoder step shared by several requests' rows as each attempt's waiting, but for its own
+    share (its rows' fraction of the step): what the others' rows cost it. The first `waiting` rows only
+    waited (running rows while others join: their prefill)."""
+    counts: dict[int, list] = {}
+    for i, row in enumerate(rows):
+        entry = counts.setdefault(id(row.owner), [row.owner, 0, 0])
+        entry[1 if i < waiting else 2] += 1
+    worked = len(rows) - waiting
+    for owner, idle, busy in counts.values():
+        if owner.clock is not None and (idle or busy):
+            own = busy / worked if worked else 0.0
+            owner.clock.add(seconds * (1.0 - own) if busy else seconds)
+
+
 def _shutdown_at_exit(ref: "weakref.ref[LocalModel]") -> None:
     model = ref()
     if model is not None:
@@ -481,6 +506,7 @@ class _Request:
     stop_after_block: bool = True
     events: Optional[queue.SimpleQueue] = None  # streaming: see LocalModel.submit
     on_join: Optional[Any] = None  # called when it joins the batch (LocalModel.submit)
+    clock: Optional[Any] = None  # the attempt's Waiting (agent.models.base): the others' share of its steps
     grammar: Optional[str] = None  # llguidance grammar of the request's JSON schema
     matchers: dict[int, Any] = field(default_factory=dict)  # row k -> its llguidance matcher
     stop: threading.Event = field(default_factory=threading.Event)
