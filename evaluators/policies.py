@@ -90,7 +90,8 @@ class _Limited:
             await self._slots.acquire()
         self._on_phase("model")
         try:
-            return await self._model.complete(*args, **kwargs)
+            reply = await self._model.complete(*args, **kwargs)
         finally:
             self._slots.release()
-            self._on_phase("commands")
+        self._on_phase("commands")  # not when cancelled: the display keeps what it was waiting on
+        return reply
