@@ -225,8 +225,8 @@ async def run_eval(
     bar = Progress() if progress else None
     stage = bar.set_stage if bar else (lambda text: None)
     try:
-        # A bad model string, missing API key or adapter fails here: before images are built or a run folder
-        # is made.
+        # A bad model string, missing API key or adapter fails here: before images are built or a run
+        # folder is made.
         stage(f"loading the model {model}")
         the_model = model_obj or get_model(model, **model_options)
         if sandbox == "k8s":
@@ -235,16 +235,14 @@ async def run_eval(
             if cluster:
                 raise UserError("--cluster and --sandbox k8s do not combine yet: pick one")
             images = k8s_images(tasks, sandbox_options or {})
-            Pool = k8s_pool(
-                sandbox_options or {}
-            )  # a bad kubeconfig fails here, before the run folder is made
+            # a bad kubeconfig fails here, before the run folder is made
+            Pool = k8s_pool(sandbox_options or {})
         else:
             Pool = SandboxPool
             stage(f"building the images of {len(tasks)} tasks")
             images = await build_images(tasks)
-            await asyncio.to_thread(
-                prune, None, True
-            )  # containers left by harness processes that died (kill -9)
+            # containers left by harness processes that died (kill -9)
+            await asyncio.to_thread(prune, None, True)
         manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
         out_dir = Path(out_dir) if out_dir else default_run_dir(model)
         store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
