@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # e.g. for the resume command eval prints
     if not getattr(args, "func", None):
         if args.command is None and "evaluators.cli" in sys.modules:
             args = parser.parse_args(["eval"])  # no arguments: the embedded default evaluation

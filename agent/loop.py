@@ -30,7 +30,7 @@ from agent.exits import (
     TokenBudget,
     WallTime,
 )
-from agent.models.base import Completion, Model, ModelError
+from agent.models.base import WAITING, Completion, Model, ModelError, Waiting
 from agent.models.retry import ContextLengthError
 from agent.protocol import TOOLS, opening_messages, parse_text_reply, parse_tool_calls, prompt
 from results import telemetry
@@ -149,6 +149,7 @@ async def run_loop(model: Model, sb: LoopSandbox, instruction: str, cfg: LoopCon
     """One attempt: steps of query -> execute -> limit checks until a LoopExit ends it."""
     loop = _Loop(model, sb, cfg)
     res = loop.res
+    waiting = WAITING.set(loop.waiting)  # this attempt's task: its model calls report their queue time
     loop.start(instruction)
     try:
         for index in range(cfg.max_steps):
@@ -161,6 +162,8 @@ async def run_loop(model: Model, sb: LoopSandbox, instruction: str, cfg: LoopCon
         res.exit_reason, res.model_error, res.model_error_status = e.reason, e.message, e.status
     except LoopExit as e:
         res.exit_reason = e.reason
+    finally:
+        WAITING.reset(waiting)
     res.messages = clean(res.messages)
     return res
 
@@ -175,7 +178,10 @@ class _Loop:
         self.use_tools = cfg.protocol == "tools" or (cfg.protocol == "auto" and model.supports_tools)
         self.tools = TOOLS
         self.res = LoopResult()
+        # The wall-time limit: `deadline` plus the time model calls spent queued (for a shared local
+        # decoder, the run's model slots, a provider's rate limit), which measures the machine, not the agent.
         self.deadline = time.monotonic() + cfg.wall_time
+        self.waiting = Waiting()
         self.tokens = self.cost = 0.0
         self.recent: list[str] = []  # each step's actions, to see the same ones repeated
 
@@ -195,6 +201,7 @@ class _Loop:
     async def query(self, index: int) -> tuple[Step, Completion]:
         """Asks the model for its next reply; records it as a step and as the assistant's message."""
         cfg, started, name = self.cfg, time.monotonic(), self.model.name
+        waited = self.waiting.seconds()
         attrs = None
         if telemetry.tracing():  # nothing is built while tracing is off
             attrs = {
@@ -209,30 +216,37 @@ class _Loop:
             if telemetry.capture_content():
                 attrs["gen_ai.input.messages"] = telemetry.messages_attr(clean(self.res.messages))
         with telemetry.span(f"chat {name}", attrs, kind="CLIENT") as span:
+            call = asyncio.ensure_future(
+                self.model.complete(
+                    clean(self.res.messages),
+                    tools=self.tools if self.use_tools else None,
+                    temperature=cfg.temperature,
+                    max_tokens=cfg.max_reply_tokens,
+                    seed=None if cfg.seed is None else cfg.seed + index,
+                )
+            )
             try:
-                completion = (
-                    await asyncio.wait_for(
-                        self.model.complete(
-                            clean(self.res.messages),
-                            tools=self.tools if self.use_tools else None,
-                            temperature=cfg.temperature,
-                            max_tokens=cfg.max_reply_tokens,
-                            seed=None if cfg.seed is None else cfg.seed + index,
-                        ),
-                        timeout=max(self.deadline - started, 1.0),
-                    )
-                )[0]
-            except (asyncio.TimeoutError, ContextLengthError, ModelError) as e:
+                while not call.done():  # until the deadline, moved on by the time the call spends queued
+                    left = max(self.deadline + self.waiting.seconds(), started + 1.0) - time.monotonic()
+                    if left <= 0:
+                        raise WallTime()
+                    await asyncio.wait({call}, timeout=left)
+                completion = call.result()[0]
+            except (WallTime, ContextLengthError, ModelError) as e:
                 # the time spent waiting counts as model time, though no reply came
                 self.res.unanswered_model_seconds += time.monotonic() - started
-                error = "timeout" if isinstance(e, asyncio.TimeoutError) else type(e).__name__
+                error = "timeout" if isinstance(e, WallTime) else type(e).__name__
                 span.set({"error.type": error})
                 telemetry.record_chat(name, time.monotonic() - started, 0, 0, error)
-                if isinstance(e, asyncio.TimeoutError):
-                    raise WallTime() from None
+                if isinstance(e, WallTime):
+                    raise
                 if isinstance(e, ContextLengthError):  # the server's own count said the prompt no longer fits
                     raise ContextExceeded() from None
                 raise ModelFailed(e) from None
+            finally:
+                if not call.done():  # the limit or a cancellation: stop the model's work for this call
+                    call.cancel()
+                    await asyncio.wait({call}, timeout=5)
             if telemetry.tracing():
                 span.set(
                     {
@@ -253,6 +267,7 @@ class _Loop:
             index=index,
             raw_output=completion.content,
             model_seconds=time.monotonic() - started,
+            wait_seconds=self.waiting.seconds() - waited,
             tool_calls=[
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls
             ],
@@ -323,5 +338,5 @@ class _Loop:
             raise TokenBudget()
         if self.cfg.cost_limit is not None and self.cost >= self.cfg.cost_limit:
             raise CostBudget()
-        if time.monotonic() >= self.deadline:
+        if time.monotonic() >= self.deadline + self.waiting.seconds():
             raise WallTime()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import sys
 from pathlib import Path
 
@@ -248,43 +249,72 @@ def cmd_eval(args) -> int:
     telemetry.apply_options(args, "harness-eval")
     if not telemetry.json_logs():
         print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)
-    run_dir = asyncio.run(
-        run_eval(
-            args.model,
-            tasks,
-            samples=args.samples,
-            temperature=args.temperature,
-            out_dir=resume_dir or args.out,
-            concurrency=args.concurrency,
-            resume=resume_dir is not None,
-            retry_errors=args.retry_errors,
-            seed=args.seed,
-            model_options=options,
-            loop=loop,
-            model_concurrency=args.model_concurrency,
-            suite=args.tasks,
-            cluster=args.cluster,
-            sandbox=args.sandbox,
-            sandbox_options={
-                "image": args.k8s_image,
-                "namespace": args.k8s_namespace,
-                "runtime_class": args.k8s_runtime_class,
-                "connect": args.k8s_connect,
-            },
-            filters={
-                "domain": args.domain,
-                "difficulty": args.difficulty,
-                "split": args.split,
-                "tags": args.tags,
-                "glob": args.glob,
-            },
+    from results.store import default_run_dir
+
+    out_dir = resume_dir or args.out or default_run_dir(args.model)
+    try:
+        run_dir = asyncio.run(
+            run_eval(
+                args.model,
+                tasks,
+                samples=args.samples,
+                temperature=args.temperature,
+                out_dir=out_dir,
+                concurrency=args.concurrency,
+                resume=resume_dir is not None,
+                retry_errors=args.retry_errors,
+                seed=args.seed,
+                model_options=options,
+                loop=loop,
+                model_concurrency=args.model_concurrency,
+                suite=args.tasks,
+                cluster=args.cluster,
+                sandbox=args.sandbox,
+                sandbox_options={
+                    "image": args.k8s_image,
+                    "namespace": args.k8s_namespace,
+                    "runtime_class": args.k8s_runtime_class,
+                    "connect": args.k8s_connect,
+                },
+                filters={
+                    "domain": args.domain,
+                    "difficulty": args.difficulty,
+                    "split": args.split,
+                    "tags": args.tags,
+                    "glob": args.glob,
+                },
+            )
         )
-    )
+    except KeyboardInterrupt:
+        if (Path(out_dir) / "manifest.json").exists():
+            print(
+                f"harness eval: interrupted; resume with:\n  {resume_command(args, out_dir)}", file=sys.stderr
+            )
+        else:
+            print("harness eval: interrupted before anything was recorded", file=sys.stderr)
+        raise
     from results.report import print_summary
 
     print_summary(run_dir)
     print(f"run folder: {run_dir}")
     return 1 if all_errored(run_dir) else 0
+
+
+def resume_command(args, out_dir: Path) -> str:
+    """The exact command that continues this run: the same arguments, --resume for --out."""
+    argv = list(getattr(args, "argv", None) or sys.argv[1:])
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--out", "--resume"):
+            skip = True
+        elif not a.startswith(("--out=", "--resume=")):
+            kept.append(a)
+    if not kept or kept[0] != "eval":
+        kept.insert(0, "eval")  # `harness` alone runs eval
+    prog = "harness" if Path(sys.argv[0]).name == "harness" else f"python {sys.argv[0]}"
+    return " ".join([prog, *map(shlex.quote, kept), "--resume", shlex.quote(str(out_dir))])
 
 
 def all_errored(run_dir: Path) -> bool:

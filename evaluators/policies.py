@@ -12,7 +12,7 @@ from typing import Awaitable, Callable, Optional
 from agent.config import LoopConfig
 from agent.loop import LoopResult, run_loop
 from agent.models import model_for_attempt
-from agent.models.base import Model
+from agent.models.base import Model, waiting
 from agent.sandbox import Sandbox
 from results.errors import OracleFailed
 from tasks.model import Task
@@ -44,7 +44,16 @@ def attempt_seed(seed: int, task_id: str, sample: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{task_id}:{sample}".encode()).digest()[:4], "big") >> 1
 
 
-def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, sample: int) -> Policy:
+def loop_policy(
+    model: Model,
+    cfg: LoopConfig,
+    model_slots: asyncio.Semaphore,
+    sample: int,
+    on_phase: Optional[Callable[[str], None]] = None,
+) -> Policy:
+    """The agent loop; `on_phase` hears what the attempt waits on (the progress display): "queued for the
+    model", "model", "commands", and "grading" once the loop is done."""
+
     async def act(task: Task, sb: Sandbox) -> LoopResult:
         per_task = replace(
             cfg,
@@ -53,22 +62,36 @@ def loop_policy(model: Model, cfg: LoopConfig, model_slots: asyncio.Semaphore, s
             command_timeout=min(cfg.command_timeout, task.agent.command_timeout_sec),
             seed=None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample),
         )
-        return await run_loop(
-            _Limited(model_for_attempt(model, task.id, sample), model_slots), sb, task.instruction, per_task
-        )
+        limited = _Limited(model_for_attempt(model, task.id, sample), model_slots, on_phase or _quiet)
+        result = await run_loop(limited, sb, task.instruction, per_task)
+        (on_phase or _quiet)("grading")
+        return result
 
     return act
+
+
+def _quiet(what: str) -> None:
+    pass
 
 
 class _Limited:
     """A model whose complete() waits for one of a shared number of request slots."""
 
-    def __init__(self, model: Model, slots: asyncio.Semaphore):
-        self._model, self._slots = model, slots
+    def __init__(self, model: Model, slots: asyncio.Semaphore, on_phase: Callable[[str], None] = _quiet):
+        self._model, self._slots, self._on_phase = model, slots, on_phase
 
     def __getattr__(self, name):
         return getattr(self._model, name)
 
     async def complete(self, *args, **kwargs):
-        async with self._slots:
-            return await self._model.complete(*args, **kwargs)
+        if self._slots.locked():
+            self._on_phase("queued for the model")
+        with waiting():  # queued behind other attempts: not this attempt's time (agent.models.base.Waiting)
+            await self._slots.acquire()
+        self._on_phase("model")
+        try:
+            reply = await self._model.complete(*args, **kwargs)
+        finally:
+            self._slots.release()
+        self._on_phase("commands")  # not when cancelled: the display keeps what it was waiting on
+        return reply

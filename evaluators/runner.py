@@ -26,7 +26,7 @@ from agent.protocol import TOOLS
 from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxPool, SandboxUnresponsive, prune
 from evaluators.grade import grade
 from evaluators.policies import Policy, loop_policy
-from evaluators.progress import Progress
+from evaluators.progress import Progress, attempt_name
 from evaluators.task_images import build_images
 from results import telemetry
 from results.errors import InfraError, OracleFailed, UserError
@@ -370,127 +370,160 @@ async def run_eval(
         from evaluators.cluster import check_address, import_ray
 
         check_address(cluster), import_ray()
-    # A bad model string, missing API key or adapter fails here: before images are built or a run folder
-    # is made.
-    the_model = model_obj or get_model(model, **model_options)
-    if sandbox == "k8s":
-        from agent.sandbox.k8s import k8s_images, k8s_pool
-
-        if cluster:
-            raise UserError("--cluster and --sandbox k8s do not combine yet: pick one")
-        images = k8s_images(tasks, sandbox_options or {})
-        Pool = k8s_pool(sandbox_options or {})  # a bad kubeconfig fails here, before the run folder is made
-    else:
-        Pool = SandboxPool
-        images = await build_images(tasks)
-        await asyncio.to_thread(prune, None, True)  # containers left by harness processes that died (kill -9)
-    manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
-    out_dir = Path(out_dir) if out_dir else default_run_dir(model)
-    store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
+    # The progress display starts now: loading a local model and building images take a while. The JSON
+    # events replace it (both on stderr).
+    bar = Progress() if progress and not telemetry.json_logs() else None
+    stage = bar.set_stage if bar else (lambda text: None)
     try:
-        if resume and retry_errors:  # their records move to retried.jsonl; the attempts run again
-            n = store.drop_errors()
-            if progress or n:
-                print(f"harness eval: retrying {n} attempt(s) recorded as error", file=sys.stderr)
-        done = store.done_keys()
-        run_id = store.run_id
-        todo = [(t, s) for t in tasks for s in range(samples) if attempt_key(run_id, t.id, s) not in done]
-        telemetry.event(
-            "resume" if resume else "run_started",
-            run_id=run_id,
-            out=str(out_dir),
-            model=model,
-            recorded=len(done),  # on resume: kept and skipped
-            todo=len(todo),
-        )
-        if not todo:
-            return out_dir
-        model_slots = asyncio.Semaphore(model_concurrency or concurrency)
-        attempt_slots = asyncio.Semaphore(concurrency)
-        # the JSON events replace the progress line (both on stderr)
-        bar = (
-            Progress(total=len(todo), started=time.monotonic())
-            if progress and not telemetry.json_logs()
-            else None
-        )
-        if bar:
-            bar.show()  # the first line at once, not after the first attempt
-        if cluster:
-            from evaluators.cluster import run_on_cluster
+        # A bad model string, missing API key or adapter fails here: before images are built or a run
+        # folder is made.
+        stage(f"loading the model {model}")
+        the_model = model_obj or get_model(model, **model_options)
+        if sandbox == "k8s":
+            from agent.sandbox.k8s import k8s_images, k8s_pool
 
-            def record(rec: Attempt):
-                store.append(rec)  # durable before it counts as done
-                attempt_finished(rec)
-                if bar:
-                    bar.update(rec)
+            if cluster:
+                raise UserError("--cluster and --sandbox k8s do not combine yet: pick one")
+            images = k8s_images(tasks, sandbox_options or {})
+            # a bad kubeconfig fails here, before the run folder is made
+            Pool = k8s_pool(sandbox_options or {})
+        else:
+            Pool = SandboxPool
+            stage(f"building the images of {len(tasks)} tasks")
+            images = await build_images(tasks)
+            # containers left by harness processes that died (kill -9)
+            await asyncio.to_thread(prune, None, True)
+        manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
+        out_dir = Path(out_dir) if out_dir else default_run_dir(model)
+        store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
+        try:
+            if resume and retry_errors:  # their records move to retried.jsonl; the attempts run again
+                n = store.drop_errors()
+                if progress or n:
+                    note = f"retrying {n} attempt(s) recorded as error"
+                    if bar:
+                        bar.say(note)
+                    else:
+                        print(f"harness eval: {note}", file=sys.stderr)
+            done = store.done_keys()
+            run_id = store.run_id
+            todo = [(t, s) for t in tasks for s in range(samples) if attempt_key(run_id, t.id, s) not in done]
+            telemetry.event(
+                "resume" if resume else "run_started",
+                run_id=run_id,
+                out=str(out_dir),
+                model=model,
+                recorded=len(done),  # on resume: kept and skipped
+                todo=len(todo),
+            )
+            if resume and bar:
+                bar.say(resume_note(out_dir, len(tasks) * samples - len(todo), len(todo)))
+            if not todo:
+                return out_dir
+            model_slots = asyncio.Semaphore(model_concurrency or concurrency)
+            attempt_slots = asyncio.Semaphore(concurrency)
+            if bar:
+                bar.set_total(len(todo))
+            if cluster:
+                from evaluators.cluster import run_on_cluster
 
-            try:
-                await run_on_cluster(
-                    cluster,
-                    todo,
-                    tasks=tasks,
-                    images=images,
-                    run_id=run_id,
-                    model=model,
-                    model_obj=the_model,
-                    model_options=model_options,
-                    loop=cfg,
-                    temperature=temperature,
-                    concurrency=concurrency,
-                    model_concurrency=model_concurrency,
-                    on_record=record,
-                )
-            except BaseException:
-                if bar and bar.done < bar.total:
-                    print(file=bar.stream)
-                raise
-            store.finish()
-            return out_dir
-        async with Pool(
-            run_id=run_id,
-            warm=concurrency + 1,  # an agent and a grader container each
-            max_containers=max_sandboxes or 2 * concurrency + 2,
-        ) as pool:
-            if telemetry.metrics():
-                telemetry.metrics().pools[:] = [pool]  # one run's pool at a time (train runs several)
+                def record(rec: Attempt):
+                    store.append(rec)  # durable before it counts as done
+                    attempt_finished(rec)
+                    if bar:
+                        bar.update(rec)
 
-            async def one(task: Task, sample: int):
-                async with attempt_slots:
-                    rec = await attempt_with_retries(
-                        task,
-                        lambda: loop_policy(the_model, cfg, model_slots, sample),
-                        pool,
-                        images[task.id],
+                try:
+                    await run_on_cluster(
+                        cluster,
+                        todo,
+                        tasks=tasks,
+                        images=images,
                         run_id=run_id,
-                        model_name=model,
-                        sample=sample,
+                        model=model,
+                        model_obj=the_model,
+                        model_options=model_options,
+                        loop=cfg,
                         temperature=temperature,
-                        keep=lambda t, ch: store.keep_changes(
-                            t.workspace_files, ch.files, ch.deleted, ch.executable
-                        ),
+                        concurrency=concurrency,
+                        model_concurrency=model_concurrency,
+                        on_record=record,
                     )
-                store.append(rec)  # durable before it counts as done
-                attempt_finished(rec)
-                if bar:
-                    bar.update(rec)
+                except BaseException:
+                    if bar:
+                        bar.close()
+                    raise
+                store.finish()
+                return out_dir
+            async with Pool(
+                run_id=run_id,
+                warm=concurrency + 1,  # an agent and a grader container each
+                max_containers=max_sandboxes or 2 * concurrency + 2,
+            ) as pool:
+                if telemetry.metrics():
+                    telemetry.metrics().pools[:] = [pool]  # one run's pool at a time (train runs several)
 
-            jobs = [asyncio.ensure_future(one(t, s)) for t, s in todo]
-            try:
-                await asyncio.gather(*jobs)
-            except BaseException:
-                if bar and bar.done < bar.total:
-                    print(file=bar.stream)  # end the progress line: the error message follows on its own
-                for j in jobs:
-                    j.cancel()
-                with contextlib.suppress(BaseException):
-                    await asyncio.gather(*jobs, return_exceptions=True)
-                raise
-        store.finish()
+                async def one(task: Task, sample: int):
+                    name = attempt_name(task.id, sample)
+                    phase = (lambda what: bar.phase(name, what)) if bar else None
+                    async with attempt_slots:
+                        if bar:
+                            bar.start(name)
+                        rec = await attempt_with_retries(
+                            task,
+                            lambda: loop_policy(the_model, cfg, model_slots, sample, phase),
+                            pool,
+                            images[task.id],
+                            run_id=run_id,
+                            model_name=model,
+                            sample=sample,
+                            temperature=temperature,
+                            keep=lambda t, ch: store.keep_changes(
+                                t.workspace_files, ch.files, ch.deleted, ch.executable
+                            ),
+                        )
+                    store.append(rec)  # durable before it counts as done
+                    attempt_finished(rec)
+                    if bar:
+                        bar.update(rec)
+
+                jobs = [asyncio.ensure_future(one(t, s)) for t, s in todo]
+                try:
+                    await asyncio.gather(*jobs)
+                except BaseException:
+                    flying = bar.in_flight() if bar else []
+                    if bar:
+                        bar.close()  # the display ends: the messages follow on lines of their own
+                    if flying:
+                        print(
+                            f"harness eval: {len(flying)} attempts in flight were not recorded;\n"
+                            "  --resume runs them again from the start",
+                            file=sys.stderr,
+                        )
+                    for j in jobs:
+                        j.cancel()
+                    with contextlib.suppress(BaseException):
+                        await asyncio.gather(*jobs, return_exceptions=True)
+                    raise
+            store.finish()
+        finally:
+            store.close()
+            if model_obj is None and hasattr(the_model, "close"):
+                the_model.close()  # an in-process model: give its memory back now, not at exit
+        return out_dir
     finally:
-        store.close()
-        if model_obj is None and hasattr(the_model, "close"):
-            the_model.close()  # an in-process model: give its memory back now, not at exit
-    return out_dir
+        if bar:
+            bar.close()
+
+
+def resume_note(out_dir: Path, recorded: int, todo: int) -> str:
+    """What --resume skips and what it runs again, and why (said before it starts)."""
+    if not todo:
+        return f"resuming {out_dir}: all {recorded} attempts are recorded; nothing to run"
+    return (
+        f"resuming {out_dir}: skipping {recorded} recorded attempts; running {todo} not recorded "
+        "(never started, or in flight when the run stopped: those start over and are paid again)"
+    )
 
 
 async def run_task(

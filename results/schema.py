@@ -59,6 +59,8 @@ class Step(BaseModel):
     exit_code: Optional[int] = None
     timed_out: bool = False
     model_seconds: float = 0.0
+    # of model_seconds, queued (a shared decoder, model slots, a rate limit): not counted in wall_time
+    wait_seconds: float = 0.0
     tool_seconds: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -6,6 +6,7 @@ marker, and it is skipped with one clear reason when no engine answers.
 
 import asyncio
 import functools
+import signal
 import sys
 from pathlib import Path
 
@@ -30,7 +31,14 @@ def docker_problem() -> str:
         )
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config):
+    # A stopped test run (`timeout make test`, a CI cancel: SIGTERM) ends as Ctrl-C does, so that fixtures and
+    # `finally` blocks stop the servers and clusters they started (tests/ray_cluster.py also has a reaper).
+    signal.signal(signal.SIGTERM, _terminated)
     # Registered here, not in pyproject.toml: a change there makes `make` reinstall the environment.
     config.addinivalue_line(
         "markers",

@@ -6,6 +6,9 @@ node shares this machine's Docker engine (a unix socket, unaffected by the names
 talk to the cluster (the `harness eval --cluster` driver) run in the same namespace via `nsenter`.
 Each node is a `ray start --block` in its own process group, so stopping one never touches Ray
 processes this module did not start (`ray stop` would stop every Ray on the machine).
+Nothing outlives the process that made the cluster: a reaper process (its own session, so a Ctrl-C or a
+SIGTERM of the test run's process group does not reach it first) waits for that process to end, however
+it ends (stop(), Ctrl-C, SIGTERM, kill -9), and then kills every process in the cluster's namespace.
 Needs root (unshare, nsenter); used by tests/test_cluster.py and bench/cluster.py.
 """
 
@@ -57,6 +60,11 @@ class LocalCluster:
         self.nodes: list[subprocess.Popen] = []
         self.address = f"127.0.0.1:{PORT}"
         self._ns = ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net"]
+        self.reaper = subprocess.Popen(
+            [sys.executable, __file__, "--reap", str(os.getpid()), str(self.holder.pid), str(self.tmp)],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def wrap(self, argv: list[str]) -> list[str]:
         """argv run inside the cluster's network namespace."""
@@ -83,6 +91,13 @@ class LocalCluster:
         )
 
     def start(self, workers: int = 1, timeout: float = 90) -> "LocalCluster":
+        try:
+            return self._start(workers, timeout)
+        except BaseException:  # a node that failed, or Ctrl-C while starting: stop what did start
+            self.stop()
+            raise
+
+    def _start(self, workers: int, timeout: float) -> "LocalCluster":
         time.sleep(0.2)  # the holder brings lo up
         self.nodes.append(
             self._ray(
@@ -148,19 +163,7 @@ class LocalCluster:
 
     def _members(self) -> list[int]:
         """Every process in the cluster's network namespace: exactly what this cluster started."""
-        try:
-            mine = os.readlink(f"/proc/{self.holder.pid}/ns/net")
-        except OSError:
-            return []
-        pids = []
-        for d in os.listdir("/proc"):
-            if d.isdigit() and int(d) != self.holder.pid:
-                try:
-                    if os.readlink(f"/proc/{d}/ns/net") == mine:
-                        pids.append(int(d))
-                except OSError:
-                    pass
-        return pids
+        return namespace_members(self.holder.pid)
 
     def stop(self) -> None:
         for p in reversed(self.nodes):
@@ -179,3 +182,55 @@ class LocalCluster:
         self.holder.kill()
         self.holder.wait()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        self.reaper.wait(timeout=30)  # it sees the holder gone and exits
+
+
+def namespace_members(holder: int) -> list[int]:
+    """The processes in the network namespace of process `holder`, but itself."""
+    try:
+        mine = os.readlink(f"/proc/{holder}/ns/net")
+    except OSError:
+        return []
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != holder:
+            try:
+                if os.readlink(f"/proc/{d}/ns/net") == mine:
+                    pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def _started(pid: int) -> str:
+    """A live process's start time (field 22 of /proc/PID/stat), which tells it from a later one with the
+    same pid; "" once it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return ""
+    return "" if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
+
+
+def reap(owner: int, holder: int, tmp: str) -> None:
+    """Waits until the owner process or the holder is gone, then kills the cluster's processes: SIGTERM
+    (`ray start --block` stops its node's processes), then SIGKILL for what is left, then the holder."""
+    owner_start, holder_start = _started(owner), _started(holder)
+    while _started(owner) == owner_start and _started(holder) == holder_start:
+        time.sleep(0.5)
+    if _started(holder) != holder_start:
+        return  # stop() ran: nothing left
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        for pid in namespace_members(holder):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        end = time.monotonic() + wait
+        while namespace_members(holder) and time.monotonic() < end:
+            time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(holder, signal.SIGKILL)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--reap"]:
+    reap(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -190,3 +190,128 @@ def test_command_timeout_is_the_smaller_of_task_and_run():
         assert [c["timeout"] for c in sb.calls] == [1]
         assert step.timed_out and "woke" not in step.observation
         assert re.search(r"did not finish within 1(\.0)? seconds", step.observation), step.observation
+
+
+# ---- time queued for the model is not the attempt's ------------------------------------------------
+
+
+def test_waiting_for_the_shared_model_slots_does_not_use_up_the_wall_time():
+    # Three attempts share one model slot; each reply takes 0.8 s of the model's own time, well inside
+    # the 1.5 s limit, but the last attempt waits 1.6 s for the slot first: only the waiting exceeds it.
+    model = Scripted(reply="```bash\nsubmit\n```", delay=0.8)
+    slots = asyncio.Semaphore(1)
+    cfg = LoopConfig(wall_time=1.5)
+
+    async def three():
+        return await asyncio.gather(
+            *(loop_policy(model, cfg, slots, s)(make_task(), FakeSandbox()) for s in range(3))
+        )
+
+    results = asyncio.run(three())
+    assert [r.exit_reason for r in results] == ["submitted"] * 3
+    waits = sorted(r.steps[0].wait_seconds for r in results)
+    assert waits[0] < 0.5 and waits[-1] > 1.5  # the record says how much went to waiting
+    assert all(r.steps[0].model_seconds >= r.steps[0].wait_seconds for r in results)
+
+
+def test_a_model_that_works_past_the_limit_still_times_out_while_others_wait():
+    # the exclusion covers waiting only: a call that is itself slow ends at the limit as before
+    model = Scripted(reply="```bash\nsubmit\n```", delay=3.0)
+    res = act(model, LoopConfig(wall_time=1.0), AgentLimits())
+    assert (res.exit_reason, len(res.steps)) == ("wall_time", 0)
+
+
+def test_a_providers_rate_limit_backoff_counts_as_waiting():
+    from agent.models.base import WAITING, Waiting
+    from agent.models.retry import call_with_retries
+
+    clock, tries = Waiting(), []
+
+    async def request():
+        tries.append(1)
+        if len(tries) == 1:
+            raise _RateLimited()
+        return "ok"
+
+    async def backoff(seconds):  # the policy's own wait, made a fixed 0.2 s here
+        await asyncio.sleep(0.2)
+
+    async def main():
+        WAITING.set(clock)
+        policy = RetryPolicy(max_attempts=2, sleep=backoff)
+        return await call_with_retries(request, what="model 'x'", policy=policy)
+
+    assert asyncio.run(main()) == "ok" and len(tries) == 2
+    assert clock.seconds() >= 0.2
+
+
+class _RateLimited(Exception):
+    status_code = 429
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_an_attempt_queued_behind_the_local_decoder_is_not_timed_out_by_the_queue():
+    """The real scheduler of agent/models/local.py: the decoding thread is held (inside a blocker request's
+    join) for longer than the attempt's whole wall time while the attempt's request waits in the queue.
+    The limit is 30 s so that the reply's own decoding fits it on a loaded 2-core machine (load 20: ~12 s)."""
+    import threading
+    import time
+
+    from agent.models import get_model
+
+    model = get_model("local:smollm2-135m")
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold():
+        entered.set()
+        gate.wait(120)
+
+    try:
+        blocker = model.submit(model.encode([{"role": "user", "content": "hi"}]), max_tokens=1, on_join=hold)
+        assert entered.wait(30)
+
+        async def main():
+            async def release():
+                await asyncio.sleep(35.0)  # past the attempt's 30 s limit
+                gate.set()
+
+            opened = asyncio.ensure_future(release())
+            started = time.monotonic()
+            res = await run_loop(
+                model,
+                FakeSandbox(),
+                "Do the task.",
+                LoopConfig(wall_time=30.0, max_steps=1, max_reply_tokens=2),
+            )
+            await opened
+            return res, time.monotonic() - started
+
+        res, took = asyncio.run(main())
+        blocker.future.result(timeout=60)
+        assert res.exit_reason == "max_steps", res.exit_reason  # it got its reply: not "wall_time"
+        assert took > 30.0 and res.steps[0].wait_seconds >= 34.0
+    finally:
+        gate.set()
+        model.close()
+
+
+@pytest.mark.model
+def test_the_local_decoder_counts_the_other_requests_share_of_a_shared_step_as_waiting():
+    from agent.models import get_model
+    from agent.models.base import Waiting
+
+    model = get_model("local:smollm2-135m")
+    try:
+        prompt = model.encode([{"role": "user", "content": "Count to ten."}])
+        alone = Waiting()
+        model.submit(prompt, max_tokens=8, clock=alone).future.result(timeout=120)
+        assert alone.seconds() == 0.0  # every step was its own: nothing to leave out of its limit
+        together = [Waiting(), Waiting()]
+        requests = [model.submit(prompt, max_tokens=8, seed=s, temperature=1.0, clock=c) for s, c in
+                    zip((1, 2), together)]  # fmt: skip
+        for r in requests:
+            r.future.result(timeout=120)
+        assert all(c.seconds() > 0 for c in together)  # half of each shared step was the other's
+    finally:
+        model.close()

@@ -99,6 +99,33 @@ def test_tool_calls_come_back_in_openai_format(serve_script):
     assert json.loads(call.function.arguments) == {"command": "ls -la"}
 
 
+def test_a_tool_call_cut_off_by_max_tokens_finishes_with_length(serve_script):
+    # OpenAI says "length" when max_tokens cut the reply, tool call or not; "tool_calls" only for whole ones
+    server = serve_script(
+        [{"content": "", "tool_calls": [{"name": "bash", "arguments": {}}], "finish_reason": "length"}] * 2
+    )
+    reply = client(server).chat.completions.create(model=server.name, messages=MSGS, tools=TOOLS)
+    assert reply.choices[0].finish_reason == "length"
+    # streamed, the openai client's own accumulator sees the same and says so
+    with pytest.raises(openai.LengthFinishReasonError):
+        with client(server).chat.completions.stream(model=server.name, messages=MSGS, tools=TOOLS) as stream:
+            for _ in stream:
+                pass
+            stream.get_final_completion()
+
+
+def test_models_retrieve_gives_the_model_object_and_openai_404(serve_script):
+    server = serve_script(["x"])
+    c = client(server)
+    model = c.models.retrieve(server.name)
+    assert (model.id, model.object, model.owned_by) == (server.name, "model", "harness")
+    with pytest.raises(openai.NotFoundError) as caught:
+        c.models.retrieve("no-such-model")
+    error = caught.value.body
+    assert error["code"] == "model_not_found" and error["type"] == "invalid_request_error"
+    assert error["param"] == "model" and "no-such-model" in error["message"]
+
+
 def test_adapter_flags_split_named_and_unnamed(tmp_path):
     from agent.serve import parse_adapters
     from results.errors import UserError
@@ -241,10 +268,22 @@ def test_cli_serve_command_serves_until_stopped(tmp_path):
         line = proc.stdout.readline()
         assert "serving" in line, line
         base_url = line.split(" at ")[1].split()[0]
-        reply = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0).chat.completions.create(
-            model="s.json", messages=MSGS
-        )
+        proc.stdout.readline()  # "use it with: ..."
+        api = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+        reply = api.chat.completions.create(model="s.json", messages=MSGS)
         assert reply.choices[0].message.content == "from the cli"
+        # one access-log line per request, as uvicorn/vLLM write them: method, path, status, time, tokens
+        chat = proc.stdout.readline().split()
+        assert chat[1:4] == ['"POST', '/v1/chat/completions"', "200"], chat
+        assert chat[4].endswith("s") and float(chat[4][:-1]) >= 0
+        assert chat[5:] == [
+            "model=s.json",
+            f"prompt_tokens={reply.usage.prompt_tokens}",
+            f"completion_tokens={reply.usage.completion_tokens}",
+        ]
+        with pytest.raises(openai.NotFoundError):
+            api.models.retrieve("nope")
+        assert proc.stdout.readline().split()[1:4] == ['"GET', '/v1/models/nope"', "404"]
     finally:
         proc.terminate()
         proc.wait(timeout=10)

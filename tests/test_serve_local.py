@@ -70,6 +70,14 @@ def api(server):
     return openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0, timeout=300)
 
 
+def whole(arguments: str) -> bool:
+    """Whether a call's arguments are a whole JSON object (else max_tokens cut them: "length")."""
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except ValueError:
+        return False
+
+
 def ids_of(reply):
     return reply.choices[0].model_extra["token_ids"]
 
@@ -277,7 +285,10 @@ def test_named_tool_choice_gives_tool_calls(server, api):
         extra_body={"return_token_ids": True},
     )
     msg = reply.choices[0].message
-    assert reply.choices[0].finish_reason == "tool_calls"
+    # "tool_calls" for a whole call; SmolLM2 may still be writing its arguments at 30 tokens: then "length"
+    # (as OpenAI says), and the call so far
+    finish = reply.choices[0].finish_reason
+    assert finish == ("tool_calls" if whole(msg.tool_calls[0].function.arguments) else "length")
     assert [c.function.name for c in msg.tool_calls] == ["get_weather"] and msg.tool_calls[
         0
     ].type == "function"
@@ -285,17 +296,23 @@ def test_named_tool_choice_gives_tool_calls(server, api):
     prompt = server.model.tokenizer.decode(reply.model_extra["prompt_token_ids"])
     assert "<tools>" in prompt and '"get_time"' in prompt  # SmolLM2's template has no tools: the fallback
     # streamed: the openai client's own accumulator rebuilds the same call
-    with api.chat.completions.stream(
-        model=server.name, messages=WEATHER, tools=TOOLS, tool_choice=choice, max_tokens=30, temperature=0
-    ) as stream:
-        for _ in stream:
-            pass
-        final = stream.get_final_completion()
-    call = final.choices[0].message.tool_calls[0]
-    assert (call.function.name, call.function.arguments) == (
-        "get_weather",
-        msg.tool_calls[0].function.arguments,
+    stream = api.chat.completions.create(
+        model=server.name,
+        messages=WEATHER,
+        tools=TOOLS,
+        tool_choice=choice,
+        max_tokens=30,
+        temperature=0,
+        stream=True,
     )
+    # streamed: the same call, its arguments in the chunks, and the same finish reason
+    name, arguments, finishes = None, "", []
+    for chunk in stream:
+        for delta in chunk.choices[0].delta.tool_calls or []:
+            name = name or delta.function.name
+            arguments += delta.function.arguments or ""
+        finishes += [chunk.choices[0].finish_reason] if chunk.choices[0].finish_reason else []
+    assert (name, arguments, finishes) == ("get_weather", msg.tool_calls[0].function.arguments, [finish])
 
 
 def test_tool_choice_none_required_and_history(server, api):
@@ -359,7 +376,9 @@ def test_required_with_several_tools_calls_a_real_one(server, api):
     )
     calls = reply.choices[0].message.tool_calls
     assert calls and calls[0].function.name in {"get_weather", "get_time"}
-    assert reply.choices[0].finish_reason == "tool_calls"
+    assert reply.choices[0].finish_reason == (
+        "tool_calls" if whole(calls[0].function.arguments) else "length"
+    )
 
 
 def test_a_template_that_renders_tools_is_used_natively(server, api):
@@ -406,38 +425,53 @@ def test_a_template_that_renders_tools_is_used_natively(server, api):
         tok.chat_template = saved
 
 
-def test_response_format_is_validated(server, api):
+def test_response_format_constrains_the_decoding(server, api):
+    # As vLLM's structured outputs: the reply is JSON that matches the schema, or was cut off by max_tokens
+    # (finish_reason "length"); never a message.refusal, which SDK users read as the model refusing.
     import jsonschema
 
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     fmt = {"type": "json_schema", "json_schema": {"name": "place", "schema": schema}}
     reply = api.chat.completions.create(
-        model=server.name, messages=WEATHER, response_format=fmt, max_tokens=25, temperature=0
+        model=server.name, messages=WEATHER, response_format=fmt, max_tokens=40, temperature=0
     )
     msg = reply.choices[0].message
-    assert msg.content.startswith("{")
-    try:
-        jsonschema.validate(json.loads(msg.content), schema)
-        valid = True
-    except (ValueError, jsonschema.ValidationError):
-        valid = False
-    assert (msg.refusal is None) == valid, (msg.content, msg.refusal)
-    impossible = {
-        "type": "json_schema",
-        "json_schema": {
-            "name": "big",
-            "schema": {
-                "type": "object",
-                "properties": {"n": {"type": "integer", "minimum": 10**12}},
-                "required": ["n"],
-            },
-        },
-    }
-    bad = api.chat.completions.create(
-        model=server.name, messages=WEATHER, response_format=impossible, max_tokens=3, temperature=0
+    assert reply.choices[0].finish_reason == "stop" and msg.refusal is None
+    jsonschema.validate(json.loads(msg.content), schema)
+    # sampled, several choices: every one that ended matches
+    sampled = api.chat.completions.create(
+        model=server.name, messages=WEATHER, response_format=fmt, max_tokens=40, temperature=1.0, n=3, seed=7
     )
-    assert bad.choices[0].message.refusal.startswith("response_format json_schema: ")
-    with pytest.raises(openai.BadRequestError, match="schema"):
+    for choice in sampled.choices:
+        if choice.finish_reason == "stop":
+            jsonschema.validate(json.loads(choice.message.content), schema)
+    assert any(c.finish_reason == "stop" for c in sampled.choices)
+    # streamed: the same text as the whole reply
+    stream = api.chat.completions.create(
+        model=server.name, messages=WEATHER, response_format=fmt, max_tokens=40, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == msg.content
+    anything = api.chat.completions.create(
+        model=server.name,
+        messages=HAIKU,
+        response_format={"type": "json_object"},
+        max_tokens=60,
+        temperature=0,
+    )
+    if anything.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(anything.choices[0].message.content), dict)
+    # cut off by max_tokens: "length", the text so far, no refusal
+    big = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 10**12}}, "required": ["n"]}
+    cut = api.chat.completions.create(
+        model=server.name,
+        messages=WEATHER,
+        response_format={"type": "json_schema", "json_schema": {"name": "big", "schema": big}},
+        max_tokens=3,
+        temperature=0,
+    )
+    assert cut.choices[0].finish_reason == "length" and cut.choices[0].message.refusal is None
+    assert cut.choices[0].message.content.startswith('{"n"')
+    with pytest.raises(openai.BadRequestError, match="schema") as caught:
         api.chat.completions.create(
             model=server.name,
             messages=WEATHER,
@@ -447,6 +481,59 @@ def test_response_format_is_validated(server, api):
                 "json_schema": {"name": "x", "schema": {"type": "no-such-type"}},
             },
         )
+    assert caught.value.body["param"] == "response_format"
+    with pytest.raises(openai.BadRequestError, match="cannot be enforced"):  # valid, but refers to nothing
+        api.chat.completions.create(
+            model=server.name,
+            messages=WEATHER,
+            max_tokens=2,
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/no"}}},
+        )
+
+
+def test_a_tool_call_cut_off_by_max_tokens_finishes_with_length(server, api):
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    reply = api.chat.completions.create(
+        model=server.name, messages=WEATHER, tools=TOOLS, tool_choice=choice, max_tokens=2, temperature=0
+    )
+    assert reply.choices[0].finish_reason == "length"  # as OpenAI: not "tool_calls" with broken arguments
+    assert reply.usage.completion_tokens == 2
+
+
+def test_tokenize_and_detokenize_in_vllms_shape(server):
+    import urllib.error
+    import urllib.request
+
+    base = server.base_url.removesuffix("/v1")
+
+    def post(path, body):
+        req = urllib.request.Request(
+            base + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read())
+
+    tok = server.model.tokenizer
+    out = post("/tokenize", {"model": server.name, "prompt": "Hello world", "return_token_strs": True})
+    assert set(out) == {"count", "max_model_len", "tokens", "token_strs"}
+    assert out["tokens"] == tok("Hello world")["input_ids"] and out["count"] == len(out["tokens"])
+    assert out["max_model_len"] == server.model.context_window
+    assert "".join(out["token_strs"]).replace("Ġ", " ") == "Hello world"
+    assert post("/detokenize", {"model": server.name, "tokens": out["tokens"]}) == {"prompt": "Hello world"}
+    # messages: rendered as a chat request is, so the count is that request's prompt_tokens
+    chat = post("/v1/tokenize", {"model": server.name, "messages": WEATHER})
+    reply = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0).chat.completions.create(
+        model=server.name, messages=WEATHER, max_tokens=1
+    )
+    assert chat["count"] == reply.usage.prompt_tokens and chat["token_strs"] is None
+    assert post("/tokenize", {"prompt": "x"})["tokens"] == tok("x")["input_ids"]  # model is optional
+    try:
+        post("/detokenize", {"model": server.name, "tokens": [len(tok) + 5]})
+        raise AssertionError("an id outside the vocabulary was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400 and json.loads(e.read())["error"]["param"] == "tokens"
 
 
 def test_named_adapter_is_chosen_by_model(server, api):

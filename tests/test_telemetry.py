@@ -422,7 +422,7 @@ def test_eval_trace_in_phoenix(image, phoenix, tmp_path):
     # the local file has the same trace, without any backend
     assert {s["traceId"] for s in spans_of(trace)} == {rec["trace_id"]}
 
-    # the UI shows it (and the README's picture comes from here: HARNESS_SCREENSHOT=bench/figures/phoenix-trace.png)
+    # the UI shows it (the README's picture: HARNESS_SCREENSHOT=bench/figures/phoenix-trace.png)
     chromium = shutil.which("chromium")
     if chromium:
         shot = tmp_path / "trace.png"

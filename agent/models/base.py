@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol
 
 
 class ModelError(Exception):
@@ -11,6 +15,60 @@ class ModelError(Exception):
     `status` is the provider's HTTP status when there was one."""
 
     status: Optional[int] = None
+
+
+class Waiting:
+    """The seconds one attempt's model calls spent waiting, not working for it: in the queue of a shared
+    local decoder and, once decoding, the other requests' share of each batch step it shares with them;
+    for the run's model-concurrency slots; in a provider's rate-limit backoff. The loop
+    (agent/loop.py) sets one per attempt (WAITING) and leaves this time out of its wall-time limit, so the
+    limit measures the agent, not the machine's load. begin/end may be called from other threads (the
+    local decoder's)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0  # finished waits
+        self._open: dict[int, float] = {}  # waits under way: token -> start
+        self._lock = threading.Lock()
+        self._next = 0
+
+    def begin(self) -> int:
+        with self._lock:
+            self._next += 1
+            self._open[self._next] = time.monotonic()
+            return self._next
+
+    def end(self, token: int) -> None:
+        with self._lock:
+            started = self._open.pop(token, None)
+            if started is not None:
+                self.total += time.monotonic() - started
+
+    def add(self, seconds: float) -> None:
+        """A wait measured elsewhere (a shared decoder's step: the other requests' share of it)."""
+        with self._lock:
+            self.total += seconds
+
+    def seconds(self) -> float:
+        """Waited so far, waits under way included."""
+        now = time.monotonic()
+        with self._lock:
+            return self.total + sum(now - s for s in self._open.values())
+
+
+# The current attempt's Waiting (None outside the loop: nothing is counted).
+WAITING: contextvars.ContextVar[Optional[Waiting]] = contextvars.ContextVar("harness_waiting", default=None)
+
+
+@contextlib.contextmanager
+def waiting() -> Iterator[None]:
+    """Counts the time inside as the current attempt's waiting (a no-op outside an attempt)."""
+    clock = WAITING.get()
+    token = clock.begin() if clock is not None else 0
+    try:
+        yield
+    finally:
+        if clock is not None:
+            clock.end(token)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from agent.models.base import Completion
+from agent.models.base import WAITING, Completion
 from agent.models.common import apply_prices, message_text
 from agent.models.local_decoding import (
     Batch,
@@ -32,6 +32,10 @@ from agent.models.local_decoding import (
 from agent.models.local_loading import DEFAULT_LOCAL_MODEL, END_OF_TURN, check_adapter, load_adapter, load_hf
 from agent.models.retry import ContextLengthError
 from results.errors import UserError
+
+
+class GrammarError(ValueError):
+    """A JSON schema the constrained decoder cannot enforce (LocalModel.submit json_schema)."""
 
 
 class LocalModel:
@@ -114,12 +118,20 @@ class LocalModel:
     ) -> list[Completion]:
         # Generation runs in the batching thread, so the event loop stays free. A thread cannot be
         # cancelled: a cancelled call (wall-time limit, Ctrl-C) marks its rows to stop instead.
-        req = self._request(messages, n, temperature, max_tokens, seed)
+        # Until the request joins the batch it waits for others' rows: the attempt's waiting, not its time.
+        clock = WAITING.get()
+        token = clock.begin() if clock is not None else 0
+        joined = (lambda: clock.end(token)) if clock is not None else None
         try:
-            out = await asyncio.wrap_future(req.future)
-        except asyncio.CancelledError:
-            req.stop.set()
-            raise
+            req = self._request(messages, n, temperature, max_tokens, seed, joined, clock)
+            try:
+                out = await asyncio.wrap_future(req.future)
+            except asyncio.CancelledError:
+                req.stop.set()
+                raise
+        finally:
+            if joined is not None:
+                joined()  # a no-op once joined
         apply_prices(out, self.price_in, self.price_out)
         return out
 
@@ -134,7 +146,7 @@ class LocalModel:
         """Blocking: n completions of one conversation."""
         return self._request(messages, n, temperature, max_tokens, seed).future.result()
 
-    def _request(self, messages, n, temperature, max_tokens, seed) -> "_Request":
+    def _request(self, messages, n, temperature, max_tokens, seed, on_join=None, clock=None) -> "_Request":
         return self.submit(
             self.encode(messages),
             n=n,
@@ -142,6 +154,8 @@ class LocalModel:
             max_tokens=max_tokens,
             seed=seed,
             stop_after_block=self.stop_after_block,
+            on_join=on_join,
+            clock=clock,
         )
 
     def submit(
@@ -156,13 +170,20 @@ class LocalModel:
         logprobs: Optional[int] = None,
         events: Optional[queue.SimpleQueue] = None,
         stop_after_block: bool = False,
+        on_join: Optional[Any] = None,
+        json_schema: Optional[dict[str, Any]] = None,
+        clock: Optional[Any] = None,
     ) -> "_Request":
         """Queue a generation from exact prompt token ids (what `harness serve` uses). `stop` strings end
         a row inside the decoder; `logprobs` = None (off) or how many top alternatives to keep per token.
         With an `events` queue (streaming; several requests may share one) the decoder puts
         (request, "token", k, id, logprob entry or None) as row k decodes a token, (request, "finish", k,
         Completion, None) when row k ends, and (request, "error", 0, exception, None) if decoding fails.
-        max_tokens None: up to the context window."""
+        max_tokens None: up to the context window. `on_join` is called (in the decoding thread) when the
+        request leaves the queue and joins the running batch; a `clock` (agent.models.base.Waiting) gets
+        the other requests' share of each step this one shares with them. `json_schema`: every row's reply is
+        constrained to JSON that matches it (each step masks the tokens that cannot continue a match, as
+        vLLM's structured outputs do; llguidance); a schema it cannot compile raises GrammarError."""
         room = self.context_window - len(prompt_ids)
         if room <= 0:
             raise ContextLengthError(
@@ -170,6 +191,7 @@ class LocalModel:
                 f"the context window {self.context_window}"
             )
         limit = room if max_tokens is None else max(1, min(max_tokens, room))
+        grammar = self._grammar(json_schema) if json_schema is not None else None
         req = _Request(
             list(prompt_ids),
             n,
@@ -180,6 +202,9 @@ class LocalModel:
             logprobs=logprobs,
             stop_after_block=stop_after_block,
             events=events,
+            on_join=on_join,
+            grammar=grammar,
+            clock=clock,
         )
         with self._lock:
             self._queue.append(req)
@@ -201,6 +226,25 @@ class LocalModel:
             "prefix_hits": self.prefix.hits,
             "prefix_reused_tokens": self.prefix.reused_tokens,
         }
+
+    def _grammar(self, schema: dict[str, Any]) -> str:
+        """The llguidance grammar of a JSON schema, checked against this tokenizer."""
+        import llguidance
+        import llguidance.hf
+
+        if getattr(self, "_lltok", None) is None:
+            vocab = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
+            self._lltok = llguidance.hf.from_tokenizer(self.tokenizer, n_vocab=vocab, eos_token=self.end_ids)
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                schema, defaults={"whitespace_flexible": False}
+            )
+            problem = llguidance.LLMatcher.validate_grammar(grammar, self._lltok)
+        except (ValueError, TypeError, RuntimeError) as e:
+            problem = str(e)
+        if problem:
+            raise GrammarError(f"the JSON schema cannot be enforced: {str(problem).strip().splitlines()[0]}")
+        return grammar
 
     def close(self) -> None:
         """Stop the decoding thread and drop the cached keys/values; the model takes no more requests."""
@@ -239,13 +283,21 @@ class LocalModel:
                     self._queue.remove(req)
                 running = list({id(r.owner): r.owner for r in batch.rows}.values()) if batch else []
                 self._current = running + joining
+            for req in joining:
+                if req.on_join is not None:
+                    req.on_join()  # its queue wait ends here
             try:
                 with torch.inference_mode():
                     if joining:
+                        started = time.monotonic()
+                        before = batch.rows if batch else []
                         batch = Batch.merge(batch, self._join(joining))
+                        _share(before + batch.rows[len(before) :], len(before), time.monotonic() - started)
                     batch = self._retire(batch)
                     if batch is not None:
+                        started = time.monotonic()
                         self._advance(batch.rows, step(self.model, batch))
+                        _share(batch.rows, 0, time.monotonic() - started)
                     else:
                         with self._lock:
                             self._current = []  # nothing is being decoded
@@ -271,11 +323,30 @@ class LocalModel:
                     generator = torch.Generator().manual_seed((req.seed * 1_000_003 + k) % 2**63)
                 rows.append(Row(req, k, req.prompt_ids, req.temperature, generator))
                 cached.append(hit)
+                if req.grammar is not None:
+                    import llguidance
+
+                    req.matchers[k] = llguidance.LLMatcher(self._lltok, req.grammar, log_level=0)
         batch, logits = prefill(self.model, rows, cached, self.pad_id)
         self._advance(rows, logits)
         return batch
 
+    def _constrain(self, rows: list[Row], logits: Any) -> None:
+        """Masks, in place, the tokens that would break a constrained row's JSON schema."""
+        import llguidance.torch as llt
+
+        held = [(i, row.owner.matchers[row.k]) for i, row in enumerate(rows) if row.owner.matchers]
+        if not held:
+            return
+        mask = llt.allocate_token_bitmask(len(held), self._lltok.vocab_size)
+        for j, (_, matcher) in enumerate(held):
+            llt.fill_next_token_bitmask(matcher, mask, j)
+        mask = mask.to(logits.device)
+        for j, (i, _) in enumerate(held):
+            llt.apply_token_bitmask_inplace(logits[i : i + 1], mask[j : j + 1])
+
     def _advance(self, rows: list[Row], logits: Any) -> None:
+        self._constrain(rows, logits)
         tokens = sample(rows, logits)
         want = [i for i, row in enumerate(rows) if row.owner.logprobs is not None]
         if want:  # only the rows that asked: a softmax over the vocabulary per row
@@ -287,6 +358,8 @@ class LocalModel:
             req = row.owner
             if req.first_token_at is None:
                 req.first_token_at = time.monotonic()
+            if req.matchers and token not in self.end_ids:
+                req.matchers[row.k].consume_token(token)  # once the JSON is whole, only an end token fits
             row.done = (
                 token in self.end_ids
                 or len(row.out) >= req.max_tokens
@@ -410,6 +483,21 @@ class LocalModel:
         )
 
 
+def _share(rows: list[Row], waiting: int, seconds: float) -> None:
+    """Counts a decoder step shared by several requests' rows as each attempt's waiting, but for its own
+    share (its rows' fraction of the step): what the others' rows cost it. The first `waiting` rows only
+    waited (running rows while others join: their prefill)."""
+    counts: dict[int, list] = {}
+    for i, row in enumerate(rows):
+        entry = counts.setdefault(id(row.owner), [row.owner, 0, 0])
+        entry[1 if i < waiting else 2] += 1
+    worked = len(rows) - waiting
+    for owner, idle, busy in counts.values():
+        if owner.clock is not None and (idle or busy):
+            own = busy / worked if worked else 0.0
+            owner.clock.add(seconds * (1.0 - own) if busy else seconds)
+
+
 def _shutdown_at_exit(ref: "weakref.ref[LocalModel]") -> None:
     model = ref()
     if model is not None:
@@ -434,6 +522,10 @@ class _Request:
     logprobs: Optional[int] = None  # None: off; else top alternatives kept per token
     stop_after_block: bool = True
     events: Optional[queue.SimpleQueue] = None  # streaming: see LocalModel.submit
+    on_join: Optional[Any] = None  # called when it joins the batch (LocalModel.submit)
+    clock: Optional[Any] = None  # the attempt's Waiting (agent.models.base): the others' share of its steps
+    grammar: Optional[str] = None  # llguidance grammar of the request's JSON schema
+    matchers: dict[int, Any] = field(default_factory=dict)  # row k -> its llguidance matcher
     stop: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     results: dict[int, Completion] = field(default_factory=dict)  # completion k, as rows finish

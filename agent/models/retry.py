@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 import tenacity
 
-from agent.models.base import ModelError
+from agent.models.base import ModelError, waiting
 
 T = TypeVar("T")
 
@@ -178,12 +178,16 @@ async def call_with_retries(
         attempts += 1
         return await asyncio.wait_for(request(), policy.timeout)
 
+    async def backoff(seconds: float) -> None:  # the provider's rate limit or outage: not the agent's time
+        with waiting():
+            await policy.sleep(seconds)
+
     try:
         async for attempt in tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(max(1, policy.max_attempts)),
             wait=_wait(policy),
             retry=tenacity.retry_if_exception(is_retryable),
-            sleep=policy.sleep,
+            sleep=backoff,
             reraise=True,
         ):
             with attempt:

@@ -7,7 +7,13 @@ harnesses. Held to the OpenAI chat-completions reference:
     POST /v1/completions        prompt (a string, a list of strings, token ids, or lists of token ids),
                                 the same sampling fields; logprobs is an integer there, as in the reference
     GET  /v1/models             the served models (the base model and each named adapter)
+    GET  /v1/models/{id}        one of them (OpenAI's Model object; 404 model_not_found otherwise)
+    POST /tokenize, /detokenize vLLM's: {prompt} or {messages, tools, add_generation_prompt} -> {count,
+                                max_model_len, tokens, token_strs}; {tokens} -> {prompt} (also under /v1)
     GET  /health                200 when up (no API key needed)
+
+One access-log line per request (stderr for `harness serve`, else the logger agent.serve.handler):
+client, "METHOD path", status, seconds, and for generations model=, prompt_tokens=, completion_tokens=.
 
 Local models (`local:...`) decode in the continuous-batching decoder of agent/models/local.py: concurrent
 requests share one batch, streaming sends each token as it is decoded, `stop` strings end generation in
@@ -19,9 +25,12 @@ decoder's logits. Tools are rendered with the model's chat template or the docum
 Extension for RL users: `"return_token_ids": true` in a request (the field vLLM uses) adds
 `prompt_token_ids` to the response (per choice on /v1/completions) and `token_ids` (the exact generated
 ids, end-of-turn token included when produced) to each choice; in a stream they come with each choice's
-last chunk. `response_format` json_object / json_schema: the schema is given to the model, the reply is
-made to start with "{", and a reply that does not parse or match is reported in the message's `refusal`
-field, naming the failure (the text stays in `content`).
+last chunk. `response_format` json_object / json_schema, for local models: the schema is given to the model
+and constrains its decoding (llguidance masks every token that cannot continue a match, as vLLM's
+structured outputs do), so the reply is JSON that matches, or finish_reason is "length" (max_tokens cut
+it); a schema the decoder cannot enforce is a 400. With tools offered as well the reply may be a call
+instead, so it is only asked for. finish_reason is "length" whenever max_tokens cut the reply, a tool call
+included (as OpenAI says); "tool_calls" when the calls are whole.
 
 Errors have the reference shape {"error": {"message", "type", "param", "code"}}: 400 for malformed
 requests, 401 for a missing or wrong API key (--api-key), 404 for an unknown model or path. Unknown

@@ -4,6 +4,7 @@ reference's shapes, and the response envelope and final choice of either endpoin
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Any, Optional
 
 from agent.models.base import Completion
 from agent.serve.requests import GenRequest
-from agent.serve.tools import OPEN, ResponseFormat, ToolSpec, check_response_format, parse_tool_calls
+from agent.serve.tools import CLOSE, OPEN, ToolSpec, parse_tool_calls
 
 
 @lru_cache(maxsize=1 << 16)
@@ -86,28 +87,35 @@ class Choice:
     text: Optional[str]
     finish_reason: str
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    refusal: Optional[str] = None
     logprobs: Optional[list[tuple[int, float, list[tuple[int, float]]]]] = None
     token_ids: Optional[list[int]] = None
     prompt_ids: Optional[list[int]] = None
 
 
-def finish_choice(
-    c: Completion, prefix: str, tools: Optional[ToolSpec], fmt: Optional[ResponseFormat]
-) -> Choice:
+def finish_choice(c: Completion, prefix: str, tools: Optional[ToolSpec]) -> Choice:
     text: Optional[str] = prefix + c.content
     calls: list[dict[str, Any]] = []
     finish = c.finish_reason
     if tools is not None:
+        whole = text
         text, calls = parse_tool_calls(text, tools)
-        if calls:
+        # A call cut off by max_tokens is "length", as OpenAI says; whole calls followed by more text that
+        # was cut are the reply's calls.
+        if calls and (finish != "length" or calls_complete(whole, calls)):
             finish = "tool_calls"
-    refusal = None
-    if fmt is not None and not calls:
-        problem = check_response_format(fmt, text or "")
-        if problem:
-            refusal = f"response_format {fmt.kind}: {problem}"
-    return Choice(text, finish, calls, refusal, c.token_logprobs, c.completion_ids, c.prompt_ids)
+    return Choice(text, finish, calls, c.token_logprobs, c.completion_ids, c.prompt_ids)
+
+
+def calls_complete(text: str, calls: list[dict[str, Any]]) -> bool:
+    """Whether every <tool_call> block of the reply is closed and every call's arguments are JSON."""
+    if text.count(OPEN) > text.count(CLOSE):
+        return False
+    try:
+        for call in calls:
+            json.loads(call["function"]["arguments"])
+    except ValueError:
+        return False
+    return True
 
 
 def chat_logprobs(
@@ -183,7 +191,7 @@ def final_choice(model: Any, req: GenRequest, index: int, c: Choice, chat: bool)
     """A finished choice in the endpoint's shape, for a response that is not streamed."""
     tok = getattr(model, "tokenizer", None)
     if chat:
-        message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": c.refusal}
+        message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
         if c.tool_calls:
             message["tool_calls"] = c.tool_calls
         out = {

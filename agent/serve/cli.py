@@ -22,8 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         help="serve a model over an OpenAI-compatible HTTP API",
         description="Serve a model at http://HOST:PORT/v1 (POST /v1/chat/completions and /v1/completions, "
-        "GET /v1/models) for the openai client, litellm or other harnesses. Local models stream "
-        "token by token from the continuous-batching decoder; see agent/serve/__init__.py for the fields.",
+        "GET /v1/models[/ID], POST /tokenize and /detokenize as vLLM's) for the openai client, litellm or "
+        "other harnesses; one access-log line per request on stderr. Local models stream token by token "
+        "from the continuous-batching decoder; see agent/serve/__init__.py for the fields.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

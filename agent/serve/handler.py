@@ -10,10 +10,12 @@ import json
 import logging
 import queue
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Optional
 
 from agent.models import ContextLengthError, Model, ModelError
+from agent.models.local import GrammarError
 from agent.serve.choices import choose_tool
 from agent.serve.local_replies import LocalReplies
 from agent.serve.other_replies import OtherReplies
@@ -35,15 +37,27 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
     stop_after_block: bool = False  # see start_server
     metrics: Any = None  # telemetry.ServeMetrics, for GET /metrics (None: prometheus-client is missing)
     run: Callable[[Any], Any]
-    _status = 0  # the response's HTTP status, for the request's span and metrics
+    _status = 0  # the response's HTTP status: the access log, the request's span and metrics
     _span: Any = telemetry.NO_SPAN
-
-    def send_response(self, code: int, message: Optional[str] = None) -> None:
-        self._status = code
-        super().send_response(code, message)
+    access_log: Callable[[str], Any] = staticmethod(lambda line: log.info("%s", line))
 
     def log_message(self, format: str, *args: Any) -> None:
         log.info("%s %s", self.address_string(), format % args)
+
+    def log_request(self, code: Any = "-", size: Any = "-") -> None:
+        self._status = int(code) if str(code).isdigit() else 0  # the line itself: _log_access, at the end
+
+    def _log_access(self, method: str, started: float) -> None:
+        """One line per request, as uvicorn and vLLM write them: client, method, path, status, seconds,
+        and for generations the model and its tokens."""
+        line = (
+            f'{self.client_address[0]}:{self.client_address[1]} "{method} {self.path}" '
+            f"{getattr(self, '_status', 0)} {time.monotonic() - started:.3f}s"
+        )
+        usage = getattr(self, "_usage", None)
+        if usage is not None:
+            line += f" model={usage[0]} prompt_tokens={usage[1]} completion_tokens={usage[2]}"
+        self.access_log(line)
 
     # -- plumbing
     def _send(self, status: int, payload: Any) -> None:
@@ -88,7 +102,24 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
             )
         return model
 
+    def _model_object(self, name: str) -> dict[str, Any]:
+        """OpenAI's Model object (with vLLM's max_model_len)."""
+        return {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "harness",
+            "max_model_len": self.models[name].context_window,
+        }
+
     def do_GET(self) -> None:
+        started, self._usage = time.monotonic(), None
+        try:
+            self._get()
+        finally:
+            self._log_access("GET", started)
+
+    def _get(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         if path == "/health":
             self._send(200, {"status": "ok"})
@@ -104,28 +135,26 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
         if not self._authorized():
             return
         if path in ("/v1/models", "/models"):
-            self._send(
-                200,
-                {
-                    "object": "list",
-                    "data": [
-                        {
-                            "id": name,
-                            "object": "model",
-                            "created": 0,
-                            "owned_by": "harness",
-                            "max_model_len": model.context_window,
-                        }
-                        for name, model in self.models.items()
-                    ],
-                },
-            )
+            self._send(200, {"object": "list", "data": [self._model_object(n) for n in self.models]})
+        elif path.startswith(("/v1/models/", "/models/")):  # an id may hold slashes (openai/gpt-4o-mini)
+            name = urllib.parse.unquote(path.split("/models/", 1)[1])
+            try:
+                self._model(name)
+            except HTTPError as e:
+                self._error(e)
+                return
+            self._send(200, self._model_object(name))
         else:
             self._error(HTTPError(404, f"no such path: {self.path}", "not_found"))
 
     def do_POST(self) -> None:
-        """_post inside the request's span (`POST /v1/...`, kind SERVER), counted in the metrics."""
-        path, started, self._status = self.path.split("?")[0].rstrip("/"), time.monotonic(), 0
+        """_post in the request's span (`POST /v1/...`, kind SERVER), counted in the metrics, logged."""
+        path, started, self._status, self._usage = (
+            self.path.split("?")[0].rstrip("/"),
+            time.monotonic(),
+            0,
+            None,
+        )
         attrs = {"http.request.method": "POST", "url.path": path}
         with telemetry.span(f"POST {path}", attrs, kind="SERVER") as span:
             self._span = span
@@ -140,6 +169,7 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
                 if self.metrics is not None:
                     self.metrics.requests.labels(path, str(self._status)).inc()
                     self.metrics.duration.labels(path).observe(time.monotonic() - started)
+                self._log_access("POST", started)
 
     def _observe(self, req: Any, jobs: list) -> None:
         """A local model's finished reply in the span and the metrics: tokens, time to first token, time
@@ -178,12 +208,17 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
             "/chat/completions": self._chat,
             "/v1/completions": self._text,
             "/completions": self._text,
+            "/tokenize": self._tokenize,  # vLLM's paths (no /v1), and under /v1 for clients with a base URL
+            "/v1/tokenize": self._tokenize,
+            "/detokenize": self._detokenize,
+            "/v1/detokenize": self._detokenize,
         }
         if path not in endpoints:
             self._error(
                 HTTPError(
                     404,
-                    f"no such path: {self.path} (this server has /v1/chat/completions and /v1/completions)",
+                    f"no such path: {self.path} (this server has /v1/chat/completions, /v1/completions, "
+                    "/tokenize and /detokenize)",
                     "not_found",
                 )
             )
@@ -220,10 +255,17 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
             text = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
             if req.tools is not None and req.tools.choice == "required" and len(req.tools.names) > 1:
                 req.tools = choose_tool(model, text, req.tools)  # then the reply starts that call
-            prefix = reply_prefix(req.tools, req.fmt)
+            # response_format constrains the decoding (as vLLM does) unless tool calls may come instead
+            constrained = req.fmt is not None and (req.tools is None or req.tools.choice == "none")
+            schema = (req.fmt.schema or {"type": "object"}) if constrained and req.fmt else None
+            prefix = reply_prefix(req.tools, None if constrained else req.fmt)
             ids = list(tok(text + prefix, add_special_tokens=False)["input_ids"])
             events = queue.SimpleQueue() if req.stream else None
-            jobs = [self._submit(model, req, ids, prefix, 0, req.stop + tool_stops(req.tools), events)]
+            stops = req.stop + tool_stops(req.tools)
+            try:
+                jobs = [self._submit(model, req, ids, prefix, 0, stops, events, schema)]
+            except GrammarError as e:
+                raise bad_request(f"response_format json_schema: {e}", "response_format") from None
             self._respond(model, req, jobs, chat=True, events=events)
             self._observe(req, jobs)
         else:
@@ -255,6 +297,62 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
             raise
         self._respond(model, req, jobs, chat=False, events=events)
         self._observe(req, jobs)
+
+    def _tokenizer_of(self, body: Any) -> tuple[str, Any]:
+        """(served name, tokenizer) for /tokenize and /detokenize; `model` is optional there, as in vLLM."""
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        name = body.get("model") or next(iter(self.models))
+        if not isinstance(name, str):
+            raise bad_request("'model' must be a string", "model")
+        tok = getattr(self._model(name), "tokenizer", None)
+        if tok is None:
+            raise bad_request(f"model {name!r} has no tokenizer here (local models only)", "model")
+        return name, tok
+
+    def _tokenize(self, body: Any) -> None:
+        """vLLM's /tokenize: {prompt} or {messages} (rendered as a chat request is) -> {count, max_model_len,
+        tokens, token_strs}."""
+        name, tok = self._tokenizer_of(body)
+        if "messages" in body:
+            req = parse_chat(dict(body, model=name))
+            if body.get("add_generation_prompt", True) and body.get("continue_final_message"):
+                raise bad_request(
+                    "cannot set both 'continue_final_message' and 'add_generation_prompt' to true",
+                    "continue_final_message",
+                )
+            messages, tools = render_messages(req.messages, req.tools, req.fmt, native_tools(tok))
+            text = tok.apply_chat_template(
+                messages,
+                tools=tools,
+                tokenize=False,
+                add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+                continue_final_message=bool(body.get("continue_final_message", False)),
+            )
+            special = bool(body.get("add_special_tokens", False))
+        else:
+            text = body.get("prompt")
+            if not isinstance(text, str):
+                raise bad_request("'prompt' (a string) or 'messages' is required", "prompt")
+            special = bool(body.get("add_special_tokens", True))
+        ids = list(tok(text, add_special_tokens=special)["input_ids"])
+        out: dict[str, Any] = {
+            "count": len(ids),
+            "max_model_len": self.models[name].context_window,
+            "tokens": ids,
+            "token_strs": tok.convert_ids_to_tokens(ids) if body.get("return_token_strs") else None,
+        }
+        self._send(200, out)
+
+    def _detokenize(self, body: Any) -> None:
+        """vLLM's /detokenize: {tokens} -> {prompt}."""
+        _, tok = self._tokenizer_of(body)
+        ids = body.get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise bad_request("'tokens' must be a list of token ids", "tokens")
+        if ids and (max(ids) >= len(tok) or min(ids) < 0):
+            raise bad_request(f"'tokens' has ids outside the vocabulary (0..{len(tok) - 1})", "tokens")
+        self._send(200, {"prompt": tok.decode(ids)})
 
     # -- streaming
     def _start_stream(self) -> None:

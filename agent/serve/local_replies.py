@@ -21,7 +21,7 @@ from agent.serve.choices import (
     usage,
 )
 from agent.serve.requests import ChatRequest, GenRequest
-from agent.serve.tools import ResponseFormat, ToolSpec
+from agent.serve.tools import ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class LocalReplies:
         base: int,
         stop: list[str],
         events: Optional[queue.SimpleQueue],
+        json_schema: Optional[dict[str, Any]] = None,
     ) -> Job:
         handle = model.submit(
             ids,
@@ -60,6 +61,7 @@ class LocalReplies:
             logprobs=req.logprobs,
             events=events,
             stop_after_block=self.stop_after_block and isinstance(req, ChatRequest),
+            json_schema=json_schema,
         )
         return Job(base, req.n, ids, prefix, handle)
 
@@ -67,21 +69,21 @@ class LocalReplies:
         self, model: Any, req: GenRequest, jobs: list[Job], chat: bool, events: Optional[queue.SimpleQueue]
     ) -> None:
         tools = req.tools if isinstance(req, ChatRequest) else None
-        fmt = req.fmt if isinstance(req, ChatRequest) else None
         try:
             if req.stream:
-                self._stream_local(model, req, jobs, events, chat, tools, fmt)
+                self._stream_local(model, req, jobs, events, chat, tools)
                 return
             choices: dict[int, Choice] = {}
             for job in jobs:
                 results = job.handle.future.result()
                 for k, c in enumerate(results):
-                    choices[job.base + k] = finish_choice(c, job.prefix, tools, fmt)
+                    choices[job.base + k] = finish_choice(c, job.prefix, tools)
         finally:
             for job in jobs:
                 job.handle.stop.set()  # a no-op once finished; frees the rows of a client that left
         prompt = sum(len(job.prompt_ids) for job in jobs)
         completion = sum(len(c.token_ids or []) for c in choices.values())
+        self._usage = (req.model, prompt, completion)  # for the access log
         response = envelope(req, chat)
         response["choices"] = [final_choice(model, req, i, c, chat) for i, c in sorted(choices.items())]
         response["usage"] = usage(prompt, completion)
@@ -97,7 +99,6 @@ class LocalReplies:
         events: queue.SimpleQueue,
         chat: bool,
         tools: Optional[ToolSpec],
-        fmt: Optional[ResponseFormat],
     ) -> None:
         """Send each choice's text as its tokens are decoded (chat.completion.chunk or text_completion
         events), its tool calls and finish reason when it ends, then the usage chunk if asked."""
@@ -166,7 +167,7 @@ class LocalReplies:
                     continue
                 left.discard(key)  # "finish": what is left of the text, the tool calls, the finish reason
                 job = jobs[key[0]]
-                final = finish_choice(payload, job.prefix, tools, fmt)
+                final = finish_choice(payload, job.prefix, tools)
                 completion_tokens += len(final.token_ids or []) * len(targets[key])
                 whole, emitted = final.text or "", state.text()[: state.sent]
                 rest = whole[len(emitted) :] if whole.startswith(emitted) else ""
@@ -209,15 +210,11 @@ class LocalReplies:
                                 },
                             )
                         )
-                    if chat and final.refusal:
-                        self._event(chunk(index, "", [], extra={"refusal": final.refusal}))
                     self._event(chunk(index, "", [], final.finish_reason, extra))
+            prompt_tokens = sum(len(j.prompt_ids) for j in jobs)
+            self._usage = (req.model, prompt_tokens, completion_tokens)  # for the access log
             if req.include_usage:
-                self._event(
-                    dict(
-                        head, choices=[], usage=usage(sum(len(j.prompt_ids) for j in jobs), completion_tokens)
-                    )
-                )
+                self._event(dict(head, choices=[], usage=usage(prompt_tokens, completion_tokens)))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):  # the client left: stop decoding its rows

@@ -12,7 +12,6 @@ from agent.config import API_REPLY_TOKENS
 from agent.models import Model
 from agent.serve.choices import Choice, envelope, final_choice, usage
 from agent.serve.requests import ChatRequest
-from agent.serve.tools import check_response_format
 
 
 class OtherReplies:
@@ -41,20 +40,20 @@ class OtherReplies:
                 }
                 for t in c.tool_calls
             ]
-            refusal = None
-            if req.fmt is not None and not calls:
-                problem = check_response_format(req.fmt, text)
-                refusal = f"response_format {req.fmt.kind}: {problem}" if problem else None
             choices.append(
                 Choice(
                     None if calls and not text else text,
-                    "tool_calls" if calls else "stop" if cut else c.finish_reason,
+                    "tool_calls"
+                    if calls and c.finish_reason != "length"
+                    else "stop"
+                    if cut
+                    else c.finish_reason,
                     calls,
-                    refusal,
                 )
             )
         prompt = completions[0].prompt_tokens if completions else 0
         out = sum(c.completion_tokens for c in completions)
+        self._usage = (req.model, prompt, out)  # for the access log
         if not req.stream:
             response = envelope(req, True)
             response["choices"] = [final_choice(model, req, i, c, True) for i, c in enumerate(choices)]
@@ -69,8 +68,6 @@ class OtherReplies:
             delta: dict[str, Any] = {"role": "assistant", "content": c.text or ""}
             if c.tool_calls:
                 delta["tool_calls"] = [dict(t, index=n) for n, t in enumerate(c.tool_calls)]
-            if c.refusal:
-                delta["refusal"] = c.refusal
             self._event(
                 dict(head, choices=[{"index": i, "delta": delta, "finish_reason": None, "logprobs": None}])
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
@@ -70,6 +71,7 @@ def start_server(
     adapters: Optional[dict[str, str]] = None,
     api_key: Optional[str] = None,
     stop_after_block: bool = False,
+    access_log: Optional[Callable[[str], Any]] = None,
     **options: Any,
 ) -> Server:
     """Serve a Model (or a spec for get_model, with options) in background threads; port 0 picks a free one.
@@ -77,7 +79,7 @@ def start_server(
     the request's `model`. `stop_after_block`: a local model's chat replies end after their first complete
     ``` block, as its own complete() does for the agent loop (evaluators/cluster.py serves the loop's model
     so, and its nodes get the replies and token ids one machine would). Returns Server(base_url, model, name,
-    stop, models)."""
+    stop, models). `access_log` gets one line per request (default: the logger agent.serve.handler, INFO)."""
     made = []
     if isinstance(model, str):
         spec = model
@@ -110,6 +112,7 @@ def start_server(
             "stop_after_block": stop_after_block,
             "metrics": _serve_metrics(models),
             "run": staticmethod(run),
+            **({"access_log": staticmethod(access_log)} if access_log else {}),
         },
     )
     try:
@@ -159,7 +162,11 @@ def serve(
 ) -> None:
     """Serve until interrupted (the `harness serve` command)."""
     options = dict(options or {}, **({"adapter": adapter} if adapter else {}))
-    server = start_server(spec, host, port, adapters=adapters, api_key=api_key, **options)
+
+    def access(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    server = start_server(spec, host, port, adapters=adapters, api_key=api_key, access_log=access, **options)
     out(
         f"serving {spec} as {', '.join(repr(n) for n in server.models)} at {server.base_url} "
         f"(OpenAI-compatible{'; API key required' if api_key else ''}; Ctrl-C stops)"

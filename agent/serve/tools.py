@@ -148,27 +148,6 @@ def parse_response_format(body: dict[str, Any]) -> Optional[ResponseFormat]:
     return ResponseFormat("json_schema", schema, str(js.get("name") or ""))
 
 
-def check_response_format(fmt: ResponseFormat, text: str) -> Optional[str]:
-    """None when the reply is valid for the format, else why not (one line)."""
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        return f"the reply is not valid JSON ({e})"
-    if fmt.kind == "json_object" and not isinstance(value, dict):
-        return "the reply is JSON but not an object"
-    if fmt.schema:
-        import jsonschema
-
-        errors = sorted(
-            jsonschema.validators.validator_for(fmt.schema)(fmt.schema).iter_errors(value),
-            key=lambda e: list(e.absolute_path),
-        )
-        if errors:
-            where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-            return f"the reply does not match the schema {fmt.name!r} at {where}: {errors[0].message}"
-    return None
-
-
 def native_tools(tokenizer: Any) -> bool:
     """Whether the model's own chat template renders tools in the syntax parse_tool_calls reads."""
     template = getattr(tokenizer, "chat_template", None) or ""

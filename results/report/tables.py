@@ -1,11 +1,15 @@
 """The report's tables: pandas tables of runs, comparisons and rounds, as terminal text and as markdown.
 
 `terminal_report` is what `harness report` prints, `print_summary` what `harness eval` prints when it
-finishes, `markdown_summary` is summary.md and `summary_table` summary.csv/.parquet.
+finishes, `markdown_summary` is summary.md and `summary_table` summary.csv/.parquet. The terminal's tables
+keep the headline columns and fit its width (80 columns by default; rich lays them out); every column is
+in summary.md, summary.csv and report.html (`harness report RUN`).
 """
 
 from __future__ import annotations
 
+import io
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -173,10 +177,79 @@ def headline_ks(runs: Sequence[RunData]) -> set[int]:
     return set(TERMINAL_KS) | {max((len(pass_cols(r.summary)) for r in runs), default=1)}
 
 
-def format_table(df: pd.DataFrame) -> str:
+def terminal_width() -> int:
+    """The terminal's columns ($COLUMNS, else 80 when not a terminal)."""
+    return max(shutil.get_terminal_size((80, 24)).columns, 40)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, (float, np.floating)):
+        return "-" if np.isnan(value) else f"{value:.3f}"
+    return "-" if value is None else str(value)
+
+
+def format_table(df: pd.DataFrame, width: Optional[int] = None) -> str:
+    """A table as text no wider than `width` (default: the terminal's): long cells wrap in their column."""
     if df.empty:
         return "  (none)"
-    return df.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-")
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0, collapse_padding=True)
+    for col in df.columns:
+        numeric = pd.api.types.is_numeric_dtype(df[col])
+        table.add_column(str(col), justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
+    for row in df.itertuples(index=False):
+        table.add_row(*(_cell(v) for v in row))
+    out = io.StringIO()
+    Console(file=out, width=width or terminal_width(), color_system=None, highlight=False).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())
+
+
+def _ci(low: pd.Series, high: pd.Series) -> list[str]:
+    return [f"{_cell(a)}-{_cell(b)}" if not np.isnan(a) else "-" for a, b in zip(low, high)]
+
+
+def terminal_overview(runs: Sequence[RunData]) -> pd.DataFrame:
+    """The overview turned on its side for the terminal: one row per measure, one column per run (a row
+    per run would need ~130 columns)."""
+    full = overview_table(runs, headline_ks(runs))
+    if full.empty:
+        return full
+    rows: dict[str, list[Any]] = {"model": list(full["model"])}
+    rows["solved"] = [_cell(x) for x in full["solved_rate"]]
+    rows["95% CI"] = _ci(full["ci_low"], full["ci_high"])
+    for col in pass_cols(full):
+        rows[col] = [_cell(x) for x in full[col]]
+    for col in ("tasks", "attempts", "errors"):
+        rows[col] = [str(x) for x in full[col]]
+    for col, fmt in (("steps/attempt", "{:.1f}"), ("tokens/attempt", "{:.0f}"), ("s/attempt", "{:.1f}")):
+        rows[col] = ["-" if np.isnan(x) else fmt.format(x) for x in full[col]]
+    rows["cost"] = [f"${x:.4f}" for x in full["cost"]]
+    table = pd.DataFrame({"": list(rows)})
+    for n, label in enumerate(full["run"]):
+        table[str(label)] = [values[n] for values in rows.values()]
+    return table
+
+
+def terminal_level(runs: Sequence[RunData], level: str) -> pd.DataFrame:
+    full = level_table(runs, level)
+    cols = [c for c in (level, "run", "n_tasks", "n_attempts", "n_errors") if c in full]
+    table = full[cols].rename(columns={"n_tasks": "tasks", "n_attempts": "attempts", "n_errors": "errors"})
+    table["solved"] = full["solved_rate"]
+    if "solved_ci_low" in full:
+        table["95% CI"] = _ci(full["solved_ci_low"], full["solved_ci_high"])
+    return table
+
+
+def terminal_comparison(comps: Sequence[tuple[str, str, metrics.Comparison]]) -> pd.DataFrame:
+    full = comparison_table(comps)
+    table = full[["run", "baseline", "tasks", "diff"]].copy()
+    table["95% CI"] = [f"{a:+.3f}-{b:+.3f}" for a, b in zip(full["ci_low"], full["ci_high"])]
+    table["p"] = full["p_value"]
+    table["better"], table["worse"] = full["improved"], full["regressed"]
+    return table
 
 
 def terminal_report(
@@ -184,24 +257,27 @@ def terminal_report(
     comps: Sequence[tuple[str, str, metrics.Comparison]],
     rounds: Sequence[dict[str, Any]] = (),
 ) -> str:
-    ks = headline_ks(runs)
+    width = terminal_width()
     out = [
-        "== overview (solved rate CI: 95% bootstrap over tasks; errors excluded from rates)",
-        format_table(overview_table(runs, ks)),
+        "== overview (95% CI: bootstrap over tasks; errors left out of rates)",
+        format_table(terminal_overview(runs), width),
     ]
     for level in ("domain", "difficulty"):
-        out += [f"\n== by {level}", format_table(level_table(runs, level))]
+        out += [f"\n== by {level}", format_table(terminal_level(runs, level), width)]
     if comps:
-        out += ["\n== compared with the baseline (paired by task)", format_table(comparison_table(comps))]
+        out += [
+            "\n== compared with the baseline (paired by task)",
+            format_table(terminal_comparison(comps), width),
+        ]
         for a, b, c in comps:
             if c.improved or c.regressed:
                 out.append(f"  {b} vs {a}: improved {id_list(c.improved)}; regressed {id_list(c.regressed)}")
-    out += ["\n== failure reasons (failed attempts)", format_table(reasons_table(runs))]
+    out += ["\n== failure reasons (failed attempts)", format_table(reasons_table(runs), width)]
     errs = errors_table(runs)
     if not errs.empty:
-        out += ["\n== infra errors (status=error; not counted in rates)", format_table(errs)]
+        out += ["\n== infra errors (status=error; not counted in rates)", format_table(errs, width)]
     if rounds:
-        out += ["\n== by training round", format_table(rounds_table(rounds))]
+        out += ["\n== by training round", format_table(rounds_table(rounds), width)]
     return "\n".join(out)
 
 
@@ -298,3 +374,4 @@ def print_summary(run_dir: str | Path, echo: Callable[[str], Any] = print, n_boo
     """The terminal tables for one run (what `harness eval` prints when it finishes)."""
     runs = load_runs([run_dir], n_boot)
     echo(terminal_report(runs, []))
+    echo(f"every column, plots and each attempt's steps:\n  harness report {run_dir}")
