@@ -47,9 +47,10 @@ STANDIN_DIFFERENCES = {
     "source build in /usr/local), pip without the EXTERNALLY-MANAGED marker, and curl preinstalled",
     "ubuntu:24.04": "Debian trixie, not Ubuntu noble; has python3.13 (the real image has no Python) and curl",
 }
-# Every stand-in also has: uv/uvx 0.9.5 in /root/.local/bin with the installer's `env` script (so test.sh's
-# `curl astral.sh | sh` may fail offline and `source $HOME/.local/bin/env` still works), UV_OFFLINE=1 and
-# UV_PYTHON_DOWNLOADS=never in its ENV, uv's cache pre-seeded with the corpus verifiers' `-w` requirements, and
+# Every stand-in also has: uv/uvx 0.9.5 in /root/.local/bin with an `env` script like the installer's
+# (so test.sh's `curl astral.sh | sh` may fail offline and `source $HOME/.local/bin/env` still works),
+# UV_OFFLINE=1 and UV_PYTHON_DOWNLOADS=never in its ENV, uv's cache pre-seeded with the corpus verifiers'
+# `-w` requirements,
 # the .debs of the corpus's apt_preseed packages (what its oracles apt-get install) in /var/cache/apt/archives
 # with apt's lists kept, so `apt-get update` fails offline and `apt-get install` still works.
 
@@ -99,11 +100,10 @@ RUN update-ca-certificates >/dev/null
 RUN mkdir -p /tmp/uvwheel /root/.local/bin && cd /tmp/uvwheel \\
     && python3 -m pip download --no-deps --only-binary=:all: uv=={UV_VERSION} \\
     && python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('uv-*.whl')[0]).extractall('x')" \\
-    && install -m 0755 x/uv-{UV_VERSION}.data/scripts/uv x/uv-{UV_VERSION}.data/scripts/uvx /root/.local/bin/ \\
-    && printf '%s\\n' '#!/bin/sh' 'case ":${{PATH}}:" in *:"$HOME/.local/bin":*) ;; *) export PATH="$HOME/.local/bin:$PATH" ;; esac' \\
-        > /root/.local/bin/env && rm -rf /tmp/uvwheel
-RUN export PATH=/root/.local/bin:$PATH UV_PYTHON_DOWNLOADS=never SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-    && uv --version \\
+    && cd x/uv-{UV_VERSION}.data/scripts && install -m 0755 uv uvx /root/.local/bin/ && rm -rf /tmp/uvwheel
+COPY uv-env /root/.local/bin/env
+RUN export PATH=/root/.local/bin:$PATH UV_PYTHON_DOWNLOADS=never \\
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt && uv --version \\
 {seeds}    && true
 ENV UV_OFFLINE=1 UV_PYTHON_DOWNLOADS=never
 LABEL harness.tb-standin={json.dumps(name)}
@@ -111,13 +111,22 @@ CMD ["/bin/bash"]
 """
 
 
-def extra_ca_files() -> dict[str, bytes]:
-    """This machine's own CA certificates (a TLS-intercepting proxy's): builds reach PyPI through it, and the
-    task images' own `RUN pip install` steps do too, so the stand-ins keep trusting them."""
+# What uv's installer writes to ~/.local/bin/env: put that folder on PATH once.
+UV_ENV_SCRIPT = """#!/bin/sh
+case ":${PATH}:" in
+    *:"$HOME/.local/bin":*) ;;
+    *) export PATH="$HOME/.local/bin:$PATH" ;;
+esac
+"""
+
+
+def build_context() -> dict[str, bytes]:
+    """The stand-ins' build context: uv's env script, and this machine's own CA certificates (a
+    TLS-intercepting proxy's): builds reach PyPI through it, and so do the task images' own `RUN pip install`
+    steps, so the stand-ins keep trusting them."""
     folder = Path("/usr/local/share/ca-certificates")
-    return {f"extra-ca/{p.name}": p.read_bytes() for p in sorted(folder.glob("*.crt"))} or {
-        "extra-ca/.none": b""
-    }
+    cas = {f"extra-ca/{p.name}": p.read_bytes() for p in sorted(folder.glob("*.crt"))}
+    return {**(cas or {"extra-ca/.none": b""}), "uv-env": UV_ENV_SCRIPT.encode()}
 
 
 def _build(dockerfile: str, tag: str, context: dict[str, bytes] | None = None, path: str | None = None):
@@ -170,7 +179,7 @@ def ensure_standins(log=print) -> dict[str, float]:
         seconds["debootstrap trixie"] = time.monotonic() - t0
     for name in sorted({t["base_image"] for t in manifest()["tasks"].values()}):
         dockerfile = standin_dockerfile(name, root)
-        cas = extra_ca_files()
+        cas = build_context()
         tag = f"harness-tb/{re.sub(r'[^a-z0-9]+', '-', name)}:{content_hash(dockerfile, *cas, *cas.values())}"
         img = find_image(tag)
         if img is None:

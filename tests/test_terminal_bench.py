@@ -1,5 +1,5 @@
-"""Real Terminal-Bench tasks (tests/fixtures/terminal-bench, byte-exact from Harbor's registry packets) load and
-validate here: every oracle solves and the untouched container does not, with the network off.
+"""Real Terminal-Bench tasks (tests/fixtures/terminal-bench, byte-exact from Harbor's registry packets) load
+and validate here: every oracle solves and the untouched container does not, with the network off.
 
 The images are built from each task's own environment/Dockerfile on local stand-ins for its base image
 (tests/tb_standins.py; `.ci/setup --test` builds them once, cached by recipe hash).

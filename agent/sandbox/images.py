@@ -272,7 +272,7 @@ def harbor_verifier_image(task, log=print) -> Optional[str]:
 
 def debootstrap_import(tag: str, suite: str, include: list[str], changes: list[str], log=print) -> str:
     """A Debian `suite` minbase root with `include` installed, made by debootstrap and `docker import`-ed as
-    `tag` with the Dockerfile `changes` (ENV, WORKDIR, CMD...). For images built FROM it offline. Returns tag."""
+    `tag` with the Dockerfile `changes` (ENV, WORKDIR, CMD...), for images built FROM it. Returns the tag."""
     if os.geteuid() != 0 or not shutil.which("debootstrap"):
         raise UserError(f"building {tag} needs debootstrap as root: run `make setup` as root")
     log(f"debootstrap {suite} for {tag} ...")
