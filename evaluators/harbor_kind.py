@@ -49,7 +49,7 @@ def limits(task, network: Optional[bool] = None) -> Limits:
         workspace_mb=base.workspace_mb,
         network=base.network if network is None else network,
         read_only=False,
-        native=NativeSpec(workdir=spec.workdir, user=spec.agent_user, env=spec.env),
+        native=NativeSpec(workdir=spec.workdir, user=spec.agent_user, env=spec.env, keep_processes=True),
     )
 
 
@@ -90,7 +90,7 @@ async def oracle(task, sb: NativeSandbox):
     await sb.put_files(
         task.solution_files, dest="/solution", user="root", executable=_scripts(task.solution_files)
     )
-    env = {**sb.env, **dict(task.harbor.solution_env)}
+    env = {"DEBIAN_FRONTEND": "noninteractive", **dict(task.harbor.solution_env)}  # as Harbor's oracle agent
     shell = "bash" if await _has_bash(sb) else "sh"
     r = await sb.exec([shell, "/solution/solve.sh"], timeout=task.agent.timeout_sec, env=env)
     if r.exit_code != 0:
@@ -166,7 +166,7 @@ async def run_verifier(task, sb: NativeSandbox):
         f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}",
     )
     await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
-    env = {**sb.env, **dict(spec.verifier_env)}
+    env = dict(spec.verifier_env)  # on top of the container's environment, as docker exec -e
     timeout = task.verifier_timeout_sec
     run = await sb.exec(
         ["bash", "/tests/test.sh"] if await _has_bash(sb) else ["sh", "/tests/test.sh"],

@@ -121,7 +121,8 @@ class HarborSpec:
     agent_user: Optional[str] = None  # None -> the image's USER (root for most images)
     verifier_user: Optional[str] = None
     verifier_env: tuple[tuple[str, str], ...] = ()
-    verifier_mode: str = "snapshot"
+    verifier_mode: str = "shared"  # Harbor's default: the verifier runs in the agent's own container
+    network_why: str = ""  # why the agent's container has (no) network: one line per run says it
     verifier_network: Optional[bool] = None  # None -> as the environment
     verifier_docker_image: Optional[str] = None  # [verifier.environment] docker_image
     verifier_dockerfile: Optional[str] = None  # tests/Dockerfile, for a separate verifier environment
@@ -206,9 +207,17 @@ def parse(
             f'{loc}: [environment] workdir must be an absolute path such as "/app" (got {_show(workdir)})'
         )
     env = _env(env_t, "env", loc, "[environment]")
-    network = baseline_network = _network(env_t, loc, "[environment]")
+    baseline_network = _network(env_t, loc, "[environment]")
+    if baseline_network is None:
+        baseline_network, why = True, "no network key: Harbor's default (allow_internet = true)"
+    elif "network_mode" in env_t:
+        why = f'[environment] network_mode = "{env_t["network_mode"]}"'
+    else:
+        why = f"[environment] allow_internet = {str(baseline_network).lower()}"
+    network = baseline_network
     if agent_net is not None:
         network = agent_net  # the agent phase's own policy wins for the agent's container
+        why = f'[agent] network_mode = "{agent_t["network_mode"]}"'
     healthcheck = _healthcheck(env_t, loc, unknown)
     build_timeout = _num(env_t, "build_timeout_sec", 600.0, loc, "[environment]")
     for key in ("skills_dir",):
@@ -244,7 +253,7 @@ def parse(
         )
     if mode_h is None and "environment" in ver_t:
         mode_h = "separate"
-    mode = {"shared": "shared", "separate": "fresh", None: "snapshot"}[mode_h]
+    mode = {"shared": "shared", "separate": "fresh", None: "shared"}[mode_h]  # unset: Harbor's shared
     if "isolation" in ver_t:
         mode = ver_t["isolation"]
         if mode not in VERIFIER_MODES:
@@ -303,6 +312,7 @@ def parse(
         verifier_env=verifier_env,
         verifier_mode=mode,
         verifier_network=verifier_net if verifier_net is not None else bool(baseline_network),
+        network_why=why,
         verifier_docker_image=_str(venv_t, "docker_image", None, loc, "[verifier.environment]"),
         verifier_dockerfile=verifier_dockerfile,
         solution_env=solution_env,
@@ -321,6 +331,42 @@ def parse(
         },
     }
     return spec, values
+
+
+def offline(tasks: list) -> list:
+    """--no-internet: every Harbor task's containers (the agent's and the verifier's) without network."""
+    import dataclasses
+
+    out = []
+    for t in tasks:
+        if t.harbor is not None and (t.environment.allow_internet or t.harbor.verifier_network):
+            t = dataclasses.replace(
+                t,
+                environment=dataclasses.replace(t.environment, allow_internet=False),
+                harbor=dataclasses.replace(
+                    t.harbor,
+                    verifier_network=False,
+                    network_why="--no-internet (was: " + t.harbor.network_why + ")",
+                ),
+            )
+        out.append(t)
+    return out
+
+
+def network_line(tasks: list) -> str:
+    """One line for a run: which Harbor tasks have network and why ("" without Harbor tasks)."""
+    hb = [t for t in tasks if t.harbor is not None]
+    if not hb:
+        return ""
+    groups: dict[str, list[str]] = {}
+    for t in hb:
+        on = t.environment.allow_internet or t.harbor.verifier_network
+        groups.setdefault(f"{'network' if on else 'no network'}: {t.harbor.network_why}", []).append(t.id)
+    parts = []
+    for why, ids in sorted(groups.items()):
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        parts.append(f"{len(ids)} ({shown}) {why}")
+    return "Harbor tasks: " + "; ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------- refusals
