@@ -29,6 +29,7 @@ from results.errors import UserError
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "terminal-bench"
 UV_VERSION = "0.9.5"  # the version the TB 2.x verifiers install
+PIP_VERSION = "25.2"  # the python:3.13-slim-bookworm stand-in's pip (in /usr/local, like the real image's)
 ROOT_REPO = "harness-tb/trixie"
 # python3 for uvx -p 3.13 (python-build-standalone downloads need GitHub); curl, as test.sh apt-installs it.
 ROOT_PACKAGES = [
@@ -91,12 +92,21 @@ def standin_dockerfile(name: str, root: str) -> str:
         for reqs in all_requirement_sets()
     )
     preseed = " ".join(manifest().get("apt_preseed", []))
-    unmanaged = "RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED\n" if name.startswith("python:") else ""
+    # python:*: pip in /usr/local, as in the real image (Debian's own pip, packaging and wheel have no RECORD
+    # files, so a task's `pip install --upgrade pip` could not replace them)
+    unmanaged = (
+        "RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED \\\n"
+        f"    && python3 -m pip install --no-cache-dir --ignore-installed pip=={PIP_VERSION} \\\n"
+        "    && apt-get purge -y -q python3-pip python3-wheel && apt-get autoremove -y -q\n"
+        if name.startswith("python:")
+        else ""
+    )
     return f"""FROM {root}
 ENV PATH={PATH} LANG=C.UTF-8 HOME=/root
 COPY extra-ca/ /usr/local/share/ca-certificates/
 RUN update-ca-certificates >/dev/null
-{unmanaged}RUN apt-get update && apt-get install -y --download-only {preseed}
+RUN apt-get update
+{unmanaged}RUN apt-get install -y --download-only {preseed}
 RUN mkdir -p /tmp/uvwheel /root/.local/bin && cd /tmp/uvwheel \\
     && python3 -m pip download --no-deps --only-binary=:all: uv=={UV_VERSION} \\
     && python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('uv-*.whl')[0]).extractall('x')" \\
