@@ -72,6 +72,11 @@ def register(sub):
     )
     add_loop_options(p, "seed", defaults={"seed": (0, 0)})  # eval's runs are seeded (LoopConfig's None: not)
     p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
+    p.add_argument(
+        "--no-internet",
+        action="store_true",
+        help="Harbor tasks: no network for any container (default: as each task says; Harbor's: on)",
+    )
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
     p.add_argument(
         "--cluster",
@@ -171,6 +176,12 @@ def cmd_eval(args) -> int:
         if args.limit < 1:
             raise UserError("--limit must be at least 1")
         tasks = tasks[: args.limit]
+    from tasks import harbor
+
+    if getattr(args, "no_internet", False):
+        tasks = harbor.offline(tasks)
+    if harbor.network_line(tasks):
+        print(harbor.network_line(tasks), file=sys.stderr)
     options = parse_model_options(args.model, getattr(args, "model_option", []))
     if args.adapter:
         options["adapter"] = args.adapter

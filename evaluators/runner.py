@@ -61,6 +61,7 @@ async def run_attempt(
     result: Optional[LoopResult] = None
     verdict = None
     harbor = None
+    kept: dict[str, bytes] = {}
     if task.harbor is not None:  # Harbor's runtime contract and verifier modes (evaluators/harbor_kind.py)
         from evaluators import harbor_kind as harbor
     limits = harbor.limits(task) if harbor else Limits.for_task(task.environment)
@@ -73,14 +74,16 @@ async def run_attempt(
             result = await policy(task, sb)
         except OracleFailed as e:
             rec.error = str(e)
+        if harbor:  # the agent's processes end (not in shared mode); artifacts are collected
+            kept = await harbor.after_agent(task, sb)
         if sb.dead:
             changes = Changes(rejected=["the sandbox died before its changes could be captured"])
         else:
             changes = await sb.changes()
-        if (
-            harbor and task.harbor.verifier_mode != "fresh"
-        ):  # needs the agent's container: verified before release
-            verdict = await harbor.verify_in_place(task, sb, pool)
+        if harbor:  # tamper checks, then (snapshot, shared) verification while the agent's container exists
+            verdict = await harbor.verify_agent(task, sb, pool, changes)
+    if harbor and verdict is None:  # fresh mode
+        verdict = await harbor.grade_fresh(task, changes, pool, image, kept)
     if result is not None:
         rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
         rec.n_steps = len(result.steps)
@@ -106,6 +109,9 @@ async def run_attempt(
     )
     rec.status = "solved" if verdict.solved else "failed"
     rec.detail = (rec.detail + verdict.detail)[:1000]
+    if harbor:  # what explains the verdict: test.sh's output in the record, files in the run folder
+        rec.verifier_output = verdict.output
+        rec.keep_files({**kept, **verdict.files})
     rec.durations.evaluation = verdict.seconds
     rec.durations.total = time.monotonic() - t0
     rec.finished_at = now()

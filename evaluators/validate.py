@@ -120,9 +120,14 @@ async def validate(tasks: list[Task], repeats: int = 3, concurrency: int = 4) ->
 
 
 def main(args) -> int:
+    from tasks import harbor
     from tasks.loader import load_suite
 
     tasks = load_suite(getattr(args, "suite", None) or "builtin")
+    if getattr(args, "no_internet", False):
+        tasks = harbor.offline(tasks)
+    if harbor.network_line(tasks):
+        print(harbor.network_line(tasks), file=sys.stderr)
     t0 = time.monotonic()
     rows = asyncio.run(validate(tasks, repeats=args.repeats, concurrency=args.concurrency))
     width = max(len(r.task) for r in rows)

@@ -46,9 +46,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ATTEMPTS = "attempts.jsonl"
+FILES = (
+    "files"  # files kept with attempts: files/<task id>/<sample>/<name> (Harbor verifier output, artifacts)
+)
 LOCK = ".lock"
 
 log = logging.getLogger("harness.results")
+
+
+def _safe_part(name: str) -> str:
+    """One path component of a kept file's name, safe as a file name here."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name)[:120].lstrip(".") or "_"
 
 
 def utc_now() -> str:
@@ -351,6 +359,33 @@ class RunStore(RunReader):
     def __len__(self) -> int:
         return len(self._keys)
 
+    def _write_files(self, attempt: Attempt) -> None:
+        """The attempt's kept files, under files/<task>/<sample>/, each fsynced before the record that
+        names them is written; the record says where each one is."""
+        base = Path(FILES) / _safe_part(attempt.task_id) / str(attempt.sample)
+        data = attempt.file_data()
+        for kept in attempt.files:
+            parts = [_safe_part(p) for p in kept.name.split("/") if p not in ("", ".", "..")]
+            rel = base.joinpath(*parts) if parts else base / "file"
+            target = self.dir / rel
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    write_all(fd, data.get(kept.name, b""))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                if e.errno in DISK_FULL:
+                    raise UserError(
+                        f"disk full writing {target}: {len(self._keys)} attempts recorded, nothing lost; "
+                        f"free space and resume with --resume {self.dir}"
+                    ) from None
+                raise
+            kept.path = str(rel)
+        fsync_dir(self.dir / base)
+
     def append(self, attempt: Attempt) -> bool:
         """Record one finished attempt durably. Returns False (and writes nothing) if its key is already
         there.
@@ -363,6 +398,8 @@ class RunStore(RunReader):
             raise ValueError(
                 f"attempt {attempt.key} has run_id {attempt.run_id!r}, this run is {self.run_id!r}"
             )
+        if attempt.file_data() and attempt.key not in self._keys:
+            self._write_files(attempt)
         data = _encode(attempt)
         with self._mutex:
             if self._fd is None:

@@ -52,6 +52,11 @@ def register(subparsers) -> None:
         "--repeats", type=int, default=1, help="run each oracle this many times (flakiness check)"
     )
     val.add_argument("--concurrency", type=int, default=2, help="tasks checked at the same time")
+    val.add_argument(
+        "--no-internet",
+        action="store_true",
+        help="Harbor tasks: no network for any container (default: as each task says)",
+    )
     val.set_defaults(func=cmd_validate)
 
 

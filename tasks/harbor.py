@@ -129,6 +129,7 @@ class HarborSpec:
     solution_env: tuple[tuple[str, str], ...] = ()
     healthcheck: Optional[Healthcheck] = None
     build_timeout_sec: float = 600.0
+    artifacts: tuple[str, ...] = ()  # paths collected from the agent's container ([[artifacts]] / "path")
     warnings: tuple[str, ...] = ()
 
 
@@ -284,8 +285,7 @@ def parse(
             f"{loc}: steps: multi-step Harbor tasks are not supported by this harness "
             "(split them into single-step tasks)"
         )
-    if data.get("artifacts"):
-        warnings.append("artifacts are not collected by this harness (ignored)")
+    artifacts = _artifacts(data.get("artifacts", []), loc, "artifacts")
     source = data.get("source") if isinstance(data.get("source"), str) else ""
 
     if unknown:
@@ -318,6 +318,7 @@ def parse(
         solution_env=solution_env,
         healthcheck=healthcheck,
         build_timeout_sec=build_timeout,
+        artifacts=artifacts,
         warnings=tuple(warnings),
     )
     values = {
@@ -410,6 +411,27 @@ def _network(t: dict, loc: str, label: str) -> Optional[bool]:
     if mode is not None:
         return mode == "public"
     return allow
+
+
+def _artifacts(value: Any, loc: str, label: str) -> tuple[str, ...]:
+    """artifacts = ["/path", { source = "/path", destination = "...", exclude = [...] }]: the sources,
+    collected from the agent's container (destination and exclude are not applied: kept under the source's
+    own path, whole)."""
+    if not isinstance(value, list):
+        raise UserError(f'{loc}: {label} must be a list of paths or {{ source = "/path" }} tables')
+    out = []
+    for a in value:
+        if isinstance(a, dict):
+            if a.get("service") not in (None, "main"):
+                raise UserError(
+                    f"{loc}: {label} service = {_show(a.get('service'))}: compose services are not supported "
+                    "(collect from the main container only)"
+                )
+            a = a.get("source")
+        if not isinstance(a, str) or not a.strip() or ".." in a.split("/"):
+            raise UserError(f'{loc}: {label} entries need a source path without ".." (got {_show(a)})')
+        out.append(a)
+    return tuple(out)
 
 
 def _healthcheck(env_t: dict, loc: str, unknown: list[str]) -> Optional[Healthcheck]:

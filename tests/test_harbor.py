@@ -324,12 +324,14 @@ sleep 0.3
 """  # noqa: E501 -- the agent's script, byte for byte
 
 
-@pytest.mark.parametrize("mode", ["snapshot", "shared", "fresh"])
-def test_planted_rewards_and_background_writers_do_not_count(image, mode):
+# shared: the agent's processes run alongside test.sh, as under Harbor (README: what the agent can still do)
+@pytest.mark.parametrize("mode,writer", [("snapshot", True), ("fresh", True), ("shared", False)])
+def test_planted_rewards_and_background_writers_do_not_count(image, mode, writer):
     async def cheat(task, sb):
         seen = await sb.exec("ls -A /tests 2>/dev/null; true", timeout=10)
         assert seen.stdout.strip() == "", "hidden tests were visible to the agent"
-        r = await sb.exec(CHEAT, timeout=30)
+        script = CHEAT if writer else CHEAT.split("setsid")[0]
+        r = await sb.exec(script, timeout=30)
         assert r.exit_code == 0, r.output
 
     task = _with_mode(load_task(FIXTURES / "hello-world"), mode)

@@ -12,6 +12,7 @@
  *           {"id": 4, "op": "mkdirs", "paths": [...], "mode": 493, "owner": "USER", "fresh": true}
  *           {"id": 5, "op": "write", "path": "/tests/test.sh", "data": "<base64>", "mode": 493, "owner": "USER"}
  *           {"id": 6, "op": "read", "path": "/logs/verifier/reward.txt", "max": 1048576}
+ *           {"id": 7, "op": "remove", "paths": [...]}   {"id": 8, "op": "stat", "paths": [...]} -> "kinds"
  *           The file ops are done by this server itself (as root, without any program of the image): the
  *           harness never needs the container's sh, tar or ls, whatever the agent did to them. A path
  *           component that is not a real folder (a file, a link) is replaced by one; reads follow no link.
@@ -740,6 +741,30 @@ static void op_read(jv *req, long id) {
     send_buf(&b); free(b.p); free(data.p);
 }
 
+static void op_remove(jv *req, long id) {
+    jv *paths = jget(req, "paths");
+    for (int i = 0; paths && paths->t == J_ARR && i < paths->n; i++) {
+        const char *path = paths->kids[i].str ? paths->kids[i].str : "";
+        if (path[0] != '/') { errno = EINVAL; send_op_error(id, "remove", path); return; }
+        if (remove_at(AT_FDCWD, path, 0)) { send_op_error(id, "remove", path); return; }
+    }
+    send_ok(id);
+}
+static void op_stat(jv *req, long id) {  /* kinds: f file, d folder, l link, o other, "" none */
+    jv *paths = jget(req, "paths");
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": %ld, \"ok\": true, \"kinds\": [", id);
+    for (int i = 0; paths && paths->t == J_ARR && i < paths->n; i++) {
+        struct stat st;
+        const char *k = "";
+        if (paths->kids[i].str && lstat(paths->kids[i].str, &st) == 0)
+            k = S_ISREG(st.st_mode) ? "f" : S_ISDIR(st.st_mode) ? "d" : S_ISLNK(st.st_mode) ? "l" : "o";
+        bfmt(&b, "%s\"%s\"", i ? ", " : "", k);
+    }
+    bstr(&b, "]}");
+    send_buf(&b); free(b.p);
+}
+
 /* ------------------------------------------------------------------ main loop */
 static void handle_line(char *line) {
     jv req;
@@ -752,6 +777,8 @@ static void handle_line(char *line) {
     else if (!strcmp(op, "mkdirs")) op_mkdirs(&req, id);
     else if (!strcmp(op, "write")) op_write(&req, id);
     else if (!strcmp(op, "read")) op_read(&req, id);
+    else if (!strcmp(op, "remove")) op_remove(&req, id);
+    else if (!strcmp(op, "stat")) op_stat(&req, id);
     else if (op_v && op_v->t == J_STR && !strcmp(op_v->str, "killall")) {
         for (int i = 0; i < MAXCMD; i++) if (cmds[i].used) { cmds[i].timed_out = 1; kill(-cmds[i].pid, SIGKILL); }
         reap_strays();

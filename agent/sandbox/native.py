@@ -143,6 +143,23 @@ class NativeSandbox(Sandbox):
         r = await self._op({"op": "read", "path": path, "max": max_bytes}, timeout=120)
         return base64.b64decode(r["data"]), int(r["size"]), bool(r["truncated"])
 
+    async def remove(self, *paths: str):
+        """Removes files or folders (with what they hold), following no link."""
+        await self._op({"op": "remove", "paths": list(paths)})
+
+    async def kinds(self, *paths: str) -> list[str]:
+        """For each path: "f" file, "d" folder, "l" link, "o" other, "" none (lstat)."""
+        return (await self._op({"op": "stat", "paths": list(paths)}))["kinds"]
+
+    async def list_files(self, root: str, max_files: int = 200) -> Optional[dict]:
+        """path (relative to root) -> [kind, size, hash, executable] of what root holds, walked by the helper
+        without following links; None when it holds more than max_files."""
+        reply = await self._request({"op": "snapshot", "root": root, "max_files": max_files}, 150)
+        snap = reply.get("snapshot")
+        if not isinstance(snap, dict):
+            raise FileOpError(f"sandbox {self.id[:12]}: listing {root} failed: {reply.get('error', reply)}")
+        return None if "too_many" in snap else snap
+
     async def put_files(self, files, dest: str = WORKSPACE, user: str = "agent", executable=()):
         """Writes files below dest (0644, or 0755 for the paths named in `executable`), owned by `user`."""
         if dest == WORKSPACE and files:
