@@ -29,6 +29,7 @@ from results.errors import UserError
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "terminal-bench"
 UV_VERSION = "0.9.5"  # the version the TB 2.x verifiers install
+GCC_MAJOR = "14"  # trixie's gcc, for which GCC_SPECS is written
 PIP_VERSION = "25.2"  # the python:3.13-slim-bookworm stand-in's pip (in /usr/local, like the real image's)
 ROOT_REPO = "harness-tb/trixie"
 # python3 for uvx -p 3.13 (python-build-standalone downloads need GitHub); curl, as test.sh apt-installs it.
@@ -112,6 +113,7 @@ RUN mkdir -p /tmp/uvwheel /root/.local/bin && cd /tmp/uvwheel \\
     && python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('uv-*.whl')[0]).extractall('x')" \\
     && cd x/uv-{UV_VERSION}.data/scripts && install -m 0755 uv uvx /root/.local/bin/ && rm -rf /tmp/uvwheel
 COPY uv-env /root/.local/bin/env
+COPY gcc-specs /usr/lib/gcc/x86_64-linux-gnu/{GCC_MAJOR}/specs
 RUN export PATH=/root/.local/bin:$PATH UV_PYTHON_DOWNLOADS=never \\
     SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt && uv --version \\
 {seeds}    && true
@@ -130,13 +132,31 @@ esac
 """
 
 
+# gcc 14 (trixie) made C89 leftovers errors that gcc 12 (bookworm) and 13 (noble) only warn about (an
+# implicit declaration of gets(), say); when a task installs gcc, these specs keep them warnings.
+GCC_SPECS = (
+    "*cc1:\n+ "
+    + " ".join(
+        "-Wno-error=" + w
+        for w in (
+            "implicit-function-declaration",
+            "implicit-int",
+            "int-conversion",
+            "incompatible-pointer-types",
+        )
+    )
+    + "\n\n"
+)
+
+
 def build_context() -> dict[str, bytes]:
     """The stand-ins' build context: uv's env script, and this machine's own CA certificates (a
     TLS-intercepting proxy's): builds reach PyPI through it, and so do the task images' own `RUN pip install`
     steps, so the stand-ins keep trusting them."""
     folder = Path("/usr/local/share/ca-certificates")
     cas = {f"extra-ca/{p.name}": p.read_bytes() for p in sorted(folder.glob("*.crt"))}
-    return {**(cas or {"extra-ca/.none": b""}), "uv-env": UV_ENV_SCRIPT.encode()}
+    files = {"uv-env": UV_ENV_SCRIPT.encode(), "gcc-specs": GCC_SPECS.encode()}
+    return {**(cas or {"extra-ca/.none": b""}), **files}
 
 
 def _build(dockerfile: str, tag: str, context: dict[str, bytes] | None = None, path: str | None = None):
