@@ -36,7 +36,7 @@ import docker.errors
 
 from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
-from evaluators.tamper import PROGRAM_DIRS
+from evaluators.tamper import PROGRAM_DIRS, dpkg_sums
 from results.errors import InfraError, OracleFailed
 from results.schema import clip
 
@@ -123,7 +123,7 @@ def kept_files(sb) -> dict[str, bytes]:
 # ------------------------------------------------------------------------------------------- after the agent
 
 
-async def after_agent(task, sb: NativeSandbox) -> dict[str, bytes]:
+async def after_agent(task, sb: NativeSandbox, end: bool = True) -> dict[str, bytes]:
     """When the agent is done, in its own container: its processes end (except in shared mode, where Harbor
     keeps them for the verifier), and /logs/artifacts plus the task's declared artifacts are collected, as
     Harbor collects them before verifying. Returns the files the attempt keeps."""
@@ -131,7 +131,7 @@ async def after_agent(task, sb: NativeSandbox) -> dict[str, bytes]:
     if sb.dead:
         return files
     try:
-        if task.harbor.verifier_mode != "shared":
+        if task.harbor.verifier_mode != "shared" and end:
             await sb.kill_all()
         budget = [KEEP_BYTES]
         for source in (ARTIFACTS_DIR, *task.harbor.artifacts):
@@ -142,10 +142,27 @@ async def after_agent(task, sb: NativeSandbox) -> dict[str, bytes]:
     return files
 
 
+async def capture(sb: NativeSandbox) -> Changes:
+    """The working folder's changes. A process the agent left running may end the container meanwhile:
+    then the attempt goes on without them (verified from the container's filesystem), never an error."""
+    if sb.dead:
+        return Changes(rejected=["the sandbox died before its changes could be captured"])
+    try:
+        return await sb.changes()
+    except SandboxDied as e:
+        return Changes(rejected=[f"the sandbox stopped while its changes were captured: {e}"])
+
+
 async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[str]) -> Optional[str]:
     """Ours, stricter than Harbor: working-folder files that shadow what the verifier runs (every mode), and
     in snapshot/shared mode changes to the verifier's toolchain as the engine sees them (docker diff)."""
-    from evaluators.tamper import harbor_tamper_reason, shadow_candidates, toolchain_reason, verifier_imports
+    from evaluators.tamper import (
+        changed_toolchain,
+        harbor_tamper_reason,
+        shadow_candidates,
+        toolchain_reason,
+        verifier_imports,
+    )
 
     changed = {**changes.files, **{p: None for p in changes.deleted}}
     why = harbor_tamper_reason(changed, original, verifier_imports(task.test_files), task.instruction)
@@ -166,7 +183,135 @@ async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[
             }
         except (SandboxDied, FileOpError):
             pass
-    return toolchain_reason(diff, present) or None
+    return toolchain_reason(diff, present, await _packaged(sb, changed_toolchain(diff))) or None
+
+
+async def _packaged(sb: NativeSandbox, changed: list[str]) -> frozenset[str]:
+    """Which changed toolchain files hold what dpkg recorded for them (an upgrade pulled in by a package
+    install, e.g. libc6 or python3.12 by apt-get install): read by the helper, md5 compared on the host."""
+    import hashlib
+
+    if not changed or sb.dead:
+        return frozenset()
+    info = "/var/lib/dpkg/info"
+    ok: set[str] = set()
+    try:
+        links = {
+            d
+            for d, k in zip(
+                ("/bin", "/sbin", "/lib", "/lib64"), await sb.kinds("/bin", "/sbin", "/lib", "/lib64")
+            )
+            if k == "l"
+        }
+        listing = await sb.list_files(info, max_files=50000) or {}
+        sums = {}
+        for name, meta in listing.items():
+            if name.endswith(".md5sums") and meta[0] == "f":
+                sums[name] = (await sb.read_file(f"{info}/{name}", 4 << 20))[0]
+        recorded = dpkg_sums(sums, links)
+        for path in changed:
+            if path not in recorded:
+                continue
+            try:  # a link or a file gone is not what dpkg recorded
+                data, _, more = await sb.read_file(path, 256 << 20)
+            except FileOpError:
+                continue
+            if not more and hashlib.md5(data).hexdigest() == recorded[path]:
+                ok.add(path)
+        return frozenset(ok)
+    except (SandboxDied, FileOpError):
+        return frozenset(ok)
+
+
+# ------------------------------------------------------------------------------------------ multi-step tasks
+
+
+def step_task(task, step):
+    """The task as one of its steps sees it: the step's instruction, tests, solution and limits."""
+    import dataclasses
+
+    spec = task.harbor
+    return dataclasses.replace(
+        task,
+        instruction=step.instruction,
+        test_files=dict(step.test_files),
+        solution_files=dict(step.solution_files),
+        agent=dataclasses.replace(task.agent, timeout_sec=step.agent_timeout_sec or task.agent.timeout_sec),
+        verifier_timeout_sec=step.verifier_timeout_sec or task.verifier_timeout_sec,
+        harbor=dataclasses.replace(
+            spec,
+            steps=(),
+            verifier_user=step.verifier_user or spec.verifier_user,
+            verifier_env=spec.verifier_env + step.verifier_env,
+            artifacts=spec.artifacts + step.artifacts,
+        ),
+    )
+
+
+async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: str):
+    """Harbor's multi-step trial: for each step, its workdir files (and setup.sh), the agent (or oracle) on
+    its instruction in the same container, then its verifier; /tests and /logs/verifier are emptied before
+    the next step's agent. A step below its min_reward (or tampering) ends the run of steps. The reward is
+    the mean of the steps that were verified, or the final one's (multi_step_reward_strategy).
+    Returns (verdict, the merged loop result or None, the kept files, the last step's changes)."""
+    import dataclasses
+
+    from evaluators.grade import Verdict
+
+    verdicts, results, kept = [], [], {}
+    changes = Changes()
+    errors = []
+    for i, step in enumerate(task.harbor.steps):
+        st, last = step_task(task, step), i == len(task.harbor.steps) - 1
+        sb.kept_files = {}
+        if step.workdir_files:
+            wf = dict(step.workdir_files)
+            await sb.put_files(wf, executable=_scripts(wf))
+            if "setup.sh" in wf:
+                r = await sb.exec(
+                    ["bash", f"{sb.workdir.rstrip('/')}/setup.sh"], timeout=st.agent.timeout_sec
+                )
+                if r.exit_code != 0:
+                    errors.append(f"step {step.name}: setup.sh exited {r.exit_code}: {r.output[-200:]}")
+                    break
+        await sb.mark_baseline()
+        try:
+            results.append(await policy(st, sb))
+        except OracleFailed as e:
+            errors.append(f"step {step.name}: {e}")
+        files = dict(await after_agent(st, sb, end=last))
+        changes = await capture(sb)
+        v = await verify_agent(st, sb, pool, changes)
+        if v is None:
+            v = await grade_fresh(st, changes, pool, image, files)
+        kept.update({f"steps/{step.name}/{k}": d for k, d in {**files, **v.files}.items()})
+        verdicts.append((step.name, v))
+        if sb.dead or v.reason == "tamper" or (step.min_reward is not None and v.reward < step.min_reward):
+            break
+        if not last:  # the next step's agent must not see this step's tests or results
+            await sb.mkdirs("/tests", fresh=True)
+            await sb.mkdirs(REWARD_DIR, mode=0o777, fresh=True)
+    steps_text = ", ".join(f"{n}={v.reward:g} ({v.reason})" for n, v in verdicts)
+    if not verdicts:
+        v = Verdict(0.0, False, "no_report", detail="; ".join(errors) or "no step ran")
+    elif any(v.reason == "tamper" for _, v in verdicts):
+        name, bad = next((n, v) for n, v in verdicts if v.reason == "tamper")
+        v = Verdict(0.0, False, "tamper", detail=f"step {name}: {bad.detail}")
+    else:
+        final = task.harbor.step_reward == "final"
+        reward = verdicts[-1][1].reward if final else sum(v.reward for _, v in verdicts) / len(verdicts)
+        which = "the final step's" if final else f"mean of {len(verdicts)} verified steps"
+        v = Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail")
+        v.detail = f"steps {steps_text}; task reward = {which}"
+    v.output = clip("\n".join(f"== step {n} ==\n{sv.output}" for n, sv in verdicts), RECORD_OUTPUT_CHARS)
+    if errors:
+        v.detail = "; ".join(errors)[:300] + "; " + v.detail
+    done = [r for r in results if r is not None]
+    merged = None
+    if done:
+        steps = [s.model_copy(update={"index": k}) for k, s in enumerate(x for r in done for x in r.steps)]
+        merged = dataclasses.replace(done[-1], steps=steps, messages=[m for r in done for m in r.messages])
+    return v, merged, kept, changes
 
 
 # ---------------------------------------------------------------------------------------------- verification
@@ -236,6 +381,7 @@ async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, art
     the collected artifacts at their own paths (as Harbor's separate verifier gets them)."""
     from agent.sandbox.images import harbor_verifier_image
 
+    t0 = time.monotonic()
     vimage = await asyncio.to_thread(harbor_verifier_image, task) or image
     async with pool.sandbox(vimage, verifier_limits(task), task=task.id) as sb:
         files = {p: d for p, d in task.workspace_files.items() if p not in changes.deleted}
@@ -248,7 +394,9 @@ async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, art
         for name, data in (artifacts or {}).items():
             if name.startswith("artifacts/") and not name.endswith("NOT-COLLECTED.txt"):
                 await sb.write_file(name[len("artifacts") :], data)
-        return await run_verifier(task, sb)
+        v = await run_verifier(task, sb)
+    v.seconds = time.monotonic() - t0
+    return v
 
 
 async def run_verifier(task, sb: NativeSandbox):
@@ -265,12 +413,19 @@ async def run_verifier(task, sb: NativeSandbox):
         await sb.mkdirs(REWARD_DIR, mode=0o700, owner=user, fresh=True)
         await sb.mkdirs("/logs/agent", ARTIFACTS_DIR, mode=0o777)
         await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
-    except FileOpError as e:
+    except (FileOpError, SandboxDied) as e:
         return Verdict(
             0.0, False, "no_report", detail=f"the verifier could not be set up in the container: {e}"
         )
     timeout = task.verifier_timeout_sec
-    r = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
+    try:
+        r = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
+    except SandboxDied as e:  # the code under test or a process the agent left ended the container
+        if await asyncio.to_thread(sb.death_cause) == "oom":
+            return Verdict(0.0, False, "oom", detail="the memory limit was used up while test.sh ran")
+        return Verdict(
+            0.0, False, "no_report", detail=f"the container stopped while test.sh ran ({e}); nothing was read"
+        )
     out = r["output"]
     files = {"verifier/test-stdout.txt": out}
     budget = [KEEP_BYTES]

@@ -70,18 +70,25 @@ async def run_attempt(
         if harbor:
             await harbor.prepare(task, sb)
         await sb.mark_baseline()
-        try:
-            result = await policy(task, sb)
-        except OracleFailed as e:
-            rec.error = str(e)
-        if harbor:  # the agent's processes end (not in shared mode); artifacts are collected
-            kept = await harbor.after_agent(task, sb)
-        if sb.dead:
-            changes = Changes(rejected=["the sandbox died before its changes could be captured"])
+        if harbor and task.harbor.steps:  # a multi-step Harbor task: the agent and a verifier per step
+            verdict, result, kept, changes = await harbor.run_steps(task, policy, sb, pool, image)
         else:
-            changes = await sb.changes()
-        if harbor:  # tamper checks, then (snapshot, shared) verification while the agent's container exists
-            verdict = await harbor.verify_agent(task, sb, pool, changes)
+            try:
+                result = await policy(task, sb)
+            except OracleFailed as e:
+                rec.error = str(e)
+            if harbor:  # the agent's processes end (not in shared mode); artifacts are collected
+                kept = await harbor.after_agent(task, sb)
+            if harbor:  # its processes live on: one of them may end the container while it is captured
+                changes = await harbor.capture(sb)
+            elif sb.dead:
+                changes = Changes(rejected=["the sandbox died before its changes could be captured"])
+            else:
+                changes = await sb.changes()
+            if (
+                harbor
+            ):  # tamper checks, then (snapshot, shared) verification while the agent's container lives
+                verdict = await harbor.verify_agent(task, sb, pool, changes)
     if harbor and verdict is None:  # fresh mode
         verdict = await harbor.grade_fresh(task, changes, pool, image, kept)
     if result is not None:

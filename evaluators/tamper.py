@@ -122,7 +122,7 @@ def harbor_tamper_reason(
         if name == "pyproject.toml" and b"[tool.pytest" in data:
             return f"adds {path} (pytest config in pyproject.toml)"
         top = path.split("/", 1)[0]
-        module = top.removesuffix(".py")
+        module = top.split(".", 1)[0] if "/" not in path else top  # json.py, json.cpython-312-...so, json/
         if (path.endswith(".py") or path.endswith(".so")) and module in shadowable and module not in original:
             return f"adds {path} (shadows the module {module!r} the verifier imports)"
     return ""
@@ -176,7 +176,30 @@ def shadow_candidates(diff: list[dict]) -> list[str]:
     return out
 
 
-def toolchain_reason(diff: list[dict], present: set[str]) -> str:
+def changed_toolchain(diff: list[dict]) -> list[str]:
+    """The changed (Kind 0) paths toolchain_reason() counts: the caller may clear those whose content is what
+    the package manager recorded for them (an upgrade pulled in by an install)."""
+    return [d["Path"] for d in diff or [] if d.get("Kind") == 0 and toolchain_reason([d], set())]
+
+
+def dpkg_sums(md5sums_files: dict[str, bytes], linked: set[str]) -> dict[str, str]:
+    """path -> md5 from dpkg's /var/lib/dpkg/info/*.md5sums ("<md5>  usr/bin/x" lines); a path under a
+    linked folder (/bin -> usr/bin on merged-/usr images) is also listed under its target."""
+    out: dict[str, str] = {}
+    for data in md5sums_files.values():
+        for line in data.decode("utf-8", "replace").splitlines():
+            md5, _, rel = line.partition("  ")
+            if len(md5) != 32 or not rel:
+                continue
+            path = "/" + rel.strip().lstrip("/")
+            out[path] = md5
+            top = "/" + path.split("/")[1]
+            if top in linked:
+                out["/usr" + path] = md5
+    return out
+
+
+def toolchain_reason(diff: list[dict], present: set[str], packaged: frozenset[str] = frozenset()) -> str:
     """Why a change the engine reports (`docker diff`: Kind 0 changed, 1 added, 2 deleted) alters what the
     verifier runs, or "". `present`: which shadow_candidates() the container has (not through a folder
     that is a link, such as /bin -> usr/bin). Counts:
@@ -188,9 +211,12 @@ def toolchain_reason(diff: list[dict], present: set[str]) -> str:
         site-packages/dist-packages) changed or deleted; sitecustomize/usercustomize added or changed
         anywhere under those folders or /etc/python3*;
       - a file of pytest's own packages (_pytest, pytest, pluggy) that the image had, changed or deleted.
-    New files elsewhere and package installs (new packages) do not count."""
+    New files elsewhere and package installs (new packages) do not count, nor a change in `packaged`: a file
+    whose new content is what dpkg recorded for it (an upgrade the package manager made)."""
     kinds = {d.get("Path", ""): d.get("Kind") for d in diff or []}
     for path, kind in sorted(kinds.items()):
+        if kind == 0 and path in packaged:
+            continue
         folder, _, name = path.rpartition("/")
         if folder in PROGRAM_DIRS and _is_program(name):
             if kind in (0, 2):

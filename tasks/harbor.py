@@ -103,6 +103,25 @@ class Healthcheck:
 
 
 @dataclass(frozen=True)
+class StepSpec:
+    """One step of a multi-step task ([[steps]], files under steps/<name>/): the agent gets its instruction in
+    the same container as the steps before, then its verifier runs (its tests over the task's tests/)."""
+
+    name: str
+    instruction: str
+    test_files: tuple[tuple[str, bytes], ...] = ()  # tests/ with steps/<name>/tests/ on top
+    solution_files: tuple[tuple[str, bytes], ...] = ()  # steps/<name>/solution/, else solution/
+    workdir_files: tuple[tuple[str, bytes], ...] = ()  # steps/<name>/workdir/: copied in before the step
+    agent_timeout_sec: Optional[float] = None
+    agent_user: Optional[str] = None
+    verifier_timeout_sec: Optional[float] = None
+    verifier_user: Optional[str] = None
+    verifier_env: tuple[tuple[str, str], ...] = ()
+    min_reward: Optional[float] = None  # stop the remaining steps when this step's reward is below it
+    artifacts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class HarborSpec:
     """What a Harbor task asks of the runtime, beyond what Task already holds (limits, files, timeouts)."""
 
@@ -130,6 +149,8 @@ class HarborSpec:
     healthcheck: Optional[Healthcheck] = None
     build_timeout_sec: float = 600.0
     artifacts: tuple[str, ...] = ()  # paths collected from the agent's container ([[artifacts]] / "path")
+    steps: tuple[StepSpec, ...] = ()  # a multi-step task; empty for one step
+    step_reward: str = "mean"  # multi_step_reward_strategy: mean of the steps' rewards, or the final one's
     warnings: tuple[str, ...] = ()
 
 
@@ -280,10 +301,16 @@ def parse(
     sol_t = table(data, "solution", "[solution]")
     check(sol_t, {"env"}, "solution")
     solution_env = _env(sol_t, "env", loc, "[solution]")
-    if data.get("steps"):
+    steps = _steps(data.get("steps"), files, loc, where)
+    strategy = data.get("multi_step_reward_strategy") or "mean"
+    if strategy not in ("mean", "final"):
         raise UserError(
-            f"{loc}: steps: multi-step Harbor tasks are not supported by this harness "
-            "(split them into single-step tasks)"
+            f'{loc}: multi_step_reward_strategy must be "mean" or "final" (got {_show(strategy)})'
+        )
+    if steps and mode == "snapshot":
+        raise UserError(
+            f"{loc}: [verifier] isolation = \"snapshot\" with steps: a step's verifier runs in the agent's "
+            'container ("shared") or a fresh one ("fresh")'
         )
     artifacts = _artifacts(data.get("artifacts", []), loc, "artifacts")
     source = data.get("source") if isinstance(data.get("source"), str) else ""
@@ -319,6 +346,8 @@ def parse(
         healthcheck=healthcheck,
         build_timeout_sec=build_timeout,
         artifacts=artifacts,
+        steps=steps,
+        step_reward=strategy,
         warnings=tuple(warnings),
     )
     values = {
@@ -411,6 +440,77 @@ def _network(t: dict, loc: str, label: str) -> Optional[bool]:
     if mode is not None:
         return mode == "public"
     return allow
+
+
+def _steps(
+    value: Any, files: dict[str, bytes], loc: str, where: Callable[[str], str]
+) -> tuple[StepSpec, ...]:
+    if not value:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(st, dict) for st in value):
+        raise UserError(f'{loc}: steps must be [[steps]] tables with name = "..."')
+
+    def under(prefix: str) -> dict[str, bytes]:
+        return {p[len(prefix) :]: d for p, d in files.items() if p.startswith(prefix)}
+
+    out, seen = [], set()
+    for st in value:
+        name = st.get("name")
+        label = f"[[steps]] {name}"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or name in seen:
+            raise UserError(
+                f"{loc}: [[steps]] name must be a unique folder name under steps/ (got {_show(name)})"
+            )
+        seen.add(name)
+        agent_t = st.get("agent") or {}
+        ver_t = st.get("verifier") or {}
+        if not isinstance(agent_t, dict) or not isinstance(ver_t, dict):
+            raise UserError(f"{loc}: {label}: agent and verifier must be tables")
+        if ver_t.get("environment_mode") == "separate" or "environment" in ver_t:
+            raise UserError(f"{loc}: {label}: a step's own separate verifier environment is not supported")
+        text = files.get(f"steps/{name}/instruction.md")
+        if not text or not text.strip():
+            raise UserError(f"{where(f'steps/{name}/instruction.md')}: missing (the step's instruction)")
+        tests = {**under("tests/"), **under(f"steps/{name}/tests/")}
+        if "test.sh" not in tests:
+            raise UserError(f"{where(f'steps/{name}/tests/test.sh')}: missing (nor is there a tests/test.sh)")
+        solution = under(f"steps/{name}/solution/") or under("solution/")
+        min_reward = st.get("min_reward")
+        if isinstance(min_reward, dict):
+            min_reward = min_reward.get("reward")
+        out.append(
+            StepSpec(
+                name=name,
+                instruction=text.decode("utf-8", "replace"),
+                test_files=tuple(sorted(tests.items())),
+                solution_files=tuple(sorted(solution.items())),
+                workdir_files=tuple(sorted(under(f"steps/{name}/workdir/").items())),
+                agent_timeout_sec=_num(agent_t, "timeout_sec", 0.0, loc, label, zero=True) or None,
+                agent_user=_user(agent_t, loc, label),
+                verifier_timeout_sec=_num(ver_t, "timeout_sec", 0.0, loc, label, zero=True) or None,
+                verifier_user=_user(ver_t, loc, label),
+                verifier_env=_env(ver_t, "env", loc, label),
+                min_reward=float(min_reward) if isinstance(min_reward, (int, float)) else None,
+                artifacts=_artifacts(st.get("artifacts", []), loc, f"{label} artifacts"),
+            )
+        )
+    return tuple(out)
+
+
+def with_step_defaults(files: dict[str, bytes], spec: HarborSpec) -> dict[str, bytes]:
+    """A multi-step task may have no top-level instruction.md, tests/test.sh or solution/: its first step's
+    stand in for them (the task's own checks and listings read those)."""
+    if not spec.steps:
+        return files
+    first = spec.steps[0]
+    files = dict(files)
+    files.setdefault("instruction.md", first.instruction.encode())
+    for p, d in first.test_files:
+        files.setdefault(f"tests/{p}", d)
+    if not any(p.startswith("solution/") for p in files):
+        for p, d in first.solution_files:
+            files[f"solution/{p}"] = d
+    return files
 
 
 def _artifacts(value: Any, loc: str, label: str) -> tuple[str, ...]:

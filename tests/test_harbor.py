@@ -144,7 +144,7 @@ def test_unknown_keys_give_one_warning_not_an_error(tmp_path, capsys):
         ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allowlist"),
         ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "[agent] network_mode"),
         ('[environment]\nos = "windows"\n', "os"),
-        ('[[steps]]\nname = "one"\n', "steps"),
+        ('[[steps]]\nname = "one"\n[[steps.verifier.environment]]\n', "separate verifier environment"),
         (
             '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"\n',
             "environment_mode",

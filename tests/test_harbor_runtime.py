@@ -207,6 +207,11 @@ def test_a_failing_verdict_keeps_the_verifier_output_and_its_files(image, tmp_pa
     assert (out / files["verifier/ctrf.json"]["path"]).read_text().startswith('{"results"')
     assert b"command not found" in (out / files["verifier/test-stdout.txt"]["path"]).read_bytes()
     assert (out / files["artifacts/app/result.txt"]["path"]).read_text() == "42\n"
+    from results.report.build import build_report
+
+    page = build_report([out], echo=lambda m: None)["html"].read_text()
+    assert "verifier output" in page and "uvx-not-installed: command not found" in page
+    assert "verifier/ctrf.json" in page and "&quot;failed&quot;: 1" in page
 
 
 def test_test_sh_sees_what_docker_exec_gives(image, tmp_path):
@@ -243,7 +248,7 @@ def test_test_sh_sees_what_docker_exec_gives(image, tmp_path):
 
 SOLVE = "echo 'Hello' > /app/hello.txt"
 CHECK = (
-    "#!/bin/bash\n"
+    "#!/bin/bash\nsleep 2\n"
     '[ "$(cat /app/hello.txt 2>/dev/null)" = Hello ] && echo 1 > /logs/verifier/reward.txt '
     "|| echo 0 > /logs/verifier/reward.txt\n"
 )
@@ -251,6 +256,20 @@ TROJAN = "printf '#!/bin/sh\\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/r
 ATTACKS = {
     # name: (mode, the agent's command, reason alone, (status, reason) on top of the oracle's solution)
     "deletes-tar": ("snapshot", "rm -f /usr/bin/tar /bin/tar", "tamper", ("failed", "tamper")),
+    # a process left behind ends the container (kill -9 -1 reaches the helper) while it is verified
+    "kills-the-helper-later": (
+        "shared",
+        "(sleep 1.5; kill -9 -1) > /dev/null 2>&1 &",
+        "no_report|fail",  # while test.sh runs: nothing is read; before it: verified from its filesystem
+        ("failed", "no_report"),
+    ),
+    # what a package upgrade or reinstall does: a program rewritten with the content dpkg recorded for it
+    "rewrites-tar-as-dpkg-would": (
+        "shared",
+        "cp /usr/bin/tar /tmp/t && cat /tmp/t > /usr/bin/tar",
+        "fail",
+        ("solved", "pass"),
+    ),
     "logs-is-a-file": ("snapshot", "rm -rf /logs && echo no > /logs", "fail", ("solved", "pass")),
     "logs-is-a-link": ("shared", "rm -rf /logs && ln -s /proc/self /logs", "fail", ("solved", "pass")),
     "trojan-tar": ("snapshot", f"{TROJAN} > /usr/bin/tar", "tamper", ("failed", "tamper")),
@@ -292,13 +311,11 @@ def test_attacks_on_the_harness_own_work_are_graded_never_an_error(image, tmp_pa
     assert len(recs) == len(ATTACKS)  # the run went on
     for name, (_, _, alone, on_top) in ATTACKS.items():
         r = recs[f"{name}-{'oracle' if with_oracle else 'alone'}"]
-        want = on_top if with_oracle else ("failed", alone)
-        assert (r["status"], r["reason"]) == want, (
-            name,
-            r["detail"],
-            r["error"],
-            r["verifier_output"][-300:],
-        )
+        wants = {on_top} if with_oracle else {("failed", a) for a in alone.split("|")}
+        if name == "kills-the-helper-later" and with_oracle:  # timing: while test.sh runs, or before it
+            wants = {("failed", "no_report"), ("solved", "pass")}
+        got = (r["status"], r["reason"])
+        assert got in wants, (name, r["detail"], r["error"], r["verifier_output"][-300:])
 
 
 def test_a_shadowing_module_in_the_working_folder_is_tamper_in_fresh_mode(image, tmp_path):
@@ -333,3 +350,178 @@ def test_a_shadowing_module_in_the_working_folder_is_tamper_in_fresh_mode(image,
     for tid in ("planted", "planted-on-top"):
         assert (recs[tid]["status"], recs[tid]["reason"]) == ("failed", "tamper"), recs[tid]["detail"]
         assert "json.py" in recs[tid]["detail"]
+
+
+# ---------------------------------------------------------------------------------------------- multi-step
+
+STEPS_TOML = """schema_version = "1.4"
+multi_step_reward_strategy = "mean"
+[task]
+name = "harness/two-steps"
+[[steps]]
+name = "write"
+min_reward = 1.0
+[[steps]]
+name = "extend"
+[steps.verifier]
+env = { EXPECT = "two" }
+"""
+
+
+def _steps_task(tmp_path):
+    root = tmp_path / "two-steps"
+    files = {
+        "task.toml": STEPS_TOML,
+        "environment/Dockerfile": "FROM harness/base:latest\nWORKDIR /app\n",
+        "steps/write/instruction.md": "Write one into /app/a.txt.\n",
+        "steps/write/tests/test.sh": '#!/bin/bash\n[ "$(cat /app/a.txt)" = one ] && echo 1 > '
+        "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+        "steps/write/solution/solve.sh": "#!/bin/bash\necho one > /app/a.txt\n",
+        "steps/extend/instruction.md": "Now write two into /app/b.txt.\n",
+        "steps/extend/workdir/given.txt": "from the step\n",
+        "steps/extend/tests/test.sh": '#!/bin/bash\n[ "$(cat /app/a.txt)" = one ] '
+        '&& [ "$(cat /app/b.txt)" = "$EXPECT" ] && r=1 || r=0\necho $r > /logs/verifier/reward.txt\n',
+        "steps/extend/solution/solve.sh": "#!/bin/bash\n[ -f given.txt ] && [ ! -e /tests/test.sh ] "
+        "&& echo two > b.txt\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return harbor.offline([load_task(root)])[0]
+
+
+def test_multi_step_tasks_run_each_step_in_the_same_container(image, tmp_path):
+    """[[steps]]: each step's instruction, workdir files, solution and verifier in turn; the next step's agent
+    sees neither the tests nor the results of the one before; the reward is the mean of the steps."""
+    from evaluators.validate import validate
+
+    task = _steps_task(tmp_path)
+    assert [s.name for s in task.harbor.steps] == ["write", "extend"] and task.instruction.startswith(
+        "Write one"
+    )
+    rows = run(validate([task], repeats=1, concurrency=1))
+    assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])], rows
+    out, recs = eval_replay(
+        tmp_path, {"two-steps": ["echo one > a.txt", SUBMIT[6:].strip("`\n"), "echo 2 > b.txt"]}, [task]
+    )
+    r = recs["two-steps"]
+    assert (r["status"], r["reward"]) == ("failed", 0.5), r["detail"]
+    assert "write=1 (pass)" in r["detail"] and "extend=0 (fail)" in r["detail"]
+    assert {f["name"] for f in r["files"]} >= {
+        "steps/write/verifier/reward.txt",
+        "steps/extend/verifier/reward.txt",
+    }
+
+
+# ------------------------------------------------------------------------------------------ the rules (fast)
+
+
+@pytest.mark.parametrize(
+    "changed,original,imports,instruction,expected",
+    [
+        ({"json.py": b"x"}, [], set(), "", "shadows the module 'json'"),
+        ({"json.cpython-312-x86_64-linux-gnu.so": b"x"}, [], set(), "", "shadows the module 'json'"),
+        ({"yaml/__init__.py": b"x"}, [], {"yaml"}, "Write answer.py.", "shadows the module 'yaml'"),
+        ({"answer.py": b"x"}, [], {"answer"}, "Write answer.py.", ""),  # the module the task asks for
+        ({"sub/conftest.py": b"x"}, [], set(), "", "test-run hook"),
+        ({"x.pth": b"import os"}, [], set(), "", ".pth import hook"),
+        ({"pyproject.toml": b"[tool.pytest.ini_options]\n"}, [], set(), "", "pytest config"),
+        (
+            {"pyproject.toml": b"[tool.pytest.ini_options]\n"},
+            ["pyproject.toml"],
+            set(),
+            "",
+            "",
+        ),  # the task's own
+        ({"conftest.py": b"x"}, ["conftest.py"], set(), "", ""),
+        ({"src/json.py": b"x"}, [], set(), "", ""),  # not at the top of the working folder
+    ],
+)
+def test_working_folder_shadowing_rule(changed, original, imports, instruction, expected):
+    from evaluators.tamper import harbor_tamper_reason
+
+    why = harbor_tamper_reason(changed, original, imports, instruction)
+    assert (expected in why) if expected else why == "", why
+
+
+@pytest.mark.parametrize(
+    "diff,present,expected",
+    [
+        ([{"Path": "/usr/bin/tar", "Kind": 0}], set(), "changes /usr/bin/tar"),
+        ([{"Path": "/usr/bin/bash", "Kind": 2}], set(), "deletes /usr/bin/bash"),
+        ([{"Path": "/usr/bin/python3.12", "Kind": 0}], set(), "changes /usr/bin/python3.12"),
+        (
+            [{"Path": "/usr/local/bin/python3", "Kind": 1}],
+            {"/usr/bin/python3"},
+            "shadowing the image's python3",
+        ),
+        ([{"Path": "/usr/local/bin/pytest", "Kind": 1}], set(), ""),  # pip install pytest: a new program
+        ([{"Path": "/root/.local/bin/uv", "Kind": 1}], {"/usr/local/bin/uv"}, ""),  # installers add their own
+        ([{"Path": "/etc/ld.so.preload", "Kind": 1}], set(), "preloaded"),
+        ([{"Path": "/usr/lib/python3.12/json/__init__.py", "Kind": 0}], set(), "standard library"),
+        ([{"Path": "/usr/lib/python3/dist-packages/_pytest/main.py", "Kind": 0}], set(), "pytest itself"),
+        ([{"Path": "/usr/lib/python3/dist-packages/requests/api.py", "Kind": 0}], set(), ""),
+        ([{"Path": "/usr/local/lib/python3.12/site-packages/x.pth", "Kind": 1}], set(), ""),
+        ([{"Path": "/usr/lib/python3.12/sitecustomize.py", "Kind": 1}], set(), "runs in every Python"),
+        ([{"Path": "/usr/bin", "Kind": 0}, {"Path": "/usr/bin/jq", "Kind": 1}], set(), ""),  # apt install jq
+    ],
+)
+def test_toolchain_rule(diff, present, expected):
+    from evaluators.tamper import toolchain_reason
+
+    why = toolchain_reason(diff, present)
+    assert (expected in why) if expected else why == "", why
+
+
+def test_a_timeout_kills_the_commands_group_and_what_was_left_running_ends_with_kill_all(image, tmp_path):
+    task = harbor_task(tmp_path, name="timeouts")
+
+    async def go():
+        images = await build_images([task], log=lambda m: None)
+        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+            async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
+                left = await sb.exec("setsid sleep 300 > /dev/null 2>&1 & echo started", timeout=10)
+                slow = await sb.exec("sleep 301 & sleep 302", timeout=1)
+                after_timeout = (await sb.exec("ps -eo args", timeout=10)).stdout
+                await sb.kill_all()
+                after_kill_all = (await sb.exec("ps -eo args", timeout=10)).stdout
+                return left, slow, after_timeout, after_kill_all
+
+    left, slow, after_timeout, after_kill_all = run(go())
+    assert left.exit_code == 0 and slow.timed_out
+    assert "sleep 300" in after_timeout  # left running by a command that ended: lives on
+    assert "sleep 301" not in after_timeout and "sleep 302" not in after_timeout  # the timed-out group
+    assert "sleep 300" not in after_kill_all
+
+
+def test_one_line_says_which_tasks_have_network_and_why(tmp_path):
+    on = harbor_task(tmp_path, name="a")
+    root = tmp_path / "b"
+    for rel, text in {
+        "task.toml": 'schema_version = "1.1"\n[environment]\nallow_internet = true\n',
+        "instruction.md": "x\n",
+        "tests/test.sh": "true\n",
+        "solution/solve.sh": "true\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    line = harbor.network_line([on, load_task(root)])
+    assert "\n" not in line and line.startswith("Harbor tasks: ")
+    assert "(b) network: [environment] allow_internet = true" in line
+    assert "(a) no network: --no-internet (was: no network key: Harbor's default" in line
+
+
+@pytest.mark.parametrize("mode", ["fresh", "snapshot"])
+def test_code_under_test_that_ends_the_verifiers_container_is_a_failed_verdict(image, tmp_path, mode):
+    """test.sh runs the agent's program as root; one that kills every process (the helper too) stops the
+    verifier's container: 0 with a reason, never an infrastructure error."""
+    task = harbor_task(
+        tmp_path,
+        f'schema_version = "1.1"\n[verifier]\nisolation = "{mode}"\n',
+        name=f"killer-{mode}",
+        test_sh="#!/bin/bash\nbash /app/prog.sh; echo 1 > /logs/verifier/reward.txt\n",
+    )
+    out, recs = eval_replay(tmp_path, {task.id: ["printf 'kill -9 -1\\n' > prog.sh"]}, [task])
+    r = recs[task.id]
+    assert (r["status"], r["reason"]) == ("failed", "no_report"), (r["detail"], r["error"])
+    assert "stopped while test.sh ran" in r["detail"]

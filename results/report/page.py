@@ -73,7 +73,35 @@ def _action_text(action: Any) -> str:
     return action.kind
 
 
-def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
+KEPT_FILE_CHARS = 4000  # of each kept file shown inline (the whole file stays in the run folder)
+
+
+def _verifier_parts(a: Attempt, run_dir: Optional[Path]) -> list[str]:
+    """Harbor tasks: test.sh's output and the files kept with the attempt (verifier/*, artifacts/*), shown
+    inline (the page fetches nothing), each with its path in the run folder."""
+    parts = []
+    if a.verifier_output:
+        parts.append(f"<div class='label'>verifier output</div><pre>{e(clip(a.verifier_output))}</pre>")
+    if a.files:
+        items = []
+        for f in a.files:
+            text = ""
+            safe = f.path and not Path(f.path).is_absolute() and ".." not in Path(f.path).parts
+            if run_dir is not None and safe:
+                try:
+                    with open(run_dir / f.path, "rb") as fh:
+                        text = fh.read(4 * KEPT_FILE_CHARS).decode("utf-8", "replace")
+                except OSError:
+                    text = "(not in the run folder)"
+            items.append(
+                f"<details><summary>{e(f.name)} · {f.size} bytes · {e(f.path or 'not written')}</summary>"
+                f"<pre>{e(clip(text, KEPT_FILE_CHARS))}</pre></details>"
+            )
+        parts.append("<div class='label'>kept files</div>" + "".join(items))
+    return parts
+
+
+def render_attempt(a: Attempt, run_label: str, open_: bool = False, run_dir: Optional[Path] = None) -> str:
     tokens = a.prompt_tokens + a.completion_tokens
     head = (
         f"<span class='badge {e(a.status)}'>{e(a.status)}</span> <b>{e(a.task_id)}</b> · sample {a.sample}"
@@ -109,6 +137,7 @@ def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
             f"<div class='label'>tests</div><table><tr><th>test</th><th>outcome</th><th>message</th></tr>"
             f"{rows}</table>"
         )
+    parts.extend(_verifier_parts(a, run_dir))
     if a.steps:
         parts.append("<ol class='steps' start='1'>")
         for s in a.steps:
@@ -232,6 +261,6 @@ def write_html(
         )
         for run in runs:
             for i, attempt in enumerate(run.reader.iter_attempts()):
-                w(render_attempt(attempt, run.label, open_=(i == 0)))
+                w(render_attempt(attempt, run.label, open_=(i == 0), run_dir=Path(run.reader.dir)))
         w(f"<script nonce='{nonce}'>\n{SCRIPT}</script></body></html>\n")
     tmp.replace(path)
