@@ -92,11 +92,19 @@ def test_validate_passes_on_the_corpus_offline():
     code, out = _validate(str(CORPUS), "--concurrency", "2")
     rows = _rows(out)
     assert set(rows) == set(manifest()["tasks"]), out[-3000:]
-    bad = {
-        name: line for name, line in rows.items() if " 1/1 " not in f" {line} " or "not solved" not in line
-    }
+    bad = {name: line for name, line in rows.items() if not _valid(line)}
+    for name in [n for n in bad if manifest()["tasks"][n].get("timing_sensitive")]:
+        # the task's own tests race the clock (see the manifest): one more try, alone
+        again = _rows(_validate(str(CORPUS / name))[1]).get(name, "")
+        if _valid(again):
+            del bad[name]
     assert not bad, "\n".join(bad.values())
-    assert code == 0, out[-3000:]
+
+
+def _valid(line: str) -> bool:
+    """A validate row: the oracle solved every repeat and the untouched container was not solved."""
+    words = line.split()
+    return len(words) >= 4 and words[1] == "1/1" and words[2:4] == ["not", "solved"]
 
 
 @pytest.mark.slow
@@ -110,7 +118,7 @@ def test_the_service_task_passes_in_shared_mode(tmp_path):
     toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nenvironment_mode = "shared"\n', 1))
     code, out = _validate(str(task))
     rows = _rows(out)
-    assert name in rows and " 1/1 " in f" {rows[name]} " and "not solved" in rows[name], out[-3000:]
+    assert name in rows and _valid(rows[name]), out[-3000:]
     assert code == 0, out[-3000:]
 
 
