@@ -270,6 +270,33 @@ def harbor_verifier_image(task, log=print) -> Optional[str]:
     return None
 
 
+def debootstrap_import(tag: str, suite: str, include: list[str], changes: list[str], log=print) -> str:
+    """A Debian `suite` minbase root with `include` installed, made by debootstrap and `docker import`-ed as
+    `tag` with the Dockerfile `changes` (ENV, WORKDIR, CMD...), for images built FROM it. Returns the tag."""
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        raise UserError(f"building {tag} needs debootstrap as root: run `make setup` as root")
+    log(f"debootstrap {suite} for {tag} ...")
+    with tempfile.TemporaryDirectory(prefix="harness-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        cmd = ["debootstrap", "--variant=minbase", *(["--include=" + ",".join(include)] if include else [])]
+        proc = subprocess.run([*cmd, suite, str(root), _debian_mirror()], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UserError(
+                f"debootstrap {suite} failed (exit {proc.returncode}): "
+                f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+            )
+        for junk in ("var/cache/apt/archives", "usr/share/doc", "usr/share/man"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+        tar_path = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+        repo, _, version = tag.partition(":")
+        docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=changes)
+    if find_image(tag) is None:
+        raise UserError(f"docker import of {tag} failed")
+    return tag
+
+
 MINBASE_REPO = "harness/minbase"
 MINBASE_RECIPE = "debootstrap --variant=minbase bookworm; no python; WORKDIR /app; v1"
 
