@@ -171,6 +171,12 @@ async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[
         diff = await asyncio.to_thread(sb.container.diff)
     except docker.errors.NotFound:
         return None  # the container is gone: snapshot verification will say so
+    except docker.errors.APIError as e:  # the engine cannot walk what the agent made (names too long, ...)
+        # fail closed: a filesystem the engine cannot compare with its image may hide a changed toolchain
+        return (
+            "the container's filesystem could not be compared with its image (docker diff: "
+            f"{str(getattr(e, 'explanation', '') or e)[-160:]}), so the verifier's toolchain cannot be checked"
+        )
     wanted = shadow_candidates(diff)
     present: set[str] = set()
     if wanted and not sb.dead:
