@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import os
 import subprocess
@@ -81,16 +82,34 @@ async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
     return wall / steps * 1000, execs / steps * 1000
 
 
-async def harness_rate(tasks: list[Task], concurrency: int, commands: list[str] = COMMANDS) -> float:
-    """Attempts per minute of run_eval with the scripted commands; every attempt must be solved."""
+async def harness_rate(
+    tasks: list[Task], concurrency: int, commands: list[str] = COMMANDS, breakdown: bool = False
+) -> float:
+    """Attempts per minute of run_eval with the scripted commands; every attempt must be solved.
+    With `breakdown`, prints where an attempt's time went (the phase probes above)."""
+    global PHASES
     script = Path(tempfile.mkdtemp()) / "s.json"
     script.write_text(json.dumps({"*": [reply(c) for c in commands] + [reply("submit")]}))
     out = Path(tempfile.mkdtemp()) / "run"
+    if breakdown:
+        install_phase_probes()
+        PHASES = Phases()
+        stop = asyncio.Event()
+        lag = asyncio.ensure_future(_loop_lag(stop))
+        cpu0, daemons0 = sum(os.times()[:4]), daemons_cpu()
     t = time.perf_counter()
     await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
     wall = time.perf_counter() - t
-    solved = sum(json.loads(line)["solved"] for line in (out / "attempts.jsonl").read_text().splitlines())
+    records = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
+    solved = sum(r["solved"] for r in records)
     assert solved == len(tasks), f"bench tasks must all be solved, got {solved}/{len(tasks)}"
+    if breakdown:
+        own, daemons = sum(os.times()[:4]) - cpu0, daemons_cpu() - daemons0
+        stop.set()
+        await lag
+        latency = sum(r["durations"]["total"] for r in records) / len(records)
+        print_breakdown(PHASES, len(tasks), wall, own, daemons, latency)
+        PHASES = None
     return len(tasks) / wall * 60
 
 
@@ -128,6 +147,245 @@ def grading_comparison(n: int, calls: int, concurrency: int = 2):
         f"direct (in-process, before) {direct:.1f} att/min, proxy (after) {proxy:.1f} att/min, "
         f"ratio {proxy / direct:.2f}x; the boundary costs ~{per_attempt_ms:.0f} ms per attempt, "
         f"~{per_attempt_ms / calls * 1000:.0f} us per call"
+    )
+
+
+# ------------------------------------------------------------------ where an attempt's time goes (issue 25)
+#
+# Wrappers installed in this benchmark's process only (the product is not touched): each phase's wall time
+# per attempt, the CPU of the harness process's own threads where a phase runs on one (engine calls), the
+# CPU of every container (its cgroup, read just before it is removed) and of its containerd shim (with the
+# runc calls it reaped), and the Docker daemons' CPU over the run (dockerd + containerd: shared with
+# whatever else uses the engine meanwhile). Waiting is what remains of an attempt's wall time.
+
+_ROLE: contextvars.ContextVar[str] = contextvars.ContextVar("bench_role", default="agent")
+
+
+def _proc_cpu(pid: int) -> float:
+    """utime+stime+cutime+cstime of a process, in seconds (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _pids_named(*names: str) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                comm = Path(f"/proc/{d}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in names:
+                out.append(int(d))
+    return out
+
+
+def _shim_of(cid: str) -> int | None:
+    for pid in _pids_named("containerd-shim", "containerd-shim-runc-v2"):
+        try:
+            if cid.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def _container_cpu(cid: str) -> float:
+    """CPU seconds of a container's processes (cgroup v1 cpuacct or v2 cpu.stat), 0 when unreadable."""
+    for path in (
+        f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage",
+        f"/sys/fs/cgroup/docker/{cid}/cpu.stat",
+        f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat",
+    ):
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        if path.endswith("cpuacct.usage"):
+            return int(text) / 1e9
+        for line in text.splitlines():
+            if line.startswith("usage_usec"):
+                return int(line.split()[1]) / 1e6
+    return 0.0
+
+
+class Phases:
+    """Per-phase totals: wall seconds, calls, thread CPU seconds; container and shim CPU by role."""
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.thread_cpu: dict[str, float] = {}
+        self.container_cpu: dict[str, float] = {}
+        self.shim_cpu: dict[str, float] = {}
+        self.containers: dict[str, int] = {}
+        self.roles: dict[str, str] = {}  # container id -> role
+        self.lag: list[float] = []
+
+    def add(self, phase: str, seconds: float, cpu: float = 0.0):
+        self.wall[phase] = self.wall.get(phase, 0.0) + seconds
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+        self.thread_cpu[phase] = self.thread_cpu.get(phase, 0.0) + cpu
+
+
+PHASES: Phases | None = None
+
+
+def _timed_async(fn, phase):
+    async def wrapper(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return await fn(*a, **kw)
+        finally:
+            if PHASES is not None:
+                PHASES.add(phase() if callable(phase) else phase, time.perf_counter() - t)
+
+    return wrapper
+
+
+def _timed_thread(fn, phase):
+    """A blocking function run on a thread: its wall time and that thread's CPU time."""
+
+    def wrapper(*a, **kw):
+        t, c = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*a, **kw)
+        finally:
+            if PHASES is not None:
+                PHASES.add(
+                    phase() if callable(phase) else phase, time.perf_counter() - t, time.thread_time() - c
+                )
+
+    return wrapper
+
+
+def install_phase_probes():
+    """Wraps the product's phase functions (once per process)."""
+    import agent.sandbox.container as container_mod
+    import agent.sandbox.pool as pool_mod
+    import evaluators.grade as grade_mod
+    import evaluators.runner as runner_mod
+    from agent.sandbox.container import Sandbox
+    from results.store import RunStore
+
+    if getattr(install_phase_probes, "done", False):
+        return
+    install_phase_probes.done = True
+    role = _ROLE.get
+
+    orig_create = container_mod.create_sandbox
+
+    def create(*a, **kw):
+        sb = _timed_thread(orig_create, "container create+start (pool refill, thread)")(*a, **kw)
+        return sb
+
+    pool_mod.create_sandbox = create
+
+    orig_kill = Sandbox.kill
+
+    def kill(self):
+        if PHASES is not None and not getattr(self, "_bench_measured", False):
+            self._bench_measured = True
+            r = PHASES.roles.get(self.id, "warm, never used")
+            PHASES.container_cpu[r] = PHASES.container_cpu.get(r, 0.0) + _container_cpu(self.id)
+            shim = _shim_of(self.id)
+            PHASES.shim_cpu[r] = PHASES.shim_cpu.get(r, 0.0) + (_proc_cpu(shim) if shim else 0.0)
+            PHASES.containers[r] = PHASES.containers.get(r, 0) + 1
+        return _timed_thread(orig_kill, "container destroy (background, thread)")(self)
+
+    Sandbox.kill = kill
+
+    orig_acquire = pool_mod.SandboxPool.acquire
+
+    async def acquire(self, *a, **kw):
+        t = time.perf_counter()
+        sb = await orig_acquire(self, *a, **kw)
+        if PHASES is not None:
+            PHASES.add(f"{role()}: sandbox acquire", time.perf_counter() - t)
+            PHASES.roles[sb.id] = role()
+        return sb
+
+    pool_mod.SandboxPool.acquire = acquire
+
+    def put_phase():
+        return "agent: starting files" if role() == "agent" else "grading: workspace rebuild + grader files"
+
+    Sandbox.put_files = _timed_async(Sandbox.put_files, put_phase)
+    Sandbox.mark_baseline = _timed_async(Sandbox.mark_baseline, "agent: baseline listing")
+    Sandbox.changes = _timed_async(Sandbox.changes, "agent: change capture")
+    Sandbox.exec = _timed_async(Sandbox.exec, lambda: f"{role()}: each command (exec)")
+    grade_mod._run = _timed_async(grade_mod._run, "grading: verifier + candidate proxy")
+    grade_mod._read = _timed_async(grade_mod._read, "grading: verdict read")
+    grade_mod._mkdirs = _timed_async(grade_mod._mkdirs, "grading: grader folders")
+    grade_mod.pids_events = _timed_async(grade_mod.pids_events, "grading: pid-limit counters")
+    orig_release = pool_mod.SandboxPool.release
+    pool_mod.SandboxPool.release = _timed_async(orig_release, lambda: f"{role()}: release (hand-off)")
+
+    orig_grade = runner_mod.grade
+
+    async def grade(*a, **kw):
+        token = _ROLE.set("grading")
+        t = time.perf_counter()
+        try:
+            return await orig_grade(*a, **kw)
+        finally:
+            _ROLE.reset(token)
+            if PHASES is not None:
+                PHASES.add("grading: total", time.perf_counter() - t)
+
+    runner_mod.grade = grade
+    RunStore.append = _timed_thread(RunStore.append, "record (append + fsync)")
+
+
+async def _loop_lag(stop: asyncio.Event, every: float = 0.01):
+    """How late the event loop wakes up: time it spent blocked by synchronous work (or starved of CPU)."""
+    while not stop.is_set():
+        t = time.perf_counter()
+        await asyncio.sleep(every)
+        if PHASES is not None:
+            PHASES.lag.append(time.perf_counter() - t - every)
+
+
+def daemons_cpu() -> float:
+    return sum(_proc_cpu(p) for p in _pids_named("dockerd", "containerd"))
+
+
+def print_breakdown(
+    ph: Phases, attempts: int, wall: float, own_cpu: float, daemon_cpu: float, latency: float
+):
+    """The per-phase table of one run, per attempt."""
+    print(f"per-phase breakdown, {attempts} attempts (ms per attempt; wall = summed over calls):")
+    print(f"  {'phase':<52} {'calls/att':>9} {'wall ms':>9} {'thread CPU ms':>14}")
+    for phase in sorted(ph.wall):
+        print(
+            f"  {phase:<52} {ph.calls[phase] / attempts:9.1f} {ph.wall[phase] / attempts * 1000:9.1f} "
+            f"{ph.thread_cpu[phase] / attempts * 1000:14.1f}"
+        )
+    cont = sum(ph.container_cpu.values())
+    shims = sum(ph.shim_cpu.values())
+    per = lambda x: x / attempts * 1000  # noqa: E731
+    for r in sorted(ph.container_cpu):
+        print(
+            f"  containers ({r}): {ph.containers[r] / attempts:.2f}/attempt, their processes "
+            f"{per(ph.container_cpu[r]):.1f} ms CPU, their shims + runc {per(ph.shim_cpu[r]):.1f} ms CPU"
+        )
+    cpu = own_cpu + daemon_cpu + cont + shims
+    lag = sorted(ph.lag) or [0.0]
+    print(
+        f"  CPU per attempt: harness process {per(own_cpu):.1f} ms, "
+        f"dockerd+containerd {per(daemon_cpu):.1f} ms "
+        f"(shared engine), containers {per(cont):.1f} ms, shims+runc {per(shims):.1f} ms: "
+        f"{per(cpu):.1f} ms in all = {cpu / wall / (os.cpu_count() or 1):.0%} of the machine's "
+        f"{os.cpu_count()} cores over the run"
+    )
+    print(
+        f"  attempt latency {latency * 1000:.0f} ms, of which waiting (not CPU on its behalf) "
+        f"~{max(0.0, latency * 1000 - per(cpu)):.0f} ms; "
+        f"event loop late by p50 {lag[len(lag) // 2] * 1000:.1f} ms, "
+        f"p99 {lag[int(len(lag) * 0.99)] * 1000:.1f} ms, max {lag[-1] * 1000:.1f} ms"
     )
 
 
@@ -207,7 +465,7 @@ def main():
         grading_comparison(args.grading_tasks, args.grading_calls)
     print(f"{'concurrency':>11} {'harness att/min':>16} {'mini-swe-agent att/min':>23} {'ratio':>6}")
     for c in args.concurrency:
-        ours = asyncio.run(harness_rate(tasks, c))
+        ours = asyncio.run(harness_rate(tasks, c, breakdown=c == max(args.concurrency)))
         mini = None if args.no_mini else mini_rate(image, args.tasks, c)
         ratio = f"{ours / mini:5.1f}x" if mini else "-"
         print(f"{c:>11} {ours:16.1f} {mini if mini else float('nan'):23.1f} {ratio:>6}", flush=True)

@@ -115,6 +115,14 @@ async def run_attempt(
     return rec
 
 
+def containers_per_attempt(task: Task) -> int:
+    """Sandboxes one attempt takes from the pool: the agent's, and a grading container unless the verdict
+    is read on the host (answers) or in the agent's own container (Harbor's snapshot and shared modes)."""
+    if task.harbor is not None:
+        return 1 + (task.harbor.verifier_mode == "fresh")
+    return 1 + (task.evaluator.kind != "answer")
+
+
 def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: float, image: str) -> Attempt:
     """The record of one attempt, before anything happened (the one place an Attempt is started)."""
     return Attempt(
@@ -284,6 +292,8 @@ async def run_eval(
             warm=concurrency + 1,  # an agent and a grader container each
             max_containers=max_sandboxes or 2 * concurrency + 2,
         ) as pool:
+            if hasattr(pool, "expect"):  # no warm container beyond what the attempts will take
+                pool.expect(sum(containers_per_attempt(t) for t, _ in todo))
 
             async def one(task: Task, sample: int):
                 async with attempt_slots:
@@ -297,7 +307,8 @@ async def run_eval(
                         sample=sample,
                         temperature=temperature,
                     )
-                store.append(rec)  # durable before it counts as done
+                # durable before it counts as done; the fsync waits on the disk, not on the event loop
+                await asyncio.to_thread(store.append, rec)
                 if bar:
                     bar.update(rec)
 

@@ -211,3 +211,34 @@ def test_prune_removes_leftovers(image):
     assert len(containers(run_id)) == 1
     assert prune(run_id) == 1
     assert containers(run_id) == []
+
+
+def test_pool_makes_no_warm_container_past_the_expected_acquires(image, monkeypatch):
+    """expect(n): the pool keeps containers warm only for acquires still to come; the last one leaves none
+    behind to be created and destroyed unused (issue 25)."""
+    created: list[str] = []
+    real_create = pool_module.create_sandbox
+
+    def counting_create(*args, **kw):
+        sb = real_create(*args, **kw)
+        created.append(sb.id)
+        return sb
+
+    monkeypatch.setattr(pool_module, "create_sandbox", counting_create)
+
+    async def main():
+        async with SandboxPool(warm=3, max_containers=6) as pool:
+            pool.expect(2)
+            first = await pool.acquire(image, SMALL)  # cold; then at most one warm (one acquire left)
+            await pool.release(first)
+            for _ in range(600):
+                if len(created) >= 2:
+                    break
+                await asyncio.sleep(0.1)
+            second = await pool.acquire(image, SMALL)  # the warm one; nothing more is expected
+            await pool.release(second)
+            await asyncio.sleep(1.0)  # a refill would have started by now
+            return first.id, second.id
+
+    first, second = run(main())
+    assert created == [first, second]

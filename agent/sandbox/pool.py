@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from agent.sandbox.cleanup import prune, prune_at_exit
@@ -31,7 +33,24 @@ class SandboxPool:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._network: Optional[asyncio.Future] = None
+        self._refilling: dict[tuple, int] = {}
+        self._demand: Optional[int] = None  # acquires still expected (expect()); None: unknown
+        # Engine calls (create+start, remove) block for hundreds of ms each and the engine runs many at
+        # once: on asyncio's default executor (cores + 4 threads) they queued behind each other, so the pool
+        # could not keep `max_containers` busy (issue 25). One thread per container that can exist.
+        self._engine = ThreadPoolExecutor(
+            max_workers=self.max_containers + max(warm, 0) + 2, thread_name_prefix="sandbox-engine"
+        )
         prune_at_exit(self.pool_id)
+
+    def expect(self, acquires: int):
+        """How many more acquire() calls will come (the runner knows: an agent and a grading container per
+        attempt). Warm containers beyond that are never made: each one costs a create and a destroy of engine
+        time that nothing uses (at 10 attempts of concurrency 8, one in three containers was such a one)."""
+        self._demand = max(0, acquires)
+
+    def _in_thread(self, fn, *args):
+        return asyncio.get_running_loop().run_in_executor(self._engine, functools.partial(fn, *args))
 
     async def network_for(self, limits: Limits) -> Optional[str]:
         """The pool's own network, made on first use by a networked sandbox; None for the others."""
@@ -51,6 +70,8 @@ class SandboxPool:
     async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> Sandbox:
         key = (image, limits)
         cond = self._condition()
+        if self._demand is not None:
+            self._demand = max(0, self._demand - 1)
         async with cond:
             while True:
                 ready = self._ready.get(key)
@@ -61,18 +82,18 @@ class SandboxPool:
                         self._refill(key)
                         return sb
                     self._live -= 1
-                    self._spawn(asyncio.to_thread(sb.kill))
+                    self._spawn(self._in_thread(sb.kill))
                 if self._live < self.max_containers:
                     self._live += 1
                     break
                 victim = self._pop_idle_other(key)  # make room: idle warm containers of other images
                 if victim is not None:
                     self._live -= 1
-                    self._spawn(asyncio.to_thread(victim.kill))
+                    self._spawn(self._in_thread(victim.kill))
                     continue
                 await cond.wait()
         try:
-            sb = await asyncio.to_thread(
+            sb = await self._in_thread(
                 create_sandbox, image, limits, self.run_id, task, self.pool_id, await self.network_for(limits)
             )
         except BaseException:
@@ -98,7 +119,7 @@ class SandboxPool:
 
     async def _destroy(self, sb: Sandbox):
         try:
-            await asyncio.to_thread(sb.kill)
+            await self._in_thread(sb.kill)
         finally:
             async with self._condition():
                 self._live -= 1
@@ -117,9 +138,9 @@ class SandboxPool:
         if self._closed or self.warm <= 0:
             return
         ready = self._ready.setdefault(key, deque())
-        pending = getattr(self, "_refilling", {})
-        self._refilling = pending
-        missing = self.warm - len(ready) - pending.get(key, 0)
+        pending = self._refilling
+        target = self.warm if self._demand is None else min(self.warm, self._demand)
+        missing = target - len(ready) - pending.get(key, 0)
         for _ in range(max(0, missing)):
             if self._live >= self.max_containers:
                 return
@@ -131,7 +152,7 @@ class SandboxPool:
         image, limits = key
         sb = None
         try:
-            sb = await asyncio.to_thread(
+            sb = await self._in_thread(
                 create_sandbox,
                 image,
                 limits,
@@ -147,7 +168,7 @@ class SandboxPool:
             if sb is None or self._closed:
                 self._live -= 1
                 if sb is not None:
-                    self._spawn(asyncio.to_thread(sb.kill))
+                    self._spawn(self._in_thread(sb.kill))
             else:
                 self._ready.setdefault(key, deque()).append(sb)
             self._condition().notify_all()
@@ -165,8 +186,9 @@ class SandboxPool:
         victims = [sb for q in self._ready.values() for sb in q] + list(self._in_use)
         self._ready.clear()
         self._in_use.clear()
-        await asyncio.gather(*(asyncio.to_thread(sb.kill) for sb in victims))
-        await asyncio.to_thread(prune, pool=self.pool_id)  # containers, then this pool's network
+        await asyncio.gather(*(self._in_thread(sb.kill) for sb in victims))
+        await self._in_thread(functools.partial(prune, pool=self.pool_id))  # containers, then the network
+        self._engine.shutdown(wait=False)
 
     async def __aenter__(self):
         return self
