@@ -83,7 +83,11 @@ async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
 
 
 async def harness_rate(
-    tasks: list[Task], concurrency: int, commands: list[str] = COMMANDS, breakdown: bool = False
+    tasks: list[Task],
+    concurrency: int,
+    commands: list[str] = COMMANDS,
+    breakdown: bool = False,
+    batch: int = 0,
 ) -> float:
     """Attempts per minute of run_eval with the scripted commands; every attempt must be solved.
     With `breakdown`, prints where an attempt's time went (the phase probes above)."""
@@ -98,7 +102,9 @@ async def harness_rate(
         lag = asyncio.ensure_future(_loop_lag(stop))
         cpu0, daemons0 = sum(os.times()[:4]), daemons_cpu()
     t = time.perf_counter()
-    await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
+    await run_eval(
+        f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False, batch_grading=batch
+    )
     wall = time.perf_counter() - t
     records = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
     solved = sum(r["solved"] for r in records)

@@ -23,7 +23,7 @@ from agent.models import get_model
 from agent.models.base import Model
 from agent.protocol import TOOLS
 from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxPool, SandboxUnresponsive, prune
-from evaluators.grade import grade
+from evaluators.grade import GradingStations, batchable, grade
 from evaluators.policies import Policy, loop_policy
 from evaluators.progress import Progress
 from evaluators.task_images import build_images
@@ -31,6 +31,7 @@ from results.errors import InfraError, OracleFailed, UserError
 from results.schema import Attempt, attempt_key
 from tasks.model import Task
 
+MAX_BATCH_GRADING = 1000  # attempts one grading container may grade (each its own uid from 10002)
 INFRA_RETRIES = 2  # an attempt hit by an infrastructure error is run again this many times
 
 
@@ -52,6 +53,7 @@ async def run_attempt(
     model_name: str,
     sample: int = 0,
     temperature: float = 0.0,
+    stations: Optional[GradingStations] = None,
 ) -> Attempt:
     """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries);
     nothing the agent does in its sandbox raises: it is graded."""
@@ -100,7 +102,7 @@ async def run_attempt(
     rec.patch_files = len(changes.paths)
     if changes.rejected and not verdict:
         rec.detail = "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
-    verdict = verdict or await grade(task, changes, pool, image)
+    verdict = verdict or await grade(task, changes, pool, image, stations)
     rec.reward, rec.solved, rec.reason, rec.tests = (
         verdict.reward,
         verdict.solved,
@@ -121,6 +123,16 @@ def containers_per_attempt(task: Task) -> int:
     if task.harbor is not None:
         return 1 + (task.harbor.verifier_mode == "fresh")
     return 1 + (task.evaluator.kind != "answer")
+
+
+def expected_containers(todo: list[Task], stations: Optional[GradingStations], concurrency: int) -> int:
+    """Containers the attempts will take from the pool; with batch grading, the shared grading containers:
+    one per `batch` attempts, plus one per grading under way when the run ends half-used."""
+    if stations is None:
+        return sum(containers_per_attempt(t) for t in todo)
+    shared = sum(batchable(t) for t in todo)
+    rest = sum(containers_per_attempt(t) - (1 if batchable(t) else 0) for t in todo)
+    return rest + (-(-shared // stations.batch) + min(concurrency, shared) if shared else 0)
 
 
 def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: float, image: str) -> Attempt:
@@ -196,8 +208,11 @@ async def run_eval(
     sandbox: str = "docker",
     sandbox_options: Optional[dict] = None,
     filters: Optional[dict] = None,
+    batch_grading: int = 0,
 ) -> Path:
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
+    With `batch_grading` N > 1, up to N attempts of one image share a fresh grading container, each as its
+    own user (evaluators/grade.GradingStations; the tasks that may: grade.batchable).
     With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
     sandbox="k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
     from results.manifest import Manifest
@@ -205,6 +220,11 @@ async def run_eval(
 
     if not tasks:
         raise UserError("no tasks selected: check the suite path and the filters")
+    if not 0 <= batch_grading <= MAX_BATCH_GRADING:
+        raise UserError(
+            f"batch grading of {batch_grading} attempts per grading container: give 0 to "
+            f"{MAX_BATCH_GRADING} (0 or 1: a grading container per attempt)"
+        )
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -226,6 +246,7 @@ async def run_eval(
         "concurrency": concurrency,
         "model_concurrency": model_concurrency or concurrency,
         "filters": dict(filters or {}),
+        "batch_grading": batch_grading,
     }  # recorded, not compared on resume (results/manifest.RESUME_KEYS)
     if cluster:
         from evaluators.cluster import check_address, import_ray
@@ -292,8 +313,11 @@ async def run_eval(
             warm=concurrency + 1,  # an agent and a grader container each
             max_containers=max_sandboxes or 2 * concurrency + 2,
         ) as pool:
+            stations = (
+                GradingStations(pool, batch_grading) if batch_grading > 1 and Pool is SandboxPool else None
+            )
             if hasattr(pool, "expect"):  # no warm container beyond what the attempts will take
-                pool.expect(sum(containers_per_attempt(t) for t, _ in todo))
+                pool.expect(expected_containers([t for t, _ in todo], stations, concurrency))
 
             async def one(task: Task, sample: int):
                 async with attempt_slots:
@@ -306,6 +330,7 @@ async def run_eval(
                         model_name=model,
                         sample=sample,
                         temperature=temperature,
+                        stations=stations,
                     )
                 # durable before it counts as done; the fsync waits on the disk, not on the event loop
                 await asyncio.to_thread(store.append, rec)
