@@ -351,6 +351,8 @@ class GradingStations:
     everything it left removed and checked gone before the next attempt's turn (_WIPE). Attempts take turns
     because the tests name /workspace, one path a container has once. Several containers grade at once."""
 
+    shared_turns = 0  # turns served by a container that graded another attempt before (for the self-test)
+
     def __init__(self, pool: SandboxPool, batch: int):
         self.pool, self.batch = pool, max(1, batch)
         self._idle: dict[tuple, list] = {}  # (image, limits) -> [[sandbox, turns used]]
@@ -371,6 +373,7 @@ class GradingStations:
                 raise
             station = [sb, 0]
         sb, used = station
+        GradingStations.shared_turns += used > 0
         uid = FIRST_BATCH_UID + used
         station[1] += 1
         clean = False

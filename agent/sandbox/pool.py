@@ -188,7 +188,7 @@ class SandboxPool:
         self._in_use.clear()
         await asyncio.gather(*(self._in_thread(sb.kill) for sb in victims))
         await self._in_thread(functools.partial(prune, pool=self.pool_id))  # containers, then the network
-        self._engine.shutdown(wait=False)
+        self._engine.shutdown(wait=True)  # its threads are idle now: none outlives the pool
 
     async def __aenter__(self):
         return self
