@@ -39,6 +39,9 @@ from agent.sandbox.images import ensure_base_image  # noqa: E402
 from evaluators.runner import run_eval  # noqa: E402
 from tasks.model import EvaluatorConfig, Task  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from sandbox import create_destroy_rate  # noqa: E402  (bench/sandbox.py)
+
 COMMANDS = ["ls -la", "echo hello > out.txt", "cat out.txt", "wc -c out.txt"]
 HIDDEN = (
     b"import os\n\ndef test_out():\n    assert open('/workspace/out.txt').read() == 'hello\\n'\n\n"
@@ -114,7 +117,8 @@ async def harness_rate(
         stop.set()
         await lag
         latency = sum(r["durations"]["total"] for r in records) / len(records)
-        print_breakdown(PHASES, len(tasks), wall, own, daemons, latency)
+        mode = f"concurrency {concurrency}, batch grading {batch if batch > 1 else 'off'}"
+        print_breakdown(PHASES, len(tasks), wall, own, daemons, latency, mode)
         PHASES = None
     return len(tasks) / wall * 60
 
@@ -360,10 +364,10 @@ def daemons_cpu() -> float:
 
 
 def print_breakdown(
-    ph: Phases, attempts: int, wall: float, own_cpu: float, daemon_cpu: float, latency: float
+    ph: Phases, attempts: int, wall: float, own_cpu: float, daemon_cpu: float, latency: float, mode: str
 ):
     """The per-phase table of one run, per attempt."""
-    print(f"per-phase breakdown, {attempts} attempts (ms per attempt; wall = summed over calls):")
+    print(f"per-phase breakdown, {mode}, {attempts} attempts (ms per attempt; wall = summed over calls):")
     print(f"  {'phase':<52} {'calls/att':>9} {'wall ms':>9} {'thread CPU ms':>14}")
     for phase in sorted(ph.wall):
         print(
@@ -435,6 +439,33 @@ def mini_rate(image: str, n: int, concurrency: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def verdicts_unchanged(suite: str, repeats: int, concurrency: int, batch: int) -> bool:
+    """The suite's validation (oracle and untouched workspace, evaluators/validate.py) graded with batch
+    grading off and on: every verdict (reason and reward) must be the same."""
+    from evaluators.grade import batchable
+    from evaluators.validate import validate
+    from tasks.loader import load_suite
+
+    everything = load_suite(suite)
+    tasks = [t for t in everything if batchable(t)]  # the others are graded as before, batch grading or not
+    print(f"  {len(tasks)} of the {len(everything)} tasks of {suite} can be batch graded", flush=True)
+    ways = {}
+    for b in (0, batch):
+        t = time.perf_counter()
+        rows = asyncio.run(validate(tasks, repeats=repeats, concurrency=concurrency, batch_grading=b))
+        ways[b] = {r.task: sorted(r.verdicts) or r.problems for r in rows}
+        print(f"  validation with batch grading {b or 'off'}: {time.perf_counter() - t:.0f}s", flush=True)
+    changed = [tid for tid in ways[0] if ways[0][tid] != ways[batch][tid]]
+    n = sum(len(v) for v in ways[0].values())
+    print(
+        f"validation of {suite} ({len(tasks)} tasks, {n} verdicts), batch grading {batch} against off: "
+        + ("every verdict unchanged" if not changed else f"{len(changed)} tasks changed")
+    )
+    for tid in changed[:20]:
+        print(f"  {tid}: off {ways[0][tid]} / batch {ways[batch][tid]}")
+    return not changed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=50)
@@ -452,7 +483,21 @@ def main():
     ap.add_argument(
         "--smoke", action="store_true", help="tiny run without mini-swe-agent: checks the benchmark works"
     )
+    ap.add_argument("--batch", type=int, default=8, help="attempts per grading container with batch grading")
+    ap.add_argument(
+        "--no-breakdown",
+        dest="breakdown",
+        action="store_false",
+        help="skip the per-phase breakdown at the top concurrency",
+    )
+    ap.add_argument(
+        "--verdicts",
+        metavar="SUITE",
+        help="only: validate SUITE (e.g. builtin) with batch grading off and on and compare every verdict",
+    )
     args = ap.parse_args()
+    if args.verdicts:
+        sys.exit(0 if verdicts_unchanged(args.verdicts, 1, 4, args.batch) else 1)
     if args.smoke:
         args.tasks, args.concurrency, args.no_mini, args.grading_tasks, args.grading_calls = (
             2,
@@ -469,14 +514,36 @@ def main():
     )
     if args.grading_tasks:
         grading_comparison(args.grading_tasks, args.grading_calls)
-    print(f"{'concurrency':>11} {'harness att/min':>16} {'mini-swe-agent att/min':>23} {'ratio':>6}")
-    for c in args.concurrency:
-        ours = asyncio.run(harness_rate(tasks, c, breakdown=c == max(args.concurrency)))
+    top = max(args.concurrency)
+    rows = []
+    for c in args.concurrency:  # batch grading off and on, interleaved, and mini-swe-agent beside them
+        plain = asyncio.run(harness_rate(tasks, c, breakdown=c == top and args.breakdown))
+        batch = asyncio.run(harness_rate(tasks, c, breakdown=c == top and args.breakdown, batch=args.batch))
         mini = None if args.no_mini else mini_rate(image, args.tasks, c)
-        ratio = f"{ours / mini:5.1f}x" if mini else "-"
-        print(f"{c:>11} {ours:16.1f} {mini if mini else float('nan'):23.1f} {ratio:>6}", flush=True)
+        rows.append((c, plain, batch, mini))
+        print(f"  (concurrency {c} measured)", flush=True)
+    rate = create_destroy_rate(image, 4 if args.smoke else 10)
+    ceiling = rate * 60 / 2
     print(
-        "harness attempts include grading in a fresh container and a durable record; mini-swe-agent's do not."
+        f"container ceiling, measured in this run: {rate:.2f} containers created+destroyed per second "
+        f"(bench/sandbox.py's cycle) / 2 per graded attempt = {ceiling:.1f} graded attempts/min"
+    )
+    print(
+        f"{'concurrency':>11} {'harness att/min':>16} {'% of ceiling':>13} "
+        f"{f'batch {args.batch} att/min':>17} {'batch/plain':>12} {'mini-swe-agent att/min':>23} "
+        f"{'harness/mini':>13}"
+    )
+    for c, plain, batch, mini in rows:
+        vs_mini = f"{plain / mini:12.1f}x" if mini else f"{'-':>13}"
+        print(
+            f"{c:>11} {plain:16.1f} {plain / ceiling:12.0%} {batch:17.1f} {batch / plain:11.2f}x "
+            f"{mini if mini else float('nan'):23.1f} {vs_mini}",
+            flush=True,
+        )
+    print(
+        "harness attempts include grading in a fresh container and a durable record; mini-swe-agent's do "
+        f"not. Batch grading: up to {args.batch} attempts of one image take turns in one fresh grading "
+        "container (run_eval batch_grading / harness eval --batch-grading)."
     )
 
 
