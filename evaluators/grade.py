@@ -356,6 +356,13 @@ class GradingStations:
     def __init__(self, pool: SandboxPool, batch: int):
         self.pool, self.batch = pool, max(1, batch)
         self._idle: dict[tuple, list] = {}  # (image, limits) -> [[sandbox, turns used]]
+        pool.add_reclaimer(self._take_idle)  # a full pool destroys an idle one rather than wait
+
+    def _take_idle(self):
+        for idle in self._idle.values():
+            if idle:
+                return idle.pop(0)[0]
+        return None
 
     @contextlib.asynccontextmanager
     async def turn(self, image: str, limits: Limits, task: str):

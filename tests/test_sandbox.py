@@ -242,3 +242,20 @@ def test_pool_makes_no_warm_container_past_the_expected_acquires(image, monkeypa
 
     first, second = run(main())
     assert created == [first, second]
+
+
+def test_a_full_pool_reclaims_a_sandbox_kept_idle_for_reuse(image):
+    """A user that keeps an acquired sandbox idle (batch grading's containers) gives it up when the pool is
+    full: acquire() destroys it instead of waiting for ever."""
+
+    async def main():
+        async with SandboxPool(warm=0, max_containers=1) as pool:
+            kept = [await pool.acquire(image, SMALL)]
+            pool.add_reclaimer(lambda: kept.pop() if kept else None)
+            other = await asyncio.wait_for(pool.acquire(image, SMALL), 120)
+            r = await other.exec("echo fine", 10)
+            await pool.release(other)
+            return r.stdout.strip(), kept
+
+    out, kept = run(main())
+    assert out == "fine" and kept == []

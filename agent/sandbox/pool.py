@@ -9,7 +9,7 @@ import functools
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
+from typing import Callable, Optional
 
 from agent.sandbox.cleanup import prune, prune_at_exit
 from agent.sandbox.container import Limits, Sandbox, create_sandbox
@@ -35,6 +35,7 @@ class SandboxPool:
         self._network: Optional[asyncio.Future] = None
         self._refilling: dict[tuple, int] = {}
         self._demand: Optional[int] = None  # acquires still expected (expect()); None: unknown
+        self._reclaimers: list[Callable[[], Optional[Sandbox]]] = []
         # Engine calls (create+start, remove) block for hundreds of ms each and the engine runs many at
         # once: on asyncio's default executor (cores + 4 threads) they queued behind each other, so the pool
         # could not keep `max_containers` busy (issue 25). One thread per container that can exist.
@@ -42,6 +43,11 @@ class SandboxPool:
             max_workers=self.max_containers + max(warm, 0) + 2, thread_name_prefix="sandbox-engine"
         )
         prune_at_exit(self.pool_id)
+
+    def add_reclaimer(self, take_idle: Callable[[], Optional[Sandbox]]):
+        """`take_idle()` gives up one acquired sandbox that its user keeps idle for reuse (or None): when the
+        pool is full, acquire() destroys such a one rather than wait for a release that may never come."""
+        self._reclaimers.append(take_idle)
 
     def expect(self, acquires: int):
         """How many more acquire() calls will come (the runner knows: an agent and a grading container per
@@ -91,6 +97,11 @@ class SandboxPool:
                     self._live -= 1
                     self._spawn(self._in_thread(victim.kill))
                     continue
+                held = next((sb for sb in (r() for r in self._reclaimers) if sb is not None), None)
+                if held is not None:  # a container a user keeps for reuse: destroyed, then its room is ours
+                    self._in_use.discard(held)
+                    held.dead = True
+                    self._spawn(self._destroy(held))
                 await cond.wait()
         try:
             sb = await self._in_thread(
