@@ -259,3 +259,19 @@ def test_a_full_pool_reclaims_a_sandbox_kept_idle_for_reuse(image):
 
     out, kept = run(main())
     assert out == "fine" and kept == []
+
+
+def test_a_command_runs_as_the_user_number_it_names_never_root(image):
+    """Batch grading runs each attempt as its own user: a number picks it; 0 (or a bool) is not root."""
+
+    async def main():
+        async with SandboxPool(warm=0, max_containers=1) as pool:
+            async with pool.sandbox(image, SMALL) as sb:
+                out = {}
+                for user in (10005, 0, True, "agent"):
+                    r = await sb.exec_raw(["id", "-u"], user=user, cwd="/")
+                    out[user] = r["out_head"].decode().strip()
+                return out
+
+    out = run(main())
+    assert out == {10005: "10005", 0: "10001", True: "10001", "agent": "10001"}
