@@ -17,6 +17,7 @@ the Docker engine failing is an infrastructure error (InfraError, retried by the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -353,33 +354,74 @@ class GradingStations:
 
     shared_turns = 0  # turns served by a container that graded another attempt before (for the self-test)
 
-    def __init__(self, pool: SandboxPool, batch: int):
-        self.pool, self.batch = pool, max(1, batch)
+    def __init__(self, pool: SandboxPool, batch: int, max_containers: int = 0):
+        """At most `max_containers` grading containers at once (0: no bound): an attempt whose grading finds
+        them all busy waits for a turn, rather than start one more container of its own."""
+        self.pool, self.batch, self.max_containers = pool, max(1, batch), max(0, max_containers)
         self._idle: dict[tuple, list] = {}  # (image, limits) -> [[sandbox, turns used]]
+        self._count = 0  # grading containers made and not yet released
+        self._cond: asyncio.Condition | None = None
         pool.add_reclaimer(self._take_idle)  # a full pool destroys an idle one rather than wait
 
     def _take_idle(self):
+        """An idle grading container, given up (for the pool, which destroys it)."""
         for idle in self._idle.values():
             if idle:
+                self._count -= 1
+                asyncio.ensure_future(self._notify())
                 return idle.pop(0)[0]
         return None
+
+    async def _notify(self):
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def _station(self, key: tuple):
+        """[sandbox, turns used] of an idle grading container of `key`, or None: make one (room was taken)."""
+        self._cond = self._cond or asyncio.Condition()
+        async with self._cond:
+            while True:
+                idle = self._idle.setdefault(key, [])
+                if idle:
+                    return idle.pop()
+                if not self.max_containers or self._count < self.max_containers:
+                    self._count += 1
+                    return None
+                other = self._take_idle()  # all the room is idle containers of other images: retire one
+                if other is not None:
+                    await self.pool.release(other)
+                    continue
+                await self._cond.wait()
+
+    async def _done(self, station, reuse: bool):
+        if reuse:
+            self._idle.setdefault(station[2], []).append(station)
+        else:
+            self._count -= 1
+            await self.pool.release(station[0])
+        await self._notify()
 
     @contextlib.asynccontextmanager
     async def turn(self, image: str, limits: Limits, task: str):
         """(sandbox, uid) for one attempt; the container is this attempt's alone until the block ends."""
-        idle = self._idle.setdefault((image, limits), [])
-        station = idle.pop() if idle else None
+        key = (image, limits)
+        station = await self._station(key)
         if station is None:
-            sb = await self.pool.acquire(image, limits, task=task)
+            try:
+                sb = await self.pool.acquire(image, limits, task=task)
+            except BaseException:
+                self._count -= 1
+                await self._notify()
+                raise
+            station = [sb, 0, key]
             try:  # the container's user owns /workspace: open it to the attempts' users
                 r = await sb.exec_raw(["chmod", "0777", "/workspace"], timeout=10, cwd="/")
                 if r["exit_code"] != 0:
                     raise InfraError(f"could not open /workspace for batch grading: {r['err_head'][:200]!r}")
             except BaseException:
-                await self.pool.release(sb)
+                await self._done(station, False)
                 raise
-            station = [sb, 0]
-        sb, used = station
+        sb, used = station[0], station[1]
         GradingStations.shared_turns += used > 0
         uid = FIRST_BATCH_UID + used
         station[1] += 1
@@ -388,10 +430,7 @@ class GradingStations:
             yield sb, uid
             clean = await self._wipe(sb, uid)
         finally:
-            if clean and station[1] < self.batch and not sb.dead:
-                idle.append(station)
-            else:
-                await self.pool.release(sb)
+            await self._done(station, clean and station[1] < self.batch and not sb.dead)
 
     async def _wipe(self, sb, uid: int) -> bool:
         try:

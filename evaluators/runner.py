@@ -132,7 +132,12 @@ def expected_containers(todo: list[Task], stations: Optional[GradingStations], c
         return sum(containers_per_attempt(t) for t in todo)
     shared = sum(batchable(t) for t in todo)
     rest = sum(containers_per_attempt(t) - (1 if batchable(t) else 0) for t in todo)
-    return rest + (-(-shared // stations.batch) + min(concurrency, shared) if shared else 0)
+    return rest + (-(-shared // stations.batch) + min(stations_for(concurrency), shared) if shared else 0)
+
+
+def stations_for(concurrency: int) -> int:
+    """Grading containers at once with batch grading: one per two attempts in flight."""
+    return max(1, (concurrency + 1) // 2)
 
 
 def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: float, image: str) -> Attempt:
@@ -313,9 +318,11 @@ async def run_eval(
             warm=concurrency + 1,  # an agent and a grader container each
             max_containers=max_sandboxes or 2 * concurrency + 2,
         ) as pool:
-            stations = (
-                GradingStations(pool, batch_grading) if batch_grading > 1 and Pool is SandboxPool else None
-            )
+            stations = None
+            if batch_grading > 1 and Pool is SandboxPool:
+                # half as many grading containers as attempts in flight: a grading waits for a turn rather
+                # than start a container that grades only one or two attempts
+                stations = GradingStations(pool, batch_grading, max_containers=stations_for(concurrency))
             if hasattr(pool, "expect"):  # no warm container beyond what the attempts will take
                 pool.expect(expected_containers([t for t, _ in todo], stations, concurrency))
 
