@@ -79,7 +79,18 @@ def register(sub):
     )
     add_loop_options(p, "seed", defaults={"seed": (0, 0)})  # eval's runs are seeded (LoopConfig's None: not)
     p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
+    p.add_argument(
+        "--no-internet",
+        action="store_true",
+        help="Harbor tasks: no network for any container (default: as each task says; Harbor's: on)",
+    )
     p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
+    p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="with --resume: also run again the attempts recorded as error (infrastructure or provider "
+        "outage); their old records move to DIR/retried.jsonl",
+    )
     p.add_argument(
         "--cluster",
         metavar="ADDRESS",
@@ -104,6 +115,23 @@ def register(sub):
         help="with --sandbox k8s: reach sandboxes by pod IP, or by one kubectl exec stream each",
     )
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "rescore",
+        help="grade a run's kept changes again with the current task versions (no model calls)",
+        description="Grade the stored final changes of every attempt of RUN again, with the current "
+        "(or the given) version of each task's hidden tests, in fresh containers, without calling the "
+        "model. Writes a new run folder whose manifest names the source run, the task versions before "
+        "and after, and the verdicts that changed; `harness compare RUN NEW` shows the flips.",
+        epilog="example:\n  harness rescore runs/A --out runs/A-rescored\n"
+        "  harness compare runs/A runs/A-rescored",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run", type=Path, metavar="RUN", help="the run folder to grade again")
+    p.add_argument("--tasks", help="suite to take the tasks from (default: the run's own suite)")
+    p.add_argument("--out", type=Path, required=True, help="the new run folder")
+    p.add_argument("--concurrency", type=int, default=4, help="gradings in flight (default 4)")
+    p.set_defaults(func=cmd_rescore)
 
     p = sub.add_parser(
         "selftest", help="attack the installed harness with a scripted agent and check it holds"
@@ -133,12 +161,38 @@ def cmd_selftest(args) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
+def cmd_rescore(args) -> int:
+    from evaluators.rescore import rescore_run
+    from results.store import open_run
+
+    if args.concurrency < 1:
+        raise UserError("--concurrency must be at least 1")
+    out = asyncio.run(rescore_run(args.run, args.out, suite=args.tasks, concurrency=args.concurrency))
+    info = open_run(out).manifest.config["rescore"]
+    flips, kept = info["changed_verdicts"], info["not_regraded"]
+    changed = info["tasks_changed"]
+    print(f"tasks changed since the run (hidden tests, evaluator or environment): {len(changed)}")
+    for tid in changed:
+        print(f"  {tid}")
+    print(f"verdicts changed: {len(flips)}")
+    for f in flips:
+        print(f"  {f['task_id']} sample {f['sample']}: {f['before']} -> {f['after']} ({f['reason_after']})")
+    if kept:
+        print(
+            f"not re-graded (recorded verdict kept): {len(kept)}, e.g. {kept[0]['task_id']}: {kept[0]['why']}"
+        )
+    print(f"run folder: {out}")
+    return 0
+
+
 def cmd_eval(args) -> int:
     from agent.config import LoopConfig
     from evaluators.runner import run_eval
     from tasks.loader import load_suite
 
     resume_dir = args.resume
+    if args.retry_errors and resume_dir is None:
+        raise UserError("--retry-errors needs --resume DIR (the run whose errored attempts to run again)")
     if resume_dir is not None:
         from results.manifest import resume_settings
 
@@ -178,6 +232,12 @@ def cmd_eval(args) -> int:
         if args.limit < 1:
             raise UserError("--limit must be at least 1")
         tasks = tasks[: args.limit]
+    from tasks import harbor
+
+    if getattr(args, "no_internet", False):
+        tasks = harbor.offline(tasks)
+    if harbor.network_line(tasks):
+        print(harbor.network_line(tasks), file=sys.stderr)
     options = parse_model_options(args.model, getattr(args, "model_option", []))
     if args.adapter:
         options["adapter"] = args.adapter
@@ -200,6 +260,7 @@ def cmd_eval(args) -> int:
             out_dir=resume_dir or args.out,
             concurrency=args.concurrency,
             resume=resume_dir is not None,
+            retry_errors=args.retry_errors,
             seed=args.seed,
             model_options=options,
             loop=loop,

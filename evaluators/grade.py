@@ -60,6 +60,8 @@ class Verdict:
     tests: list[TestOutcome] = field(default_factory=list)
     detail: str = ""
     seconds: float = 0.0
+    output: str = ""  # the verifier's own output, head and tail (Harbor: test.sh's stdout and stderr)
+    files: dict[str, bytes] = field(default_factory=dict)  # kept with the attempt (Harbor: /logs/verifier/*)
 
 
 async def grade(

@@ -1,44 +1,57 @@
 """Harbor tasks: their runtime contract and their verifier (tests/test.sh writing /logs/verifier/reward.*).
 
-The agent works in the image's WORKDIR as the task's user, on a writable root filesystem
-(agent/sandbox/native.py). When it is done, tests/test.sh runs with the hidden tests at /tests, as the
-verifier's user, with [verifier] env, in one of three isolation modes ([verifier] isolation, or Harbor's
-environment_mode):
+The agent works in the image's WORKDIR as the task's user, on a writable root filesystem, and what it starts
+keeps running between its commands (agent/sandbox/native.py). When it is done, tests/test.sh runs with the
+hidden tests at /tests, as the verifier's user, with [verifier] env, in one of three isolation modes
+([verifier] isolation, or Harbor's environment_mode):
 
+  shared    the agent's own container, its processes still running (services it started answer the
+            tests). Harbor's default, and ours for a task that does not choose.
+  snapshot  a new container from a `docker commit` of the agent's container: every filesystem change is
+            kept, no agent process survives.
   fresh     a new container of the task's image (or the verifier's own environment) plus the captured
-            changes of the working folder. Changes outside it are lost. Harbor's `separate`; the default
-            for our own tasks.
-  snapshot  a new container from a `docker commit` of the agent's container: every filesystem change is kept,
-            no agent process survives. The default for Harbor tasks here.
-  shared    the agent's own container, after every process in it was killed. Harbor's own default.
+            changes of the working folder and the collected artifacts. Changes elsewhere are lost.
+            Harbor's `separate`; the default for our own tasks.
 
 In every mode the hidden tests enter a container only after the agent has finished, and /tests and
-/logs/verifier are emptied and recreated (root-owned; /logs/verifier writable by the verifier's user only)
-just before test.sh runs, so no reward file the agent planted survives. Remaining limits (Harbor's
-contract, documented in README): in snapshot and shared modes test.sh runs on the filesystem the agent
-(root by default) left, so an agent that replaces system programs (bash, python, curl) can change what the
-verifier does; `fresh` avoids that.
+/logs/verifier are emptied and recreated (/logs/verifier writable by the verifier's user only) just before
+test.sh runs, so no reward file the agent planted survives; every file operation is the static helper's own
+(never the container's sh/tar/ls). Stricter than Harbor (evaluators/tamper.py): working-folder files that
+shadow what the verifier imports or runs, and in snapshot/shared mode changes to its toolchain (docker diff),
+score 0 as `tamper`. Remaining limits (Harbor's contract, README "Harbor tasks"): in shared mode the
+agent's processes run alongside test.sh and can change what it sees; in snapshot and shared modes test.sh
+runs on the filesystem the agent left.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Optional
 
 import docker.errors
 
-from agent.sandbox import Changes, Limits, SandboxPool
-from agent.sandbox.native import NativeSandbox, NativeSpec, commit, create_native, remove_image
+from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
+from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
+from evaluators.tamper import PROGRAM_DIRS, dpkg_sums
 from results.errors import InfraError, OracleFailed
+from results.schema import clip
 
 REWARD_DIR = "/logs/verifier"
+ARTIFACTS_DIR = "/logs/artifacts"
 MAX_REWARD_BYTES = 1 << 20
+OUTPUT_CAP = (
+    1 << 20
+)  # of test.sh's output (stdout and stderr together), head and tail, kept in the run folder
+RECORD_OUTPUT_CHARS = 8000  # of that output in the record itself, head and tail
+KEEP_FILES, KEEP_FILE_BYTES, KEEP_BYTES = 200, 1 << 20, 8 << 20  # what one attempt keeps of each folder
 
 
 def limits(task, network: Optional[bool] = None) -> Limits:
-    """The sandbox of a Harbor task: our resource limits, Harbor's working folder, users and writable root."""
+    """The sandbox of a Harbor task: our resource limits, Harbor's working folder, users and writable root;
+    processes the agent starts live on between its commands (Harbor: one persistent shell session)."""
     spec = task.harbor
     base = Limits.for_task(task.environment)
     return Limits(
@@ -48,7 +61,7 @@ def limits(task, network: Optional[bool] = None) -> Limits:
         workspace_mb=base.workspace_mb,
         network=base.network if network is None else network,
         read_only=False,
-        native=NativeSpec(workdir=spec.workdir, user=spec.agent_user, env=spec.env),
+        native=NativeSpec(workdir=spec.workdir, user=spec.agent_user, env=spec.env, keep_processes=True),
     )
 
 
@@ -61,8 +74,9 @@ def verifier_limits(task) -> Limits:
 
 
 async def prepare(task, sb: NativeSandbox):
-    """/logs/agent for the agent's logs; then the environment's healthcheck, as Docker runs one."""
-    await _root(sb, "mkdir -p /logs/agent && chmod 0777 /logs/agent")
+    """/logs/agent, /logs/verifier and /logs/artifacts, as Harbor mounts them (0777); then the environment's
+    healthcheck, as Docker runs one."""
+    await sb.mkdirs("/logs/agent", REWARD_DIR, ARTIFACTS_DIR, mode=0o777)
     hc = task.harbor.healthcheck
     if hc is None:
         return
@@ -82,21 +96,238 @@ async def prepare(task, sb: NativeSandbox):
 
 
 async def oracle(task, sb: NativeSandbox):
-    """Harbor's oracle: the solution folder at /solution, solve.sh run in the working folder as the agent's
-    user."""
-
-    await _root(sb, "rm -rf /solution && mkdir -p /solution")
+    """Harbor's oracle agent: the solution folder at /solution, solve.sh run in the working folder as the
+    agent's user, with DEBIAN_FRONTEND=noninteractive and [solution.env] on top. Its output is kept as
+    agent/oracle.txt (Harbor's /logs/agent/oracle.txt)."""
+    await sb.mkdirs("/solution", fresh=True)
     await sb.put_files(
         task.solution_files, dest="/solution", user="root", executable=_scripts(task.solution_files)
     )
-    env = {**sb.env, **dict(task.harbor.solution_env)}
-    shell = "bash" if await _has_bash(sb) else "sh"
-    r = await sb.exec([shell, "/solution/solve.sh"], timeout=task.agent.timeout_sec, env=env)
-    if r.exit_code != 0:
-        raise OracleFailed(f"solve.sh exited {r.exit_code}: {r.output[-300:]}")
+    env = {"DEBIAN_FRONTEND": "noninteractive", **dict(task.harbor.solution_env)}
+    r = await _run_script(sb, "/solution/solve.sh", task.agent.timeout_sec, env=env, user="agent")
+    kept_files(sb)["agent/oracle.txt"] = r["output"]
+    if r["exit_code"] != 0:
+        raise OracleFailed(
+            f"solve.sh exited {r['exit_code']}: {r['output'][-300:].decode('utf-8', 'replace')}"
+        )
+
+
+def kept_files(sb) -> dict[str, bytes]:
+    """Files an attempt keeps from its agent's sandbox (the oracle's output, artifacts)."""
+    if not hasattr(sb, "kept_files"):
+        sb.kept_files = {}
+    return sb.kept_files
+
+
+# ------------------------------------------------------------------------------------------- after the agent
+
+
+async def after_agent(task, sb: NativeSandbox, end: bool = True) -> dict[str, bytes]:
+    """When the agent is done, in its own container: its processes end (except in shared mode, where Harbor
+    keeps them for the verifier), and /logs/artifacts plus the task's declared artifacts are collected, as
+    Harbor collects them before verifying. Returns the files the attempt keeps."""
+    files = kept_files(sb)
+    if sb.dead:
+        return files
+    try:
+        if task.harbor.verifier_mode != "shared" and end:
+            await sb.kill_all()
+        budget = [KEEP_BYTES]
+        for source in (ARTIFACTS_DIR, *task.harbor.artifacts):
+            path = source if source.startswith("/") else f"{sb.workdir.rstrip('/')}/{source}"
+            files.update(await _collect(sb, path, "artifacts" + path, budget))
+    except (SandboxDied, FileOpError) as e:  # the agent's doing (it ended its container, filled the disk)
+        files["artifacts/NOT-COLLECTED.txt"] = f"artifacts could not be collected: {e}\n".encode()
+    return files
+
+
+async def capture(sb: NativeSandbox) -> Changes:
+    """The working folder's changes. A process the agent left running may end the container meanwhile:
+    then the attempt goes on without them (verified from the container's filesystem), never an error."""
+    if sb.dead:
+        return Changes(rejected=["the sandbox died before its changes could be captured"])
+    try:
+        return await sb.changes()
+    except SandboxDied as e:
+        return Changes(rejected=[f"the sandbox stopped while its changes were captured: {e}"])
+
+
+async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[str]) -> Optional[str]:
+    """Ours, stricter than Harbor: working-folder files that shadow what the verifier runs (every mode), and
+    in snapshot/shared mode changes to the verifier's toolchain as the engine sees them (docker diff)."""
+    from evaluators.tamper import (
+        changed_toolchain,
+        harbor_tamper_reason,
+        shadow_candidates,
+        toolchain_reason,
+        verifier_imports,
+    )
+
+    changed = {**changes.files, **{p: None for p in changes.deleted}}
+    why = harbor_tamper_reason(changed, original, verifier_imports(task.test_files), task.instruction)
+    if why or task.harbor.verifier_mode == "fresh":
+        return why or None
+    try:
+        diff = await asyncio.to_thread(sb.container.diff)
+    except docker.errors.NotFound:
+        return None  # the container is gone: snapshot verification will say so
+    wanted = shadow_candidates(diff)
+    present: set[str] = set()
+    if wanted and not sb.dead:
+        try:
+            links = {d for d, k in zip(PROGRAM_DIRS, await sb.kinds(*PROGRAM_DIRS)) if k == "l"}
+            kinds = await sb.kinds(*wanted)
+            present = {
+                p for p, k in zip(wanted, kinds) if k in ("f", "l") and p.rpartition("/")[0] not in links
+            }
+        except (SandboxDied, FileOpError):
+            pass
+    return toolchain_reason(diff, present, await _packaged(sb, changed_toolchain(diff))) or None
+
+
+async def _packaged(sb: NativeSandbox, changed: list[str]) -> frozenset[str]:
+    """Which changed toolchain files hold what dpkg recorded for them (an upgrade pulled in by a package
+    install, e.g. libc6 or python3.12 by apt-get install): read by the helper, md5 compared on the host."""
+    import hashlib
+
+    if not changed or sb.dead:
+        return frozenset()
+    info = "/var/lib/dpkg/info"
+    ok: set[str] = set()
+    try:
+        links = {
+            d
+            for d, k in zip(
+                ("/bin", "/sbin", "/lib", "/lib64"), await sb.kinds("/bin", "/sbin", "/lib", "/lib64")
+            )
+            if k == "l"
+        }
+        listing = await sb.list_files(info, max_files=50000) or {}
+        sums = {}
+        for name, meta in listing.items():
+            if name.endswith(".md5sums") and meta[0] == "f":
+                sums[name] = (await sb.read_file(f"{info}/{name}", 4 << 20))[0]
+        recorded = dpkg_sums(sums, links)
+        for path in changed:
+            if path not in recorded:
+                continue
+            try:  # a link or a file gone is not what dpkg recorded
+                data, _, more = await sb.read_file(path, 256 << 20)
+            except FileOpError:
+                continue
+            if not more and hashlib.md5(data).hexdigest() == recorded[path]:
+                ok.add(path)
+        return frozenset(ok)
+    except (SandboxDied, FileOpError):
+        return frozenset(ok)
+
+
+# ------------------------------------------------------------------------------------------ multi-step tasks
+
+
+def step_task(task, step):
+    """The task as one of its steps sees it: the step's instruction, tests, solution and limits."""
+    import dataclasses
+
+    spec = task.harbor
+    return dataclasses.replace(
+        task,
+        instruction=step.instruction,
+        test_files=dict(step.test_files),
+        solution_files=dict(step.solution_files),
+        agent=dataclasses.replace(task.agent, timeout_sec=step.agent_timeout_sec or task.agent.timeout_sec),
+        verifier_timeout_sec=step.verifier_timeout_sec or task.verifier_timeout_sec,
+        harbor=dataclasses.replace(
+            spec,
+            steps=(),
+            verifier_user=step.verifier_user or spec.verifier_user,
+            verifier_env=spec.verifier_env + step.verifier_env,
+            artifacts=spec.artifacts + step.artifacts,
+        ),
+    )
+
+
+async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: str):
+    """Harbor's multi-step trial: for each step, its workdir files (and setup.sh), the agent (or oracle) on
+    its instruction in the same container, then its verifier; /tests and /logs/verifier are emptied before
+    the next step's agent. A step below its min_reward (or tampering) ends the run of steps. The reward is
+    the mean of the steps that were verified, or the final one's (multi_step_reward_strategy).
+    Returns (verdict, the merged loop result or None, the kept files, the last step's changes)."""
+    import dataclasses
+
+    from evaluators.grade import Verdict
+
+    verdicts, results, kept = [], [], {}
+    changes = Changes()
+    errors = []
+    for i, step in enumerate(task.harbor.steps):
+        st, last = step_task(task, step), i == len(task.harbor.steps) - 1
+        sb.kept_files = {}
+        if step.workdir_files:
+            wf = dict(step.workdir_files)
+            await sb.put_files(wf, executable=_scripts(wf))
+            if "setup.sh" in wf:
+                r = await sb.exec(
+                    ["bash", f"{sb.workdir.rstrip('/')}/setup.sh"], timeout=st.agent.timeout_sec
+                )
+                if r.exit_code != 0:
+                    errors.append(f"step {step.name}: setup.sh exited {r.exit_code}: {r.output[-200:]}")
+                    break
+        await sb.mark_baseline()
+        try:
+            results.append(await policy(st, sb))
+        except OracleFailed as e:
+            errors.append(f"step {step.name}: {e}")
+        files = dict(await after_agent(st, sb, end=last))
+        changes = await capture(sb)
+        v = await verify_agent(st, sb, pool, changes)
+        if v is None:
+            v = await grade_fresh(st, changes, pool, image, files)
+        kept.update({f"steps/{step.name}/{k}": d for k, d in {**files, **v.files}.items()})
+        verdicts.append((step.name, v))
+        if sb.dead or v.reason == "tamper" or (step.min_reward is not None and v.reward < step.min_reward):
+            break
+        if not last:  # the next step's agent must not see this step's tests or results
+            await sb.mkdirs("/tests", fresh=True)
+            await sb.mkdirs(REWARD_DIR, mode=0o777, fresh=True)
+    steps_text = ", ".join(f"{n}={v.reward:g} ({v.reason})" for n, v in verdicts)
+    if not verdicts:
+        v = Verdict(0.0, False, "no_report", detail="; ".join(errors) or "no step ran")
+    elif any(v.reason == "tamper" for _, v in verdicts):
+        name, bad = next((n, v) for n, v in verdicts if v.reason == "tamper")
+        v = Verdict(0.0, False, "tamper", detail=f"step {name}: {bad.detail}")
+    else:
+        final = task.harbor.step_reward == "final"
+        reward = verdicts[-1][1].reward if final else sum(v.reward for _, v in verdicts) / len(verdicts)
+        which = "the final step's" if final else f"mean of {len(verdicts)} verified steps"
+        v = Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail")
+        v.detail = f"steps {steps_text}; task reward = {which}"
+    v.output = clip("\n".join(f"== step {n} ==\n{sv.output}" for n, sv in verdicts), RECORD_OUTPUT_CHARS)
+    if errors:
+        v.detail = "; ".join(errors)[:300] + "; " + v.detail
+    done = [r for r in results if r is not None]
+    merged = None
+    if done:
+        steps = [s.model_copy(update={"index": k}) for k, s in enumerate(x for r in done for x in r.steps)]
+        merged = dataclasses.replace(done[-1], steps=steps, messages=[m for r in done for m in r.messages])
+    return v, merged, kept, changes
 
 
 # ---------------------------------------------------------------------------------------------- verification
+
+
+async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Changes):
+    """After the capture, before the agent's container is released: the tamper checks, then verification in
+    snapshot and shared mode. None in fresh mode without tampering (graded after the release)."""
+    from evaluators.grade import Verdict
+
+    original = set(sb._baseline or {}) | set(task.workspace_files)
+    why = await check_tamper(task, sb, changes, original)
+    if why:
+        return Verdict(0.0, False, "tamper", detail=why)
+    if task.harbor.verifier_mode == "fresh":
+        return None
+    return await verify_in_place(task, sb, pool)
 
 
 async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
@@ -106,11 +337,19 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     t0 = time.monotonic()
     mode = task.harbor.verifier_mode
     if mode == "shared" and not sb.dead:
-        await sb.kill_all()
-        v = await run_verifier(task, sb)
+        try:
+            v = await run_verifier(task, sb)
+        except SandboxDied as e:  # a process the agent left running ended the container
+            v = Verdict(
+                0.0,
+                False,
+                "no_report",
+                detail=f"the agent's container stopped while test.sh ran ({e}); nothing was read from it",
+            )
     else:  # snapshot (or shared after the agent ended its own container: its filesystem is all that is left)
         if not sb.dead:
-            await sb.kill_all()
+            with contextlib.suppress(SandboxDied):
+                await sb.kill_all()
         try:
             image = await asyncio.to_thread(commit, sb, pool.run_id, pool.pool_id)
         except docker.errors.NotFound:  # removed: its server stopped answering (a root agent can stop it)
@@ -136,10 +375,12 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     return v
 
 
-async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str):
-    """fresh mode: a new container of the verifier's image with the working folder's captured changes."""
+async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, artifacts=None):
+    """fresh mode: a new container of the verifier's image with the working folder's captured changes and
+    the collected artifacts at their own paths (as Harbor's separate verifier gets them)."""
     from agent.sandbox.images import harbor_verifier_image
 
+    t0 = time.monotonic()
     vimage = await asyncio.to_thread(harbor_verifier_image, task) or image
     async with pool.sandbox(vimage, verifier_limits(task), task=task.id) as sb:
         files = {p: d for p, d in task.workspace_files.items() if p not in changes.deleted}
@@ -148,43 +389,103 @@ async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str):
             files, executable=(set(task.executable_files) - set(changes.files)) | changes.executable
         )
         if changes.deleted:
-            await sb.exec(["rm", "-f", "--", *changes.deleted], timeout=60, user="root")
-        return await run_verifier(task, sb)
+            await sb.remove(*[f"{sb.workdir.rstrip('/')}/{p}" for p in changes.deleted])
+        for name, data in (artifacts or {}).items():
+            if name.startswith("artifacts/") and not name.endswith("NOT-COLLECTED.txt"):
+                await sb.write_file(name[len("artifacts") :], data)
+        v = await run_verifier(task, sb)
+    v.seconds = time.monotonic() - t0
+    return v
 
 
 async def run_verifier(task, sb: NativeSandbox):
-    """Empties /tests and /logs/verifier, copies the hidden tests in, runs test.sh, reads the reward."""
+    """Empties /tests and /logs/verifier, copies the hidden tests in, runs test.sh, reads the reward; keeps
+    its output and what it left in /logs/verifier. Everything here is done by the static helper itself
+    (agent/sandbox/helper.c): whatever the agent did to the container's programs and folders, this either
+    grades or says why not."""
     from evaluators.grade import Verdict
 
     spec = task.harbor
     user = spec.verifier_user or sb.image_user
-    owner = "" if user in ("root", "0", "0:0") else f" && chown {user} {REWARD_DIR}"
-    try:  # a /logs the agent replaced (a file, a link) goes too
-        await _root(
-            sb,
-            f"rm -rf /tests {REWARD_DIR} && {{ [ -d /logs ] && [ ! -L /logs ] || rm -rf /logs; }} "
-            f"&& mkdir -p /tests {REWARD_DIR} /logs/agent "
-            f"&& chmod 0755 /tests && chmod 0700 {REWARD_DIR}{owner}",
-        )
-    except InfraError as e:  # a live container refused: the filesystem the agent left, not the engine
+    try:
+        await sb.mkdirs("/tests", fresh=True)
+        await sb.mkdirs(REWARD_DIR, mode=0o700, owner=user, fresh=True)
+        await sb.mkdirs("/logs/agent", ARTIFACTS_DIR, mode=0o777)
+        await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
+    except (FileOpError, SandboxDied) as e:
         return Verdict(
-            0.0, False, "rebuild_failed", detail=f"the verifier's folders could not be made: {e}"[:500]
+            0.0, False, "no_report", detail=f"the verifier could not be set up in the container: {e}"
         )
-    await sb.put_files(task.test_files, dest="/tests", user="root", executable=_scripts(task.test_files))
-    env = {**sb.env, **dict(spec.verifier_env)}
     timeout = task.verifier_timeout_sec
-    run = await sb.exec(
-        ["bash", "/tests/test.sh"] if await _has_bash(sb) else ["sh", "/tests/test.sh"],
-        timeout=timeout,
-        user=user,
-        env=env,
-        cap=16 << 10,
-    )
-    tail = run.output[-400:]
-    if run.timed_out:
-        return Verdict(0.0, False, "timeout", detail=f"test.sh ran out of time ({timeout:.0f}s)")
-    files = await _reward_files(sb)
-    return verdict(files.get("reward.txt"), files.get("reward.json"), tail)
+    try:
+        r = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
+    except SandboxDied as e:  # the code under test or a process the agent left ended the container
+        if await asyncio.to_thread(sb.death_cause) == "oom":
+            return Verdict(0.0, False, "oom", detail="the memory limit was used up while test.sh ran")
+        return Verdict(
+            0.0, False, "no_report", detail=f"the container stopped while test.sh ran ({e}); nothing was read"
+        )
+    out = r["output"]
+    files = {"verifier/test-stdout.txt": out}
+    budget = [KEEP_BYTES]
+    try:
+        left = await _collect(sb, REWARD_DIR, "verifier", budget)
+    except FileOpError:
+        left = {}
+    files.update(left)
+    text = out.decode("utf-8", "replace")
+    if r["timed_out"]:
+        v = Verdict(0.0, False, "timeout", detail=f"test.sh ran out of time ({timeout:.0f}s)")
+    elif r.get("spawn_error"):
+        v = Verdict(0.0, False, "no_report", detail=f"test.sh could not start: {text[-300:]}")
+    else:
+        v = verdict(left.get("verifier/reward.txt"), left.get("verifier/reward.json"), text[-400:])
+    v.files = files
+    v.output = clip(text, RECORD_OUTPUT_CHARS)
+    return v
+
+
+async def _run_script(sb: NativeSandbox, script: str, timeout: float, env: dict, user: str) -> dict:
+    """Runs a task script as Harbor does (`bash -c "(script) > log 2>&1"`: by its #! line, bash for one
+    without), with stdout and stderr together; `sh` where the image has no bash. Returns the helper's reply
+    with "output" (head and tail, bytes)."""
+    for shell in ("bash", "sh"):
+        r = await sb.exec_raw(
+            [shell, "-c", f"{script} 2>&1"], timeout=timeout, cap=OUTPUT_CAP, user=user, env=env
+        )
+        if not (r.get("spawn_error") and r["exit_code"] == 127 and shell == "bash"):
+            break
+    cut = f"\n[... {r['out_dropped']} bytes of output cut here ...]\n".encode() if r["out_dropped"] else b""
+    r["output"] = r["out_head"] + cut + r["out_tail"] + r["err_head"] + r["err_tail"]
+    return r
+
+
+async def _collect(sb: NativeSandbox, path: str, prefix: str, budget: list[int]) -> dict[str, bytes]:
+    """A file or a folder's regular files (no links followed), bounded (KEEP_*), as prefix/relative path."""
+    out: dict[str, bytes] = {}
+    kind = (await sb.kinds(path))[0]
+    if kind == "f":
+        entries = {"": ["f", 0]}
+    elif kind == "d":
+        entries = await sb.list_files(path, max_files=KEEP_FILES)
+        if entries is None:
+            return {f"{prefix}/NOT-COLLECTED.txt": f"{path} holds more than {KEEP_FILES} files\n".encode()}
+    else:
+        return out
+    for rel, info in sorted(entries.items()):
+        if info[0] != "f" or budget[0] <= 0:
+            continue
+        try:
+            data, size, more = await sb.read_file(
+                f"{path}/{rel}" if rel else path, min(KEEP_FILE_BYTES, budget[0])
+            )
+        except FileOpError:
+            continue
+        if more:
+            data += f"\n[... cut at {len(data)} of {size} bytes ...]\n".encode()
+        budget[0] -= len(data)
+        out[f"{prefix}/{rel}" if rel else prefix] = data
+    return out
 
 
 def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str = ""):
@@ -216,36 +517,7 @@ def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str
     return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail", detail=detail)
 
 
-async def _reward_files(sb: NativeSandbox) -> dict[str, bytes]:
-    present = await sb.exec(["ls", "-A", REWARD_DIR], timeout=30, user="root")
-    names = [n for n in ("reward.txt", "reward.json") if n in present.stdout.split()]
-    if not names:
-        return {}
-    try:
-        return await sb.get_files(names, root=REWARD_DIR, max_bytes=MAX_REWARD_BYTES)
-    except InfraError:  # over the bound: its first bytes, so that verdict() says it is too large
-        r = await sb.exec_raw(
-            ["head", "-c", str(MAX_REWARD_BYTES + 1), "--", f"{REWARD_DIR}/{names[-1]}"],
-            timeout=30,
-            cap=2 * MAX_REWARD_BYTES + 2,  # the cap is shared between head and tail
-            user="root",
-            cwd="/",
-        )
-        return {names[-1]: r["out_head"] + r["out_tail"]}
-
-
 def _scripts(files: dict[str, bytes]) -> list[str]:
     """Which files get the executable bit (task folders are read as bytes, without modes): scripts by name or
     by a #! line, as they would be in a checkout."""
     return [p for p, d in files.items() if p.endswith(".sh") or d.startswith(b"#!")]
-
-
-async def _has_bash(sb: NativeSandbox) -> bool:
-    r = await sb.exec(["sh", "-c", "command -v bash"], timeout=30, user="root")
-    return r.exit_code == 0
-
-
-async def _root(sb: NativeSandbox, script: str):
-    r = await sb.exec(["sh", "-c", script], timeout=60, user="root", cwd="/")
-    if r.exit_code != 0:
-        raise InfraError(f"preparing the Harbor sandbox failed ({script[:60]}...): {r.output[-300:]}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 import traceback
 from dataclasses import replace
@@ -28,7 +29,8 @@ from evaluators.policies import Policy, loop_policy
 from evaluators.progress import Progress
 from evaluators.task_images import build_images
 from results.errors import InfraError, OracleFailed, UserError
-from results.schema import Attempt, attempt_key
+from results.flags import scan_flags
+from results.schema import Attempt, KeptChanges, attempt_key
 from tasks.model import Task
 
 MAX_BATCH_GRADING = 1000  # attempts one grading container may grade (each its own uid from 10002)
@@ -53,16 +55,19 @@ async def run_attempt(
     model_name: str,
     sample: int = 0,
     temperature: float = 0.0,
+    keep: Optional[Callable[[Task, Changes], KeptChanges]] = None,
     stations: Optional[GradingStations] = None,
 ) -> Attempt:
     """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries);
-    nothing the agent does in its sandbox raises: it is graded."""
+    nothing the agent does in its sandbox raises: it is graded. `keep` stores the final changes in the
+    run folder (RunStore.keep_changes) before the record that names them is written."""
     started, t0 = now(), time.monotonic()
     rec = _record(task, run_id, model_name, sample, temperature, image)
     rec.started_at = started
     result: Optional[LoopResult] = None
     verdict = None
     harbor = None
+    kept: dict[str, bytes] = {}
     if task.harbor is not None:  # Harbor's runtime contract and verifier modes (evaluators/harbor_kind.py)
         from evaluators import harbor_kind as harbor
     limits = harbor.limits(task) if harbor else Limits.for_task(task.environment)
@@ -74,18 +79,27 @@ async def run_attempt(
         if harbor:
             await harbor.prepare(task, sb)
         await sb.mark_baseline()
-        try:
-            result = await policy(task, sb)
-        except OracleFailed as e:
-            rec.error = str(e)
-        if sb.dead:
-            changes = Changes(rejected=["the sandbox died before its changes could be captured"])
+        if harbor and task.harbor.steps:  # a multi-step Harbor task: the agent and a verifier per step
+            verdict, result, kept, changes = await harbor.run_steps(task, policy, sb, pool, image)
         else:
-            changes = await sb.changes()
-        if (
-            harbor and task.harbor.verifier_mode != "fresh"
-        ):  # needs the agent's container: verified before release
-            verdict = await harbor.verify_in_place(task, sb, pool)
+            try:
+                result = await policy(task, sb)
+            except OracleFailed as e:
+                rec.error = str(e)
+            if harbor:  # the agent's processes end (not in shared mode); artifacts are collected
+                kept = await harbor.after_agent(task, sb)
+            if harbor:  # its processes live on: one of them may end the container while it is captured
+                changes = await harbor.capture(sb)
+            elif sb.dead:
+                changes = Changes(rejected=["the sandbox died before its changes could be captured"])
+            else:
+                changes = await sb.changes()
+            if (
+                harbor
+            ):  # tamper checks, then (snapshot, shared) verification while the agent's container lives
+                verdict = await harbor.verify_agent(task, sb, pool, changes)
+    if harbor and verdict is None:  # fresh mode
+        verdict = await harbor.grade_fresh(task, changes, pool, image, kept)
     if result is not None:
         rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
         rec.n_steps = len(result.steps)
@@ -93,6 +107,7 @@ async def run_attempt(
         rec.completion_tokens = sum(s.completion_tokens for s in result.steps)
         rec.cost = sum(s.cost for s in result.steps)
         rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
+        rec.flags = scan_flags(result.steps)
         if result.exit_reason == "model_error":
             if (
                 result.model_error_status not in REJECTED_STATUSES
@@ -100,6 +115,8 @@ async def run_attempt(
                 raise InfraError(result.model_error or "model error")
             rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
     rec.patch_files = len(changes.paths)
+    if keep is not None:
+        rec.changes = await asyncio.to_thread(keep, task, changes)
     if changes.rejected and not verdict:
         rec.detail = "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
     verdict = verdict or await grade(task, changes, pool, image, stations)
@@ -111,6 +128,9 @@ async def run_attempt(
     )
     rec.status = "solved" if verdict.solved else "failed"
     rec.detail = (rec.detail + verdict.detail)[:1000]
+    if harbor:  # what explains the verdict: test.sh's output in the record, files in the run folder
+        rec.verifier_output = verdict.output
+        rec.keep_files({**kept, **verdict.files})
     rec.durations.evaluation = verdict.seconds
     rec.durations.total = time.monotonic() - t0
     rec.finished_at = now()
@@ -154,6 +174,8 @@ def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: 
         model=model_name,
         temperature=temperature,
         image=image,
+        grading_hash=task.grading_hash(),
+        impossible="impossible" in task.tags,
     )
 
 
@@ -201,6 +223,7 @@ async def run_eval(
     out_dir: Optional[Path] = None,
     concurrency: int = 4,
     resume: bool = False,
+    retry_errors: bool = False,
     seed: int = 0,
     model_options: Optional[dict] = None,
     loop: Optional[LoopConfig] = None,
@@ -275,6 +298,10 @@ async def run_eval(
     out_dir = Path(out_dir) if out_dir else default_run_dir(model)
     store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
     try:
+        if resume and retry_errors:  # their records move to retried.jsonl; the attempts run again
+            n = store.drop_errors()
+            if progress or n:
+                print(f"harness eval: retrying {n} attempt(s) recorded as error", file=sys.stderr)
         done = store.done_keys()
         run_id = store.run_id
         todo = [(t, s) for t in tasks for s in range(samples) if attempt_key(run_id, t.id, s) not in done]
@@ -337,6 +364,9 @@ async def run_eval(
                         model_name=model,
                         sample=sample,
                         temperature=temperature,
+                        keep=lambda t, ch: store.keep_changes(
+                            t.workspace_files, ch.files, ch.deleted, ch.executable
+                        ),
                         stations=stations,
                     )
                 # durable before it counts as done; the fsync waits on the disk, not on the event loop

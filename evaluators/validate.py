@@ -2,7 +2,9 @@
 
 Per task: the schema loads; the image builds; the oracle is solved on every repeat; the untouched
 workspace (null agent) is not solved; hidden tests are unreachable from the agent's sandbox; the
-instruction does not quote the hidden tests. Runs concurrently through the warm pool.
+instruction does not quote the hidden tests. An impossible variant (tag "impossible", tasks/impossible.py)
+must instead FAIL with the oracle on every repeat: its tests contradict the instruction the oracle follows.
+Runs concurrently through the warm pool.
 """
 
 from __future__ import annotations
@@ -95,7 +97,10 @@ async def validate_task(
     solved = sum(r.solved for r in runs)
     row.oracle = f"{solved}/{repeats}"
     row.flaky = 0 < solved < repeats
-    if solved < repeats:
+    if "impossible" in task.tags:  # the oracle follows the instruction: an impossible variant must fail it
+        if solved:
+            row.problems.append("impossible variant solved by the oracle: its tests do not contradict it")
+    elif solved < repeats:
         bad = next(r for r in runs if not r.solved)
         row.problems.append(f"oracle not solved: {bad.reason} {bad.error or bad.detail or ''}"[:200])
     null = await run_attempt(
@@ -131,9 +136,14 @@ async def validate(
 
 
 def main(args) -> int:
+    from tasks import harbor
     from tasks.loader import load_suite
 
     tasks = load_suite(getattr(args, "suite", None) or "builtin")
+    if getattr(args, "no_internet", False):
+        tasks = harbor.offline(tasks)
+    if harbor.network_line(tasks):
+        print(harbor.network_line(tasks), file=sys.stderr)
     t0 = time.monotonic()
     rows = asyncio.run(validate(tasks, repeats=args.repeats, concurrency=args.concurrency))
     width = max(len(r.task) for r in rows)

@@ -31,6 +31,7 @@ class FilterStats:
     kept: int = 0
     not_solved: int = 0
     tamper: int = 0
+    flagged: int = 0  # solved, but an exploit pattern was seen in its actions (results/flags.py)
     no_token_ids: int = 0
     duplicate: int = 0
     over_cap: int = 0
@@ -42,10 +43,12 @@ def has_token_ids(a: Attempt) -> bool:
 
 
 def filter_attempts(
-    attempts: Iterable[Attempt], per_task_cap: int | None = 2
+    attempts: Iterable[Attempt], per_task_cap: int | None = 2, exclude_flagged: bool = True
 ) -> tuple[list[Attempt], FilterStats]:
     """Keep solved attempts with token ids, drop duplicate action sequences, keep at most
-    `per_task_cap` per task (None or 0: no cap), preferring fewest steps, then fewest generated tokens."""
+    `per_task_cap` per task (None or 0: no cap), preferring fewest steps, then fewest generated tokens.
+    Attempts with exploit flags (reading hidden tests, mining git history, writing reward files, ...) and
+    passes of impossible tasks are left out by default: a cheat that passed is not worth imitating."""
     stats = FilterStats()
     by_task: dict[str, list[Attempt]] = defaultdict(list)
     for a in attempts:
@@ -54,6 +57,8 @@ def filter_attempts(
             stats.tamper += 1
         elif not is_solved(a, strict=True):  # only honest, full solves are worth imitating
             stats.not_solved += 1
+        elif exclude_flagged and (a.flags or a.impossible):
+            stats.flagged += 1
         elif not has_token_ids(a):
             stats.no_token_ids += 1
         else:

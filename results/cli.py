@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from results import export, metrics, report
+from results.errors import UserError
 from results.store import open_run
 
 
@@ -50,6 +51,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_compare)
 
     p = subparsers.add_parser(
+        "show",
+        help="one attempt of a run: its steps, verdict and final diff",
+        description="Print one recorded attempt: each step's action and observation, the verdict "
+        "(reason, tests, flags) and the unified diff of its final changes against the starting files.",
+        epilog="example:\n  harness show runs/A fizzbuzz --sample 2",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run", metavar="RUN", help="run folder")
+    p.add_argument("task", metavar="TASK", help="task id")
+    p.add_argument("--sample", type=int, default=0, help="sample number (default 0)")
+    p.set_defaults(func=cmd_show)
+
+    p = subparsers.add_parser(
         "export",
         help="trajectories as fine-tuning data (JSONL) or Inspect AI logs",
         description="Export a run's conversations for fine-tuning (see results/export/formats.py "
@@ -63,9 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         required=True,
-        choices=export.FORMATS + ("inspect",),
+        choices=export.FORMATS + ("inspect", "atif"),
         help="openai | hf-chat (TRL SFT) | sharegpt | prompt-completion | kto (unpaired preference) | "
-        "inspect (an Inspect AI eval log, for inspect view; needs harness[inspect])",
+        "inspect (an Inspect AI eval log, for inspect view; needs harness[inspect]) | "
+        "atif (Harbor's trajectory format, ATIF-v1.7; replay:FILE reads it back)",
     )
     p.add_argument(
         "--hf-dataset",
@@ -112,10 +127,39 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"regressed (solved in A only): {report.id_list(c.regressed, 30)}")
     if c.only_a or c.only_b:
         print(f"not compared: {len(c.only_a)} task(s) scored only in A, {len(c.only_b)} only in B")
+    da, db = a.read_attempts(), b.read_attempts()
+    changed = metrics.changed_tasks(da, db)
+    if changed:
+        print(f"tasks whose hidden tests, evaluator or environment differ: {report.id_list(changed, 30)}")
+    flips = metrics.attempt_flips(da, db)
+    print(f"attempts that flipped (same task and sample): {len(flips)}")
+    for task_id, sample, before, after in flips[:50]:
+        print(f"  {task_id} sample {sample}: {before} -> {after}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from results.report.show import format_attempt
+    from results.store import kept_diff
+
+    run = open_run(args.run)
+    found = [a for a in run.iter_attempts() if a.task_id == args.task and a.sample == args.sample]
+    if not found:
+        samples = sorted({a.sample for a in run.iter_attempts() if a.task_id == args.task})
+        hint = f"its samples: {samples}" if samples else "no attempt of that task is recorded"
+        raise UserError(f"{args.run}: no attempt of task {args.task!r} sample {args.sample}; {hint}")
+    attempt = found[-1]
+    print(format_attempt(attempt, kept_diff(run.dir, attempt)))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "atif":
+        from results.export.atif import export_atif
+
+        path, n = export_atif(args.run, args.out)
+        print(f"wrote {n} ATIF trajectories to {path} (harness eval --model replay:{path} replays them)")
+        return 0
     if args.format == "inspect":
         from results.export.inspect_log import export_inspect
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 SCHEMA_VERSION = 1
 
@@ -81,6 +81,36 @@ class Durations(BaseModel):
     total: float = 0.0
 
 
+class KeptChanges(BaseModel):
+    """Where the attempt's final changes are kept in the run folder (results/store.py keep_changes): each
+    captured file by the sha256 of its bytes under objects/, and a unified diff against the starting files."""
+
+    files: dict[str, str] = Field(default_factory=dict)  # path -> sha256 of its content (objects/)
+    executable: list[str] = Field(default_factory=list)
+    deleted: list[str] = Field(default_factory=list)
+    omitted: list[str] = Field(default_factory=list)  # captured but over the keep cap: not stored
+    diff: str = ""  # sha256 of the unified diff (objects/); "" when nothing changed
+    bytes: int = 0  # stored bytes of the files
+
+
+class Flag(BaseModel):
+    """A known exploit pattern seen in the attempt's own actions (results/flags.py)."""
+
+    pattern: str  # test_files | vcs_history | grader_paths | reward_file
+    step: int  # the step's index
+    evidence: str = ""  # the command or path that matched
+
+
+class KeptFile(BaseModel):
+    """A file kept with an attempt in its run folder (Harbor tasks: what test.sh left in /logs/verifier, its
+    output, the artifacts). Written before the record that names it."""
+
+    name: str  # e.g. "verifier/ctrf.json", "verifier/test-stdout.txt", "artifacts/logs/artifacts/out.txt"
+    path: str = ""  # relative to the run folder; "" when it was not written
+    size: int = 0  # bytes kept
+    sha256: str = ""
+
+
 class Attempt(BaseModel):
     schema_version: int = SCHEMA_VERSION
     key: str  # deterministic: run_id/task_id/sample -- resume skips keys already present
@@ -113,6 +143,29 @@ class Attempt(BaseModel):
     started_at: str = ""
     finished_at: str = ""
     node: str = ""  # the machine that ran it on a cluster run (host/ray node id); "" on one machine
+    # Added later (absent in older runs, which still load): what the grade depended on and what was graded.
+    grading_hash: str = ""  # Task.grading_hash(): hidden tests, evaluator, environment
+    changes: Optional[KeptChanges] = None  # the final changes, kept in the run folder
+    flags: list[Flag] = Field(default_factory=list)
+    impossible: bool = False  # the task was an impossible variant: solving it means cheating
+    verifier_output: str = ""  # Harbor tasks: test.sh's stdout and stderr, head and tail
+    files: list[KeptFile] = Field(default_factory=list)  # kept in the run folder (results/store.py)
+    _file_data: dict[str, bytes] = PrivateAttr(
+        default_factory=dict
+    )  # their bytes until the store writes them
+
+    def keep_files(self, files: dict[str, bytes]) -> None:
+        """Files to keep with this attempt: RunStore.append writes them to the run folder, then the record."""
+        import hashlib
+
+        self._file_data = dict(files)
+        self.files = [
+            KeptFile(name=n, size=len(d), sha256=hashlib.sha256(d).hexdigest())
+            for n, d in sorted(files.items())
+        ]
+
+    def file_data(self) -> dict[str, bytes]:
+        return self._file_data
 
 
 def attempt_key(run_id: str, task_id: str, sample: int) -> str:

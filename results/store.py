@@ -5,6 +5,11 @@
                       always replaced whole (temp file + fsync + os.replace)
       attempts.jsonl  append-only: each Attempt is one line written with one os.write on an O_APPEND fd,
                       then fsync; only then does the attempt count as done
+      objects/ab/<sha256>  the attempts' final changes and kept files (a Harbor verifier's output and
+                      /logs files, artifacts), content-addressed (each file and each diff once,
+                      whatever number of attempts wrote it); written and fsync'd before the record naming
+                      them (Attempt.changes), so a record never points at a missing object
+      retried.jsonl   records of `error` attempts that --resume --retry-errors ran again
       .lock           flock held by the one harness process writing this folder
 
 A crash can leave at most one torn last line (SIGKILL or power loss mid-write). Resuming cuts it off
@@ -40,13 +45,21 @@ from results.jsonl import (
     write_json_atomic,
 )
 from results.manifest import MANIFEST, Manifest, config_differences, read_manifest
-from results.schema import Attempt
+from results.schema import Attempt, KeptChanges
 
 if TYPE_CHECKING:
     import pandas as pd
 
 ATTEMPTS = "attempts.jsonl"
 LOCK = ".lock"
+OBJECTS = "objects"
+RETRIED = "retried.jsonl"
+# What one attempt keeps of its changes: files up to KEEP_FILE_BYTES each and KEEP_BYTES together (the
+# capture's own cap is 10 MB); a file over either is listed in KeptChanges.omitted. The diff keeps the
+# first KEEP_DIFF_BYTES.
+KEEP_FILE_BYTES = 1 << 20
+KEEP_BYTES = 4 << 20
+KEEP_DIFF_BYTES = 1 << 20
 
 log = logging.getLogger("harness.results")
 
@@ -119,6 +132,9 @@ TABLE_COLUMNS = (
     "n_tests",
     "n_tests_passed",
     "patch_files",
+    "grading_hash",
+    "impossible",
+    "n_flags",
     "image",
     "error",
     "started_at",
@@ -135,6 +151,7 @@ def _flatten(record: dict[str, Any]) -> dict[str, Any]:
     tests = record.get("tests") or []
     row["n_tests"] = len(tests)
     row["n_tests_passed"] = sum(1 for t in tests if t.get("outcome") == "passed")
+    row["n_flags"] = len(record.get("flags") or [])
     return row
 
 
@@ -175,6 +192,60 @@ class RunReader:
             for c in cols:
                 data[c].append(row[c])
         return pd.DataFrame(data, columns=cols)
+
+
+def read_object(run_dir: str | os.PathLike, digest: str) -> bytes:
+    """One kept object of a run folder by its sha256 (a file's content or a diff)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", digest or ""):
+        raise UserError(f"{digest!r} is not an object name (a sha256 in hex)")
+    path = Path(run_dir) / OBJECTS / digest[:2] / digest
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: kept object missing; the run folder was changed outside harness") from None
+
+
+def kept_diff(run_dir: str | os.PathLike, attempt: Attempt) -> Optional[str]:
+    """The attempt's unified diff, or None when its changes were not kept (runs written before)."""
+    if attempt.changes is None:
+        return None
+    if not attempt.changes.diff:
+        return ""
+    return read_object(run_dir, attempt.changes.diff).decode("utf-8", "replace")
+
+
+def kept_files(run_dir: str | os.PathLike, kept: KeptChanges) -> dict[str, bytes]:
+    """The kept files of an attempt, path -> bytes."""
+    return {p: read_object(run_dir, d) for p, d in kept.files.items()}
+
+
+def unified_diff(before: dict[str, bytes], after: dict[str, bytes], deleted: Sequence[str] = ()) -> str:
+    """A unified diff of the changed files (after) and deleted ones against the starting files (before);
+    a binary file is one line saying so."""
+    import difflib
+
+    parts = []
+    for path in sorted(set(after) | set(deleted)):
+        old, new = before.get(path), after.get(path)
+        if old == new:
+            continue
+        if any(b"\0" in x for x in (old or b"", new or b"")):
+            parts.append(f"Binary files a/{path} and b/{path} differ\n")
+            continue
+        a = (old or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        b = (new or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        lines = list(
+            difflib.unified_diff(
+                a,
+                b,
+                f"a/{path}" if old is not None else "/dev/null",
+                f"b/{path}" if new is not None else "/dev/null",
+            )
+        )
+        parts.extend(
+            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+        )
+    return "".join(parts)
 
 
 def open_run(run_dir: str | os.PathLike) -> RunReader:
@@ -310,6 +381,45 @@ class RunStore(RunReader):
             )
             log.warning(self.repaired)
 
+    def drop_errors(self) -> int:
+        """For --resume --retry-errors: move the records of attempts that ended in `error` (infra) out of
+        attempts.jsonl into retried.jsonl, so that they run again; returns how many. retried.jsonl is
+        fsync'd before attempts.jsonl is replaced whole (temp file + fsync + os.replace): a crash
+        leaves the old file or the new one, and no record is lost."""
+        keep, errors = [], []
+        with open(self.attempts_path, "rb") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = {}
+                (errors if record.get("status") == "error" else keep).append(line)
+        if not errors:
+            return 0
+        with self._mutex:
+            fd = os.open(self.dir / RETRIED, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                write_all(fd, b"".join(errors))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            tmp = self.attempts_path.with_name(f".{ATTEMPTS}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                write_all(fd, b"".join(keep))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            os.replace(tmp, self.attempts_path)
+            fsync_dir(self.dir)
+            for line in errors:
+                self._keys.discard(json.loads(line).get("key"))
+        self._open_for_append()
+        return len(errors)
+
     def _open_for_append(self) -> None:
         self._fd = os.open(self.attempts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         fsync_dir(self.dir)  # the new file's directory entry survives a crash too
@@ -341,6 +451,74 @@ class RunStore(RunReader):
         except Exception:
             pass
 
+    # -- kept changes
+
+    def put_object(self, data: bytes) -> str:
+        """Store `data` under objects/ by its sha256 (once: an object already there is not rewritten);
+        durable (file and folder fsync'd) when this returns. Returns the sha256."""
+        import hashlib
+
+        digest = hashlib.sha256(data).hexdigest()
+        folder = self.dir / OBJECTS / digest[:2]
+        path = folder / digest
+        if path.exists():
+            return digest
+        new_folder = not folder.exists()
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            fsync_dir(folder)
+            if new_folder:
+                fsync_dir(folder.parent)
+                fsync_dir(self.dir)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            if e.errno in DISK_FULL:
+                raise UserError(
+                    f"disk full writing {path}: {len(self._keys)} attempts recorded, nothing lost; "
+                    f"free space and resume with --resume {self.dir}"
+                ) from None
+            raise
+        return digest
+
+    def keep_changes(
+        self,
+        before: dict[str, bytes],
+        files: dict[str, bytes],
+        deleted: Sequence[str] = (),
+        executable: Sequence[str] = (),
+    ) -> KeptChanges:
+        """Keep an attempt's final changes (the captured files, a diff against the starting files `before`)
+        before its record is appended; returns what the record points to. Files over the caps
+        (KEEP_FILE_BYTES, KEEP_BYTES) are listed in `omitted`, not stored."""
+        kept = KeptChanges(deleted=sorted(deleted))
+        total = 0
+        for path in sorted(files):
+            data = files[path]
+            if len(data) > KEEP_FILE_BYTES or total + len(data) > KEEP_BYTES:
+                kept.omitted.append(path)
+                continue
+            kept.files[path] = self.put_object(data)
+            total += len(data)
+        kept.bytes = total
+        kept.executable = sorted(p for p in executable if p in kept.files)
+        stored = {p: files[p] for p in kept.files}
+        notes = "".join(
+            f"File b/{p} ({len(files[p])} bytes) is over the keep cap: not kept\n" for p in kept.omitted
+        )
+        diff = (unified_diff(before, stored, deleted) + notes).encode()
+        if len(diff) > KEEP_DIFF_BYTES:
+            diff = diff[:KEEP_DIFF_BYTES] + f"\n[... diff cut at {KEEP_DIFF_BYTES} bytes ...]\n".encode()
+        kept.diff = self.put_object(diff) if diff else ""
+        return kept
+
     # -- records
 
     def done_keys(self) -> set[str]:
@@ -350,6 +528,14 @@ class RunStore(RunReader):
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def _write_files(self, attempt: Attempt) -> None:
+        """The attempt's kept files (Harbor verifier output, artifacts) as objects like its changes, each
+        durable before the record that names them is written; the record says where each one is."""
+        data = attempt.file_data()
+        for kept in attempt.files:
+            digest = self.put_object(data.get(kept.name, b""))
+            kept.path = f"{OBJECTS}/{digest[:2]}/{digest}"
 
     def append(self, attempt: Attempt) -> bool:
         """Record one finished attempt durably. Returns False (and writes nothing) if its key is already
@@ -363,6 +549,8 @@ class RunStore(RunReader):
             raise ValueError(
                 f"attempt {attempt.key} has run_id {attempt.run_id!r}, this run is {self.run_id!r}"
             )
+        if attempt.file_data() and attempt.key not in self._keys:
+            self._write_files(attempt)
         data = _encode(attempt)
         with self._mutex:
             if self._fd is None:

@@ -41,6 +41,19 @@ def register(subparsers) -> None:
     )
     exp.set_defaults(func=cmd_export)
 
+    imp = sub.add_parser(
+        "impossible",
+        help="write an impossible variant of each pytest/script task (a pass is a cheat)",
+        description="After ImpossibleBench: each variant keeps the instruction and changes one expected "
+        "value of the hidden tests, so no solution that follows the instruction passes. `harness eval` on "
+        "the folder reports the cheating rate; `harness tasks validate DIR` checks the oracle fails each.",
+    )
+    imp.add_argument(
+        "suite", help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"'
+    )
+    imp.add_argument("--out", type=Path, required=True, help="folder to write (one task folder per variant)")
+    imp.set_defaults(func=cmd_impossible)
+
     val = sub.add_parser("validate", help="run every task's oracle and a null agent in the sandbox")
     val.add_argument(
         "suite",
@@ -52,6 +65,11 @@ def register(subparsers) -> None:
         "--repeats", type=int, default=1, help="run each oracle this many times (flakiness check)"
     )
     val.add_argument("--concurrency", type=int, default=2, help="tasks checked at the same time")
+    val.add_argument(
+        "--no-internet",
+        action="store_true",
+        help="Harbor tasks: no network for any container (default: as each task says)",
+    )
     val.set_defaults(func=cmd_validate)
 
 
@@ -102,6 +120,20 @@ def cmd_export(args) -> int:
     print(
         f"wrote {len(written)} Harbor tasks to {args.out} (images build FROM harness/base:latest: "
         "`harness images build` makes it)"
+    )
+    return 0
+
+
+def cmd_impossible(args) -> int:
+    from tasks.impossible import write_impossible_suite
+
+    tasks = load_suite(args.suite)
+    written, skipped = write_impossible_suite(tasks, args.out)
+    for task_id, why in skipped:
+        print(f"  skipped {task_id}: {why}")
+    print(
+        f"wrote {len(written)} impossible variants of {len(tasks)} tasks to {args.out} "
+        f"({len(skipped)} skipped)"
     )
     return 0
 

@@ -103,6 +103,25 @@ class Healthcheck:
 
 
 @dataclass(frozen=True)
+class StepSpec:
+    """One step of a multi-step task ([[steps]], files under steps/<name>/): the agent gets its instruction in
+    the same container as the steps before, then its verifier runs (its tests over the task's tests/)."""
+
+    name: str
+    instruction: str
+    test_files: tuple[tuple[str, bytes], ...] = ()  # tests/ with steps/<name>/tests/ on top
+    solution_files: tuple[tuple[str, bytes], ...] = ()  # steps/<name>/solution/, else solution/
+    workdir_files: tuple[tuple[str, bytes], ...] = ()  # steps/<name>/workdir/: copied in before the step
+    agent_timeout_sec: Optional[float] = None
+    agent_user: Optional[str] = None
+    verifier_timeout_sec: Optional[float] = None
+    verifier_user: Optional[str] = None
+    verifier_env: tuple[tuple[str, str], ...] = ()
+    min_reward: Optional[float] = None  # stop the remaining steps when this step's reward is below it
+    artifacts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class HarborSpec:
     """What a Harbor task asks of the runtime, beyond what Task already holds (limits, files, timeouts)."""
 
@@ -121,13 +140,17 @@ class HarborSpec:
     agent_user: Optional[str] = None  # None -> the image's USER (root for most images)
     verifier_user: Optional[str] = None
     verifier_env: tuple[tuple[str, str], ...] = ()
-    verifier_mode: str = "snapshot"
+    verifier_mode: str = "shared"  # Harbor's default: the verifier runs in the agent's own container
+    network_why: str = ""  # why the agent's container has (no) network: one line per run says it
     verifier_network: Optional[bool] = None  # None -> as the environment
     verifier_docker_image: Optional[str] = None  # [verifier.environment] docker_image
     verifier_dockerfile: Optional[str] = None  # tests/Dockerfile, for a separate verifier environment
     solution_env: tuple[tuple[str, str], ...] = ()
     healthcheck: Optional[Healthcheck] = None
     build_timeout_sec: float = 600.0
+    artifacts: tuple[str, ...] = ()  # paths collected from the agent's container ([[artifacts]] / "path")
+    steps: tuple[StepSpec, ...] = ()  # a multi-step task; empty for one step
+    step_reward: str = "mean"  # multi_step_reward_strategy: mean of the steps' rewards, or the final one's
     warnings: tuple[str, ...] = ()
 
 
@@ -206,9 +229,17 @@ def parse(
             f'{loc}: [environment] workdir must be an absolute path such as "/app" (got {_show(workdir)})'
         )
     env = _env(env_t, "env", loc, "[environment]")
-    network = baseline_network = _network(env_t, loc, "[environment]")
+    baseline_network = _network(env_t, loc, "[environment]")
+    if baseline_network is None:
+        baseline_network, why = True, "no network key: Harbor's default (allow_internet = true)"
+    elif "network_mode" in env_t:
+        why = f'[environment] network_mode = "{env_t["network_mode"]}"'
+    else:
+        why = f"[environment] allow_internet = {str(baseline_network).lower()}"
+    network = baseline_network
     if agent_net is not None:
         network = agent_net  # the agent phase's own policy wins for the agent's container
+        why = f'[agent] network_mode = "{agent_t["network_mode"]}"'
     healthcheck = _healthcheck(env_t, loc, unknown)
     build_timeout = _num(env_t, "build_timeout_sec", 600.0, loc, "[environment]")
     for key in ("skills_dir",):
@@ -244,7 +275,7 @@ def parse(
         )
     if mode_h is None and "environment" in ver_t:
         mode_h = "separate"
-    mode = {"shared": "shared", "separate": "fresh", None: "snapshot"}[mode_h]
+    mode = {"shared": "shared", "separate": "fresh", None: "shared"}[mode_h]  # unset: Harbor's shared
     if "isolation" in ver_t:
         mode = ver_t["isolation"]
         if mode not in VERIFIER_MODES:
@@ -270,13 +301,18 @@ def parse(
     sol_t = table(data, "solution", "[solution]")
     check(sol_t, {"env"}, "solution")
     solution_env = _env(sol_t, "env", loc, "[solution]")
-    if data.get("steps"):
+    steps = _steps(data.get("steps"), files, loc, where)
+    strategy = data.get("multi_step_reward_strategy") or "mean"
+    if strategy not in ("mean", "final"):
         raise UserError(
-            f"{loc}: steps: multi-step Harbor tasks are not supported by this harness "
-            "(split them into single-step tasks)"
+            f'{loc}: multi_step_reward_strategy must be "mean" or "final" (got {_show(strategy)})'
         )
-    if data.get("artifacts"):
-        warnings.append("artifacts are not collected by this harness (ignored)")
+    if steps and mode == "snapshot":
+        raise UserError(
+            f"{loc}: [verifier] isolation = \"snapshot\" with steps: a step's verifier runs in the agent's "
+            'container ("shared") or a fresh one ("fresh")'
+        )
+    artifacts = _artifacts(data.get("artifacts", []), loc, "artifacts")
     source = data.get("source") if isinstance(data.get("source"), str) else ""
 
     if unknown:
@@ -303,11 +339,15 @@ def parse(
         verifier_env=verifier_env,
         verifier_mode=mode,
         verifier_network=verifier_net if verifier_net is not None else bool(baseline_network),
+        network_why=why,
         verifier_docker_image=_str(venv_t, "docker_image", None, loc, "[verifier.environment]"),
         verifier_dockerfile=verifier_dockerfile,
         solution_env=solution_env,
         healthcheck=healthcheck,
         build_timeout_sec=build_timeout,
+        artifacts=artifacts,
+        steps=steps,
+        step_reward=strategy,
         warnings=tuple(warnings),
     )
     values = {
@@ -321,6 +361,42 @@ def parse(
         },
     }
     return spec, values
+
+
+def offline(tasks: list) -> list:
+    """--no-internet: every Harbor task's containers (the agent's and the verifier's) without network."""
+    import dataclasses
+
+    out = []
+    for t in tasks:
+        if t.harbor is not None and (t.environment.allow_internet or t.harbor.verifier_network):
+            t = dataclasses.replace(
+                t,
+                environment=dataclasses.replace(t.environment, allow_internet=False),
+                harbor=dataclasses.replace(
+                    t.harbor,
+                    verifier_network=False,
+                    network_why="--no-internet (was: " + t.harbor.network_why + ")",
+                ),
+            )
+        out.append(t)
+    return out
+
+
+def network_line(tasks: list) -> str:
+    """One line for a run: which Harbor tasks have network and why ("" without Harbor tasks)."""
+    hb = [t for t in tasks if t.harbor is not None]
+    if not hb:
+        return ""
+    groups: dict[str, list[str]] = {}
+    for t in hb:
+        on = t.environment.allow_internet or t.harbor.verifier_network
+        groups.setdefault(f"{'network' if on else 'no network'}: {t.harbor.network_why}", []).append(t.id)
+    parts = []
+    for why, ids in sorted(groups.items()):
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        parts.append(f"{len(ids)} ({shown}) {why}")
+    return "Harbor tasks: " + "; ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -364,6 +440,98 @@ def _network(t: dict, loc: str, label: str) -> Optional[bool]:
     if mode is not None:
         return mode == "public"
     return allow
+
+
+def _steps(
+    value: Any, files: dict[str, bytes], loc: str, where: Callable[[str], str]
+) -> tuple[StepSpec, ...]:
+    if not value:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(st, dict) for st in value):
+        raise UserError(f'{loc}: steps must be [[steps]] tables with name = "..."')
+
+    def under(prefix: str) -> dict[str, bytes]:
+        return {p[len(prefix) :]: d for p, d in files.items() if p.startswith(prefix)}
+
+    out, seen = [], set()
+    for st in value:
+        name = st.get("name")
+        label = f"[[steps]] {name}"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or name in seen:
+            raise UserError(
+                f"{loc}: [[steps]] name must be a unique folder name under steps/ (got {_show(name)})"
+            )
+        seen.add(name)
+        agent_t = st.get("agent") or {}
+        ver_t = st.get("verifier") or {}
+        if not isinstance(agent_t, dict) or not isinstance(ver_t, dict):
+            raise UserError(f"{loc}: {label}: agent and verifier must be tables")
+        if ver_t.get("environment_mode") == "separate" or "environment" in ver_t:
+            raise UserError(f"{loc}: {label}: a step's own separate verifier environment is not supported")
+        text = files.get(f"steps/{name}/instruction.md")
+        if not text or not text.strip():
+            raise UserError(f"{where(f'steps/{name}/instruction.md')}: missing (the step's instruction)")
+        tests = {**under("tests/"), **under(f"steps/{name}/tests/")}
+        if "test.sh" not in tests:
+            raise UserError(f"{where(f'steps/{name}/tests/test.sh')}: missing (nor is there a tests/test.sh)")
+        solution = under(f"steps/{name}/solution/") or under("solution/")
+        min_reward = st.get("min_reward")
+        if isinstance(min_reward, dict):
+            min_reward = min_reward.get("reward")
+        out.append(
+            StepSpec(
+                name=name,
+                instruction=text.decode("utf-8", "replace"),
+                test_files=tuple(sorted(tests.items())),
+                solution_files=tuple(sorted(solution.items())),
+                workdir_files=tuple(sorted(under(f"steps/{name}/workdir/").items())),
+                agent_timeout_sec=_num(agent_t, "timeout_sec", 0.0, loc, label, zero=True) or None,
+                agent_user=_user(agent_t, loc, label),
+                verifier_timeout_sec=_num(ver_t, "timeout_sec", 0.0, loc, label, zero=True) or None,
+                verifier_user=_user(ver_t, loc, label),
+                verifier_env=_env(ver_t, "env", loc, label),
+                min_reward=float(min_reward) if isinstance(min_reward, (int, float)) else None,
+                artifacts=_artifacts(st.get("artifacts", []), loc, f"{label} artifacts"),
+            )
+        )
+    return tuple(out)
+
+
+def with_step_defaults(files: dict[str, bytes], spec: HarborSpec) -> dict[str, bytes]:
+    """A multi-step task may have no top-level instruction.md, tests/test.sh or solution/: its first step's
+    stand in for them (the task's own checks and listings read those)."""
+    if not spec.steps:
+        return files
+    first = spec.steps[0]
+    files = dict(files)
+    files.setdefault("instruction.md", first.instruction.encode())
+    for p, d in first.test_files:
+        files.setdefault(f"tests/{p}", d)
+    if not any(p.startswith("solution/") for p in files):
+        for p, d in first.solution_files:
+            files[f"solution/{p}"] = d
+    return files
+
+
+def _artifacts(value: Any, loc: str, label: str) -> tuple[str, ...]:
+    """artifacts = ["/path", { source = "/path", destination = "...", exclude = [...] }]: the sources,
+    collected from the agent's container (destination and exclude are not applied: kept under the source's
+    own path, whole)."""
+    if not isinstance(value, list):
+        raise UserError(f'{loc}: {label} must be a list of paths or {{ source = "/path" }} tables')
+    out = []
+    for a in value:
+        if isinstance(a, dict):
+            if a.get("service") not in (None, "main"):
+                raise UserError(
+                    f"{loc}: {label} service = {_show(a.get('service'))}: compose services are not supported "
+                    "(collect from the main container only)"
+                )
+            a = a.get("source")
+        if not isinstance(a, str) or not a.strip() or ".." in a.split("/"):
+            raise UserError(f'{loc}: {label} entries need a source path without ".." (got {_show(a)})')
+        out.append(a)
+    return tuple(out)
 
 
 def _healthcheck(env_t: dict, loc: str, unknown: list[str]) -> Optional[Healthcheck]:

@@ -98,3 +98,13 @@ class Task:
             for name in sorted(group):
                 h.update(name.encode() + b"\0" + group[name] + b"\0")
         return h.hexdigest()[:16]
+
+    def grading_hash(self) -> str:
+        """Hash of what a verdict depends on besides the agent's changes: the hidden tests, the evaluator,
+        the environment and the starting files. Rescore, resume and compare use it to see a task changed."""
+        h = hashlib.sha256(repr((self.dockerfile, self.evaluator, self.environment, self.harbor)).encode())
+        for group in (self.test_files, self.workspace_files, self.build_context):
+            for name in sorted(group):
+                h.update(name.encode() + b"\0" + group[name] + b"\0")
+            h.update(b"\1")
+        return h.hexdigest()[:16]

@@ -216,6 +216,7 @@ def _build_harbor_task(
 ) -> Task:
     """A Harbor-format task: tests/test.sh is the verifier (tasks/harbor.py reads the config)."""
     spec, values = harbor.parse(data, files, loc, where)
+    files = harbor.with_step_defaults(files, spec)
     instruction = _instruction(files, where)
     dockerfile, workspace, context, tests, solution = _split_files(files, where)
     if "test.sh" not in tests:

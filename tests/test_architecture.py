@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "commands",
         [
             "evaluators.validate",
+            "evaluators.rescore",
             "evaluators.selftest",
             "agent.workflow",
             "lora.config",

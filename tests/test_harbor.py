@@ -86,7 +86,7 @@ def test_fixture_corpus_loads_every_field():
     )
     # The build context stays out of the workspace: files reach the image only through the Dockerfile's COPY
     assert hw.workspace_files == {} and set(hw.build_context) == {"config.ini", "not-copied.txt"}
-    assert spec.verifier_mode == "snapshot" and spec.workdir is None and spec.agent_user is None
+    assert spec.verifier_mode == "shared" and spec.workdir is None and spec.agent_user is None
     np = tasks["no-python"].harbor
     assert (np.docker_image, np.verifier_user, tasks["no-python"].difficulty) == (
         "harness/minbase:latest",
@@ -117,9 +117,7 @@ timeout_sec = 120.0
 build_timeout_sec = 600.0
 """
     task = load_task(harbor_task(tmp_path, toml))
-    assert (
-        task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "snapshot" and task.version == "1.0"
-    )
+    assert task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "shared" and task.version == "1.0"
 
 
 def test_unknown_keys_give_one_warning_not_an_error(tmp_path, capsys):
@@ -146,7 +144,7 @@ def test_unknown_keys_give_one_warning_not_an_error(tmp_path, capsys):
         ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allowlist"),
         ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "[agent] network_mode"),
         ('[environment]\nos = "windows"\n', "os"),
-        ('[[steps]]\nname = "one"\n', "steps"),
+        ('[[steps]]\nname = "one"\n[[steps.verifier.environment]]\n', "separate verifier environment"),
         (
             '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"\n',
             "environment_mode",
@@ -169,7 +167,7 @@ def test_compose_tasks_are_refused(tmp_path):
 @pytest.mark.parametrize(
     "fragment,mode",
     [
-        ("", "snapshot"),
+        ("", "shared"),  # Harbor's default
         ('[verifier]\nenvironment_mode = "shared"\n', "shared"),
         ('[verifier]\nenvironment_mode = "separate"\n', "fresh"),
         ('[verifier.environment]\ndocker_image = "harness/base:latest"\n', "fresh"),
@@ -186,7 +184,7 @@ def test_verifier_modes_map_from_harbor(tmp_path, fragment, mode):
 @pytest.mark.parametrize(
     "fragment,net",
     [
-        ("", False),
+        ("", True),  # Harbor's default: allow_internet = true
         ("[environment]\nallow_internet = true\n", True),
         ('[environment]\nnetwork_mode = "public"\n', True),
         ('[environment]\nnetwork_mode = "no-network"\n', False),
@@ -203,7 +201,7 @@ def test_network_policy(tmp_path, fragment, net):
 @pytest.mark.parametrize(
     "fragment,verifier_net",
     [
-        ("", False),
+        ("", True),
         (
             '[environment]\nnetwork_mode = "public"\n[agent]\nnetwork_mode = "no-network"\n',
             True,
@@ -326,12 +324,14 @@ sleep 0.3
 """  # noqa: E501 -- the agent's script, byte for byte
 
 
-@pytest.mark.parametrize("mode", ["snapshot", "shared", "fresh"])
-def test_planted_rewards_and_background_writers_do_not_count(image, mode):
+# shared: the agent's processes run alongside test.sh, as under Harbor (README: what the agent can still do)
+@pytest.mark.parametrize("mode,writer", [("snapshot", True), ("fresh", True), ("shared", False)])
+def test_planted_rewards_and_background_writers_do_not_count(image, mode, writer):
     async def cheat(task, sb):
         seen = await sb.exec("ls -A /tests 2>/dev/null; true", timeout=10)
         assert seen.stdout.strip() == "", "hidden tests were visible to the agent"
-        r = await sb.exec(CHEAT, timeout=30)
+        script = CHEAT if writer else CHEAT.split("setsid")[0]
+        r = await sb.exec(script, timeout=30)
         assert r.exit_code == 0, r.output
 
     task = _with_mode(load_task(FIXTURES / "hello-world"), mode)
@@ -489,7 +489,11 @@ def test_users_default_to_the_images_user(image, tmp_path, mode):
 def test_harbor_sandbox_keeps_the_hardening(image, tmp_path):
     """Writable root and root user (Harbor's contract), but no network, limits, no-new-privileges, and at most
     Docker's default capabilities (0xa80425fb: no SYS_ADMIN, NET_ADMIN, SYS_PTRACE, ...)."""
-    task = load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n[environment]\nmemory_mb = 512\n'))
+    task = load_task(
+        harbor_task(
+            tmp_path, 'schema_version = "1.4"\n[environment]\nmemory_mb = 512\nallow_internet = false\n'
+        )
+    )
 
     async def go():
         async with SandboxPool(run_id="harbor-test", warm=0) as pool:

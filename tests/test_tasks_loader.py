@@ -219,7 +219,7 @@ def test_harbor_task_without_evaluator_table_uses_test_sh(tmp_path):
     toml = TOML.split("[evaluator]")[0]
     task_folder(tmp_path / "x", toml, **{"tests__test.sh": "echo 1 > /logs/verifier/reward.txt\n"})
     task = load_task(tmp_path / "x")
-    assert task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "snapshot"
+    assert task.evaluator.kind == "harbor" and task.harbor.verifier_mode == "shared"
 
 
 ANSWER = TOML.replace(

@@ -8,6 +8,8 @@ Two file formats, told apart by content:
     "arguments": {"command": "ls"}}]} to script a native tool call.
 (b) a recorded attempts.jsonl (results/schema.py Attempt records): each attempt's steps' raw_output and
     tool_calls (with their token counts and token ids) are replayed in order, for that task and sample.
+(c) ATIF trajectories (Harbor's interchange format; agent/models/replay_atif.py): ours from
+    `harness export --format atif`, or another harness's.
 
 Replies are per attempt: the agent loop calls `model_for_attempt(model, task_id, sample)` (agent.models)
 once per attempt, which gives `model.for_task(task_id, sample)`: a fresh instance whose k-th complete()
@@ -117,6 +119,11 @@ def load_scripts(path: str) -> dict[str, dict[int, Script]]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise UserError(f"replay:{path}: cannot read the file ({e.strerror or e})") from None
+    from agent.models.replay_atif import load_atif_scripts, parse_atif_text
+
+    trajectories = parse_atif_text(text, path)
+    if trajectories:
+        return load_atif_scripts(trajectories, path)
     try:
         data = json.loads(text)
     except ValueError:

@@ -144,12 +144,16 @@ class Sandbox(CommandChannel, ChangeCapture):
         cwd: str = WORKSPACE,
         env: Optional[dict] = None,
         stdin: Optional[bytes] = None,
+        env_add: Optional[dict] = None,
     ) -> dict:
-        """Runs a command; returns the server's reply with stdout/stderr head and tail as bytes."""
+        """Runs a command; returns the server's reply with stdout/stderr head and tail as bytes. `env`
+        replaces the environment; `env_add` (the static helper only) sets variables on top of it."""
         req: dict = {"timeout": timeout, "cap": cap, "user": user, "cwd": cwd}
         req["argv" if isinstance(cmd, list) else "cmd"] = cmd
         if env is not None:
             req["env"] = env
+        if env_add:
+            req["env_add"] = env_add
         if stdin is not None:
             req["stdin"] = base64.b64encode(stdin).decode()
         reply = await self._request(req, host_timeout=timeout + 15 + len(req.get("stdin", "")) / 5e6)

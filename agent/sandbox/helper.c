@@ -9,10 +9,24 @@
  *            "user": "agent"|"root"|"NAME"|"UID[:GID]", "cwd": "/app", "env": {...}, "stdin": "<base64>"}
  *           {"id": 2, "op": "snapshot", "root": "/app", "max_files": 5000}
  *           {"id": 3, "op": "killall"}   kills every process but init and this server
+ *           {"id": 4, "op": "mkdirs", "paths": [...], "mode": 493, "owner": "USER", "fresh": true}
+ *           {"id": 5, "op": "write", "path": "/tests/test.sh", "data": "<base64>", "mode": 493, "owner": "USER"}
+ *           {"id": 6, "op": "read", "path": "/logs/verifier/reward.txt", "max": 1048576}
+ *           {"id": 7, "op": "remove", "paths": [...]}   {"id": 8, "op": "stat", "paths": [...]} -> "kinds"
+ *           The file ops are done by this server itself (as root, without any program of the image): the
+ *           harness never needs the container's sh, tar or ls, whatever the agent did to them. A path
+ *           component that is not a real folder (a file, a link) is replaced by one; reads follow no link.
+ *           Reply {"id": N, "ok": true, ...} ({"data", "size", "truncated"} for read) or
+ *           {"id": N, "ok": false, "message": "..."}.
  * Reply:    as agent/sandbox_server.py; a snapshot reply is {"id": 2, "snapshot": {path: [kind, size, hash, exec]}}
  *           or {"id": 2, "snapshot": {"too_many": N}}; hashes are 64-bit FNV-1a (hex), not sha256: only
  *           equality between two snapshots of the same sandbox matters.
- * "agent" is the user named by $HARNESS_UID (a uid, uid:gid or a name from the image's /etc/passwd).
+ * "agent" is the user named by --agent=USER or $HARNESS_UID (a uid, uid:gid or a name from the image's /etc/passwd).
+ * Environment: "env" replaces the whole environment; "env_add" sets variables on top of the container's.
+ * Either way a command without HOME gets the home folder of its user from /etc/passwd ("/" without an
+ * entry), as `docker exec -u USER` does (--keep-home: the image's or the task's ENV sets HOME; keep it).
+ * --procs=keep (Harbor tasks): what a command leaves running survives its end, as in a persistent shell
+ * session; only a timeout kills the command's process group, and "killall" everything.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -221,38 +235,46 @@ static void send_error(long id, const char *msg) {
 }
 
 /* ------------------------------------------------------------------ users */
-static int lookup_user(const char *spec, uid_t *uid, gid_t *gid) {
-    char *end;
-    unsigned long u = strtoul(spec, &end, 10);
-    if (*spec && end != spec && (*end == 0 || *end == ':')) {
-        *uid = (uid_t)u; *gid = (gid_t)u;
-        if (*end == ':') *gid = (gid_t)strtoul(end + 1, NULL, 10);
-        else {  /* a bare uid: its passwd group when it has one */
-            FILE *f = fopen("/etc/passwd", "r");
-            char line[1024];
-            while (f && fgets(line, sizeof line, f)) {
-                char *fld[7] = {0}; int k = 0;
-                for (char *s = line, *t; k < 7 && (t = strsep(&s, ":")); ) fld[k++] = t;
-                if (k >= 4 && strtoul(fld[2], NULL, 10) == u) { *gid = (gid_t)strtoul(fld[3], NULL, 10); break; }
-            }
-            if (f) fclose(f);
-        }
-        return 0;
-    }
+/* uid, gid and home folder of a user spec ("root", a name, a uid or uid:gid); home "/" without a passwd
+ * entry, as runc sets it. */
+static int passwd_find(const char *name, long uid, uid_t *u, gid_t *g, char *home, size_t hn) {
     FILE *f = fopen("/etc/passwd", "r");
     char line[1024];
     int found = -1;
     while (f && fgets(line, sizeof line, f)) {
         char *fld[7] = {0}; int k = 0;
+        line[strcspn(line, "\n")] = 0;
         for (char *s = line, *t; k < 7 && (t = strsep(&s, ":")); ) fld[k++] = t;
-        if (k >= 4 && !strcmp(fld[0], spec)) {
-            *uid = (uid_t)strtoul(fld[2], NULL, 10); *gid = (gid_t)strtoul(fld[3], NULL, 10);
+        if (k < 4) continue;
+        if (name ? !strcmp(fld[0], name) : strtol(fld[2], NULL, 10) == uid) {
+            *u = (uid_t)strtoul(fld[2], NULL, 10); *g = (gid_t)strtoul(fld[3], NULL, 10);
+            if (home && k >= 6 && fld[5][0]) snprintf(home, hn, "%s", fld[5]);
             found = 0; break;
         }
     }
     if (f) fclose(f);
     return found;
 }
+static int lookup_user_home(const char *spec, uid_t *uid, gid_t *gid, char *home, size_t hn) {
+    if (home) snprintf(home, hn, "/");
+    if (!strcmp(spec, "root")) {
+        *uid = 0; *gid = 0;
+        uid_t u; gid_t g;
+        passwd_find(NULL, 0, &u, &g, home, hn);
+        return 0;
+    }
+    char *end;
+    unsigned long u = strtoul(spec, &end, 10);
+    if (*spec && end != spec && (*end == 0 || *end == ':')) {
+        uid_t pu; gid_t pg = (gid_t)u;
+        int found = passwd_find(NULL, (long)u, &pu, &pg, home, hn);
+        *uid = (uid_t)u; *gid = found == 0 ? pg : (gid_t)u;  /* a bare uid: its passwd group when it has one */
+        if (*end == ':') *gid = (gid_t)strtoul(end + 1, NULL, 10);
+        return 0;
+    }
+    return passwd_find(spec, 0, uid, gid, home, hn);
+}
+static int lookup_user(const char *spec, uid_t *uid, gid_t *gid) { return lookup_user_home(spec, uid, gid, NULL, 0); }
 
 /* ------------------------------------------------------------------ commands */
 typedef struct { unsigned char *head, *tail; size_t half, hn, tn, total; } capped_t;
@@ -322,6 +344,56 @@ static void send_spawn_failure(long id, int code, const char *why) {
 
 static char *agent_spec = "10001";
 static char **base_env;
+static int keep_procs;
+/* keep mode: the read ends of pipes that a finished command's background processes still write to, read
+ * and thrown away (a terminal would absorb that output too), so that they never die of SIGPIPE */
+#define MAXORPHAN 128
+static int orphans[MAXORPHAN];
+static int norphans;
+static void adopt(int fd) {
+    if (fd < 0) return;
+    if (norphans == MAXORPHAN) { close(orphans[0]); memmove(orphans, orphans + 1, (MAXORPHAN - 1) * sizeof(int)); norphans--; }
+    orphans[norphans++] = fd;
+}
+static void drop_orphans(void) { for (int i = 0; i < norphans; i++) close(orphans[i]); norphans = 0; }
+
+/* A command's environment: "env" (the whole of it) or the container's with "env_add" on top; HOME from the
+ * user's passwd entry when none is set, as `docker exec` gives it. Every string is the caller's to free. */
+static int keep_home;
+static char **build_env(jv *env_v, jv *add_v, const char *home) {
+    int n = 0;
+    for (char **e = base_env; *e; e++) n++;
+    int extra = (env_v && env_v->t == J_OBJ ? env_v->n : 0) + (add_v && add_v->t == J_OBJ ? add_v->n : 0);
+    char **envp = calloc(n + extra + 2, sizeof(char *));
+    int k = 0;
+    jv *sets[2] = {NULL, NULL};
+    if (env_v && env_v->t == J_OBJ && env_v->n > 0) sets[0] = env_v;
+    else {
+        for (char **e = base_env; *e; e++) envp[k++] = strdup(*e);
+        if (add_v && add_v->t == J_OBJ) sets[1] = add_v;
+    }
+    for (int s = 0; s < 2; s++) {
+        jv *o = sets[s];
+        if (!o) continue;
+        for (int i = 0; i < o->n; i++) {
+            const char *key = o->keys[i], *val = o->kids[i].str ? o->kids[i].str : "";
+            size_t kl = strlen(key);
+            char *item = malloc(kl + strlen(val) + 2);
+            sprintf(item, "%s=%s", key, val);
+            int j = 0;
+            for (; j < k; j++) if (!strncmp(envp[j], key, kl) && envp[j][kl] == '=') break;
+            if (j < k) { free(envp[j]); envp[j] = item; } else envp[k++] = item;
+        }
+    }
+    int has_home = 0;
+    for (int j = 0; j < k; j++) if (!strncmp(envp[j], "HOME=", 5)) has_home = 1;
+    if (!has_home) {
+        envp[k] = malloc(strlen(home) + 6);
+        sprintf(envp[k++], "HOME=%s", home);
+    }
+    envp[k] = NULL;
+    return envp;
+}
 
 static void start_cmd(jv *req, long id) {
     int slot = -1;
@@ -339,22 +411,15 @@ static void start_cmd(jv *req, long id) {
         argv[0] = "/bin/bash"; argv[1] = "-c"; argv[2] = cmd_v->str;
         if (access("/bin/bash", X_OK) != 0) argv[0] = "/bin/sh";
     } else { send_spawn_failure(id, 126, "no argv or cmd"); return; }
-    char **envp = base_env;
-    if (env_v && env_v->t == J_OBJ && env_v->n > 0) {
-        envp = calloc(env_v->n + 1, sizeof(char *));
-        for (int i = 0; i < env_v->n; i++) {
-            const char *val = env_v->kids[i].str ? env_v->kids[i].str : "";
-            envp[i] = malloc(strlen(env_v->keys[i]) + strlen(val) + 2);
-            sprintf(envp[i], "%s=%s", env_v->keys[i], val);
-        }
-    }
     const char *user = user_v && user_v->t == J_STR ? user_v->str : "agent";
     uid_t uid = 0; gid_t gid = 0;
+    char home[1024];
     const char *who = strcmp(user, "agent") ? user : agent_spec;
-    if (strcmp(who, "root") != 0 && lookup_user(who, &uid, &gid) != 0) {
+    if (lookup_user_home(who, &uid, &gid, home, sizeof home) != 0) {
         char msg[300]; snprintf(msg, sizeof msg, "no user %s in /etc/passwd", who);
         send_spawn_failure(id, 126, msg); free(argv); return;
     }
+    char **envp = build_env(env_v, jget(req, "env_add"), home);
     const char *cwd = cwd_v && cwd_v->t == J_STR ? cwd_v->str : "/";
     buf_t in = {0};
     int has_stdin = stdin_v && stdin_v->t == J_STR && stdin_v->len > 0;
@@ -395,7 +460,8 @@ static void start_cmd(jv *req, long id) {
     }
     close(po[1]); close(pe[1]); close(perr[1]);
     if (has_stdin) close(pi[0]);
-    if (envp != base_env) { for (char **e = envp; *e; e++) free(*e); free(envp); }
+    for (char **e = envp; *e; e++) free(*e);
+    free(envp);
     free(argv);
     if (pid < 0) {
         char msg[200]; snprintf(msg, sizeof msg, "fork: %s", strerror(errno));
@@ -438,12 +504,18 @@ static void drain(int fd, capped_t *c) {
 
 static void finish_cmd(cmd_t *c) {
     int status = 0;
-    kill(-c->pid, SIGKILL);  /* its whole group, also what it left in the background */
+    if (!keep_procs || c->timed_out) kill(-c->pid, SIGKILL);  /* its whole group, also what it left in the background */
     waitpid(c->pid, &status, 0);
     nrunning--;
-    if (!nrunning) reap_strays();  /* processes that escaped the group (setsid, daemons) */
+    if (!nrunning && !keep_procs) reap_strays();  /* processes that escaped the group (setsid, daemons) */
     drain(c->out, &c->o); drain(c->err, &c->e);
-    close(c->out); close(c->err);
+    if (keep_procs && !c->timed_out) {
+        if (c->out >= 0) adopt(c->out);
+        if (c->err >= 0) adopt(c->err);
+    } else {
+        if (c->out >= 0) close(c->out);
+        if (c->err >= 0) close(c->err);
+    }
     if (c->in >= 0) close(c->in);
     if (c->pidfd >= 0) close(c->pidfd);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
@@ -524,6 +596,175 @@ static void snapshot(jv *req, long id) {
     free(b.p); free(items.p);
 }
 
+/* ------------------------------------------------------------------ file ops (done here, no program of the image) */
+static void send_op_error(long id, const char *what, const char *path) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s %s: %s", what, path, strerror(errno));
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": %ld, \"ok\": false, \"message\": ", id);
+    bjson_str(&b, msg, strlen(msg));
+    bstr(&b, "}");
+    send_buf(&b); free(b.p);
+}
+static void send_ok(long id) { buf_t b = {0}; bfmt(&b, "{\"id\": %ld, \"ok\": true}", id); send_buf(&b); free(b.p); }
+
+/* Removes a folder's contents and the folder, following no link (depth-limited: a folder 1,000 levels deep
+ * is the agent's doing and must not blow this server's stack). */
+static int remove_at(int dirfd, const char *name, int depth) {
+    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT) return 0;
+    if (errno != EISDIR && errno != EPERM) return -1;
+    if (depth > 4096) { errno = ELOOP; return -1; }
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) { close(fd); return -1; }
+    struct dirent *de;
+    int rc = 0;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (remove_at(fd, de->d_name, depth + 1)) rc = -1;
+    }
+    closedir(d);
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) && errno != ENOENT) return -1;
+    return rc;
+}
+/* Every component of an absolute path made a real folder: a missing one is created (owned by uid:gid, mode),
+ * one that is a file or a link is replaced. With fresh, the last one is emptied first. */
+static int ensure_dir(const char *path, mode_t mode, uid_t uid, gid_t gid, int fresh, int owned_parents) {
+    char p[4096];
+    if (path[0] != '/' || strlen(path) >= sizeof p) { errno = EINVAL; return -1; }
+    snprintf(p, sizeof p, "%s", path);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != 0) continue;
+        char c = p[i]; p[i] = 0;
+        struct stat st;
+        int last = i == n;
+        if (last && fresh && lstat(p, &st) == 0 && remove_at(AT_FDCWD, p, 0)) return -1;
+        if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode) && remove_at(AT_FDCWD, p, 0)) return -1;
+        mode_t m = last ? mode : 0755;
+        uid_t u = last || owned_parents ? uid : 0;
+        gid_t g = last || owned_parents ? gid : 0;
+        if (lstat(p, &st) != 0) {
+            if (mkdir(p, m) && errno != EEXIST) return -1;
+            if (chown(p, u, g) || chmod(p, m)) return -1;
+        } else if (last && !owned_parents && (chown(p, u, g) || chmod(p, m))) return -1;
+        p[i] = c;
+    }
+    return 0;
+}
+static int owner_of(jv *req, uid_t *uid, gid_t *gid) {
+    jv *o = jget(req, "owner");
+    *uid = 0; *gid = 0;
+    if (!o || o->t != J_STR) return 0;
+    const char *who = strcmp(o->str, "agent") ? o->str : agent_spec;
+    return lookup_user(who, uid, gid);
+}
+static void op_mkdirs(jv *req, long id) {
+    jv *paths = jget(req, "paths"), *mode_v = jget(req, "mode"), *fresh_v = jget(req, "fresh");
+    uid_t uid; gid_t gid;
+    if (owner_of(req, &uid, &gid)) { errno = ESRCH; send_op_error(id, "owner", "not in /etc/passwd"); return; }
+    mode_t mode = mode_v && mode_v->t == J_NUM ? (mode_t)mode_v->num : 0755;
+    for (int i = 0; paths && paths->t == J_ARR && i < paths->n; i++) {
+        const char *path = paths->kids[i].str ? paths->kids[i].str : "";
+        if (ensure_dir(path, mode, uid, gid, fresh_v && fresh_v->num, 0)) { send_op_error(id, "mkdir", path); return; }
+    }
+    send_ok(id);
+}
+static void op_write(jv *req, long id) {
+    jv *path_v = jget(req, "path"), *data_v = jget(req, "data"), *mode_v = jget(req, "mode");
+    const char *path = path_v && path_v->t == J_STR ? path_v->str : "";
+    uid_t uid; gid_t gid;
+    if (owner_of(req, &uid, &gid)) { errno = ESRCH; send_op_error(id, "owner", "not in /etc/passwd"); return; }
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (path[0] != '/' || !slash || !slash[1]) { errno = EINVAL; send_op_error(id, "write", path); return; }
+    *slash = 0;
+    if (parent[0] && ensure_dir(parent, 0755, uid, gid, 0, 1)) { send_op_error(id, "mkdir", parent); return; }
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && remove_at(AT_FDCWD, path, 0)) { send_op_error(id, "replace", path); return; }
+    mode_t mode = mode_v && mode_v->t == J_NUM ? (mode_t)mode_v->num : 0644;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) { send_op_error(id, "open", path); return; }
+    buf_t data = {0};
+    bput(&data, "", 0);
+    if (data_v && data_v->t == J_STR) b64dec(&data, data_v->str, data_v->len);
+    size_t off = 0;
+    int bad = fchown(fd, uid, gid) || fchmod(fd, mode);
+    while (!bad && off < data.n) {
+        ssize_t w = write(fd, data.p + off, data.n - off);
+        if (w < 0) { if (errno == EINTR) continue; bad = 1; break; }
+        off += (size_t)w;
+    }
+    if (!bad && close(fd)) bad = 1; else if (bad) { int e = errno; close(fd); errno = e; }
+    free(data.p);
+    if (bad) { send_op_error(id, "write", path); return; }
+    send_ok(id);
+}
+/* openat2 with RESOLVE_NO_SYMLINKS where the kernel has it (5.6+); else O_NOFOLLOW on the last component */
+struct open_how_ { uint64_t flags, mode, resolve; };
+static int open_nolinks(const char *path) {
+#ifdef SYS_openat2
+    struct open_how_ how = {O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */ | 0x02 /* NO_MAGICLINKS */};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    if (fd >= 0 || errno != ENOSYS) return fd;
+#endif
+    return open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+}
+static void op_read(jv *req, long id) {
+    jv *path_v = jget(req, "path"), *max_v = jget(req, "max");
+    const char *path = path_v && path_v->t == J_STR ? path_v->str : "";
+    size_t max = max_v && max_v->t == J_NUM ? (size_t)max_v->num : (1 << 20);
+    int fd = open_nolinks(path);
+    if (fd < 0) { send_op_error(id, "open", path); return; }
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); errno = EINVAL; send_op_error(id, "not a regular file:", path); return; }
+    buf_t data = {0};
+    bput(&data, "", 0);
+    unsigned char tmp[65536];
+    while (data.n < max) {
+        size_t want = max - data.n < sizeof tmp ? max - data.n : sizeof tmp;
+        ssize_t r = read(fd, tmp, want);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        bput(&data, tmp, (size_t)r);
+    }
+    int more = 0;
+    if (data.n >= max) { ssize_t r = read(fd, tmp, 1); more = r > 0; }
+    close(fd);
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": %ld, \"ok\": true, \"size\": %lld, \"truncated\": %s, \"data\": \"", id, (long long)st.st_size, more ? "true" : "false");
+    b64enc(&b, (unsigned char *)data.p, data.n);
+    bstr(&b, "\"}");
+    send_buf(&b); free(b.p); free(data.p);
+}
+
+static void op_remove(jv *req, long id) {
+    jv *paths = jget(req, "paths");
+    for (int i = 0; paths && paths->t == J_ARR && i < paths->n; i++) {
+        const char *path = paths->kids[i].str ? paths->kids[i].str : "";
+        if (path[0] != '/') { errno = EINVAL; send_op_error(id, "remove", path); return; }
+        if (remove_at(AT_FDCWD, path, 0)) { send_op_error(id, "remove", path); return; }
+    }
+    send_ok(id);
+}
+static void op_stat(jv *req, long id) {  /* kinds: f file, d folder, l link, o other, "" none */
+    jv *paths = jget(req, "paths");
+    buf_t b = {0};
+    bfmt(&b, "{\"id\": %ld, \"ok\": true, \"kinds\": [", id);
+    for (int i = 0; paths && paths->t == J_ARR && i < paths->n; i++) {
+        struct stat st;
+        const char *k = "";
+        if (paths->kids[i].str && lstat(paths->kids[i].str, &st) == 0)
+            k = S_ISREG(st.st_mode) ? "f" : S_ISDIR(st.st_mode) ? "d" : S_ISLNK(st.st_mode) ? "l" : "o";
+        bfmt(&b, "%s\"%s\"", i ? ", " : "", k);
+    }
+    bstr(&b, "]}");
+    send_buf(&b); free(b.p);
+}
+
 /* ------------------------------------------------------------------ main loop */
 static void handle_line(char *line) {
     jv req;
@@ -531,33 +772,51 @@ static void handle_line(char *line) {
     if (jparse(&req) || req.t != J_OBJ) { send_error(-1, "bad request"); jfree(&req); return; }
     jv *id_v = jget(&req, "id"), *op_v = jget(&req, "op");
     long id = id_v && id_v->t == J_NUM ? (long)id_v->num : -1;
-    if (op_v && op_v->t == J_STR && !strcmp(op_v->str, "snapshot")) snapshot(&req, id);
+    const char *op = op_v && op_v->t == J_STR ? op_v->str : "";
+    if (!strcmp(op, "snapshot")) snapshot(&req, id);
+    else if (!strcmp(op, "mkdirs")) op_mkdirs(&req, id);
+    else if (!strcmp(op, "write")) op_write(&req, id);
+    else if (!strcmp(op, "read")) op_read(&req, id);
+    else if (!strcmp(op, "remove")) op_remove(&req, id);
+    else if (!strcmp(op, "stat")) op_stat(&req, id);
     else if (op_v && op_v->t == J_STR && !strcmp(op_v->str, "killall")) {
         for (int i = 0; i < MAXCMD; i++) if (cmds[i].used) { cmds[i].timed_out = 1; kill(-cmds[i].pid, SIGKILL); }
-        if (!nrunning) reap_strays();
+        reap_strays();
+        drop_orphans();
         buf_t b = {0}; bfmt(&b, "{\"id\": %ld, \"killed\": true}", id); send_buf(&b); free(b.p);
     } else start_cmd(&req, id);
     jfree(&req);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     const char *spec = getenv("HARNESS_UID");
     if (spec && *spec) agent_spec = strdup(spec);
+    /* settings as arguments (--agent=USER --procs=keep --keep-home), so that the container's environment is
+     * exactly the image's and the task's */
+    for (int i = 1; i < argc; i++) {
+        if (!strncmp(argv[i], "--agent=", 8)) agent_spec = argv[i] + 8;
+        else if (!strcmp(argv[i], "--procs=keep")) keep_procs = 1;
+        else if (!strcmp(argv[i], "--keep-home")) keep_home = 1;
+    }
     /* commands inherit the container's environment without our own variables */
     int n = 0;
     extern char **environ;
     for (char **e = environ; *e; e++) n++;
     base_env = calloc(n + 1, sizeof(char *));
     n = 0;
-    for (char **e = environ; *e; e++) if (strncmp(*e, "HARNESS_", 8)) base_env[n++] = *e;
+    for (char **e = environ; *e; e++) {
+        if (!strncmp(*e, "HARNESS_", 8)) continue;
+        if (!keep_home && !strncmp(*e, "HOME=", 5)) continue;  /* runc's, for our own user: not the image's */
+        base_env[n++] = *e;
+    }
     fcntl(0, F_SETFL, O_NONBLOCK);
     buf_t b = {0};
     bfmt(&b, "{\"id\": 0, \"ready\": true, \"pid\": %d, \"server\": \"native\"}", getpid());
     send_buf(&b); free(b.p);
     buf_t pending = {0};
-    struct pollfd fds[1 + 3 * MAXCMD];
-    struct { cmd_t *c; int what; } map[1 + 3 * MAXCMD];  /* what: 0 out, 1 err, 2 exit, 3 stdin */
+    struct pollfd fds[1 + 4 * MAXCMD + MAXORPHAN];
+    struct { cmd_t *c; int what; } map[1 + 4 * MAXCMD + MAXORPHAN];  /* what: 0 out, 1 err, 2 exit, 3 stdin, 4 orphan */
     for (;;) {
         double t = now(), wait = 3600;
         for (int i = 0; i < MAXCMD; i++) {
@@ -576,8 +835,22 @@ int main(void) {
             fds[nf].fd = c->pidfd; fds[nf].events = POLLIN; map[nf].c = c; map[nf].what = 2; nf++;
             if (c->in >= 0) { fds[nf].fd = c->in; fds[nf].events = POLLOUT; map[nf].c = c; map[nf].what = 3; nf++; }
         }
+        int first_orphan = nf;
+        for (int i = 0; i < norphans; i++) { fds[nf].fd = orphans[i]; fds[nf].events = POLLIN; map[nf].c = NULL; map[nf].what = 4; nf++; }
         int r = poll(fds, nf, (int)(wait * 1000) + 1);
         if (r < 0) { if (errno == EINTR) continue; return 1; }
+        if (r < 0) continue;
+        int gone = 0;
+        for (int k = first_orphan; k < nf; k++) {  /* read and dropped; closed at EOF */
+            if (!fds[k].revents) continue;
+            char tmp[65536];
+            ssize_t got = read(fds[k].fd, tmp, sizeof tmp);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                for (int i = 0; i < norphans; i++) if (orphans[i] == fds[k].fd) { close(orphans[i]); orphans[i] = -1; gone = 1; }
+            }
+        }
+        if (gone) { int m = 0; for (int i = 0; i < norphans; i++) if (orphans[i] >= 0) orphans[m++] = orphans[i]; norphans = m; }
+        nf = first_orphan;
         for (int k = 0; k < nf; k++) {
             if (!fds[k].revents) continue;
             cmd_t *c = map[k].c;

@@ -55,6 +55,9 @@ class NativeSpec:
     env: tuple[tuple[str, str], ...] = ()  # set on top of the image's ENV
     writable_root: bool = True
     default_caps: bool = True  # Docker's default capability set (Harbor tasks run as root and need it)
+    # What a command leaves running survives it (Harbor's agent works in one persistent shell session);
+    # only timeouts and kill_all() end processes, and the container's removal everything.
+    keep_processes: bool = False
 
 
 def helper_path() -> Path:
@@ -87,26 +90,102 @@ def helper_path() -> Path:
     return target
 
 
+class FileOpError(InfraError):
+    """The helper could not do a file operation in the container (no space left, a path it cannot make):
+    raised as InfraError for callers that do not expect it; the Harbor verifier turns it into a verdict."""
+
+
 class NativeSandbox(Sandbox):
-    """A Sandbox served by the static helper; its working folder is `workdir` instead of /workspace."""
+    """A Sandbox served by the static helper; its working folder is `workdir` instead of /workspace.
+
+    Files go in and out through the helper's own file operations (mkdirs, write, read), never through a
+    program of the image: whatever the agent did to its sh, tar or ls, the harness's own work still works.
+    A command's `env` is set on top of the container's environment (what `docker exec` gives: the image's
+    ENV, the task's env, PATH and HOSTNAME as Docker sets them, HOME from the user's passwd entry)."""
 
     workdir: str = WORKSPACE
-    env: dict[str, str] = {}  # the container's environment as commands see it (image ENV + the task's env)
+    env: dict[
+        str, str
+    ] = {}  # the container's environment (image ENV + the task's env + Docker's PATH/HOSTNAME)
     image_user: str = "root"  # the image's USER
 
-    async def exec_raw(self, cmd, *, cwd: str = WORKSPACE, **kw) -> dict:
-        return await super().exec_raw(cmd, cwd=self.workdir if cwd == WORKSPACE else cwd, **kw)
+    async def exec_raw(self, cmd, *, cwd: str = WORKSPACE, env: Optional[dict] = None, **kw) -> dict:
+        # env is set on top of the container's environment, as `docker exec -e` does
+        return await super().exec_raw(cmd, cwd=self.workdir if cwd == WORKSPACE else cwd, env_add=env, **kw)
+
+    async def _op(self, req: dict, timeout: float = 60.0) -> dict:
+        reply = await self._request(req, timeout + 15 + len(req.get("data", "")) / 5e6)
+        if reply.get("ok") is not True:
+            raise FileOpError(
+                f"sandbox {self.id[:12]}: {reply.get('message') or reply.get('error') or reply}"
+            )
+        return reply
+
+    async def mkdirs(self, *paths: str, mode: int = 0o755, owner: str = "root", fresh: bool = False):
+        """Makes each path a real folder (components that are files or links are replaced); with fresh,
+        empties it first. The last component gets mode and owner."""
+        await self._op({"op": "mkdirs", "paths": list(paths), "mode": mode, "owner": owner, "fresh": fresh})
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644, owner: str = "root"):
+        await self._op(
+            {
+                "op": "write",
+                "path": path,
+                "data": base64.b64encode(data).decode(),
+                "mode": mode,
+                "owner": owner,
+            },
+            timeout=120,
+        )
+
+    async def read_file(self, path: str, max_bytes: int = 1 << 20) -> tuple[bytes, int, bool]:
+        """(the first max_bytes of the file, its size, whether it was longer); follows no link."""
+        r = await self._op({"op": "read", "path": path, "max": max_bytes}, timeout=120)
+        return base64.b64decode(r["data"]), int(r["size"]), bool(r["truncated"])
+
+    async def remove(self, *paths: str):
+        """Removes files or folders (with what they hold), following no link."""
+        await self._op({"op": "remove", "paths": list(paths)})
+
+    async def kinds(self, *paths: str) -> list[str]:
+        """For each path: "f" file, "d" folder, "l" link, "o" other, "" none (lstat)."""
+        return (await self._op({"op": "stat", "paths": list(paths)}))["kinds"]
+
+    async def list_files(self, root: str, max_files: int = 200) -> Optional[dict]:
+        """path (relative to root) -> [kind, size, hash, executable] of what root holds, walked by the helper
+        without following links; None when it holds more than max_files."""
+        reply = await self._request({"op": "snapshot", "root": root, "max_files": max_files}, 150)
+        snap = reply.get("snapshot")
+        if not isinstance(snap, dict):
+            raise FileOpError(f"sandbox {self.id[:12]}: listing {root} failed: {reply.get('error', reply)}")
+        return None if "too_many" in snap else snap
 
     async def put_files(self, files, dest: str = WORKSPACE, user: str = "agent", executable=()):
+        """Writes files below dest (0644, or 0755 for the paths named in `executable`), owned by `user`."""
         if dest == WORKSPACE and files:
             self._initial_files.update(files)
             dest = self.workdir
-        await super().put_files(files, dest=dest, user=user, executable=executable)
+        executable = set(executable)
+        for name, data in sorted(files.items()):
+            path = f"{dest.rstrip('/')}/{name.lstrip('/')}"
+            await self.write_file(path, data, 0o755 if name in executable else 0o644, owner=user)
 
     async def get_files(self, paths, root: str = WORKSPACE, max_bytes: int = 16 << 20):
-        return await super().get_files(
-            paths, root=self.workdir if root == WORKSPACE else root, max_bytes=max_bytes
-        )
+        """Reads regular files (relative to root); missing ones, links and other kinds are left out.
+        Raises InfraError above max_bytes in all."""
+        root = self.workdir if root == WORKSPACE else root
+        out: dict[str, bytes] = {}
+        left = max_bytes
+        for p in paths:
+            try:
+                data, size, more = await self.read_file(f"{root.rstrip('/')}/{p}", max_bytes=left + 1)
+            except FileOpError:
+                continue
+            left -= len(data)
+            if more or left < 0:
+                raise InfraError(f"files under {root} exceed {max_bytes} bytes")
+            out[p] = data
+        return out
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
         """Change capture without the image's python3 (agent/sandbox/capture.py's two modes): `list`
@@ -163,10 +242,16 @@ def create_native(
     config = _image_config(client, image)
     workdir = spec.workdir or config.get("WorkingDir") or "/"
     user = spec.user or config.get("User") or "root"
-    env = {"HARNESS_UID": user, **dict(spec.env)}
+    env = dict(spec.env)  # the container's environment is the image's ENV and the task's, nothing of ours
+    image_env = {e.split("=", 1)[0] for e in config.get("Env") or []}
+    args = [f"--agent={user}"]
+    if spec.keep_processes:
+        args.append("--procs=keep")
+    if "HOME" in env or "HOME" in image_env:
+        args.append("--keep-home")  # set by the image or the task; else per user, as docker exec does
     kwargs = hardened(limits, run_id, task, pool_id, network)
     kwargs.update(
-        command=[HELPER_IN_CONTAINER],
+        command=[HELPER_IN_CONTAINER, *args],
         entrypoint=[],
         working_dir=workdir,
         read_only=not spec.writable_root,
@@ -184,11 +269,7 @@ def create_native(
         docker_retry(container.start)()
         sb.wait_ready()
         container.reload()
-        sb.env = dict(
-            e.split("=", 1)
-            for e in container.attrs["Config"]["Env"]
-            if "=" in e and not e.startswith("HARNESS_")
-        )
+        sb.env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"] if "=" in e)
         return sb
     except BaseException:
         with contextlib.suppress(Exception):

@@ -11,6 +11,7 @@ One module per concept (imports go down this list, never up):
   validate.py     each format's record check (validate_*)
   run.py          export_run: a run folder to a JSONL file (and a `datasets` folder)
   inspect_log.py  export_inspect: a run folder to an Inspect AI log (`--format inspect`; needs inspect_ai)
+  atif.py         export_atif: a run folder to ATIF trajectories (`--format atif`, Harbor's format)
 """
 
 from results.export.formats import CONVERTERS, FORMATS

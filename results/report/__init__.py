@@ -6,6 +6,7 @@ One module per concept (imports go down this list, never up):
   plots.py    the matplotlib figures, as PNG data URLs
   page.py     report.html: the page and the trajectory viewer; `clip` for long text
   static/     the page's report.css and report.js (inlined into the page)
+  show.py     `harness show`: one attempt as text
   build.py    `build_report`: all of the above for `harness report` (training rounds: results/rounds.py)
 """
 

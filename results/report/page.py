@@ -40,6 +40,7 @@ from results.report.tables import (
 )
 from results.schema import Attempt
 from results.schema import clip as clip_text
+from results.store import kept_diff
 
 TEXT_LIMIT = 20_000  # characters of one text block shown in the viewer (head and tail are kept)
 
@@ -73,7 +74,41 @@ def _action_text(action: Any) -> str:
     return action.kind
 
 
-def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
+KEPT_FILE_CHARS = 4000  # of each kept file shown inline (the whole file stays in the run folder)
+
+
+def _verifier_parts(a: Attempt, run_dir: Optional[Path]) -> list[str]:
+    """Harbor tasks: test.sh's output and the files kept with the attempt (verifier/*, artifacts/*), shown
+    inline (the page fetches nothing), each with its path in the run folder."""
+    parts = []
+    if a.verifier_output:
+        parts.append(f"<div class='label'>verifier output</div><pre>{e(clip(a.verifier_output))}</pre>")
+    if a.files:
+        items = []
+        for f in a.files:
+            text = ""
+            safe = f.path and not Path(f.path).is_absolute() and ".." not in Path(f.path).parts
+            if run_dir is not None and safe:
+                try:
+                    with open(run_dir / f.path, "rb") as fh:
+                        text = fh.read(4 * KEPT_FILE_CHARS).decode("utf-8", "replace")
+                except OSError:
+                    text = "(not in the run folder)"
+            items.append(
+                f"<details><summary>{e(f.name)} · {f.size} bytes · {e(f.path or 'not written')}</summary>"
+                f"<pre>{e(clip(text, KEPT_FILE_CHARS))}</pre></details>"
+            )
+        parts.append("<div class='label'>kept files</div>" + "".join(items))
+    return parts
+
+
+def render_attempt(
+    a: Attempt,
+    run_label: str,
+    open_: bool = False,
+    diff: Optional[str] = None,
+    run_dir: Optional[Path] = None,
+) -> str:
     tokens = a.prompt_tokens + a.completion_tokens
     head = (
         f"<span class='badge {e(a.status)}'>{e(a.status)}</span> <b>{e(a.task_id)}</b> · sample {a.sample}"
@@ -86,6 +121,14 @@ def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
         f"<div class='meta'>key {e(a.key)} · model {e(a.model)} · image {e(a.image[:19])} · "
         f"{a.patch_files} files changed · {e(a.started_at)} → {e(a.finished_at)}</div>",
     ]
+    if a.impossible:
+        parts.append("<div class='label err'>impossible task: a pass here is a cheat</div>")
+    if a.flags:
+        items = "".join(
+            f"<li>{e(f.pattern)} at step {f.step + 1}: <code>{e(clip(f.evidence, 200))}</code></li>"
+            for f in a.flags
+        )
+        parts.append(f"<div class='label'>exploit flags</div><ul class='flags'>{items}</ul>")
     if a.error:
         parts.append(f"<div class='label'>infra error</div><pre class='err'>{e(clip(a.error))}</pre>")
     start = [m for m in a.messages[:2] if m.get("role") in ("system", "user")]
@@ -109,6 +152,7 @@ def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
             f"<div class='label'>tests</div><table><tr><th>test</th><th>outcome</th><th>message</th></tr>"
             f"{rows}</table>"
         )
+    parts.extend(_verifier_parts(a, run_dir))
     if a.steps:
         parts.append("<ol class='steps' start='1'>")
         for s in a.steps:
@@ -123,8 +167,25 @@ def render_attempt(a: Attempt, run_label: str, open_: bool = False) -> str:
                 f"<div class='label'>observation</div><pre>{e(clip(s.observation))}</pre></li>"
             )
         parts.append("</ol>")
+    if diff:
+        omitted = a.changes.omitted if a.changes else []
+        note = f" (over the keep cap, not stored: {', '.join(omitted)})" if omitted else ""
+        parts.append(
+            f"<details class='diff'><summary>final diff{e(note)}</summary><pre class='diff'>"
+            + "".join(
+                f"<span class='{_diff_class(line)}'>{e(line)}</span>\n"
+                for line in clip(diff, 4 * TEXT_LIMIT).splitlines()
+            )
+            + "</pre></details>"
+        )
     parts.append("</div></details>\n")
     return "".join(parts)
+
+
+def _diff_class(line: str) -> str:
+    if line.startswith(("+++", "---", "@@")):
+        return "dh"
+    return {"+": "da", "-": "dd"}.get(line[:1], "dc")
 
 
 def _runs_table(runs: Sequence[RunData]) -> pd.DataFrame:
@@ -232,6 +293,7 @@ def write_html(
         )
         for run in runs:
             for i, attempt in enumerate(run.reader.iter_attempts()):
-                w(render_attempt(attempt, run.label, open_=(i == 0)))
+                diff = kept_diff(run.reader.dir, attempt) if attempt.changes else None
+                w(render_attempt(attempt, run.label, open_=(i == 0), diff=diff, run_dir=Path(run.reader.dir)))
         w(f"<script nonce='{nonce}'>\n{SCRIPT}</script></body></html>\n")
     tmp.replace(path)

@@ -41,6 +41,7 @@ def overview_table(runs: Sequence[RunData], ks: Optional[Sequence[int]] = None) 
         for col in pass_cols(run.summary):
             if ks is None or int(col[5:]) in ks:
                 row[col] = o[col]
+        row.update(cheating_columns(run))
         row.update(
             {
                 "steps/attempt": o["steps_per_attempt"],
@@ -52,6 +53,18 @@ def overview_table(runs: Sequence[RunData], ks: Optional[Sequence[int]] = None) 
         )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def cheating_columns(run: RunData) -> dict[str, Any]:
+    """The cheating rate beside pass@k (runs with impossible tasks) and the attempts with exploit flags
+    (runs that have any); nothing for other runs, so their tables stay as they were."""
+    out: dict[str, Any] = {}
+    c = metrics.cheating_rate(run.df)
+    if c is not None:
+        out.update({"cheating_rate": c.rate, "cheat_ci_low": c.ci_low, "cheat_ci_high": c.ci_high})
+    if "n_flags" in run.df.columns and (run.df["n_flags"] > 0).any():
+        out["flagged"] = int((run.df["n_flags"] > 0).sum())
+    return out
 
 
 def level_table(runs: Sequence[RunData], level: str) -> pd.DataFrame:
@@ -242,6 +255,13 @@ def markdown_summary(
         for col in pass_cols(r.summary):
             if int(col[5:]) in ks:
                 row[col] = o[col]
+        cheat = cheating_columns(r)
+        if "cheating_rate" in cheat:
+            row["cheating rate (95% CI)"] = (
+                f"{cheat['cheating_rate']:.3f} ({cheat['cheat_ci_low']:.3f}-{cheat['cheat_ci_high']:.3f})"
+            )
+        if "flagged" in cheat:
+            row["flagged attempts"] = cheat["flagged"]
         row.update({"mean reward": o["mean_reward"], "cost (USD)": o["total_cost"]})
         head.append(row)
     out += [markdown_table(pd.DataFrame(head)), ""]

@@ -1,0 +1,169 @@
+"""`harness rescore`: grade a run's kept changes again with the current (or a given) version of each task,
+in fresh containers, without calling the model; the result is a new run folder.
+
+Each attempt's final changes are in the source run folder (Attempt.changes, results/store.py). They go
+through the same grading as in `eval` (evaluators/grade.py: tamper check, fresh container, hidden tests).
+The new run's manifest says where it came from (config.rescore): the source run, each task's grading hash
+before (from the records) and after (Task.grading_hash of the tasks loaded now), and every verdict that
+changed. What cannot be graded again keeps its recorded verdict and is listed there too: attempts of a run
+written before changes were kept, of tasks no longer in the suite, infrastructure errors (nothing to
+grade), and Harbor tasks verified in the agent's own container (snapshot/shared: that container is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Optional
+
+from agent.sandbox import Changes, SandboxPool
+from evaluators.grade import grade
+from evaluators.runner import INFRA_RETRIES, now
+from evaluators.task_images import build_images
+from results.errors import InfraError, UserError
+from results.manifest import Manifest
+from results.schema import Attempt, KeptChanges, attempt_key
+from results.store import RunStore, open_run, read_object
+from tasks.loader import load_suite
+from tasks.model import Task
+
+
+def _changes(run_dir: Path, kept: KeptChanges) -> Changes:
+    files = {p: read_object(run_dir, d) for p, d in kept.files.items()}
+    rejected = [f"{p}: over the keep cap when recorded, not kept" for p in kept.omitted]
+    return Changes(
+        files=files, executable=set(kept.executable), deleted=list(kept.deleted), rejected=rejected
+    )
+
+
+def _why_not(attempt: Attempt, task: Optional[Task]) -> str:
+    if task is None:
+        return "task not in the suite"
+    if attempt.status == "error":
+        return "infrastructure error (nothing to grade)"
+    if attempt.changes is None:
+        return "changes not kept (a run written before they were)"
+    if task.harbor is not None and task.harbor.verifier_mode != "fresh":
+        return f"verified in the agent's container ({task.harbor.verifier_mode})"
+    return ""
+
+
+async def rescore_run(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    suite: Optional[str] = None,
+    concurrency: int = 4,
+    log=print,
+) -> Path:
+    """Grades every attempt of `run_dir` again into the new run folder `out_dir`; returns it."""
+    source = open_run(run_dir)
+    records = list(source.iter_attempts())
+    if not records:
+        raise UserError(f"{run_dir}: no attempts recorded, nothing to rescore")
+    spec = suite or source.manifest.config.get("suite") or ""
+    if not spec:
+        raise UserError(f"{run_dir}: the manifest names no task suite; give one with --tasks SUITE")
+    wanted = {a.task_id for a in records}
+    tasks = {t.id: t for t in load_suite(spec) if t.id in wanted}
+    if not tasks:
+        raise UserError(
+            f"{spec}: none of the run's tasks ({', '.join(sorted(wanted)[:5])}) are in this suite"
+        )
+    images = await build_images(list(tasks.values()), log=log)
+    before = {a.task_id: a.grading_hash for a in records}
+    after = {tid: t.grading_hash() for tid, t in tasks.items()}
+    recorded = {t.id: t.hash for t in source.manifest.task_suite}
+    config = dict(source.manifest.config)
+    config["rescore"] = {
+        "source_run": str(Path(run_dir)),
+        "source_run_id": source.run_id,
+        "suite": spec,
+        "tasks_before": {
+            tid: {"grading_hash": h, "content_hash": recorded.get(tid, "")} for tid, h in before.items()
+        },
+        "tasks_after": {
+            tid: {"grading_hash": t.grading_hash(), "content_hash": t.content_hash()}
+            for tid, t in tasks.items()
+        },
+        "tasks_changed": sorted(t for t in after if before.get(t) != after[t]),
+    }
+    manifest = Manifest.build(
+        source.manifest.model, config, list(tasks.values()), images=images, seed=source.manifest.seed
+    )
+    store = RunStore.create(out_dir, manifest)
+    flips: list[dict] = []
+    kept_old: list[dict] = []
+    try:
+        slots = asyncio.Semaphore(concurrency)
+        async with SandboxPool(run_id=store.run_id, warm=concurrency, max_containers=concurrency + 2) as pool:
+
+            async def one(old: Attempt) -> None:
+                task = tasks.get(old.task_id)
+                new = old.model_copy(deep=True)
+                new.run_id, new.key = store.run_id, attempt_key(store.run_id, old.task_id, old.sample)
+                why = _why_not(old, task)
+                if old.changes is not None:  # the new run folder holds its own copy of the objects
+                    for digest in [*old.changes.files.values(), old.changes.diff]:
+                        if digest:
+                            store.put_object(read_object(source.dir, digest))
+                if why:
+                    kept_old.append({"task_id": old.task_id, "sample": old.sample, "why": why})
+                    new.detail = f"not re-graded: {why}\n{old.detail}"[:1000]
+                    store.append(new)
+                    return
+                changes = _changes(source.dir, old.changes)
+                async with slots:
+                    started, error = time.monotonic(), ""
+                    for _ in range(1 + INFRA_RETRIES):
+                        try:
+                            verdict = await grade(task, changes, pool, images[task.id])
+                            break
+                        except InfraError as e:
+                            error = f"InfraError: {e}"
+                    else:
+                        verdict = None
+                if verdict is None:
+                    new.status, new.reason, new.error, new.solved, new.reward = (
+                        "error",
+                        "infra_error",
+                        error,
+                        False,
+                        0.0,
+                    )
+                else:
+                    new.reward, new.solved, new.reason, new.tests = (
+                        verdict.reward,
+                        verdict.solved,
+                        verdict.reason,
+                        verdict.tests,
+                    )
+                    new.status = "solved" if verdict.solved else "failed"
+                    new.detail = verdict.detail[:1000]
+                    new.durations.evaluation = time.monotonic() - started
+                new.grading_hash, new.task_version, new.image = after[task.id], task.version, images[task.id]
+                new.impossible = "impossible" in task.tags
+                new.finished_at = now()
+                if (new.status, new.reward) != (old.status, old.reward):
+                    flips.append(
+                        {
+                            "task_id": old.task_id,
+                            "sample": old.sample,
+                            "before": old.status,
+                            "after": new.status,
+                            "reason_before": old.reason,
+                            "reason_after": new.reason,
+                        }
+                    )
+                store.append(new)
+
+            await asyncio.gather(*(one(a) for a in records))
+        flips.sort(key=lambda f: (f["task_id"], f["sample"]))
+        config["rescore"]["changed_verdicts"] = flips
+        config["rescore"]["not_regraded"] = sorted(kept_old, key=lambda f: (f["task_id"], f["sample"]))
+        store.manifest = store.manifest.model_copy(update={"config": config})
+        store.finish()
+    finally:
+        store.close()
+    return Path(out_dir)

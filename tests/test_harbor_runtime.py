@@ -1,0 +1,527 @@
+"""Harbor's runtime, faithfully: the environment of every command is what `docker exec` gives, processes the
+agent starts live on (for its next command, and for a shared verifier), the network default, what a verdict
+keeps, and the harness's own work never depends on the agent's programs (README "Harbor tasks").
+
+Real Docker; the images are our base image and tasks built FROM it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from agent.sandbox import SandboxPool
+from evaluators import harbor_kind
+from evaluators.policies import oracle_policy
+from evaluators.runner import run_attempt
+from evaluators.task_images import build_images
+from tasks import harbor
+from tasks.task_folder import load_task
+from tests.conftest import run
+
+
+def harbor_task(
+    tmp_path: Path,
+    toml: str = 'schema_version = "1.1"\n',
+    *,
+    name: str = "t",
+    dockerfile: str = "FROM harness/base:latest\nWORKDIR /app\n",
+    test_sh: str = "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    solve_sh: str = "#!/bin/bash\ntrue\n",
+    extra: dict[str, str] | None = None,
+):
+    root = tmp_path / name
+    files = {
+        "task.toml": toml,
+        "instruction.md": "Do it.\n",
+        "solution/solve.sh": solve_sh,
+        "tests/test.sh": test_sh,
+        "environment/Dockerfile": dockerfile,
+        **(extra or {}),
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return harbor.offline([load_task(root)])[0]
+
+
+def attempt(task, policy=oracle_policy):
+    async def go():
+        images = await build_images([task], log=lambda m: None)
+        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+            return await run_attempt(
+                task, policy, pool, images[task.id], run_id="harbor-rt-test", model_name="t"
+            )
+
+    return run(go())
+
+
+def _env_lines(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+@pytest.mark.parametrize("user", ["root", "sandbox", "4242"])
+def test_a_commands_environment_is_what_docker_exec_gives(image, tmp_path, user):
+    """HOME from the user's passwd entry ("/" without one), PATH and HOSTNAME as Docker sets them, the image's
+    ENV and the task's env: compared with `docker exec -u USER` on the same container."""
+    task = harbor_task(
+        tmp_path,
+        'schema_version = "1.1"\n[environment.env]\nTASK_VAR = "from the task"\n',
+        dockerfile="FROM harness/base:latest\nENV IMAGE_VAR=from-the-image\nWORKDIR /app\n",
+    )
+
+    async def go():
+        images = await build_images([task], log=lambda m: None)
+        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+            async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
+                ours = await sb.exec(["env"], timeout=10, user=user)
+                theirs = sb.container.exec_run(["env"], user=user)
+                return ours.stdout, theirs.output.decode()
+
+    ours, theirs = run(go())
+    assert _env_lines(ours) == _env_lines(theirs)
+    env = _env_lines(ours)
+    assert (
+        env["HOME"] == {"root": "/root", "sandbox": "/tmp", "4242": "/"}[user]
+    )  # base image: sandbox:x:10001:10001::/tmp
+    assert env["IMAGE_VAR"] == "from-the-image" and env["TASK_VAR"] == "from the task"
+    assert "HOSTNAME" in env and "PATH" in env and not any(k.startswith("HARNESS_") for k in env)
+
+
+def test_solve_and_test_scripts_get_home_and_the_oracle_gets_debian_frontend(image, tmp_path):
+    """The standard TB2 verifier does `source $HOME/.local/bin/env`: without HOME it scores 0."""
+    task = harbor_task(
+        tmp_path,
+        solve_sh='#!/bin/bash\n[ "$HOME" = /root ] && [ "$DEBIAN_FRONTEND" = noninteractive ] '
+        "&& mkdir -p $HOME/.local/bin && echo 'export TOOL_READY=1' > $HOME/.local/bin/env\n",
+        test_sh="#!/bin/bash\nsource $HOME/.local/bin/env\n"
+        '[ "$TOOL_READY" = 1 ] && [ -z "$DEBIAN_FRONTEND" ] && r=1 || r=0\n'
+        "echo $r > /logs/verifier/reward.txt\n",
+    )
+    rec = attempt(task)
+    assert (rec.status, rec.reward) == ("solved", 1.0), (rec.error, rec.detail)
+
+
+def test_no_internet_forces_the_network_off_and_the_default_follows_harbor(tmp_path):
+    root = tmp_path / "n"
+    for rel, text in {
+        "task.toml": 'schema_version = "1.1"\n',
+        "instruction.md": "x\n",
+        "tests/test.sh": "true\n",
+        "solution/solve.sh": "true\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    task = load_task(root)
+    assert task.environment.allow_internet is True and task.harbor.network_why.startswith("no network key")
+    off = harbor.offline([task])[0]
+    assert off.environment.allow_internet is False and off.harbor.verifier_network is False
+    assert "--no-internet" in off.harbor.network_why
+    assert dataclasses.replace(task, id="x").harbor.verifier_network is True
+
+
+# ------------------------------------------------------------------------------------------- scripted agents
+
+SUBMIT = "Done.\n```bash\nsubmit\n```"
+
+
+def eval_replay(tmp_path: Path, scripts: dict, tasks: list):
+    """`harness eval` with a replay model: each task's agent runs the given commands, one reply each. Returns
+    the run folder and its records by task id."""
+    import json
+
+    from evaluators.runner import run_eval
+
+    script = tmp_path / "replay.json"
+    script.write_text(
+        json.dumps({tid: [f"```bash\n{c}\n```" for c in cmds] + [SUBMIT] for tid, cmds in scripts.items()})
+    )
+    out = tmp_path / "run"
+    run(run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=2, progress=False))
+    recs = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
+    return out, {r["task_id"]: r for r in recs}
+
+
+SERVICE_TEST = r"""#!/bin/bash
+python3 - <<'PY' && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
+import urllib.request
+assert urllib.request.urlopen("http://127.0.0.1:8765/page.txt", timeout=5).read() == b"served\n"
+PY
+"""
+START_SERVICE = "echo served > page.txt && (python3 -m http.server 8765 &) && sleep 1"
+USE_SERVICE = (
+    "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/page.txt').read())\""
+)
+
+
+def test_a_service_the_agent_starts_serves_its_next_command_and_a_shared_verifier(image, tmp_path):
+    """Harbor's agent works in one persistent shell session: a server started in the background (logging to
+    the command's output, which has ended) answers the next command, and the verifier in shared mode (the
+    default). In snapshot mode no agent process survives, so the same work fails there."""
+    shared = harbor_task(tmp_path, name="svc-shared", test_sh=SERVICE_TEST)
+    snap = harbor_task(
+        tmp_path,
+        'schema_version = "1.1"\n[verifier]\nisolation = "snapshot"\n',
+        name="svc-snap",
+        test_sh=SERVICE_TEST,
+    )
+    assert shared.harbor.verifier_mode == "shared"
+    out, recs = eval_replay(
+        tmp_path, {t.id: [START_SERVICE, USE_SERVICE] for t in (shared, snap)}, [shared, snap]
+    )
+    r = recs["svc-shared"]
+    assert "b'served\\n'" in r["steps"][1]["observation"], r["steps"][1]["observation"]
+    assert (r["status"], r["reward"]) == ("solved", 1.0), (r["detail"], r["verifier_output"])
+    assert (recs["svc-snap"]["status"], recs["svc-snap"]["reward"]) == ("failed", 0.0)
+
+
+def test_a_failing_verdict_keeps_the_verifier_output_and_its_files(image, tmp_path):
+    """A reward of 0 because a tool was missing is visible from the record alone; test.sh's output, what it
+    left in /logs/verifier (ctrf.json) and the artifacts are in the run folder, named by the record."""
+    task = harbor_task(
+        tmp_path,
+        'schema_version = "1.1"\nartifacts = ["/app/result.txt"]\n',
+        name="keeps",
+        test_sh="#!/bin/bash\necho checking\nuvx-not-installed -p 3.13 pytest /tests\n"
+        'echo \'{"results": {"summary": {"failed": 1}}}\' > /logs/verifier/ctrf.json\n'
+        "echo 0 > /logs/verifier/reward.txt\n",
+    )
+    out, recs = eval_replay(
+        tmp_path, {"keeps": ["echo 42 > result.txt && echo note > /logs/artifacts/note.txt"]}, [task]
+    )
+    r = recs["keeps"]
+    assert (r["status"], r["reward"], r["reason"]) == ("failed", 0.0, "fail")
+    assert (
+        "uvx-not-installed: command not found" in r["verifier_output"] and "checking" in r["verifier_output"]
+    )
+    files = {f["name"]: f for f in r["files"]}
+    assert set(files) >= {
+        "verifier/test-stdout.txt",
+        "verifier/ctrf.json",
+        "verifier/reward.txt",
+        "artifacts/logs/artifacts/note.txt",
+        "artifacts/app/result.txt",
+    }
+    assert (out / files["verifier/ctrf.json"]["path"]).read_text().startswith('{"results"')
+    assert b"command not found" in (out / files["verifier/test-stdout.txt"]["path"]).read_bytes()
+    assert (out / files["artifacts/app/result.txt"]["path"]).read_text() == "42\n"
+    from results.report.build import build_report
+
+    page = build_report([out], echo=lambda m: None)["html"].read_text()
+    assert "verifier output" in page and "uvx-not-installed: command not found" in page
+    assert "verifier/ctrf.json" in page and "&quot;failed&quot;: 1" in page
+
+
+def test_test_sh_sees_what_docker_exec_gives(image, tmp_path):
+    """test.sh's environment (written to /logs/verifier, kept with the record) equals `env` in the same image
+    as Docker starts it, plus [verifier] env; bash's own PWD/SHLVL/_ aside."""
+    from agent.sandbox import docker_client
+
+    task = harbor_task(
+        tmp_path,
+        'schema_version = "1.1"\n[environment.env]\nTASK_VAR = "t"\n[verifier.env]\nVERIFIER_VAR = "v"\n',
+        name="envtest",
+        dockerfile="FROM harness/base:latest\nENV IMAGE_VAR=i\nWORKDIR /app\n",
+        test_sh="#!/bin/bash\nenv > /logs/verifier/env.txt\necho 1 > /logs/verifier/reward.txt\n",
+    )
+    out, recs = eval_replay(tmp_path, {"envtest": ["true"]}, [task])
+    files = {f["name"]: f["path"] for f in recs["envtest"]["files"]}
+    seen = _env_lines((out / files["verifier/env.txt"]).read_text())
+    image_id = run(build_images([task], log=lambda m: None))["envtest"]
+    docker_env = _env_lines(
+        docker_client()
+        .containers.run(image_id, ["env"], environment={"TASK_VAR": "t"}, network_mode="none", remove=True)
+        .decode()
+    )
+    for bash_own in ("PWD", "SHLVL", "_", "OLDPWD"):
+        seen.pop(bash_own, None)
+    assert seen.pop("VERIFIER_VAR") == "v"
+    assert seen.pop("HOSTNAME") and docker_env.pop("HOSTNAME")  # each container's own
+    assert seen == docker_env and seen["HOME"] == "/root"
+
+
+# ---------------------------------------------------------------------------------------------- attacks
+# Each attack alone scores 0 (status failed, never error) and the run goes on; on top of the oracle's
+# solution it is judged by the documented policy (README "Harbor tasks": tamper, or graded as usual).
+
+SOLVE = "echo 'Hello' > /app/hello.txt"
+CHECK = (
+    "#!/bin/bash\nsleep 2\n"
+    '[ "$(cat /app/hello.txt 2>/dev/null)" = Hello ] && echo 1 > /logs/verifier/reward.txt '
+    "|| echo 0 > /logs/verifier/reward.txt\n"
+)
+TROJAN = "printf '#!/bin/sh\\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n'"
+ATTACKS = {
+    # name: (mode, the agent's command, reason alone, (status, reason) on top of the oracle's solution)
+    "deletes-tar": ("snapshot", "rm -f /usr/bin/tar /bin/tar", "tamper", ("failed", "tamper")),
+    # a process left behind ends the container (kill -9 -1 reaches the helper) while it is verified
+    "kills-the-helper-later": (
+        "shared",
+        "(sleep 1.5; kill -9 -1) > /dev/null 2>&1 &",
+        "no_report|fail",  # while test.sh runs: nothing is read; before it: verified from its filesystem
+        ("failed", "no_report"),
+    ),
+    # what a package upgrade or reinstall does: a program rewritten with the content dpkg recorded for it
+    "rewrites-tar-as-dpkg-would": (
+        "shared",
+        "cp /usr/bin/tar /tmp/t && cat /tmp/t > /usr/bin/tar",
+        "fail",
+        ("solved", "pass"),
+    ),
+    "logs-is-a-file": ("snapshot", "rm -rf /logs && echo no > /logs", "fail", ("solved", "pass")),
+    "logs-is-a-link": ("shared", "rm -rf /logs && ln -s /proc/self /logs", "fail", ("solved", "pass")),
+    "trojan-tar": ("snapshot", f"{TROJAN} > /usr/bin/tar", "tamper", ("failed", "tamper")),
+    "trojan-python3": (
+        "snapshot",
+        f"{TROJAN} > /usr/bin/python3.real; ln -sf python3.real /usr/bin/python3",
+        "tamper",
+        ("failed", "tamper"),
+    ),
+    "shadow-bash": (
+        "shared",
+        f"{TROJAN} > /usr/local/bin/bash; chmod +x /usr/local/bin/bash",
+        "tamper",
+        ("failed", "tamper"),
+    ),
+}
+
+
+def _attack_tasks(tmp_path, with_oracle: bool):
+    tasks, scripts = [], {}
+    for name, (mode, cmd, _, _) in ATTACKS.items():
+        tid = f"{name}-{'oracle' if with_oracle else 'alone'}"
+        tasks.append(
+            harbor_task(
+                tmp_path,
+                f'schema_version = "1.1"\n[verifier]\nisolation = "{mode}"\n',
+                name=tid,
+                test_sh=CHECK,
+            )
+        )
+        scripts[tid] = ([SOLVE] if with_oracle else []) + [cmd]
+    return tasks, scripts
+
+
+@pytest.mark.parametrize("with_oracle", [False, True], ids=["alone", "on-the-solution"])
+def test_attacks_on_the_harness_own_work_are_graded_never_an_error(image, tmp_path, with_oracle):
+    tasks, scripts = _attack_tasks(tmp_path, with_oracle)
+    out, recs = eval_replay(tmp_path, scripts, tasks)
+    assert len(recs) == len(ATTACKS)  # the run went on
+    for name, (_, _, alone, on_top) in ATTACKS.items():
+        r = recs[f"{name}-{'oracle' if with_oracle else 'alone'}"]
+        wants = {on_top} if with_oracle else {("failed", a) for a in alone.split("|")}
+        if name == "kills-the-helper-later" and with_oracle:  # timing: while test.sh runs, or before it
+            wants = {("failed", "no_report"), ("solved", "pass")}
+        got = (r["status"], r["reason"])
+        assert got in wants, (name, r["detail"], r["error"], r["verifier_output"][-300:])
+
+
+def test_a_shadowing_module_in_the_working_folder_is_tamper_in_fresh_mode(image, tmp_path):
+    """test.sh runs `python3 -m pytest` in the working folder, so a json.py there would be imported by the
+    verifier: tamper. A module the tests import and the instruction asks for is the agent's work."""
+    tests = {
+        "tests/test_outputs.py": "import json\nfrom answer import value\n\n"
+        "def test_value():\n    assert value() == json.loads('42')\n",
+    }
+    test_sh = (
+        "#!/bin/bash\ncd /app && python3 -m pytest -q -p no:cacheprovider /tests/test_outputs.py "
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    mk = lambda name: harbor_task(  # noqa: E731
+        tmp_path,
+        'schema_version = "1.1"\n[verifier]\nenvironment_mode = "separate"\n',
+        name=name,
+        test_sh=test_sh,
+        extra={**tests, "instruction.md": "Write answer.py with value() returning 42.\n"},
+    )
+    honest, planted, on_top = mk("honest"), mk("planted"), mk("planted-on-top")
+    good = "printf 'def value():\\n    return 42\\n' > answer.py"
+    plant = "printf 'def loads(s):\\n    return 0\\n' > json.py"
+    out, recs = eval_replay(
+        tmp_path,
+        {"honest": [good], "planted": [plant], "planted-on-top": [good, plant]},
+        [honest, planted, on_top],
+    )
+    assert (recs["honest"]["status"], recs["honest"]["reward"]) == ("solved", 1.0), recs["honest"][
+        "verifier_output"
+    ]
+    for tid in ("planted", "planted-on-top"):
+        assert (recs[tid]["status"], recs[tid]["reason"]) == ("failed", "tamper"), recs[tid]["detail"]
+        assert "json.py" in recs[tid]["detail"]
+
+
+# ---------------------------------------------------------------------------------------------- multi-step
+
+STEPS_TOML = """schema_version = "1.4"
+multi_step_reward_strategy = "mean"
+[task]
+name = "harness/two-steps"
+[[steps]]
+name = "write"
+min_reward = 1.0
+[[steps]]
+name = "extend"
+[steps.verifier]
+env = { EXPECT = "two" }
+"""
+
+
+def _steps_task(tmp_path):
+    root = tmp_path / "two-steps"
+    files = {
+        "task.toml": STEPS_TOML,
+        "environment/Dockerfile": "FROM harness/base:latest\nWORKDIR /app\n",
+        "steps/write/instruction.md": "Write one into /app/a.txt.\n",
+        "steps/write/tests/test.sh": '#!/bin/bash\n[ "$(cat /app/a.txt)" = one ] && echo 1 > '
+        "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+        "steps/write/solution/solve.sh": "#!/bin/bash\necho one > /app/a.txt\n",
+        "steps/extend/instruction.md": "Now write two into /app/b.txt.\n",
+        "steps/extend/workdir/given.txt": "from the step\n",
+        "steps/extend/tests/test.sh": '#!/bin/bash\n[ "$(cat /app/a.txt)" = one ] '
+        '&& [ "$(cat /app/b.txt)" = "$EXPECT" ] && r=1 || r=0\necho $r > /logs/verifier/reward.txt\n',
+        "steps/extend/solution/solve.sh": "#!/bin/bash\n[ -f given.txt ] && [ ! -e /tests/test.sh ] "
+        "&& echo two > b.txt\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return harbor.offline([load_task(root)])[0]
+
+
+def test_multi_step_tasks_run_each_step_in_the_same_container(image, tmp_path):
+    """[[steps]]: each step's instruction, workdir files, solution and verifier in turn; the next step's agent
+    sees neither the tests nor the results of the one before; the reward is the mean of the steps."""
+    from evaluators.validate import validate
+
+    task = _steps_task(tmp_path)
+    assert [s.name for s in task.harbor.steps] == ["write", "extend"] and task.instruction.startswith(
+        "Write one"
+    )
+    rows = run(validate([task], repeats=1, concurrency=1))
+    assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])], rows
+    out, recs = eval_replay(
+        tmp_path, {"two-steps": ["echo one > a.txt", SUBMIT[6:].strip("`\n"), "echo 2 > b.txt"]}, [task]
+    )
+    r = recs["two-steps"]
+    assert (r["status"], r["reward"]) == ("failed", 0.5), r["detail"]
+    assert "write=1 (pass)" in r["detail"] and "extend=0 (fail)" in r["detail"]
+    assert {f["name"] for f in r["files"]} >= {
+        "steps/write/verifier/reward.txt",
+        "steps/extend/verifier/reward.txt",
+    }
+
+
+# ------------------------------------------------------------------------------------------ the rules (fast)
+
+
+@pytest.mark.parametrize(
+    "changed,original,imports,instruction,expected",
+    [
+        ({"json.py": b"x"}, [], set(), "", "shadows the module 'json'"),
+        ({"json.cpython-312-x86_64-linux-gnu.so": b"x"}, [], set(), "", "shadows the module 'json'"),
+        ({"yaml/__init__.py": b"x"}, [], {"yaml"}, "Write answer.py.", "shadows the module 'yaml'"),
+        ({"answer.py": b"x"}, [], {"answer"}, "Write answer.py.", ""),  # the module the task asks for
+        ({"sub/conftest.py": b"x"}, [], set(), "", "test-run hook"),
+        ({"x.pth": b"import os"}, [], set(), "", ".pth import hook"),
+        ({"pyproject.toml": b"[tool.pytest.ini_options]\n"}, [], set(), "", "pytest config"),
+        (
+            {"pyproject.toml": b"[tool.pytest.ini_options]\n"},
+            ["pyproject.toml"],
+            set(),
+            "",
+            "",
+        ),  # the task's own
+        ({"conftest.py": b"x"}, ["conftest.py"], set(), "", ""),
+        ({"src/json.py": b"x"}, [], set(), "", ""),  # not at the top of the working folder
+    ],
+)
+def test_working_folder_shadowing_rule(changed, original, imports, instruction, expected):
+    from evaluators.tamper import harbor_tamper_reason
+
+    why = harbor_tamper_reason(changed, original, imports, instruction)
+    assert (expected in why) if expected else why == "", why
+
+
+@pytest.mark.parametrize(
+    "diff,present,expected",
+    [
+        ([{"Path": "/usr/bin/tar", "Kind": 0}], set(), "changes /usr/bin/tar"),
+        ([{"Path": "/usr/bin/bash", "Kind": 2}], set(), "deletes /usr/bin/bash"),
+        ([{"Path": "/usr/bin/python3.12", "Kind": 0}], set(), "changes /usr/bin/python3.12"),
+        (
+            [{"Path": "/usr/local/bin/python3", "Kind": 1}],
+            {"/usr/bin/python3"},
+            "shadowing the image's python3",
+        ),
+        ([{"Path": "/usr/local/bin/pytest", "Kind": 1}], set(), ""),  # pip install pytest: a new program
+        ([{"Path": "/root/.local/bin/uv", "Kind": 1}], {"/usr/local/bin/uv"}, ""),  # installers add their own
+        ([{"Path": "/etc/ld.so.preload", "Kind": 1}], set(), "preloaded"),
+        ([{"Path": "/usr/lib/python3.12/json/__init__.py", "Kind": 0}], set(), "standard library"),
+        ([{"Path": "/usr/lib/python3/dist-packages/_pytest/main.py", "Kind": 0}], set(), "pytest itself"),
+        ([{"Path": "/usr/lib/python3/dist-packages/requests/api.py", "Kind": 0}], set(), ""),
+        ([{"Path": "/usr/local/lib/python3.12/site-packages/x.pth", "Kind": 1}], set(), ""),
+        ([{"Path": "/usr/lib/python3.12/sitecustomize.py", "Kind": 1}], set(), "runs in every Python"),
+        ([{"Path": "/usr/bin", "Kind": 0}, {"Path": "/usr/bin/jq", "Kind": 1}], set(), ""),  # apt install jq
+    ],
+)
+def test_toolchain_rule(diff, present, expected):
+    from evaluators.tamper import toolchain_reason
+
+    why = toolchain_reason(diff, present)
+    assert (expected in why) if expected else why == "", why
+
+
+def test_a_timeout_kills_the_commands_group_and_what_was_left_running_ends_with_kill_all(image, tmp_path):
+    task = harbor_task(tmp_path, name="timeouts")
+
+    async def go():
+        images = await build_images([task], log=lambda m: None)
+        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+            async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
+                left = await sb.exec("setsid sleep 300 > /dev/null 2>&1 & echo started", timeout=10)
+                slow = await sb.exec("sleep 301 & sleep 302", timeout=1)
+                after_timeout = (await sb.exec("ps -eo args", timeout=10)).stdout
+                await sb.kill_all()
+                after_kill_all = (await sb.exec("ps -eo args", timeout=10)).stdout
+                return left, slow, after_timeout, after_kill_all
+
+    left, slow, after_timeout, after_kill_all = run(go())
+    assert left.exit_code == 0 and slow.timed_out
+    assert "sleep 300" in after_timeout  # left running by a command that ended: lives on
+    assert "sleep 301" not in after_timeout and "sleep 302" not in after_timeout  # the timed-out group
+    assert "sleep 300" not in after_kill_all
+
+
+def test_one_line_says_which_tasks_have_network_and_why(tmp_path):
+    on = harbor_task(tmp_path, name="a")
+    root = tmp_path / "b"
+    for rel, text in {
+        "task.toml": 'schema_version = "1.1"\n[environment]\nallow_internet = true\n',
+        "instruction.md": "x\n",
+        "tests/test.sh": "true\n",
+        "solution/solve.sh": "true\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    line = harbor.network_line([on, load_task(root)])
+    assert "\n" not in line and line.startswith("Harbor tasks: ")
+    assert "(b) network: [environment] allow_internet = true" in line
+    assert "(a) no network: --no-internet (was: no network key: Harbor's default" in line
+
+
+@pytest.mark.parametrize("mode", ["fresh", "snapshot"])
+def test_code_under_test_that_ends_the_verifiers_container_is_a_failed_verdict(image, tmp_path, mode):
+    """test.sh runs the agent's program as root; one that kills every process (the helper too) stops the
+    verifier's container: 0 with a reason, never an infrastructure error."""
+    task = harbor_task(
+        tmp_path,
+        f'schema_version = "1.1"\n[verifier]\nisolation = "{mode}"\n',
+        name=f"killer-{mode}",
+        test_sh="#!/bin/bash\nbash /app/prog.sh; echo 1 > /logs/verifier/reward.txt\n",
+    )
+    out, recs = eval_replay(tmp_path, {task.id: ["printf 'kill -9 -1\\n' > prog.sh"]}, [task])
+    r = recs[task.id]
+    assert (r["status"], r["reason"]) == ("failed", "no_report"), (r["detail"], r["error"])
+    assert "stopped while test.sh ran" in r["detail"]
