@@ -331,6 +331,9 @@ def install_phase_probes():
     grade_mod._read = _timed_async(grade_mod._read, "grading: verdict read")
     grade_mod._mkdirs = _timed_async(grade_mod._mkdirs, "grading: grader folders")
     grade_mod.pids_events = _timed_async(grade_mod.pids_events, "grading: pid-limit counters")
+    grade_mod.GradingStations._wipe = _timed_async(
+        grade_mod.GradingStations._wipe, "grading: wipe + check between turns (batch)"
+    )
     orig_release = pool_mod.SandboxPool.release
     pool_mod.SandboxPool.release = _timed_async(orig_release, lambda: f"{role()}: release (hand-off)")
 
