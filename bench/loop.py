@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import os
 import subprocess
@@ -42,6 +43,9 @@ from agent.sandbox.images import ensure_base_image  # noqa: E402
 from evaluators.runner import run_eval  # noqa: E402
 from results import telemetry  # noqa: E402
 from tasks.model import EvaluatorConfig, Task  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from sandbox import create_destroy_rate  # noqa: E402  (bench/sandbox.py)
 
 COMMANDS = ["ls -la", "echo hello > out.txt", "cat out.txt", "wc -c out.txt"]
 HIDDEN = (
@@ -89,18 +93,43 @@ async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
 LAST_CPU_MS = [0.0]  # this process's CPU time per attempt in the last harness_rate (all its threads)
 
 
-async def harness_rate(tasks: list[Task], concurrency: int, commands: list[str] = COMMANDS) -> float:
-    """Attempts per minute of run_eval with the scripted commands; every attempt must be solved."""
+async def harness_rate(
+    tasks: list[Task],
+    concurrency: int,
+    commands: list[str] = COMMANDS,
+    breakdown: bool = False,
+    batch: int = 0,
+) -> float:
+    """Attempts per minute of run_eval with the scripted commands; every attempt must be solved.
+    With `breakdown`, prints where an attempt's time went (the phase probes above)."""
+    global PHASES
     cpu = time.process_time()
     script = Path(tempfile.mkdtemp()) / "s.json"
     script.write_text(json.dumps({"*": [reply(c) for c in commands] + [reply("submit")]}))
     out = Path(tempfile.mkdtemp()) / "run"
+    if breakdown:
+        install_phase_probes()
+        PHASES = Phases()
+        stop = asyncio.Event()
+        lag = asyncio.ensure_future(_loop_lag(stop))
+        cpu0, daemons0 = sum(os.times()[:4]), daemons_cpu()
     t = time.perf_counter()
-    await run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False)
+    await run_eval(
+        f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False, batch_grading=batch
+    )
     wall = time.perf_counter() - t
     LAST_CPU_MS[0] = (time.process_time() - cpu) / len(tasks) * 1000
-    solved = sum(json.loads(line)["solved"] for line in (out / "attempts.jsonl").read_text().splitlines())
+    records = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
+    solved = sum(r["solved"] for r in records)
     assert solved == len(tasks), f"bench tasks must all be solved, got {solved}/{len(tasks)}"
+    if breakdown:
+        own, daemons = sum(os.times()[:4]) - cpu0, daemons_cpu() - daemons0
+        stop.set()
+        await lag
+        latency = sum(r["durations"]["total"] for r in records) / len(records)
+        mode = f"concurrency {concurrency}, batch grading {batch if batch > 1 else 'off'}"
+        print_breakdown(PHASES, len(tasks), wall, own, daemons, latency, mode)
+        PHASES = None
     return len(tasks) / wall * 60
 
 
@@ -279,6 +308,248 @@ def grading_comparison(n: int, calls: int, concurrency: int = 2):
     )
 
 
+# ------------------------------------------------------------------ where an attempt's time goes (issue 25)
+#
+# Wrappers installed in this benchmark's process only (the product is not touched): each phase's wall time
+# per attempt, the CPU of the harness process's own threads where a phase runs on one (engine calls), the
+# CPU of every container (its cgroup, read just before it is removed) and of its containerd shim (with the
+# runc calls it reaped), and the Docker daemons' CPU over the run (dockerd + containerd: shared with
+# whatever else uses the engine meanwhile). Waiting is what remains of an attempt's wall time.
+
+_ROLE: contextvars.ContextVar[str] = contextvars.ContextVar("bench_role", default="agent")
+
+
+def _proc_cpu(pid: int) -> float:
+    """utime+stime+cutime+cstime of a process, in seconds (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _pids_named(*names: str) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                comm = Path(f"/proc/{d}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in names:
+                out.append(int(d))
+    return out
+
+
+def _shim_of(cid: str) -> int | None:
+    for pid in _pids_named("containerd-shim", "containerd-shim-runc-v2"):
+        try:
+            if cid.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def _container_cpu(cid: str) -> float:
+    """CPU seconds of a container's processes (cgroup v1 cpuacct or v2 cpu.stat), 0 when unreadable."""
+    for path in (
+        f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage",
+        f"/sys/fs/cgroup/docker/{cid}/cpu.stat",
+        f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat",
+    ):
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        if path.endswith("cpuacct.usage"):
+            return int(text) / 1e9
+        for line in text.splitlines():
+            if line.startswith("usage_usec"):
+                return int(line.split()[1]) / 1e6
+    return 0.0
+
+
+class Phases:
+    """Per-phase totals: wall seconds, calls, thread CPU seconds; container and shim CPU by role."""
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.thread_cpu: dict[str, float] = {}
+        self.container_cpu: dict[str, float] = {}
+        self.shim_cpu: dict[str, float] = {}
+        self.containers: dict[str, int] = {}
+        self.roles: dict[str, str] = {}  # container id -> role
+        self.lag: list[float] = []
+
+    def add(self, phase: str, seconds: float, cpu: float = 0.0):
+        self.wall[phase] = self.wall.get(phase, 0.0) + seconds
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+        self.thread_cpu[phase] = self.thread_cpu.get(phase, 0.0) + cpu
+
+
+PHASES: Phases | None = None
+
+
+def _timed_async(fn, phase):
+    async def wrapper(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return await fn(*a, **kw)
+        finally:
+            if PHASES is not None:
+                PHASES.add(phase() if callable(phase) else phase, time.perf_counter() - t)
+
+    return wrapper
+
+
+def _timed_thread(fn, phase):
+    """A blocking function run on a thread: its wall time and that thread's CPU time."""
+
+    def wrapper(*a, **kw):
+        t, c = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*a, **kw)
+        finally:
+            if PHASES is not None:
+                PHASES.add(
+                    phase() if callable(phase) else phase, time.perf_counter() - t, time.thread_time() - c
+                )
+
+    return wrapper
+
+
+def install_phase_probes():
+    """Wraps the product's phase functions (once per process)."""
+    import agent.sandbox.container as container_mod
+    import agent.sandbox.pool as pool_mod
+    import evaluators.grade as grade_mod
+    import evaluators.runner as runner_mod
+    from agent.sandbox.container import Sandbox
+    from results.store import RunStore
+
+    if getattr(install_phase_probes, "done", False):
+        return
+    install_phase_probes.done = True
+    role = _ROLE.get
+
+    orig_create = container_mod.create_sandbox
+
+    def create(*a, **kw):
+        sb = _timed_thread(orig_create, "container create+start (pool refill, thread)")(*a, **kw)
+        return sb
+
+    pool_mod.create_sandbox = create
+
+    orig_kill = Sandbox.kill
+
+    def kill(self):
+        if PHASES is not None and not getattr(self, "_bench_measured", False):
+            self._bench_measured = True
+            r = PHASES.roles.get(self.id, "warm, never used")
+            PHASES.container_cpu[r] = PHASES.container_cpu.get(r, 0.0) + _container_cpu(self.id)
+            shim = _shim_of(self.id)
+            PHASES.shim_cpu[r] = PHASES.shim_cpu.get(r, 0.0) + (_proc_cpu(shim) if shim else 0.0)
+            PHASES.containers[r] = PHASES.containers.get(r, 0) + 1
+        return _timed_thread(orig_kill, "container destroy (background, thread)")(self)
+
+    Sandbox.kill = kill
+
+    orig_acquire = pool_mod.SandboxPool.acquire
+
+    async def acquire(self, *a, **kw):
+        t = time.perf_counter()
+        sb = await orig_acquire(self, *a, **kw)
+        if PHASES is not None:
+            PHASES.add(f"{role()}: sandbox acquire", time.perf_counter() - t)
+            PHASES.roles[sb.id] = role()
+        return sb
+
+    pool_mod.SandboxPool.acquire = acquire
+
+    def put_phase():
+        return "agent: starting files" if role() == "agent" else "grading: workspace rebuild + grader files"
+
+    Sandbox.put_files = _timed_async(Sandbox.put_files, put_phase)
+    Sandbox.mark_baseline = _timed_async(Sandbox.mark_baseline, "agent: baseline listing")
+    Sandbox.changes = _timed_async(Sandbox.changes, "agent: change capture")
+    Sandbox.exec = _timed_async(Sandbox.exec, lambda: f"{role()}: each command (exec)")
+    grade_mod._run = _timed_async(grade_mod._run, "grading: verifier + candidate proxy")
+    grade_mod._read = _timed_async(grade_mod._read, "grading: verdict read")
+    grade_mod._mkdirs = _timed_async(grade_mod._mkdirs, "grading: grader folders")
+    grade_mod.pids_events = _timed_async(grade_mod.pids_events, "grading: pid-limit counters")
+    grade_mod.GradingStations._wipe = _timed_async(
+        grade_mod.GradingStations._wipe, "grading: wipe + check between turns (batch)"
+    )
+    orig_release = pool_mod.SandboxPool.release
+    pool_mod.SandboxPool.release = _timed_async(orig_release, lambda: f"{role()}: release (hand-off)")
+
+    orig_grade = runner_mod.grade
+
+    async def grade(*a, **kw):
+        token = _ROLE.set("grading")
+        t = time.perf_counter()
+        try:
+            return await orig_grade(*a, **kw)
+        finally:
+            _ROLE.reset(token)
+            if PHASES is not None:
+                PHASES.add("grading: total", time.perf_counter() - t)
+
+    runner_mod.grade = grade
+    RunStore.append = _timed_thread(RunStore.append, "record (append + fsync)")
+
+
+async def _loop_lag(stop: asyncio.Event, every: float = 0.01):
+    """How late the event loop wakes up: time it spent blocked by synchronous work (or starved of CPU)."""
+    while not stop.is_set():
+        t = time.perf_counter()
+        await asyncio.sleep(every)
+        if PHASES is not None:
+            PHASES.lag.append(time.perf_counter() - t - every)
+
+
+def daemons_cpu() -> float:
+    return sum(_proc_cpu(p) for p in _pids_named("dockerd", "containerd"))
+
+
+def print_breakdown(
+    ph: Phases, attempts: int, wall: float, own_cpu: float, daemon_cpu: float, latency: float, mode: str
+):
+    """The per-phase table of one run, per attempt."""
+    print(f"per-phase breakdown, {mode}, {attempts} attempts (ms per attempt; wall = summed over calls):")
+    print(f"  {'phase':<52} {'calls/att':>9} {'wall ms':>9} {'thread CPU ms':>14}")
+    for phase in sorted(ph.wall):
+        print(
+            f"  {phase:<52} {ph.calls[phase] / attempts:9.1f} {ph.wall[phase] / attempts * 1000:9.1f} "
+            f"{ph.thread_cpu[phase] / attempts * 1000:14.1f}"
+        )
+    cont = sum(ph.container_cpu.values())
+    shims = sum(ph.shim_cpu.values())
+    per = lambda x: x / attempts * 1000  # noqa: E731
+    for r in sorted(ph.container_cpu):
+        print(
+            f"  containers ({r}): {ph.containers[r] / attempts:.2f}/attempt, their processes "
+            f"{per(ph.container_cpu[r]):.1f} ms CPU, their shims + runc {per(ph.shim_cpu[r]):.1f} ms CPU"
+        )
+    cpu = own_cpu + daemon_cpu + cont + shims
+    lag = sorted(ph.lag) or [0.0]
+    print(
+        f"  CPU per attempt: harness process {per(own_cpu):.1f} ms, "
+        f"dockerd+containerd {per(daemon_cpu):.1f} ms "
+        f"(shared engine), containers {per(cont):.1f} ms, shims+runc {per(shims):.1f} ms: "
+        f"{per(cpu):.1f} ms in all = {cpu / wall / (os.cpu_count() or 1):.0%} of the machine's "
+        f"{os.cpu_count()} cores over the run"
+    )
+    print(
+        f"  attempt latency {latency * 1000:.0f} ms, of which waiting (not CPU on its behalf) "
+        f"~{max(0.0, latency * 1000 - per(cpu)):.0f} ms; "
+        f"event loop late by p50 {lag[len(lag) // 2] * 1000:.1f} ms, "
+        f"p99 {lag[int(len(lag) * 0.99)] * 1000:.1f} ms, max {lag[-1] * 1000:.1f} ms"
+    )
+
+
 MINI = r"""
 import sys, time, json
 from concurrent.futures import ThreadPoolExecutor
@@ -319,6 +590,33 @@ def mini_rate(image: str, n: int, concurrency: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def verdicts_unchanged(suite: str, repeats: int, concurrency: int, batch: int) -> bool:
+    """The suite's validation (oracle and untouched workspace, evaluators/validate.py) graded with batch
+    grading off and on: every verdict (reason and reward) must be the same."""
+    from evaluators.grade import batchable
+    from evaluators.validate import validate
+    from tasks.loader import load_suite
+
+    everything = load_suite(suite)
+    tasks = [t for t in everything if batchable(t)]  # the others are graded as before, batch grading or not
+    print(f"  {len(tasks)} of the {len(everything)} tasks of {suite} can be batch graded", flush=True)
+    ways = {}
+    for b in (0, batch):
+        t = time.perf_counter()
+        rows = asyncio.run(validate(tasks, repeats=repeats, concurrency=concurrency, batch_grading=b))
+        ways[b] = {r.task: sorted(r.verdicts) or r.problems for r in rows}
+        print(f"  validation with batch grading {b or 'off'}: {time.perf_counter() - t:.0f}s", flush=True)
+    changed = [tid for tid in ways[0] if ways[0][tid] != ways[batch][tid]]
+    n = sum(len(v) for v in ways[0].values())
+    print(
+        f"validation of {suite} ({len(tasks)} tasks, {n} verdicts), batch grading {batch} against off: "
+        + ("every verdict unchanged" if not changed else f"{len(changed)} tasks changed")
+    )
+    for tid in changed[:20]:
+        print(f"  {tid}: off {ways[0][tid]} / batch {ways[batch][tid]}")
+    return not changed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=50)
@@ -343,7 +641,21 @@ def main():
     ap.add_argument(
         "--smoke", action="store_true", help="tiny run without mini-swe-agent: checks the benchmark works"
     )
+    ap.add_argument("--batch", type=int, default=8, help="attempts per grading container with batch grading")
+    ap.add_argument(
+        "--no-breakdown",
+        dest="breakdown",
+        action="store_false",
+        help="skip the per-phase breakdown at the top concurrency",
+    )
+    ap.add_argument(
+        "--verdicts",
+        metavar="SUITE",
+        help="only: validate SUITE (e.g. builtin) with batch grading off and on and compare every verdict",
+    )
     args = ap.parse_args()
+    if args.verdicts:
+        sys.exit(0 if verdicts_unchanged(args.verdicts, 1, 4, args.batch) else 1)
     if args.smoke:
         args.tasks, args.concurrency, args.no_mini, args.grading_tasks, args.grading_calls = (
             2,
@@ -366,14 +678,36 @@ def main():
     )
     if args.grading_tasks:
         grading_comparison(args.grading_tasks, args.grading_calls)
-    print(f"{'concurrency':>11} {'harness att/min':>16} {'mini-swe-agent att/min':>23} {'ratio':>6}")
-    for c in args.concurrency:
-        ours = asyncio.run(harness_rate(tasks, c))
+    top = max(args.concurrency)
+    rows = []
+    for c in args.concurrency:  # batch grading off and on, interleaved, and mini-swe-agent beside them
+        plain = asyncio.run(harness_rate(tasks, c, breakdown=c == top and args.breakdown))
+        batch = asyncio.run(harness_rate(tasks, c, breakdown=c == top and args.breakdown, batch=args.batch))
         mini = None if args.no_mini else mini_rate(image, args.tasks, c)
-        ratio = f"{ours / mini:5.1f}x" if mini else "-"
-        print(f"{c:>11} {ours:16.1f} {mini if mini else float('nan'):23.1f} {ratio:>6}", flush=True)
+        rows.append((c, plain, batch, mini))
+        print(f"  (concurrency {c} measured)", flush=True)
+    rate = create_destroy_rate(image, 4 if args.smoke else 10)
+    ceiling = rate * 60 / 2
     print(
-        "harness attempts include grading in a fresh container and a durable record; mini-swe-agent's do not."
+        f"container ceiling, measured in this run: {rate:.2f} containers created+destroyed per second "
+        f"(bench/sandbox.py's cycle) / 2 per graded attempt = {ceiling:.1f} graded attempts/min"
+    )
+    print(
+        f"{'concurrency':>11} {'harness att/min':>16} {'% of ceiling':>13} "
+        f"{f'batch {args.batch} att/min':>17} {'batch/plain':>12} {'mini-swe-agent att/min':>23} "
+        f"{'harness/mini':>13}"
+    )
+    for c, plain, batch, mini in rows:
+        vs_mini = f"{plain / mini:12.1f}x" if mini else f"{'-':>13}"
+        print(
+            f"{c:>11} {plain:16.1f} {plain / ceiling:12.0%} {batch:17.1f} {batch / plain:11.2f}x "
+            f"{mini if mini else float('nan'):23.1f} {vs_mini}",
+            flush=True,
+        )
+    print(
+        "harness attempts include grading in a fresh container and a durable record; mini-swe-agent's do "
+        f"not. Batch grading: up to {args.batch} attempts of one image take turns in one fresh grading "
+        "container (run_eval batch_grading / harness eval --batch-grading)."
     )
 
 

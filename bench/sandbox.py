@@ -79,6 +79,18 @@ async def harness_side(image: str, n: int) -> dict:
     return res
 
 
+def create_destroy_rate(image: str, n: int = 8) -> float:
+    """Containers created, started (command server answering) and destroyed per second, one after another
+    (the median cycle): the engine's churn that bounds graded attempts on one machine (bench/loop.py)."""
+    cycle = []
+    for _ in range(max(1, n)):
+        t = time.perf_counter()
+        sb = create_sandbox(image, Limits(), "bench")
+        sb.kill()
+        cycle.append(time.perf_counter() - t)
+    return 1 / statistics.median(cycle)
+
+
 def cli_side(image: str, n: int) -> dict:
     res = {}
     label = ["--label", "harness.run=bench", "--label", f"harness.pid={os.getpid()}"]

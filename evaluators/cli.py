@@ -57,6 +57,13 @@ def register(sub):
         help="attempts in flight (a local model decodes concurrent requests as one batch; default 4)",
     )
     p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
+    p.add_argument(
+        "--batch-grading",
+        type=int,
+        metavar="N",
+        help="up to N attempts of one image take turns in one fresh grading container, each as its own user "
+        "(pytest tasks with the candidate proxy; others keep a container each; default 0: one per attempt)",
+    )
     add_loop_options(
         p, "temperature", defaults={"temperature": (None, "{default:g}")}
     )  # None: 0, or the run's
@@ -267,6 +274,11 @@ def cmd_eval(args) -> int:
                 model_options=options,
                 loop=loop,
                 model_concurrency=args.model_concurrency,
+                batch_grading=(
+                    args.batch_grading
+                    if args.batch_grading is not None
+                    else (cfg.get("batch_grading", 0) if resume_dir is not None else 0)
+                ),
                 suite=args.tasks,
                 cluster=args.cluster,
                 sandbox=args.sandbox,

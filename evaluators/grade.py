@@ -17,6 +17,8 @@ the Docker engine failing is an infrastructure error (InfraError, retried by the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import re
@@ -62,12 +64,18 @@ class Verdict:
     files: dict[str, bytes] = field(default_factory=dict)  # kept with the attempt (Harbor: /logs/verifier/*)
 
 
-async def grade(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
+async def grade(
+    task: Task, changes: Changes, pool: SandboxPool, image: str, stations: "GradingStations | None" = None
+) -> Verdict:
     """Grades one attempt with its kind's registered grade function (evaluators/kinds.py). Raises only
-    InfraError (the engine failed); everything else is a verdict."""
+    InfraError (the engine failed); everything else is a verdict. With `stations` (batch grading) an
+    attempt that can share a grading container with others of its image (batchable()) is graded in one."""
     started = time.monotonic()
     try:
-        v = await kinds.grader(task.evaluator.kind)(task, changes, pool, image)
+        if stations is not None and batchable(task):
+            v = await grade_pytest(task, changes, pool, image, stations=stations)
+        else:
+            v = await kinds.grader(task.evaluator.kind)(task, changes, pool, image)
     except InfraError:
         raise
     except FilesNotWritten as e:  # a live sandbox refused the files (their names or contents): the attempt's
@@ -91,7 +99,9 @@ async def grade_answer(task: Task, changes: Changes, pool: SandboxPool, image: s
     )
 
 
-async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
+async def grade_pytest(
+    task: Task, changes: Changes, pool: SandboxPool, image: str, stations: "GradingStations | None" = None
+) -> Verdict:
     why = _tamper(task, changes)
     if why:
         return Verdict(0.0, False, "tamper", detail=why)
@@ -108,8 +118,9 @@ async def grade_pytest(task: Task, changes: Changes, pool: SandboxPool, image: s
     argv, report = pytest_kind.command(timeout)
     folder = _private_folder()
     env = pytest_kind.clean_env(task.evaluator.import_mode, timeout, folder)
-    grading = _grading_sandbox(task, changes, pool, image)
+    grading = _grading_sandbox(task, changes, pool, image, stations)
     async with grading as sb:
+        env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
         await _mkdirs(sb, f"{folder}/tmp", f"{folder}/home")
         await sb.put_files(files, dest=folder, user="root")
         before = await pids_events(sb)
@@ -261,15 +272,23 @@ def _tamper(task: Task, changes: Changes) -> str:
 
 
 class _grading_sandbox:
-    """A fresh container with the pristine workspace plus the changes."""
+    """A fresh container with the pristine workspace plus the changes, written as the candidate user `uid`:
+    a container of its own, or with `stations` a turn in a shared grading container (GradingStations)."""
 
-    def __init__(self, task, changes, pool, image):
+    def __init__(self, task, changes, pool, image, stations=None):
         self.task, self.changes, self.pool, self.image = task, changes, pool, image
+        self.stations = stations
+        self.uid = CANDIDATE_UID
         self.not_written = ""  # for the record: files of the changes that this container could not hold
 
     async def __aenter__(self):
-        self.cm = self.pool.sandbox(self.image, Limits.for_task(self.task.environment), task=self.task.id)
-        sb = await self.cm.__aenter__()
+        limits = Limits.for_task(self.task.environment)
+        if self.stations is not None:
+            self.cm = self.stations.turn(self.image, limits, self.task.id)
+        else:
+            self.cm = self.pool.sandbox(self.image, limits, task=self.task.id)
+        got = await self.cm.__aenter__()
+        sb, self.uid = got if self.stations is not None else (got, CANDIDATE_UID)
         try:
             workspace = {p: d for p, d in self.task.workspace_files.items() if p not in self.changes.deleted}
             workspace.update(self.changes.files)
@@ -277,6 +296,7 @@ class _grading_sandbox:
                 workspace,
                 executable=(set(self.task.executable_files) - set(self.changes.files))
                 | self.changes.executable,
+                user="agent" if self.uid == CANDIDATE_UID else self.uid,
             )
         except BaseException:
             await self.cm.__aexit__(None, None, None)
@@ -288,6 +308,138 @@ class _grading_sandbox:
 
     async def __aexit__(self, *exc):
         return await self.cm.__aexit__(*exc)
+
+
+def batchable(task: Task) -> bool:
+    """Whether an attempt of this task may be graded in a grading container shared with other attempts:
+    pytest tests with the candidate behind the proxy (its code never runs as root there), no network.
+    A script's test.sh runs as root and may start the candidate's code itself, and `direct` imports it
+    into the root test process: code running as root could reach the next attempt, so those keep a
+    container each, as do Harbor tasks (their own verifier image and modes)."""
+    return (
+        task.harbor is None
+        and task.evaluator.kind == "pytest"
+        and task.evaluator.import_mode == "proxy"
+        and not task.environment.allow_internet
+    )
+
+
+# Between two attempts in one grading container: the attempt's user removes its files (it alone may, in the
+# sticky /tmp and /dev/shm), root removes the rest (in the grader's folders), the user again (its folders
+# emptied by root), then the container must hold nothing of it: no file in any folder a candidate can write,
+# no process but tini and the command server (which killed every other one when the verdict's command
+# ended), no System V IPC object. Anything left retires the container instead of reusing it.
+_WIPE = (
+    'u=$1; as_u() { setpriv --reuid="$u" --regid="$u" --clear-groups -- "$@"; }\n'
+    "dirs='/workspace /tmp /dev/shm /dev/mqueue /grader'\n"
+    'wipe=\'for d in \'"$dirs"\'; do [ -w "$d" ] || continue; '
+    'rm -rf -- "$d"/* "$d"/.[!.]* "$d"/..?* 2>/dev/null; done; true\'\n'
+    'as_u sh -c "$wipe"; sh -c "$wipe"; as_u sh -c "$wipe"\n'
+    'for d in $dirs; do for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do\n'
+    '  if [ -e "$e" ] || [ -L "$e" ]; then echo "left behind: $e" >&2; exit 3; fi; done; done\n'
+    "for p in /proc/[0-9]*; do pid=${p#/proc/}; case $pid in 1|$PPID|$$) ;; *)\n"
+    '  if [ -e "$p" ]; then echo "process left: $pid" >&2; exit 3; fi;; esac; done\n'
+    "for f in /proc/sysvipc/shm /proc/sysvipc/sem /proc/sysvipc/msg; do n=0; [ -r $f ] || continue\n"
+    "  while IFS= read -r line; do n=$((n+1)); done < $f\n"
+    '  if [ $n -gt 1 ]; then echo "System V IPC left in $f" >&2; exit 3; fi; done\n'
+)
+FIRST_BATCH_UID = CANDIDATE_UID + 1  # the container's own user (10001) owns /workspace: no attempt runs as it
+
+
+class GradingStations:
+    """Batch grading: one fresh grading container (from the pool: never an agent's) grades up to `batch`
+    attempts of one image and limits, one after another, each as its own user (10002, 10003, ...): its
+    workspace written as that user, its hidden tests in a private folder of root-only /grader, every process
+    killed before its verdict is read (the command server does so when the verifier's command ends), and
+    everything it left removed and checked gone before the next attempt's turn (_WIPE). Attempts take turns
+    because the tests name /workspace, one path a container has once. Several containers grade at once."""
+
+    shared_turns = 0  # turns served by a container that graded another attempt before (for the self-test)
+
+    def __init__(self, pool: SandboxPool, batch: int, max_containers: int = 0):
+        """At most `max_containers` grading containers at once (0: no bound): an attempt whose grading finds
+        them all busy waits for a turn, rather than start one more container of its own."""
+        self.pool, self.batch, self.max_containers = pool, max(1, batch), max(0, max_containers)
+        self._idle: dict[tuple, list] = {}  # (image, limits) -> [[sandbox, turns used]]
+        self._count = 0  # grading containers made and not yet released
+        self._cond: asyncio.Condition | None = None
+        pool.add_reclaimer(self._take_idle)  # a full pool destroys an idle one rather than wait
+
+    def _take_idle(self):
+        """An idle grading container, given up (for the pool, which destroys it)."""
+        for idle in self._idle.values():
+            if idle:
+                self._count -= 1
+                asyncio.ensure_future(self._notify())
+                return idle.pop(0)[0]
+        return None
+
+    async def _notify(self):
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def _station(self, key: tuple):
+        """[sandbox, turns used] of an idle grading container of `key`, or None: make one (room was taken)."""
+        self._cond = self._cond or asyncio.Condition()
+        async with self._cond:
+            while True:
+                idle = self._idle.setdefault(key, [])
+                if idle:
+                    return idle.pop()
+                if not self.max_containers or self._count < self.max_containers:
+                    self._count += 1
+                    return None
+                other = self._take_idle()  # all the room is idle containers of other images: retire one
+                if other is not None:
+                    await self.pool.release(other)
+                    continue
+                await self._cond.wait()
+
+    async def _done(self, station, reuse: bool):
+        if reuse:
+            self._idle.setdefault(station[2], []).append(station)
+        else:
+            self._count -= 1
+            await self.pool.release(station[0])
+        await self._notify()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, image: str, limits: Limits, task: str):
+        """(sandbox, uid) for one attempt; the container is this attempt's alone until the block ends."""
+        key = (image, limits)
+        station = await self._station(key)
+        if station is None:
+            try:
+                sb = await self.pool.acquire(image, limits, task=task)
+            except BaseException:
+                self._count -= 1
+                await self._notify()
+                raise
+            station = [sb, 0, key]
+            try:  # the container's user owns /workspace: open it to the attempts' users
+                r = await sb.exec_raw(["chmod", "0777", "/workspace"], timeout=10, cwd="/")
+                if r["exit_code"] != 0:
+                    raise InfraError(f"could not open /workspace for batch grading: {r['err_head'][:200]!r}")
+            except BaseException:
+                await self._done(station, False)
+                raise
+        sb, used = station[0], station[1]
+        GradingStations.shared_turns += used > 0
+        uid = FIRST_BATCH_UID + used
+        station[1] += 1
+        clean = False
+        try:
+            yield sb, uid
+            clean = await self._wipe(sb, uid)
+        finally:
+            await self._done(station, clean and station[1] < self.batch and not sb.dead)
+
+    async def _wipe(self, sb, uid: int) -> bool:
+        try:
+            r = await sb.exec_raw(["sh", "-c", _WIPE, "_", str(uid)], timeout=60, user="root", cwd="/")
+        except Exception:
+            return False
+        return r["exit_code"] == 0
 
 
 async def _mkdirs(sb, *paths: str):

@@ -175,7 +175,8 @@ async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[
         # fail closed: a filesystem the engine cannot compare with its image may hide a changed toolchain
         return (
             "the container's filesystem could not be compared with its image (docker diff: "
-            f"{str(getattr(e, 'explanation', '') or e)[-160:]}), so the verifier's toolchain cannot be checked"
+            f"{str(getattr(e, 'explanation', '') or e)[-160:]}), so the verifier's toolchain cannot be "
+            "checked"
         )
     wanted = shadow_candidates(diff)
     present: set[str] = set()

@@ -24,7 +24,7 @@ from agent.models import get_model
 from agent.models.base import Model
 from agent.protocol import TOOLS
 from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxPool, SandboxUnresponsive, prune
-from evaluators.grade import grade
+from evaluators.grade import GradingStations, batchable, grade
 from evaluators.policies import Policy, loop_policy
 from evaluators.progress import Progress, attempt_name
 from evaluators.task_images import build_images
@@ -34,6 +34,7 @@ from results.flags import scan_flags
 from results.schema import Attempt, KeptChanges, attempt_key
 from tasks.model import Task
 
+MAX_BATCH_GRADING = 1000  # attempts one grading container may grade (each its own uid from 10002)
 INFRA_RETRIES = 2  # an attempt hit by an infrastructure error is run again this many times
 
 
@@ -56,6 +57,7 @@ async def run_attempt(
     sample: int = 0,
     temperature: float = 0.0,
     keep: Optional[Callable[[Task, Changes], KeptChanges]] = None,
+    stations: Optional[GradingStations] = None,
 ) -> Attempt:
     """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries);
     nothing the agent does in its sandbox raises: it is graded. `keep` stores the final changes in the
@@ -152,7 +154,7 @@ async def run_attempt(
         rec.detail += "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
     if verdict is None:
         with telemetry.span("grade", {"harness.evaluator.kind": task.evaluator.kind}) as span:
-            verdict = await grade(task, changes, pool, image)
+            verdict = await grade(task, changes, pool, image, stations)
             span.set(_verdict_attrs(verdict))
     rec.reward, rec.solved, rec.reason, rec.tests = (
         verdict.reward,
@@ -177,6 +179,29 @@ def _verdict_attrs(verdict) -> dict:
         "harness.reason": verdict.reason,
         "harness.solved": verdict.solved,
     }
+
+
+def containers_per_attempt(task: Task) -> int:
+    """Sandboxes one attempt takes from the pool: the agent's, and a grading container unless the verdict
+    is read on the host (answers) or in the agent's own container (Harbor's snapshot and shared modes)."""
+    if task.harbor is not None:
+        return 1 + (task.harbor.verifier_mode == "fresh")
+    return 1 + (task.evaluator.kind != "answer")
+
+
+def expected_containers(todo: list[Task], stations: Optional[GradingStations], concurrency: int) -> int:
+    """Containers the attempts will take from the pool; with batch grading, the shared grading containers:
+    one per `batch` attempts, plus one per grading under way when the run ends half-used."""
+    if stations is None:
+        return sum(containers_per_attempt(t) for t in todo)
+    shared = sum(batchable(t) for t in todo)
+    rest = sum(containers_per_attempt(t) - (1 if batchable(t) else 0) for t in todo)
+    return rest + (-(-shared // stations.batch) + min(stations_for(concurrency), shared) if shared else 0)
+
+
+def stations_for(concurrency: int) -> int:
+    """Grading containers at once with batch grading: one per two attempts in flight."""
+    return max(1, (concurrency + 1) // 2)
 
 
 def _record(task: Task, run_id: str, model_name: str, sample: int, temperature: float, image: str) -> Attempt:
@@ -335,8 +360,11 @@ async def run_eval(
     sandbox: str = "docker",
     sandbox_options: Optional[dict] = None,
     filters: Optional[dict] = None,
+    batch_grading: int = 0,
 ) -> Path:
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
+    With `batch_grading` N > 1, up to N attempts of one image share a fresh grading container, each as its
+    own user (evaluators/grade.GradingStations; the tasks that may: grade.batchable).
     With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
     sandbox="k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
     from results.manifest import Manifest
@@ -344,6 +372,11 @@ async def run_eval(
 
     if not tasks:
         raise UserError("no tasks selected: check the suite path and the filters")
+    if not 0 <= batch_grading <= MAX_BATCH_GRADING:
+        raise UserError(
+            f"batch grading of {batch_grading} attempts per grading container: give 0 to "
+            f"{MAX_BATCH_GRADING} (0 or 1: a grading container per attempt)"
+        )
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -365,6 +398,7 @@ async def run_eval(
         "concurrency": concurrency,
         "model_concurrency": model_concurrency or concurrency,
         "filters": dict(filters or {}),
+        "batch_grading": batch_grading,
     }  # recorded, not compared on resume (results/manifest.RESUME_KEYS)
     if cluster:
         from evaluators.cluster import check_address, import_ray
@@ -462,6 +496,13 @@ async def run_eval(
             ) as pool:
                 if telemetry.metrics():
                     telemetry.metrics().pools[:] = [pool]  # one run's pool at a time (train runs several)
+                stations = None
+                if batch_grading > 1 and Pool is SandboxPool:
+                    # half as many grading containers as attempts in flight: a grading waits for a turn
+                    # rather than start a container that grades only one or two attempts
+                    stations = GradingStations(pool, batch_grading, max_containers=stations_for(concurrency))
+                if hasattr(pool, "expect"):  # no warm container beyond what the attempts will take
+                    pool.expect(expected_containers([t for t, _ in todo], stations, concurrency))
 
                 async def one(task: Task, sample: int):
                     name = attempt_name(task.id, sample)
@@ -481,8 +522,10 @@ async def run_eval(
                             keep=lambda t, ch: store.keep_changes(
                                 t.workspace_files, ch.files, ch.deleted, ch.executable
                             ),
+                            stations=stations,
                         )
-                    store.append(rec)  # durable before it counts as done
+                    # durable before it counts as done; the fsync waits on the disk, not on the event loop
+                    await asyncio.to_thread(store.append, rec)
                     attempt_finished(rec)
                     if bar:
                         bar.update(rec)

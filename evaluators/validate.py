@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from agent.sandbox import Sandbox, SandboxPool
+from evaluators.grade import GradingStations
 from evaluators.policies import null_policy, oracle_policy
 from evaluators.runner import run_attempt
 from evaluators.task_images import build_images
@@ -29,6 +30,7 @@ class Row:
     flaky: bool = False
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)  # "oracle|null reason reward", one per attempt
 
     @property
     def ok(self) -> bool:
@@ -70,7 +72,9 @@ async def hidden_tests_unreachable(task: Task, sb: Sandbox) -> str:
     return ""
 
 
-async def validate_task(task: Task, pool: SandboxPool, image: str, repeats: int) -> Row:
+async def validate_task(
+    task: Task, pool: SandboxPool, image: str, repeats: int, stations: GradingStations | None = None
+) -> Row:
     row = Row(task.id)
     t0 = time.monotonic()
     leaks = leaked_lines(task)
@@ -83,7 +87,7 @@ async def validate_task(task: Task, pool: SandboxPool, image: str, repeats: int)
             row.problems.append(problem)
         await oracle_policy(task, sb)
 
-    kw = dict(run_id=pool.run_id, model_name="oracle")
+    kw = dict(run_id=pool.run_id, model_name="oracle", stations=stations)
     runs = await asyncio.gather(
         *(
             run_attempt(task, oracle_and_probe if i == 0 else oracle_policy, pool, image, sample=i, **kw)
@@ -99,7 +103,10 @@ async def validate_task(task: Task, pool: SandboxPool, image: str, repeats: int)
     elif solved < repeats:
         bad = next(r for r in runs if not r.solved)
         row.problems.append(f"oracle not solved: {bad.reason} {bad.error or bad.detail or ''}"[:200])
-    null = await run_attempt(task, null_policy, pool, image, run_id=pool.run_id, model_name="null")
+    null = await run_attempt(
+        task, null_policy, pool, image, run_id=pool.run_id, model_name="null", stations=stations
+    )
+    row.verdicts = [f"oracle {r.reason} {r.reward:g}" for r in runs] + [f"null {null.reason} {null.reward:g}"]
     row.null = "solved" if null.solved else "not solved"
     if null.solved:
         row.problems.append("the untouched workspace is solved: the tests check nothing the agent must do")
@@ -107,17 +114,21 @@ async def validate_task(task: Task, pool: SandboxPool, image: str, repeats: int)
     return row
 
 
-async def validate(tasks: list[Task], repeats: int = 3, concurrency: int = 4) -> list[Row]:
+async def validate(
+    tasks: list[Task], repeats: int = 3, concurrency: int = 4, batch_grading: int = 0
+) -> list[Row]:
+    """With batch_grading N > 1 the attempts are graded as `harness eval --batch-grading N` grades them."""
     images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
     slots = asyncio.Semaphore(concurrency)
     async with SandboxPool(
         run_id=f"validate-{int(time.time())}", warm=2, max_containers=concurrency * (repeats + 1) + 2
     ) as pool:
+        stations = GradingStations(pool, batch_grading) if batch_grading > 1 else None
 
         async def one(t: Task) -> Row:
             async with slots:
                 try:
-                    return await validate_task(t, pool, images[t.id], repeats)
+                    return await validate_task(t, pool, images[t.id], repeats, stations)
                 except Exception as e:  # report the task, keep validating the others
                     return Row(t.id, problems=[f"{type(e).__name__}: {e}"[:200]])
 

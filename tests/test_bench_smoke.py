@@ -43,8 +43,17 @@ def test_loop_bench_smoke(image):
     assert re.search(
         rf"per step: loop {NUMBER} ms, sandbox exec {NUMBER} ms, harness overhead -?{NUMBER} ms", out
     ), out
-    rows = re.findall(rf"^\s+(\d+)\s+({NUMBER})\s+nan\s+-$", out, flags=re.M)
-    assert [c for c, _ in rows] == ["1", "2"] and all(float(rate) > 0 for _, rate in rows), out
+    # concurrency, att/min, % of the container ceiling, with batch grading, batch/plain, (no mini-swe-agent)
+    rows = re.findall(
+        rf"^\s+(\d+)\s+({NUMBER})\s+{NUMBER}%\s+({NUMBER})\s+{NUMBER}x\s+nan\s+-$", out, flags=re.M
+    )
+    assert [c for c, _, _ in rows] == ["1", "2"], out
+    assert all(float(plain) > 0 and float(batch) > 0 for _, plain, batch in rows), out
+    assert re.search(rf"container ceiling, measured in this run: {NUMBER} containers", out), out
+    # the per-phase breakdown at the top concurrency, both ways
+    for mode in ("batch grading off", "batch grading 8"):
+        assert f"per-phase breakdown, concurrency 2, {mode}" in out, out
+    assert re.search(rf"CPU per attempt: harness process {NUMBER} ms", out), out
     for mode in ("off", "file", "live"):  # tracing off, to a file, to a live OTLP receiver
         assert re.search(
             rf"^\s+{mode}\s+{NUMBER}\s+{NUMBER}x\s+-?{NUMBER}\s+{NUMBER}\s+[+-]{NUMBER}  [0-9. ]+$",

@@ -211,3 +211,67 @@ def test_prune_removes_leftovers(image):
     assert len(containers(run_id)) == 1
     assert prune(run_id) == 1
     assert containers(run_id) == []
+
+
+def test_pool_makes_no_warm_container_past_the_expected_acquires(image, monkeypatch):
+    """expect(n): the pool keeps containers warm only for acquires still to come; the last one leaves none
+    behind to be created and destroyed unused (issue 25)."""
+    created: list[str] = []
+    real_create = pool_module.create_sandbox
+
+    def counting_create(*args, **kw):
+        sb = real_create(*args, **kw)
+        created.append(sb.id)
+        return sb
+
+    monkeypatch.setattr(pool_module, "create_sandbox", counting_create)
+
+    async def main():
+        async with SandboxPool(warm=3, max_containers=6) as pool:
+            pool.expect(2)
+            first = await pool.acquire(image, SMALL)  # cold; then at most one warm (one acquire left)
+            await pool.release(first)
+            for _ in range(600):
+                if len(created) >= 2:
+                    break
+                await asyncio.sleep(0.1)
+            second = await pool.acquire(image, SMALL)  # the warm one; nothing more is expected
+            await pool.release(second)
+            await asyncio.sleep(1.0)  # a refill would have started by now
+            return first.id, second.id
+
+    first, second = run(main())
+    assert created == [first, second]
+
+
+def test_a_full_pool_reclaims_a_sandbox_kept_idle_for_reuse(image):
+    """A user that keeps an acquired sandbox idle (batch grading's containers) gives it up when the pool is
+    full: acquire() destroys it instead of waiting for ever."""
+
+    async def main():
+        async with SandboxPool(warm=0, max_containers=1) as pool:
+            kept = [await pool.acquire(image, SMALL)]
+            pool.add_reclaimer(lambda: kept.pop() if kept else None)
+            other = await asyncio.wait_for(pool.acquire(image, SMALL), 120)
+            r = await other.exec("echo fine", 10)
+            await pool.release(other)
+            return r.stdout.strip(), kept
+
+    out, kept = run(main())
+    assert out == "fine" and kept == []
+
+
+def test_a_command_runs_as_the_user_number_it_names_never_root(image):
+    """Batch grading runs each attempt as its own user: a number picks it; 0 (or a bool) is not root."""
+
+    async def main():
+        async with SandboxPool(warm=0, max_containers=1) as pool:
+            async with pool.sandbox(image, SMALL) as sb:
+                out = {}
+                for user in (10005, 0, True, "agent"):
+                    r = await sb.exec_raw(["id", "-u"], user=user, cwd="/")
+                    out[user] = r["out_head"].decode().strip()
+                return out
+
+    out = run(main())
+    assert out == {10005: "10005", 0: "10001", True: "10001", "agent": "10001"}

@@ -140,7 +140,7 @@ class Sandbox(CommandChannel, ChangeCapture):
         *,
         timeout: float = 60.0,
         cap: int = 64 * 1024,
-        user: str = "agent",
+        user: str | int = "agent",
         cwd: str = WORKSPACE,
         env: Optional[dict] = None,
         stdin: Optional[bytes] = None,
@@ -169,7 +169,7 @@ class Sandbox(CommandChannel, ChangeCapture):
         timeout: float = 60.0,
         *,
         cap: int = 64 * 1024,
-        user: str = "agent",
+        user: str | int = "agent",
         cwd: str = WORKSPACE,
         env: Optional[dict] = None,
         stdin: Optional[bytes] = None,
@@ -192,7 +192,7 @@ class Sandbox(CommandChannel, ChangeCapture):
         self,
         files: dict[str, bytes],
         dest: str = WORKSPACE,
-        user: str = "agent",
+        user: str | int = "agent",
         executable: Iterable[str] = (),
     ) -> list[str]:
         """Writes files by streaming a tar into `tar -x` inside (put_archive cannot reach a tmpfs).

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 from collections import deque
-from typing import Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
 
 from agent.sandbox.cleanup import prune, prune_at_exit
 from agent.sandbox.container import Limits, Sandbox, create_sandbox
@@ -31,7 +33,30 @@ class SandboxPool:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._network: Optional[asyncio.Future] = None
+        self._refilling: dict[tuple, int] = {}
+        self._demand: Optional[int] = None  # acquires still expected (expect()); None: unknown
+        self._reclaimers: list[Callable[[], Optional[Sandbox]]] = []
+        # Engine calls (create+start, remove) block for hundreds of ms each and the engine runs many at
+        # once: on asyncio's default executor (cores + 4 threads) they queued behind each other, so the pool
+        # could not keep `max_containers` busy (issue 25). One thread per container that can exist.
+        self._engine = ThreadPoolExecutor(
+            max_workers=self.max_containers + max(warm, 0) + 2, thread_name_prefix="sandbox-engine"
+        )
         prune_at_exit(self.pool_id)
+
+    def add_reclaimer(self, take_idle: Callable[[], Optional[Sandbox]]):
+        """`take_idle()` gives up one acquired sandbox that its user keeps idle for reuse (or None): when the
+        pool is full, acquire() destroys such a one rather than wait for a release that may never come."""
+        self._reclaimers.append(take_idle)
+
+    def expect(self, acquires: int):
+        """How many more acquire() calls will come (the runner knows: an agent and a grading container per
+        attempt). Warm containers beyond that are never made: each one costs a create and a destroy of engine
+        time that nothing uses (at 10 attempts of concurrency 8, one in three containers was such a one)."""
+        self._demand = max(0, acquires)
+
+    def _in_thread(self, fn, *args):
+        return asyncio.get_running_loop().run_in_executor(self._engine, functools.partial(fn, *args))
 
     async def network_for(self, limits: Limits) -> Optional[str]:
         """The pool's own network, made on first use by a networked sandbox; None for the others."""
@@ -51,6 +76,8 @@ class SandboxPool:
     async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> Sandbox:
         key = (image, limits)
         cond = self._condition()
+        if self._demand is not None:
+            self._demand = max(0, self._demand - 1)
         async with cond:
             while True:
                 ready = self._ready.get(key)
@@ -62,18 +89,23 @@ class SandboxPool:
                         sb.warm_start = True  # for the run's trace and metrics (warm-pool hit rate)
                         return sb
                     self._live -= 1
-                    self._spawn(asyncio.to_thread(sb.kill))
+                    self._spawn(self._in_thread(sb.kill))
                 if self._live < self.max_containers:
                     self._live += 1
                     break
                 victim = self._pop_idle_other(key)  # make room: idle warm containers of other images
                 if victim is not None:
                     self._live -= 1
-                    self._spawn(asyncio.to_thread(victim.kill))
+                    self._spawn(self._in_thread(victim.kill))
                     continue
+                held = next((sb for sb in (r() for r in self._reclaimers) if sb is not None), None)
+                if held is not None:  # a container a user keeps for reuse: destroyed, then its room is ours
+                    self._in_use.discard(held)
+                    held.dead = True
+                    self._spawn(self._destroy(held))
                 await cond.wait()
         try:
-            sb = await asyncio.to_thread(
+            sb = await self._in_thread(
                 create_sandbox, image, limits, self.run_id, task, self.pool_id, await self.network_for(limits)
             )
         except BaseException:
@@ -100,7 +132,7 @@ class SandboxPool:
 
     async def _destroy(self, sb: Sandbox):
         try:
-            await asyncio.to_thread(sb.kill)
+            await self._in_thread(sb.kill)
         finally:
             async with self._condition():
                 self._live -= 1
@@ -119,9 +151,9 @@ class SandboxPool:
         if self._closed or self.warm <= 0:
             return
         ready = self._ready.setdefault(key, deque())
-        pending = getattr(self, "_refilling", {})
-        self._refilling = pending
-        missing = self.warm - len(ready) - pending.get(key, 0)
+        pending = self._refilling
+        target = self.warm if self._demand is None else min(self.warm, self._demand)
+        missing = target - len(ready) - pending.get(key, 0)
         for _ in range(max(0, missing)):
             if self._live >= self.max_containers:
                 return
@@ -133,7 +165,7 @@ class SandboxPool:
         image, limits = key
         sb = None
         try:
-            sb = await asyncio.to_thread(
+            sb = await self._in_thread(
                 create_sandbox,
                 image,
                 limits,
@@ -149,7 +181,7 @@ class SandboxPool:
             if sb is None or self._closed:
                 self._live -= 1
                 if sb is not None:
-                    self._spawn(asyncio.to_thread(sb.kill))
+                    self._spawn(self._in_thread(sb.kill))
             else:
                 self._ready.setdefault(key, deque()).append(sb)
             self._condition().notify_all()
@@ -167,8 +199,9 @@ class SandboxPool:
         victims = [sb for q in self._ready.values() for sb in q] + list(self._in_use)
         self._ready.clear()
         self._in_use.clear()
-        await asyncio.gather(*(asyncio.to_thread(sb.kill) for sb in victims))
-        await asyncio.to_thread(prune, pool=self.pool_id)  # containers, then this pool's network
+        await asyncio.gather(*(self._in_thread(sb.kill) for sb in victims))
+        await self._in_thread(functools.partial(prune, pool=self.pool_id))  # containers, then the network
+        self._engine.shutdown(wait=True)  # its threads are idle now: none outlives the pool
 
     async def __aenter__(self):
         return self

@@ -12,7 +12,7 @@ thread or process to time out, kill and answer. Standard library only: it must r
 image that has python3.
 
 Request:  {"id": 1, "argv": [...] | "cmd": "shell text", "timeout": 30, "cap": 65536,
-           "user": "agent"|"root", "cwd": "/workspace", "env": {...}, "stdin": "<base64>"}
+           "user": "agent"|"root"|uid, "cwd": "/workspace", "env": {...}, "stdin": "<base64>"}
 Reply:    {"id": 1, "exit_code": 0, "out_head": b64, "out_tail": b64, "out_dropped": 0,
            "err_head": ..., "err_tail": ..., "err_dropped": 0, "duration": 0.01,
            "timed_out": false, "oom": false}; a command that cannot start (its folder unreadable, no such
@@ -107,7 +107,10 @@ class Command:
         self.timed_out = False
         self.oom_before = oom_kills()
         argv = req["argv"] if "argv" in req else ["/bin/bash", "-c", req["cmd"]]
-        as_root = req.get("user") == "root"
+        user = req.get("user")
+        as_root = user == "root"
+        # a number: that user (batch grading gives each attempt its own, evaluators/grade.py); never root
+        uid = user if isinstance(user, int) and not isinstance(user, bool) and user > 0 else AGENT_UID
         self.stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") else None
         self.proc = subprocess.Popen(
             argv,
@@ -117,8 +120,8 @@ class Command:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.PIPE if self.stdin_data is not None else subprocess.DEVNULL,
-            user=None if as_root else AGENT_UID,
-            group=None if as_root else AGENT_UID,
+            user=None if as_root else uid,
+            group=None if as_root else uid,
             extra_groups=None if as_root else [],
         )
         self.open = 2  # pipes not yet at EOF

@@ -25,6 +25,7 @@ Where things live:
   reward_cases  reward-integrity cases (hacks on the grading, each must score 0)
   grading_attacks  the reward cases that attack the verdict itself (code run while it is graded)
   edge_cases    files the grader cannot recreate, odd numbers in reward files, forks at the pid limit
+  cross_cases   batch grading: attempts sharing a grading container cannot reach each other's verdicts
   catalogue     all cases in order (CATALOGUE, CASES) and select() by name or glob
   probes        host probes around a case (resources, stray processes, new host files, containers)
   runner        Runner (one case at a time, the global conditions), run_selftest and the result table

@@ -49,7 +49,7 @@ Check = Callable[[Outcome], list[str]]
 @dataclass
 class Case:
     name: str
-    group: str  # host | reward
+    group: str  # host | reward | cross
     expected: str  # for the table
     script: Callable[[Ctx], list[str]]  # replies of the attacking agent
     task: str = "answer"  # answer | json_answer | script | score | add | add_marker
@@ -59,6 +59,9 @@ class Case:
     # The same attack on top of an honest solution, and what the documented policy says it scores.
     honest: Optional[Check] = None
     honest_script: Optional[Callable[[Ctx], list[str]]] = None  # default: the attack with the right add()
+    # group "cross" (evaluators/selftest/cross_cases.py): how many of the four attempts' turns at least must
+    # be in a grading container that graded another attempt before (3: all four in one)
+    shared_turns: int = 3
 
 
 def graded(status: str, reason: Optional[str] = None, *needles: str) -> Check:

@@ -16,9 +16,11 @@ from typing import Callable, Optional
 
 from evaluators.selftest.case import Case, Ctx, Outcome
 from evaluators.selftest.catalogue import select
+from evaluators.selftest.cross_cases import LEAKY
 from evaluators.selftest.fixtures import (
     HONEST,
     SUBMIT,
+    WRONG,
     add_task,
     answer_task,
     bash,
@@ -92,7 +94,9 @@ class Runner:
             return score_task(task_id, command_timeout)
         return add_task(task_id, self.ctx.marker if kind == "add_marker" else "", command_timeout)
 
-    def _eval(self, name: str, tasks: list[Task], scripts: dict[str, list], concurrency: int = 1):
+    def _eval(
+        self, name: str, tasks: list[Task], scripts: dict[str, list], concurrency: int = 1, batch: int = 0
+    ):
         """One run_eval in a fresh run folder; returns (records by task id, run id, error text)."""
         from evaluators.runner import run_eval
         from results.store import RunReader
@@ -111,6 +115,7 @@ class Runner:
                     concurrency=concurrency,
                     progress=False,
                     suite=f"selftest:{name}",
+                    batch_grading=batch,
                 )
             )
         except Exception as e:
@@ -163,6 +168,7 @@ class Runner:
 
     def run(self, case: Case) -> Row:
         from agent.sandbox import prune  # not at the top: --list imports nothing heavy
+        from evaluators.grade import GradingStations
 
         row = Row(case.name, case.expected)
         t0 = time.monotonic()
@@ -179,10 +185,35 @@ class Runner:
         if case.honest:
             tasks.append(self.task(case.task, honest_id, case.command_timeout))
             scripts[honest_id] = (case.honest_script or (lambda c: honest_version(case.script(c))))(self.ctx)
+        cross = {}
+        if case.group == "cross":  # graded in this order, in one grading container (cross_cases.py)
+            cross = {f"{case.name}-{k}": k for k in ("leaky", "wrong", "honest")}
+            ids = list(cross)
+            tasks = [add_task(ids[0]), tasks[0], add_task(ids[1]), add_task(ids[2]), tasks[1]]
+            scripts[ids[0]] = [bash(write("solution.py", LEAKY)), SUBMIT]
+            scripts[ids[1]] = [bash(write("solution.py", WRONG)), SUBMIT]
+            scripts[ids[2]] = HONEST
         since = time.time() - 1
         before = host_state(self.docker_root)
         passwd_before = file_digest("/etc/passwd")
-        recs, run_id, error = self._eval(case.name, tasks, scripts)
+        shared_before = GradingStations.shared_turns
+        recs, run_id, error = self._eval(case.name, tasks, scripts, batch=len(tasks) if cross else 0)
+        shared = GradingStations.shared_turns - shared_before
+        for tid, role in cross.items():
+            r = recs.get(tid)
+            want = role != "wrong"
+            if r is None:
+                row.problems.append(f"no record for {tid}")
+            elif r.solved != want or (role == "wrong" and (r.reward != 0.0 or r.reason != "fail")):
+                row.problems.append(
+                    f"the {role} attempt graded beside the attack scored {r.reward} ({r.reason}), "
+                    f"expected {'1' if want else '0 (fail)'}: {r.detail[:200]}"
+                )
+        if cross and shared < case.shared_turns:
+            row.problems.append(
+                f"only {shared} turns in a grading container shared with another attempt, "
+                f"expected {case.shared_turns}: the attack was not graded beside the others"
+            )
         after = host_state(self.docker_root)
         if error:
             row.problems.append(error)

@@ -33,6 +33,7 @@ FAST = {
     "network_probes",
     "privilege_probes",
     "long_path",
+    "cross_writer_left_behind",
 }
 
 

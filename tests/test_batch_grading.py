@@ -1,0 +1,56 @@
+"""Batch grading (evaluators/grade.GradingStations) through run_eval: attempts of one image take turns in
+shared grading containers, each as its own user, and every verdict is what it would be alone."""
+
+import asyncio
+import json
+
+from evaluators.grade import FIRST_BATCH_UID, GradingStations
+from evaluators.runner import run_eval
+from evaluators.selftest.fixtures import CORRECT, SUBMIT, WRONG, add_task, bash, write
+from results.store import RunReader
+
+
+def test_batch_graded_verdicts_are_each_attempts_own(image, tmp_path, monkeypatch):
+    uids: list[int] = []
+    turn = GradingStations.turn
+
+    def spy(self, *a, **kw):  # the users the attempts were graded as
+        cm = turn(self, *a, **kw)
+        enter = cm.__aenter__
+
+        async def entered():
+            sb, uid = await enter()
+            uids.append(uid)
+            return sb, uid
+
+        cm.__aenter__ = entered
+        return cm
+
+    monkeypatch.setattr(GradingStations, "turn", spy)
+    tasks = [add_task(f"add-{i}") for i in range(6)]
+    scripts = {
+        t.id: [bash(write("solution.py", CORRECT if i % 2 else WRONG)), SUBMIT] for i, t in enumerate(tasks)
+    }
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(scripts))
+    shared = GradingStations.shared_turns
+    out = asyncio.run(
+        run_eval(
+            f"replay:{script}",
+            tasks,
+            out_dir=tmp_path / "run",
+            concurrency=4,
+            progress=False,
+            batch_grading=3,
+        )
+    )
+    recs = {a.task_id: a for a in RunReader(out).iter_attempts()}
+    for i, t in enumerate(tasks):
+        r = recs[t.id]
+        assert (r.solved, r.reason) == ((True, "pass") if i % 2 else (False, "fail")), (
+            t.id,
+            r.reason,
+            r.detail,
+        )
+    assert GradingStations.shared_turns > shared  # some attempts shared a grading container
+    assert len(uids) == 6 and min(uids) >= FIRST_BATCH_UID  # never the container's own user, never root
