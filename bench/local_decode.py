@@ -300,13 +300,15 @@ def main_long(args: argparse.Namespace) -> int:
         f"model {args.model}; a line every {args.window:g} s"
     )
     results = {}
-    for label, switch in (("one padded cache", OnePaddedCache), ("ours", contextlib.nullcontext)):
+    decoders = (("one padded cache", OnePaddedCache), ("ours", contextlib.nullcontext))
+    for label, switch in [d for d in decoders if args.only is None or d[0].startswith(args.only)]:
         with switch():
             model = LocalModel(args.model)
             snaps = long_run(model, args, label)
             model.close()
         results[label] = (snaps, thirds(snaps))
-    keys = list(window(results["ours"][0][0], results["ours"][0][-1]))
+    first = next(iter(results.values()))[0]
+    keys = list(window(first[0], first[-1]))
     print(f"{'decoder':<18} {'part':<6} " + " ".join(f"{k:>10}" for k in keys) + f" {'wall s':>7}")
     for label, (snaps, (early, late)) in results.items():
         for part, w in (("early", early), ("late", late)):
@@ -330,6 +332,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--attempts", type=int, default=96, help="--long: attempts in all")
     p.add_argument("--samples", type=int, default=16, help="--long: attempts per prompt")
     p.add_argument("--window", type=float, default=60.0, help="--long: seconds per printed window")
+    p.add_argument(
+        "--only", choices=("one", "ours"), help="--long: one decoder only (one padded cache / ours)"
+    )
     p.add_argument(
         "--print-lines",
         type=lambda v: tuple(int(x) for x in v.split(",")),

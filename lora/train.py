@@ -565,13 +565,21 @@ def _allocate(
                 if is_solved(a, strict=True):
                     solved_ever.add(a.task_id)
                     successes[family.get(a.task_id, "")].append(a)
-        if cfg.curriculum:
-            previous = json.loads((out / f"round_{i}" / "allocation.json").read_text()).get("level")
+        saved = out / f"round_{i}" / "allocation.json"
+        if cfg.curriculum and saved.exists():
+            previous = json.loads(saved.read_text()).get("level")
             level = previous if previous is not None else level
     if cfg.curriculum and r >= 1:
         top = max(getattr(t, "difficulty", 1) for t in train_tasks)
         pool = [t for t in train_tasks if getattr(t, "difficulty", 1) <= level]
         level = next_level(level, pool, solved_ever, top)
+    top = max(getattr(t, "difficulty", 1) for t in train_tasks)
+    while (
+        level is not None
+        and level < top
+        and not any(getattr(t, "difficulty", 1) <= level for t in train_tasks)
+    ):
+        level += 1  # nothing at this level among the train tasks (a small --limit): start where there is
     pool = [t for t in train_tasks if level is None or getattr(t, "difficulty", 1) <= level]
     rates = task_rates(measured)
     alloc = allocate([t.id for t in pool], rates, cfg.budget, cfg.explore_share, cfg.hints)
