@@ -105,7 +105,8 @@ def strip_hint(a: Attempt, hint: str, encode: Callable[[list[dict]], list[int]])
     """The hinted attempt `a` as the model would have seen it without the hint, token for token; None
     when that cannot be rebuilt exactly (the attempt is then not trained on).
 
-    How: the model saw H0 = encode(messages before its first reply), the hint inside a user message.
+    How: the model saw H0 = encode(messages before its first reply), the hint inside a user message
+    (a.messages ends with the model's len(steps) replies and what followed each).
     U0 = encode(the same messages with the hint text removed). Every step's prompt_ids must start with
     H0 (a prompt whose context was elided might hold the hint elsewhere: refused); its rebuilt prompt
     is U0 + the ids after H0, unchanged, and every completion_ids is the model's own, unchanged. Both
@@ -114,9 +115,11 @@ def strip_hint(a: Attempt, hint: str, encode: Callable[[list[dict]], list[int]])
     conversation before the last reply), and H0 must equal the recorded first prompt."""
     if not has_token_ids(a) or not hint:
         return None
+    # The model's replies are the last len(steps) assistant messages (a worked example may come first).
     replies = [i for i, m in enumerate(a.messages) if m.get("role") == "assistant"]
-    if not replies:
+    if len(replies) < len(a.steps):
         return None
+    replies = replies[len(replies) - len(a.steps) :]
 
     def plain(messages: list[dict]) -> list[dict]:
         return [
@@ -134,8 +137,7 @@ def strip_hint(a: Attempt, hint: str, encode: Callable[[list[dict]], list[int]])
         if s.prompt_ids[: len(h0)] != h0:
             return None
         steps.append(s.model_copy(update={"prompt_ids": u0 + list(s.prompt_ids[len(h0) :])}))
-    last_shown = a.messages[: replies[len(a.steps) - 1]] if len(replies) >= len(a.steps) else None
-    if last_shown is None or encode(plain(last_shown)) != steps[-1].prompt_ids:
+    if encode(plain(a.messages[: replies[-1]])) != steps[-1].prompt_ids:
         return None
     return a.model_copy(update={"steps": steps, "messages": plain(a.messages)})
 

@@ -326,20 +326,21 @@ def _broken_tasks(runs: list[str], more: Optional[list] = None) -> set[str]:
 
 def _no_improvement(out: Path, r: int) -> Optional[str]:
     """Why the loop should stop after round r: neither held-out greedy pass@1 nor the train solve rate
-    (sampled, pass@1 at the temperature) beat the best of the earlier rounds. None: one of them did."""
+    (greedy pass@1 over every train task: the sampled rate covers only the tasks the budget chose)
+    beat the best of the earlier rounds. None: one of them did."""
+    rows = load_rounds(out)
 
-    def best(split: str, prefix: str, rounds: range) -> Optional[float]:
+    def best(split: str, rounds: range) -> Optional[float]:
         vals = [
-            row["value"]
-            for row in load_rounds(out)
-            if row["round"] in rounds and row["split"] == split and row["metric"].startswith(prefix)
+            x["value"]
+            for x in rows
+            if x["round"] in rounds and x["split"] == split and x["metric"] == "pass@1"
         ]
         return max(vals) if vals else None
 
-    checks = [("heldout", "pass@1", "held-out greedy pass@1"), ("train", "pass@1_t", "train sampled pass@1")]
     said = []
-    for split, prefix, label in checks:
-        now, before = best(split, prefix, range(r, r + 1)), best(split, prefix, range(r))
+    for split, label in (("heldout", "held-out greedy pass@1"), ("train", "train greedy pass@1")):
+        now, before = best(split, range(r, r + 1)), best(split, range(r))
         if now is None or before is None or now > before:
             return None
         said.append(f"{label} {now:.3f} <= best before {before:.3f}")
@@ -378,8 +379,8 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int],
         hints = ev.get("hints", {})
         for name, run_dir in _train_runs(ev).items():
             for a in load_attempts(Path(run_dir)):
-                everything.append(a)
                 if "hinted" not in name:
+                    everything.append(a)
                     attempts.append(a)
                     continue
                 plain = strip_hint(a, hints.get(a.task_id, ""), encode) if encode else None
@@ -388,7 +389,7 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int],
                     continue
                 attempts.append(plain)
                 hinted_keys.add(plain.key)
-    broken = _broken_tasks(cfg.audit_runs, [a for a in everything if a.key not in hinted_keys])
+    broken = _broken_tasks(cfg.audit_runs, everything)  # unhinted attempts only
     kept, stats = filter_attempts(attempts, cfg.per_task_cap, exclude_tasks=broken, hinted=hinted_keys)
     stats.hint_not_rebuilt = hint_lost
     examples = build_dataset(kept, cfg.mask_errors, end_of_turn)

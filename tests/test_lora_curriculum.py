@@ -86,8 +86,13 @@ def hinted_rollout(encode, eot_ids, hint):
     """An attempt as the loop records a hinted one: messages, and each step's prompt = encode(the
     conversation so far, the hint inside the task message); completion = the reply's ids."""
     instruction = "Count the lines of data.txt into count.txt."
+    demo = [  # the loop's worked example: an assistant message before the model's own first reply
+        {"role": "user", "content": "Print hello."},
+        {"role": "assistant", "content": "```bash\necho hello\n```"},
+    ]
     messages = [
         {"role": "system", "content": "You are an agent."},
+        *demo,
         {"role": "user", "content": instruction + hint},
     ]
     replies, observations = (
@@ -106,6 +111,7 @@ def hinted_rollout(encode, eot_ids, hint):
     a = attempt("count-lines-01", steps=steps).model_copy(update={"messages": messages, "key": "r/h/0"})
     plain = [
         {"role": "system", "content": "You are an agent."},
+        *demo,
         {"role": "user", "content": instruction},
     ]
     return a, plain, replies, observations
