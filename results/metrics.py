@@ -376,11 +376,17 @@ class TaskAudit:
         return any(v in BROKEN for v in self.verdicts)
 
 
+def _steady(a: Attempt) -> bool:
+    """No command of the attempt hit its time limit (on a loaded machine that alone can change a
+    verdict; such attempts say nothing about the grader)."""
+    return not any(s.timed_out for s in a.steps)
+
+
 def audit_tasks(attempts: Iterable[Attempt], hack_rate: float = 0.25) -> list[TaskAudit]:
     """Each task's solve rate across all the runs and models given, and what is wrong with it:
     solved by the null agent; flaky (two attempts with the same actions -- results.attempts.
-    action_signature -- got different verdicts: the grader, not the model, decided); a tamper/flag
-    rate above `hack_rate`; never or always solved (n >= 2)."""
+    action_signature, no command timed out -- got different verdicts: the grader, not the model,
+    decided); a tamper/flag rate above `hack_rate`; never or always solved (n >= 2)."""
     attempts = list(attempts)
     model_attempts = [a for a in attempts if a.model != NULL_MODEL]
     rates = task_rates(model_attempts)
@@ -396,9 +402,14 @@ def audit_tasks(attempts: Iterable[Attempt], hack_rate: float = 0.25) -> list[Ta
             continue
         if a.model not in audit.models:
             audit.models.append(a.model)
-        outcomes.setdefault(action_signature(a), set()).add(is_solved(a))
+        if _steady(a):
+            outcomes.setdefault(action_signature(a), set()).add(is_solved(a))
     flaky = {sig for sig, seen in outcomes.items() if len(seen) > 1}
-    flaky_tasks = {a.task_id for a in model_attempts if a.status != "error" and action_signature(a) in flaky}
+    flaky_tasks = {
+        a.task_id
+        for a in model_attempts
+        if a.status != "error" and _steady(a) and action_signature(a) in flaky
+    }
     for task_id, audit in out.items():
         r = audit.rate
         if audit.null_solved:

@@ -201,7 +201,11 @@ def test_the_audit_names_what_is_wrong_with_each_task():
         a("easy", 0, True, ["echo 1 > x"]),
         a("easy", 1, True, ["echo 1 > y"]),
     ]
+    slow = a("slow", 1, False, ["sleep 5; echo 3 > n"])
+    slow = slow.model_copy(update={"steps": [st.model_copy(update={"timed_out": True}) for st in slow.steps]})
+    attempts += [a("slow", 0, True, ["sleep 5; echo 3 > n"]), slow]  # a time limit, not the grader
     rows = {r.rate.task_id: r for r in audit_tasks(attempts)}
+    assert FLAKY not in rows["slow"].verdicts
     assert SOLVED_BY_NULL in rows["null-ok"].verdicts and rows["null-ok"].broken
     assert FLAKY in rows["flaky"].verdicts and rows["flaky"].broken
     assert HACKABLE in rows["hacky"].verdicts and rows["hacky"].broken
