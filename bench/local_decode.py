@@ -6,6 +6,15 @@ workload, in one run.
 
     python bench/local_decode.py [--conversations 16] [--turns 4] [--max-tokens 64] [--tool-time 0.3]
     python bench/local_decode.py --smoke   # 2 conversations x 1 turn, 4 tokens (tests/test_bench_smoke.py)
+    python bench/local_decode.py --long [--attempts 96] [--window 60]   # speed over a long run
+    python bench/local_decode.py --long --smoke                         # the same, tiny
+
+--long: many sampled attempts in the shape of `harness train`'s sample phase (6 tasks x 16 attempts,
+16 in flight, each up to 4 turns, observations of 0-150 lines as when an agent prints a data file), for
+the decoder as it was (one padded cache for the whole batch, concatenated every step) and ours (rows in
+groups of similar length, cache written in place), one after the other in this process. Per window:
+generated tokens/s, CPU seconds per 100 tokens, rows decoded, key/value cells a step reads, groups,
+resident memory; then early (first third of the run) against late (last third), side by side.
 
 Workload: C agent conversations with the loop's real system prompt and worked-example exchange,
 started a little apart (as attempts are, behind container creation), each T turns: a reply sampled at
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import sys
@@ -28,6 +38,8 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.models import local as local_module
+from agent.models import local_decoding
 from agent.models.local import LocalModel, _has_block
 
 PROMPTS = Path(__file__).resolve().parent.parent / "agent" / "prompts"
@@ -153,6 +165,160 @@ def measure(model: LocalModel, args: argparse.Namespace) -> tuple[int, int, floa
     return generated, prefilled, wall
 
 
+# ---------------------------------------------------------------- --long: speed over a long run
+
+
+class OnePaddedCache:
+    """The decoder before issue 28, rebuilt by switching off its fixes: one group for the whole batch
+    (a row costs as much as the longest), rows left with the padding their prefill put between their
+    tokens, and the cache concatenated every step."""
+
+    def __enter__(self):
+        from transformers.cache_utils import DynamicLayer
+
+        self.saved = (
+            local_decoding._overhead,
+            local_decoding.Group.compact,
+            local_decoding._GrowLayer.update,
+        )
+        local_decoding._overhead = lambda model, cache: 1 << 60  # a second pass never pays: one group
+        local_decoding.Group.compact = lambda self: self
+        local_decoding._GrowLayer.update = DynamicLayer.update
+        return self
+
+    def __exit__(self, *exc):
+        local_decoding._overhead, local_decoding.Group.compact, local_decoding._GrowLayer.update = self.saved
+
+
+class Meter:
+    """Counts what each decode step does (wraps the decoder's step function)."""
+
+    def __init__(self) -> None:
+        self.steps = self.rows = self.cells = self.groups = self.tokens = 0
+
+    def __enter__(self):
+        self.saved = local_module.step
+
+        def step(model, batch):
+            self.steps += 1
+            self.rows += len(batch.rows)
+            self.cells += batch.cells()
+            self.groups += len(batch.groups)
+            return self.saved(model, batch)
+
+        local_module.step = step
+        return self
+
+    def __exit__(self, *exc):
+        local_module.step = self.saved
+
+    def snapshot(self) -> dict:
+        return {
+            "t": time.perf_counter(),
+            "cpu": time.process_time(),
+            "rss": _rss_gb(),
+            **{k: getattr(self, k) for k in ("steps", "rows", "cells", "groups", "tokens")},
+        }
+
+
+def _rss_gb() -> float:
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**30
+    except OSError:
+        return float("nan")
+
+
+def window(a: dict, b: dict) -> dict:
+    steps = max(1, b["steps"] - a["steps"])
+    tokens = b["tokens"] - a["tokens"]
+    return {
+        "tok/s": tokens / max(1e-9, b["t"] - a["t"]),
+        "cpu/100tok": 100 * (b["cpu"] - a["cpu"]) / tokens if tokens else float("nan"),
+        "rows": (b["rows"] - a["rows"]) / steps,
+        "cells": (b["cells"] - a["cells"]) / steps,
+        "groups": (b["groups"] - a["groups"]) / steps,
+        "rss GB": b["rss"],
+    }
+
+
+def long_run(model: LocalModel, args: argparse.Namespace, label: str) -> list[dict]:
+    """Snapshots every --window seconds (and at the end) over one long sampled workload."""
+    meter = Meter()
+
+    async def one(i: int, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            rng = random.Random(i)
+            conv = conversation(i // args.samples)
+            for t in range(args.turns):
+                reply = (
+                    await model.complete(conv, temperature=0.7, max_tokens=args.max_tokens, seed=i * 100 + t)
+                )[0]
+                meter.tokens += reply.completion_tokens
+                await asyncio.sleep(rng.uniform(0, args.tool_time))
+                lines = rng.choice(args.print_lines)  # most commands print little; some print a file
+                shown = "\n".join(f"{rng.choice(TASKS)[:40]} {k}" for k in range(lines)) or "(no output)"
+                conv = conv + [
+                    {"role": "assistant", "content": reply.content},
+                    {"role": "user", "content": f"exit code: 0\n{shown}\nReply with your next command."},
+                ]
+
+    async def watch(snaps: list[dict]) -> None:
+        while True:
+            await asyncio.sleep(args.window)
+            snaps.append(meter.snapshot())
+            w = window(snaps[-2], snaps[-1])
+            print(
+                f"  {label:<18} {snaps[-1]['t'] - snaps[0]['t']:>6.0f}s "
+                + " ".join(f"{k} {v:.1f}" for k, v in w.items()),
+                flush=True,
+            )
+
+    async def main() -> list[dict]:
+        gate = asyncio.Semaphore(args.conversations)
+        snaps = [meter.snapshot()]
+        watcher = asyncio.create_task(watch(snaps))
+        await asyncio.gather(*(one(i, gate) for i in range(args.attempts)))
+        watcher.cancel()
+        snaps.append(meter.snapshot())
+        return snaps
+
+    with meter:
+        return asyncio.run(main())
+
+
+def thirds(snaps: list[dict]) -> tuple[dict, dict]:
+    """(early, late): the measures over the first and the last third of the run's snapshots."""
+    n = len(snaps) - 1
+    cut = max(1, n // 3)
+    return window(snaps[0], snaps[cut]), window(snaps[max(0, n - cut)], snaps[n])
+
+
+def main_long(args: argparse.Namespace) -> int:
+    print(
+        f"{args.attempts} attempts ({args.attempts // args.samples} prompts x {args.samples}), "
+        f"{args.conversations} in flight, {args.turns} turns, replies <= {args.max_tokens} tokens at t=0.7, "
+        f"model {args.model}; a line every {args.window:g} s"
+    )
+    results = {}
+    decoders = (("one padded cache", OnePaddedCache), ("ours", contextlib.nullcontext))
+    for label, switch in [d for d in decoders if args.only is None or d[0].startswith(args.only)]:
+        with switch():
+            model = LocalModel(args.model)
+            snaps = long_run(model, args, label)
+            model.close()
+        results[label] = (snaps, thirds(snaps))
+    first = next(iter(results.values()))[0]
+    keys = list(window(first[0], first[-1]))
+    print(f"{'decoder':<18} {'part':<6} " + " ".join(f"{k:>10}" for k in keys) + f" {'wall s':>7}")
+    for label, (snaps, (early, late)) in results.items():
+        for part, w in (("early", early), ("late", late)):
+            print(f"{label:<18} {part:<6} " + " ".join(f"{w[k]:>10.1f}" for k in keys), end="")
+            print(f" {snaps[-1]['t'] - snaps[0]['t']:>7.0f}" if part == "late" else "")
+    for label, (_, (early, late)) in results.items():
+        print(f"{label}: late / early tokens per second {late['tok/s'] / max(1e-9, early['tok/s']):.2f}")
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m")
@@ -162,7 +328,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--tool-time", type=float, default=0.3, help="longest simulated command, seconds")
     p.add_argument("--stagger", type=float, default=0.2, help="seconds between conversation starts")
     p.add_argument("--smoke", action="store_true", help="a tiny workload: checks the benchmark works")
+    p.add_argument("--long", action="store_true", help="speed over a long sampled run (see the docstring)")
+    p.add_argument("--attempts", type=int, default=96, help="--long: attempts in all")
+    p.add_argument("--samples", type=int, default=16, help="--long: attempts per prompt")
+    p.add_argument("--window", type=float, default=60.0, help="--long: seconds per printed window")
+    p.add_argument(
+        "--only", choices=("one", "ours"), help="--long: one decoder only (one padded cache / ours)"
+    )
+    p.add_argument(
+        "--print-lines",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=(0, 0, 3, 20, 150),
+        help="--long: lines a command prints, one picked at random per turn (default 0,0,3,20,150)",
+    )
     args = p.parse_args(argv)
+    if args.long:
+        if args.smoke:
+            args.attempts, args.samples, args.conversations, args.turns = 4, 2, 2, 2
+            args.max_tokens, args.tool_time, args.window, args.print_lines = 4, 0.0, 600.0, (0, 3)
+        return main_long(args)
     if args.smoke:
         args.conversations, args.turns, args.max_tokens, args.tool_time, args.stagger = 2, 1, 4, 0.0, 0.0
     rows = []

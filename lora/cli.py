@@ -61,6 +61,38 @@ def register(subparsers) -> None:
         metavar="ADDRESS",
         help="run the evals' attempts on a Ray cluster (ray://HOST:PORT, HOST:PORT or auto)",
     )
+    p.add_argument(
+        "--budget",
+        type=int,
+        help="train attempts per round, spread by each task's measured solve rate (default: K per task)",
+    )
+    p.add_argument(
+        "--explore-share", type=float, help="with --budget: most of it on never-solved tasks (default 0.2)"
+    )
+    p.add_argument(
+        "--curriculum",
+        action="store_true",
+        default=None,
+        help="with --budget: sample tasks up to a difficulty level that rises as they get solved",
+    )
+    p.add_argument(
+        "--hints",
+        action="store_true",
+        default=None,
+        help="with --budget: half the attempts on never-solved tasks start from a hint (trained without it)",
+    )
+    p.add_argument(
+        "--stop-when",
+        choices=("no_new_task", "no_improvement"),
+        help="no_new_task (default): a round solved no new train task; no_improvement: neither held-out "
+        "greedy pass@1 nor the train solve rate rose",
+    )
+    p.add_argument(
+        "--audit-runs",
+        nargs="+",
+        metavar="RUN",
+        help="runs whose attempts the task audit also reads (e.g. a null agent's); broken tasks are left out",
+    )
     p.add_argument("--preset", help="named settings, e.g. rft-smollm2; explicit flags override it")
     telemetry.add_options(p)
     p.set_defaults(func=cmd_train)
@@ -94,6 +126,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         out=out,
         cluster=args.cluster,
+        budget=args.budget,
+        explore_share=args.explore_share,
+        curriculum=args.curriculum,
+        hints=args.hints,
+        stop_when=args.stop_when,
+        audit_runs=args.audit_runs,
         sft={"rank": args.rank, "lr": args.lr, "epochs": args.epochs},
     )
     telemetry.apply_options(args, "harness-train")

@@ -43,6 +43,31 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+LATER_DEFAULTS: dict[str, Any] = {
+    "budget": None,
+    "explore_share": 0.2,
+    "curriculum": False,
+    "start_difficulty": 2,
+    "hints": False,
+    "stop_when": "no_new_task",
+    "audit_runs": [],
+}
+STOP_RULES = ("no_new_task", "no_improvement")
+# Issue 28's loop: the same model, limits and SFT settings as rft-smollm2, on the whole family pool
+# (difficulty 1-4), with a fixed budget per round spread by solve rate, a curriculum, hints, and a
+# stop when neither held-out nor train solve rates improve.
+PRESETS["rft-curriculum"] = {
+    **PRESETS["rft-smollm2"],
+    "tasks": "builtin",
+    "heldout": "builtin",
+    "rounds": 4,
+    "budget": 192,
+    "curriculum": True,
+    "hints": True,
+    "stop_when": "no_improvement",
+}
+
+
 @dataclass
 class TrainConfig:
     model: str  # local:NAME
@@ -62,13 +87,25 @@ class TrainConfig:
     concurrency: int = 4
     seed: int = 0
     cluster: Optional[str] = None  # a Ray address: the evals run their attempts on its nodes
+    # Issue 28 (lora/curriculum.py). budget None: today's loop, `samples` attempts on every train task.
+    budget: Optional[int] = None  # train attempts per round, spread by measured solve rate
+    explore_share: float = 0.2  # at most this share of the budget on never-solved tasks
+    curriculum: bool = False  # pool by difficulty: saturated tasks leave, harder ones enter
+    start_difficulty: int = 2  # the curriculum's first level
+    hints: bool = False  # never-solved tasks: half their attempts start from a hint (trained without it)
+    stop_when: str = "no_new_task"  # or "no_improvement": neither held-out nor train solve rate rose
+    audit_runs: list[str] = field(default_factory=list)  # more runs for the audit (e.g. a null agent's)
     sft: SFTConfig = field(default_factory=SFTConfig)
 
     def identity(self) -> dict:
-        """The settings a resumed run must share with the original (rounds may grow, speed may change)."""
+        """The settings a resumed run must share with the original (rounds may grow, speed may change).
+        Settings added later are left out at their defaults, so runs made before them still resume."""
         d = asdict(self)
         for k in ("out", "rounds", "concurrency", "cluster"):
             d.pop(k)
+        for k, default in LATER_DEFAULTS.items():
+            if d.get(k) == default:
+                d.pop(k)
         d["sft"] = {k: v for k, v in d["sft"].items() if k not in ("device", "log_every")}
         return d
 
@@ -87,6 +124,8 @@ def config_from(preset: Optional[str] = None, **overrides: Any) -> TrainConfig:
     for need in ("model", "tasks", "out"):
         if not base.get(need):
             raise UserError(f"train needs --{need} (or a --preset that sets it)")
+    if base.get("stop_when", "no_new_task") not in STOP_RULES:
+        raise UserError(f"stop_when must be one of {', '.join(STOP_RULES)} (got {base['stop_when']!r})")
     known = {f.name for f in fields(SFTConfig)}
     unknown = set(sft) - known
     if unknown:

@@ -13,10 +13,11 @@ import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from results.attempts import action_signature, is_solved
 from results.errors import UserError
+from results.metrics import record_flags
 from results.schema import Attempt, Step
 
 IGNORE = -100  # label of a position that gets no loss (torch cross_entropy's ignore_index)
@@ -35,7 +36,11 @@ class FilterStats:
     no_token_ids: int = 0
     duplicate: int = 0
     over_cap: int = 0
+    flagged: int = 0  # the record carries exploit flags (a non-empty `flags` field)
+    broken_task: int = 0  # its task is one the audit marks broken (results.metrics.audit_tasks)
+    hint_not_rebuilt: int = 0  # a hinted attempt whose unhinted token ids could not be rebuilt exactly
     tasks: int = 0  # distinct tasks among the kept attempts
+    hinted: int = 0  # kept attempts that were sampled with a hint (trained without it)
 
 
 def has_token_ids(a: Attempt) -> bool:
@@ -43,22 +48,31 @@ def has_token_ids(a: Attempt) -> bool:
 
 
 def filter_attempts(
-    attempts: Iterable[Attempt], per_task_cap: int | None = 2, exclude_flagged: bool = True
+    attempts: Iterable[Attempt],
+    per_task_cap: int | None = 2,
+    exclude_tasks: Iterable[str] = (),
+    hinted: Iterable[str] = (),
+    exclude_flagged: bool = True,
 ) -> tuple[list[Attempt], FilterStats]:
     """Keep solved attempts with token ids, drop duplicate action sequences, keep at most
     `per_task_cap` per task (None or 0: no cap), preferring fewest steps, then fewest generated tokens.
-    Attempts with exploit flags (reading hidden tests, mining git history, writing reward files, ...) and
-    passes of impossible tasks are left out by default: a cheat that passed is not worth imitating."""
+    Never kept: a tamper verdict, a task in `exclude_tasks` (the audit's broken ones) and, by default
+    (`exclude_flagged`), attempts with exploit flags (reading hidden tests, mining git history, writing
+    reward files, ...) and passes of impossible tasks: a cheat that passed is not worth imitating.
+    `hinted`: keys of attempts sampled with a hint (already rebuilt without it, strip_hint), counted apart."""
     stats = FilterStats()
     by_task: dict[str, list[Attempt]] = defaultdict(list)
+    exclude, hinted = set(exclude_tasks), set(hinted)
     for a in attempts:
         stats.seen += 1
         if a.reason == "tamper":
             stats.tamper += 1
+        elif exclude_flagged and (record_flags(a) or a.impossible):
+            stats.flagged += 1
+        elif a.task_id in exclude:
+            stats.broken_task += 1
         elif not is_solved(a, strict=True):  # only honest, full solves are worth imitating
             stats.not_solved += 1
-        elif exclude_flagged and (a.flags or a.impossible):
-            stats.flagged += 1
         elif not has_token_ids(a):
             stats.no_token_ids += 1
         else:
@@ -83,7 +97,52 @@ def filter_attempts(
             n += 1
     stats.kept = len(kept)
     stats.tasks = len({a.task_id for a in kept})
+    stats.hinted = sum(a.key in hinted for a in kept)
     return kept, stats
+
+
+# ---------------------------------------------------------------- hinted attempts
+
+
+def strip_hint(a: Attempt, hint: str, encode: Callable[[list[dict]], list[int]]) -> Optional[Attempt]:
+    """The hinted attempt `a` as the model would have seen it without the hint, token for token; None
+    when that cannot be rebuilt exactly (the attempt is then not trained on).
+
+    How: the model saw H0 = encode(messages before its first reply), the hint inside a user message
+    (a.messages ends with the model's len(steps) replies and what followed each).
+    U0 = encode(the same messages with the hint text removed). Every step's prompt_ids must start with
+    H0 (a prompt whose context was elided might hold the hint elsewhere: refused); its rebuilt prompt
+    is U0 + the ids after H0, unchanged, and every completion_ids is the model's own, unchanged. Both
+    H0 and U0 end with the assistant header, a special-token boundary, so what follows tokenises the
+    same either way; checked, not assumed: the rebuilt last prompt must equal encode(the unhinted
+    conversation before the last reply), and H0 must equal the recorded first prompt."""
+    if not has_token_ids(a) or not hint:
+        return None
+    # The model's replies are the last len(steps) assistant messages (a worked example may come first).
+    replies = [i for i, m in enumerate(a.messages) if m.get("role") == "assistant"]
+    if len(replies) < len(a.steps):
+        return None
+    replies = replies[len(replies) - len(a.steps) :]
+
+    def plain(messages: list[dict]) -> list[dict]:
+        return [
+            dict(m, content=m["content"].replace(hint, "")) if isinstance(m.get("content"), str) else m
+            for m in messages
+        ]
+
+    shown = a.messages[: replies[0]]
+    h0 = a.steps[0].prompt_ids
+    if plain(shown) == shown or encode(shown) != h0:
+        return None  # the hint is not where we put it, or the prompt was not made this way
+    u0 = encode(plain(shown))
+    steps = []
+    for s in a.steps:
+        if s.prompt_ids[: len(h0)] != h0:
+            return None
+        steps.append(s.model_copy(update={"prompt_ids": u0 + list(s.prompt_ids[len(h0) :])}))
+    if encode(plain(a.messages[: replies[-1]])) != steps[-1].prompt_ids:
+        return None
+    return a.model_copy(update={"steps": steps, "messages": plain(a.messages)})
 
 
 def _generated(a: Attempt) -> int:

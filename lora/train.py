@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -32,13 +33,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from lora.config import TrainConfig, check_config
-from lora.data import build_dataset, filter_attempts, read_dataset, write_dataset
+from lora.curriculum import Allocation, allocate, hint_for, hinted_task, next_level
+from lora.data import build_dataset, filter_attempts, read_dataset, strip_hint, write_dataset
 from lora.sft import SFTConfig
 from results import telemetry
+from results.attempts import is_solved
 from results.errors import UserError
 from results.jsonl import write_json_atomic
-from results.metrics import bootstrap_ci, per_task_pass
-from results.rounds import ROUNDS_FILE, append_rounds, load_rounds
+from results.metrics import bootstrap_ci, per_task_pass, task_rates
+from results.rounds import ROUNDS_FILE, append_rounds, append_task_rates, load_rounds
 from results.store import load_attempts
 
 # ---------------------------------------------------------------- what train needs from the rest of harness
@@ -54,6 +57,8 @@ class Backend:
     run_eval: Callable[..., Path]
     fine_tune: Callable[..., dict]  # (model, examples, sft_cfg, out_dir, continue_from) -> stats
     end_of_turn: Callable[[str], Optional[int]] = lambda model: None  # model -> its end-of-turn token id
+    # model -> messages -> the prompt token ids the local model would see (rebuilding hinted attempts)
+    encoder: Callable[[str], Optional[Callable[[list], list[int]]]] = lambda model: None
 
 
 def _load_tasks(spec: str, split: str) -> list:
@@ -128,12 +133,29 @@ def _end_of_turn(model: str) -> Optional[int]:
     return end_of_turn_id(local_spec(model))
 
 
+def _encoder(model: str) -> Optional[Callable[[list], list[int]]]:
+    """LocalModel.encode from the tokenizer files alone (no weights loaded)."""
+    from transformers import AutoTokenizer
+
+    from agent.models.local import encode_messages
+    from agent.models.local_loading import cache_dir_for, resolve
+
+    kind, path, _ = resolve(local_spec(model))
+    folder = path if kind == "hf" else cache_dir_for(local_spec(model))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError):
+        return None
+    return partial(encode_messages, tokenizer)
+
+
 def default_backend(cluster: Optional[str] = None) -> Backend:
     return Backend(
         load_tasks=_load_tasks,
         run_eval=partial(_run_eval, cluster=cluster),
         fine_tune=_fine_tune,
         end_of_turn=_end_of_turn,
+        encoder=_encoder,
     )
 
 
@@ -173,11 +195,21 @@ def metric_name(k: int, temperature: float) -> str:
 def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict] = None) -> dict:
     """{split: {metric: {...}}} for each eval run: pass@1 at temperature 0; pass@1 (the mean solved rate,
     the estimate with the least variance) and pass@K at the sampling temperature. With `base` (round 0's),
-    each metric's change and its paired bootstrap CI over tasks."""
-    out: dict[str, dict] = defaultdict(dict)
+    each metric's change and its paired bootstrap CI over tasks. Runs whose names share a prefix before
+    "-x" (an allocated train-sample split by sample count: train-sample-x2, train-sample-x4) are pooled
+    and give pass@1 only (their tasks had different K); hinted runs are not scored (a hint is help)."""
+    pooled: dict[str, tuple[list, int, float]] = {}
     for name, (run_dir, samples, temperature) in runs.items():
+        if "hinted" in name:
+            continue
+        key, _, count = name.partition("-x")
+        attempts, k, _t = pooled.setdefault(key, ([], samples, temperature))
+        attempts += load_attempts(run_dir)
+        if count:
+            pooled[key] = (attempts, 1, temperature)
+    out: dict[str, dict] = defaultdict(dict)
+    for name, (attempts, samples, temperature) in pooled.items():
         split = name.split("-")[0]
-        attempts = load_attempts(run_dir)
         for k in sorted({1, samples} if temperature > 0 else {1}):
             metric = metric_name(k, temperature)
             # strict: a task counts as solved as it does for training (lora/data.py); infra errors are not
@@ -220,8 +252,11 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
     check_config(out, cfg)
     stopped = out / "stopped.json"
     if stopped.exists():
-        log(f"train: {out} already stopped: {json.loads(stopped.read_text())['reason']}")
-        return out
+        said = json.loads(stopped.read_text())
+        if not (said.get("rounds_exhausted") and cfg.rounds > said.get("round", 0)):
+            log(f"train: {out} already stopped: {said['reason']}")
+            return out
+        stopped.unlink()  # more rounds asked for than the run had: go on
 
     train_tasks = spread(backend.load_tasks(cfg.tasks, "train"), cfg.limit)
     heldout_tasks = spread(backend.load_tasks(cfg.heldout or cfg.tasks, "heldout"), cfg.limit)
@@ -229,10 +264,18 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
         raise UserError(f"--tasks {cfg.tasks}: no tasks in its train split")
     if not heldout_tasks:
         raise UserError(f"--heldout {cfg.heldout or cfg.tasks}: no tasks in its heldout split")
+    broken = _broken_tasks(cfg.audit_runs)
+    if broken:
+        train_tasks = [t for t in train_tasks if t.id not in broken]
+        log(
+            f"train: leaving out {len(broken)} task(s) the audit of --audit-runs marks broken: "
+            f"{sorted(broken)}"
+        )
     log(
         f"train: {len(train_tasks)} train tasks, {len(heldout_tasks)} heldout tasks, "
         f"up to {cfg.rounds} rounds, "
-        f"K={cfg.samples} at t={cfg.temperature:g}, in {out}"
+        + (f"K={cfg.samples}" if cfg.budget is None else f"{cfg.budget} attempts a round by solve rate")
+        + f" at t={cfg.temperature:g}, in {out}"
     )
 
     for r in range(cfg.rounds + 1):
@@ -243,7 +286,13 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
         ) as rs:
             if r >= 1:
                 with telemetry.span("train data", {"harness.train.round": r}) as span:
-                    data = phase_done(rd, "data") or _data_phase(cfg, out, r, backend.end_of_turn(cfg.model))
+                    data = phase_done(rd, "data") or _data_phase(
+                        cfg,
+                        out,
+                        r,
+                        backend.end_of_turn(cfg.model),
+                        backend.encoder(cfg.model) if cfg.hints else None,
+                    )
                     span.set(_flat("harness.data", data))
                 if data.get("stop"):
                     _write_json(stopped, {"round": r, "reason": data["stop"]})
@@ -263,6 +312,22 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
             if (rd / "metrics.json").exists():
                 rs.set(_flat("harness.metrics", json.loads((rd / "metrics.json").read_text())["metrics"]))
             telemetry.event("train_round_finished", round=r, out=str(out))
+            if r >= 1 and cfg.stop_when == "no_improvement":
+                why = _no_improvement(out, r)
+                if why:
+                    _write_json(stopped, {"round": r, "reason": why})
+                    log(f"train: stopping after round {r}: {why}")
+                    rs.set({"harness.train.stopped": why})
+                    break
+    else:
+        _write_json(
+            stopped,
+            {
+                "round": cfg.rounds,
+                "reason": f"reached the last round ({cfg.rounds})",
+                "rounds_exhausted": True,
+            },
+        )
     log(summary_table(out))
     return out
 
@@ -276,6 +341,39 @@ def _flat(prefix: str, info: dict) -> dict:
         elif isinstance(v, (int, float, str, bool)):
             out[f"{prefix}.{k}"] = v
     return out
+
+
+def _broken_tasks(runs: list[str], more: Optional[list] = None) -> set[str]:
+    """Tasks the audit (results.metrics.audit_tasks) marks broken, over these runs' attempts and `more`."""
+    from results.metrics import audit_tasks
+    from results.store import find_attempt_files, iter_attempts
+
+    attempts = [a for path in find_attempt_files(runs) for a in iter_attempts(path)] if runs else []
+    attempts += more or []
+    return {row.rate.task_id for row in audit_tasks(attempts) if row.broken} if attempts else set()
+
+
+def _no_improvement(out: Path, r: int) -> Optional[str]:
+    """Why the loop should stop after round r: neither held-out greedy pass@1 nor the train solve rate
+    (greedy pass@1 over every train task: the sampled rate covers only the tasks the budget chose)
+    beat the best of the earlier rounds. None: one of them did."""
+    rows = load_rounds(out)
+
+    def best(split: str, rounds: range) -> Optional[float]:
+        vals = [
+            x["value"]
+            for x in rows
+            if x["round"] in rounds and x["split"] == split and x["metric"] == "pass@1"
+        ]
+        return max(vals) if vals else None
+
+    said = []
+    for split, label in (("heldout", "held-out greedy pass@1"), ("train", "train greedy pass@1")):
+        now, before = best(split, range(r, r + 1)), best(split, range(r))
+        if now is None or before is None or now > before:
+            return None
+        said.append(f"{label} {now:.3f} <= best before {before:.3f}")
+    return f"round {r} improved neither: " + "; ".join(said)
 
 
 def spread(tasks: list, n: Optional[int]) -> list:
@@ -293,35 +391,74 @@ def spread(tasks: list, n: Optional[int]) -> list:
     return picked
 
 
-def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int]) -> dict:
-    """Keep solved attempts from the train samples so far (only the newest with continue_adapter)."""
+def _train_runs(ev: dict) -> dict[str, str]:
+    """The train sample runs of an eval phase: train-sample, train-sample-xN, train-hinted-xN."""
+    return {k: v for k, v in ev["runs"].items() if k.startswith(("train-sample", "train-hinted"))}
+
+
+def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int], encode=None) -> dict:
+    """Keep solved attempts from the train samples so far (only the newest with continue_adapter).
+    Hinted attempts are rebuilt without their hint (lora/data.strip_hint) first; tamper verdicts,
+    exploit flags and the tasks the audit marks broken never enter."""
     rounds = [r - 1] if cfg.continue_adapter else list(range(r))
-    attempts = []
+    attempts, hinted_keys, hint_lost = [], set(), 0
+    everything = []
     for i in rounds:
         ev = phase_done(out / f"round_{i}", "eval")
-        attempts += load_attempts(Path(ev["runs"]["train-sample"]))
-    kept, stats = filter_attempts(attempts, cfg.per_task_cap)
+        hints = ev.get("hints", {})
+        for name, run_dir in _train_runs(ev).items():
+            for a in load_attempts(Path(run_dir)):
+                if "hinted" not in name:
+                    everything.append(a)
+                    attempts.append(a)
+                    continue
+                plain = strip_hint(a, hints.get(a.task_id, ""), encode) if encode else None
+                if plain is None:
+                    hint_lost += is_solved(a, strict=True)
+                    continue
+                attempts.append(plain)
+                hinted_keys.add(plain.key)
+    broken = _broken_tasks(cfg.audit_runs, everything)  # unhinted attempts only
+    kept, stats = filter_attempts(attempts, cfg.per_task_cap, exclude_tasks=broken, hinted=hinted_keys)
+    stats.hint_not_rebuilt = hint_lost
     examples = build_dataset(kept, cfg.mask_errors, end_of_turn)
+    other = build_dataset(kept, not cfg.mask_errors, end_of_turn)  # the same data, masking the other way
     rd = out / f"round_{r}"
     rd.mkdir(parents=True, exist_ok=True)
     write_dataset(rd / "dataset.jsonl", examples)
     tasks = sorted({a.task_id for a in kept})
+    unhinted = sorted({a.task_id for a in kept if a.key not in hinted_keys})
     before: set[str] = set()
+    before_unhinted: set[str] = set()
     for i in range(1, r):
-        before |= set(phase_done(out / f"round_{i}", "data")["tasks"])
+        d = phase_done(out / f"round_{i}", "data")
+        before |= set(d["tasks"])
+        before_unhinted |= set(d.get("unhinted_tasks", d["tasks"]))
     new = sorted(set(tasks) - before)
     info = {
         "filter": asdict(stats),
+        "excluded": {
+            "tamper": stats.tamper,
+            "flagged": stats.flagged,
+            "broken_task": stats.broken_task,
+            "hint_not_rebuilt": stats.hint_not_rebuilt,
+        },
+        "broken_tasks": sorted(broken),
         "examples": len(examples),
         "target_tokens": sum(e.n_targets for e in examples),
+        "mask_errors": cfg.mask_errors,
+        "target_tokens_other_masking": sum(e.n_targets for e in other),
         "tasks": tasks,
+        "unhinted_tasks": unhinted,
         "new_tasks": new,
+        "new_unhinted_tasks": sorted(set(unhinted) - before_unhinted),
+        "hinted_kept": stats.hinted,
         "from_rounds": rounds,
         "end_of_turn": end_of_turn,
     }
     if not examples:
         info["stop"] = "no solved train attempt with token ids to learn from"
-    elif r >= 2 and not new:
+    elif r >= 2 and not new and cfg.stop_when == "no_new_task":
         info["stop"] = f"round {r - 1} solved no new train task"
     return mark_done(rd, "data", info)
 
@@ -352,20 +489,24 @@ def _eval_phase(
 ) -> dict:
     rd = out / f"round_{r}"
     rd.mkdir(parents=True, exist_ok=True)
-    plan = {
+    plan: dict[str, tuple[list, int, float]] = {
         "heldout-greedy": (heldout_tasks, 1, 0.0),
         "heldout-sample": (heldout_tasks, cfg.eval_samples or cfg.samples, cfg.temperature),
         "train-greedy": (train_tasks, 1, 0.0),
-        "train-sample": (train_tasks, cfg.samples, cfg.temperature),  # also the next round's samples
     }
     limits = {
         k: v for k, v in (("max_steps", cfg.max_steps), ("max_reply_tokens", cfg.max_reply_tokens)) if v
     }
     runs: dict[str, tuple[Path, int, float]] = {}
-    for name, (tasks, samples, temperature) in plan.items():
+    seconds: dict[str, float] = {}
+    hints: dict[str, str] = {}
+    allocation = None
+
+    def one(name: str, tasks: list, samples: int, temperature: float) -> None:
         log(f"train: round {r}: eval {name} ({len(tasks)} tasks x {samples} at t={temperature:g})")
         phase = "sample" if name == "train-sample" else "eval"  # the train samples feed the next round
         attrs = {"harness.train.round": r, "harness.train.run": name, "harness.samples": samples}
+        started = time.monotonic()
         with telemetry.span(f"train {phase}", attrs):
             run_dir = backend.run_eval(
                 cfg.model,
@@ -378,16 +519,124 @@ def _eval_phase(
                 concurrency=cfg.concurrency,
                 limits=limits,
             )
+        seconds[name] = time.monotonic() - started
         runs[name] = (Path(run_dir), samples, temperature)
+
+    for name, (tasks, samples, temperature) in plan.items():
+        one(name, tasks, samples, temperature)
+    if cfg.budget is None:  # today's loop: K samples of every train task (also the next round's samples)
+        one("train-sample", train_tasks, cfg.samples, cfg.temperature)
+    else:
+        allocation, hints = _allocate(cfg, out, r, train_tasks, runs["train-greedy"][0], log)
+        by_id = {t.id: t for t in train_tasks}
+        counts = sorted(set(allocation.plain.values()))
+        if counts == [cfg.samples] and not allocation.hinted and len(allocation.plain) == len(train_tasks):
+            one("train-sample", train_tasks, cfg.samples, cfg.temperature)  # uniform: today's run, same name
+        else:
+            for c in counts:
+                group = [by_id[t] for t, n in allocation.plain.items() if n == c]
+                one(f"train-sample-x{c}", group, c, cfg.temperature)
+            for c in sorted(set(allocation.hinted.values())):
+                group = [hinted_task(by_id[t], hints[t]) for t, n in allocation.hinted.items() if n == c]
+                one(f"train-hinted-x{c}", group, c, cfg.temperature)
+        _write_json(rd / "allocation.json", allocation.summary())
     base = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"] if r >= 1 else None
     metrics = summarize_runs(runs, base)
+    phases = {}
+    for name, (run_dir, _, _) in runs.items():
+        attempts = load_attempts(run_dir)
+        rates = task_rates(attempts)
+        append_task_rates(out, r, name, rates.values())
+        tokens = sum(len(s.completion_ids or ()) or s.completion_tokens for a in attempts for s in a.steps)
+        phases[name] = {
+            "attempts": len(attempts),
+            "solved": sum(is_solved(a, strict=True) for a in attempts),
+            "seconds": round(seconds[name], 1),
+            "generated_tokens": tokens,
+            "tokens_per_second": round(tokens / seconds[name], 2) if seconds[name] > 0 else None,
+        }
+    train_attempts = [k for k in runs if k.startswith(("train-sample", "train-hinted"))]
+    successes = {
+        "hinted": sum(phases[k]["solved"] for k in train_attempts if "hinted" in k),
+        "unhinted": sum(phases[k]["solved"] for k in train_attempts if "hinted" not in k),
+    }
     extra = {p: phase_done(rd, p) for p in ("data", "sft")} if r >= 1 else {}
     _write_json(
         rd / "metrics.json",
-        {"round": r, "adapter": str(adapter) if adapter else None, "metrics": metrics, **extra},
+        {
+            "round": r,
+            "adapter": str(adapter) if adapter else None,
+            "metrics": metrics,
+            "phases": phases,
+            "train_successes": successes,
+            "allocation": allocation.summary() if allocation else None,
+            **extra,
+        },
     )
     append_rounds(out, r, metrics)
-    return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}})
+    return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}, "hints": hints})
+
+
+def _allocate(
+    cfg: TrainConfig, out: Path, r: int, train_tasks: list, greedy_run: Path, log: Callable[[str], None]
+) -> tuple[Allocation, dict[str, str]]:
+    """This round's allocation of cfg.budget (lora/curriculum.py), from the measured rates: this
+    round's greedy run and the previous round's train samples (unhinted)."""
+    measured = list(load_attempts(greedy_run))
+    level = cfg.start_difficulty if cfg.curriculum else None
+    solved_ever: set[str] = set()
+    successes: dict[str, list] = defaultdict(list)
+    family = {t.id: getattr(t, "family", "") or "" for t in train_tasks}
+    for i in range(r):
+        ev = phase_done(out / f"round_{i}", "eval")
+        for name, run_dir in _train_runs(ev).items():
+            if "hinted" in name:
+                continue
+            for a in load_attempts(Path(run_dir)):
+                if i == r - 1:
+                    measured.append(a)
+                if is_solved(a, strict=True):
+                    solved_ever.add(a.task_id)
+                    successes[family.get(a.task_id, "")].append(a)
+        saved = out / f"round_{i}" / "allocation.json"
+        if cfg.curriculum and saved.exists():
+            previous = json.loads(saved.read_text()).get("level")
+            level = previous if previous is not None else level
+    if cfg.curriculum and r >= 1:
+        top = max(getattr(t, "difficulty", 1) for t in train_tasks)
+        pool = [t for t in train_tasks if getattr(t, "difficulty", 1) <= level]
+        level = next_level(level, pool, solved_ever, top)
+    top = max(getattr(t, "difficulty", 1) for t in train_tasks)
+    while (
+        level is not None
+        and level < top
+        and not any(getattr(t, "difficulty", 1) <= level for t in train_tasks)
+    ):
+        level += 1  # nothing at this level among the train tasks (a small --limit): start where there is
+    pool = [t for t in train_tasks if level is None or getattr(t, "difficulty", 1) <= level]
+    rates = task_rates(measured)
+    alloc = allocate([t.id for t in pool], rates, cfg.budget, cfg.explore_share, cfg.hints)
+    alloc.level = level
+    alloc.left_out = [t.id for t in train_tasks if t not in pool]
+    hints: dict[str, str] = {}
+    for t in pool:
+        if t.id in alloc.hinted:
+            text = hint_for(t, successes)
+            if text:
+                hints[t.id] = text
+            else:  # no hint to give: its attempts run plain
+                alloc.plain[t.id] = alloc.plain.get(t.id, 0) + alloc.hinted.pop(t.id)
+    summary = alloc.summary()
+    log(
+        f"train: round {r}: {summary['total']} attempts"
+        + (f", curriculum level {level}" if level is not None else "")
+        + ": "
+        + ", ".join(
+            f"{k} {v['tasks']} tasks {v['attempts']} ({v['hinted']} hinted)"
+            for k, v in summary["by_kind"].items()
+        )
+    )
+    return alloc, hints
 
 
 def summary_table(out: Path) -> str:

@@ -77,3 +77,32 @@ def append_rounds(folder: str | Path, round_: int, metrics: dict[str, dict[str, 
                         "ci_high": m["ci_high"],
                     }
                     f.write(json.dumps(row) + "\n")
+
+
+# ---------------------------------------------------------------- each task's solve rate, per round
+
+TASK_RATES_FILE = "task_rates.jsonl"
+
+
+def append_task_rates(folder: str | Path, round_: int, run: str, rates: Iterable[Any]) -> None:
+    """Append one eval run's per-task solve rates (results.metrics.TaskRate) to folder/task_rates.jsonl:
+    {round, run, task_id, split, domain, difficulty, n, solved, rate, ci_low, ci_high, tamper, flagged,
+    errors}. Rows already there for (round, run) are not written again (a resumed eval phase)."""
+    from dataclasses import asdict
+
+    path = Path(folder) / TASK_RATES_FILE
+    scan = JsonlScan()
+    have = {(r.get("round"), r.get("run")) for r in iter_jsonl(path, scan)} if path.exists() else set()
+    if scan.torn_line:
+        cut_torn_line(path, scan)
+    if (round_, run) in have:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rates:
+            f.write(json.dumps({"round": round_, "run": run, **asdict(r)}) + "\n")
+
+
+def load_task_rates(folder: str | Path) -> list[dict[str, Any]]:
+    """The rows of folder/task_rates.jsonl (a torn last line is skipped); [] when there is none."""
+    path = Path(folder) / TASK_RATES_FILE
+    return list(iter_jsonl(path)) if path.exists() else []

@@ -30,7 +30,7 @@ import re
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from pydantic import ValidationError
 
@@ -577,3 +577,21 @@ class RunStore(RunReader):
                 raise
             self._keys.add(attempt.key)
             return True
+
+
+def find_attempt_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The attempts.jsonl files of these paths: a file itself, a run folder's, or every one found
+    under a folder holding many runs (a train run's round_N/eval/<run>/). A path with none is a
+    UserError."""
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_file():
+            found.append(path)
+        elif (path / ATTEMPTS).is_file():
+            found.append(path / ATTEMPTS)
+        elif path.is_dir() and (under := sorted(path.rglob(ATTEMPTS))):
+            found += under
+        else:
+            raise UserError(f"{path}: no {ATTEMPTS} in it or under it; give eval run folders or a train run")
+    return found

@@ -72,6 +72,22 @@ def register(subparsers) -> None:
     )
     val.set_defaults(func=cmd_validate)
 
+    aud = sub.add_parser(
+        "audit",
+        help="each task's measured solve rate across runs and models, and which tasks look broken",
+        description="Reads the attempts of eval runs (folders holding attempts.jsonl, or train run "
+        "folders, searched for them) and prints each task's solve rate with its 95%% interval, then "
+        "what stands out: never solved, always solved, solved by the null agent, flaky between "
+        "identical attempts, a high tamper or exploit-flag rate. The first three of those last mark "
+        "a task broken: `harness train` leaves broken tasks out.",
+    )
+    aud.add_argument("runs", nargs="+", metavar="RUN", help="eval run folders or train run folders")
+    aud.add_argument(
+        "--hack-rate", type=float, default=0.25, help="tamper+flag share above which a task is suspect"
+    )
+    aud.add_argument("--broken", action="store_true", help="print only the tasks marked broken")
+    aud.set_defaults(func=cmd_audit)
+
 
 def _add_suite_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -142,3 +158,33 @@ def cmd_validate(args) -> int:
     from evaluators.validate import main  # the sandbox side lives in evaluators/
 
     return main(args)
+
+
+def cmd_audit(args) -> int:
+    from results.metrics import audit_tasks
+    from results.store import find_attempt_files, iter_attempts
+
+    attempts = [a for path in find_attempt_files(args.runs) for a in iter_attempts(path)]
+    rows = audit_tasks(attempts, hack_rate=args.hack_rate)
+    shown = [r for r in rows if r.broken] if args.broken else rows
+    width = max([len(r.rate.task_id) for r in shown] + [4])
+    print(
+        f"{'task':<{width}}  {'n':>4}  {'solved':>6}  {'rate':>5}  {'95% CI':<11}  null  "
+        "tamper  flags  verdict"
+    )
+    for r in shown:
+        t = r.rate
+        ci = f"{t.ci_low:.2f}-{t.ci_high:.2f}" if t.n else "-"
+        rate = f"{t.rate:.2f}" if t.n else "-"
+        null = f"{r.null_solved}/{r.null_n}" if r.null_n else "-"
+        print(
+            f"{t.task_id:<{width}}  {t.n:>4}  {t.solved:>6}  {rate:>5}  {ci:<11}  {null:<4}  "
+            f"{t.tamper:>6}  {t.flagged:>5}  {'; '.join(r.verdicts) or '-'}"
+        )
+    broken = [r.rate.task_id for r in rows if r.broken]
+    models = sorted({m for r in rows for m in r.models})
+    print(
+        f"{len(rows)} tasks, {len(attempts)} attempts from {len(models)} model(s); "
+        f"{len(broken)} marked broken" + (f": {', '.join(broken)}" if broken else "")
+    )
+    return 0

@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "evaluators.selftest",
             "agent.workflow",
             "lora.config",
+            "lora.curriculum",
             "lora.data",
             "lora.sft",
             "lora.train",

@@ -3,6 +3,7 @@ The figures themselves are not checked (they depend on the machine); that each t
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -88,3 +89,25 @@ def test_rft_bench_smoke(image, tmp_path):
         rf"wall time {NUMBER} min; results in {re.escape(str(tmp_path / 'rft'))}/rounds.jsonl", out
     ), out
     assert (tmp_path / "rft" / "rounds.jsonl").read_text().strip()
+
+
+@pytest.mark.model
+def test_local_decode_long_run_smoke():
+    out = bench("bench/local_decode.py", "--long", "--smoke")
+    assert "4 attempts (2 prompts x 2)" in out
+    for decoder in ("one padded cache", "ours"):
+        assert re.search(rf"{decoder}\s+early\s+{NUMBER}", out) and re.search(rf"{decoder}\s+late\s+", out), (
+            out
+        )
+        assert re.search(rf"{decoder}: late / early tokens per second {NUMBER}", out), out
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_rft_curriculum_bench_smoke(image, tmp_path):
+    out = bench("bench/rft_curriculum.py", "--smoke", "--out", str(tmp_path / "rc"), timeout=1800)
+    assert re.search(r"^today\s+0\s+", out, re.M) and re.search(r"^new\s+0\s+", out, re.M), out
+    assert "new - today, last rounds, held-out greedy pass@1" in out
+    for loop in ("today", "new"):
+        assert json.loads((tmp_path / "rc" / loop / "stopped.json").read_text())["reason"]
+        assert (tmp_path / "rc" / loop / "task_rates.jsonl").read_text().strip()

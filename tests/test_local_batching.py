@@ -177,3 +177,47 @@ def test_a_closed_model_is_freed_with_its_caches(tiny_folder):
     del model
     gc.collect()
     assert ref() is None
+
+
+def test_rows_of_very_different_lengths_decode_in_separate_groups_and_match_decoding_alone(tiny, monkeypatch):
+    """Issue 28: one padded cache made every row carry the longest one's keys/values. With a second
+    forward pass made cheap, a long conversation and short ones land in separate groups; each row still
+    gets exactly what it gets alone, and a step reads fewer cells than one padded cache would."""
+    from agent.models import local_decoding
+
+    monkeypatch.setattr(local_decoding, "_overhead", lambda model, cache: 1)
+    long = conv(" ".join(["Count the lines of data.txt and write the number to count.txt."] * 12))
+    seen = []
+    real_step = local.step
+
+    def watch(model, batch):
+        seen.append((len(batch.groups), batch.cells(), len(batch.rows) * batch.width))
+        return real_step(model, batch)
+
+    monkeypatch.setattr(local, "step", watch)
+
+    async def together():
+        return await asyncio.gather(
+            *(tiny.complete(m, max_tokens=12) for m in [long] + [conv(p) for p in PROMPTS])
+        )
+
+    got = [out[0].completion_ids for out in asyncio.run(together())]
+    assert got == [alone(tiny, m, 12) for m in [long] + [conv(p) for p in PROMPTS]]
+    assert max(groups for groups, _, _ in seen) >= 2
+    assert any(cells < padded for _, cells, padded in seen)
+
+
+def test_a_decode_step_writes_the_cache_in_place():
+    """_GrowLayer keeps room to spare: consecutive one-token updates reuse one buffer (no copy of the
+    whole cache per token, as torch.cat would make), and the keys read back are exactly what was written."""
+    from agent.models.local_decoding import _GrowLayer
+
+    layer = _GrowLayer()
+    first = torch.randn(2, 3, 40, 8)
+    layer.update(first, first.clone())
+    buffer = layer.buffers[0].data_ptr()
+    steps = [torch.randn(2, 3, 1, 8) for _ in range(10)]
+    for s in steps:
+        keys, values = layer.update(s, s.clone())
+    assert layer.buffers[0].data_ptr() == buffer
+    assert torch.equal(keys, torch.cat([first, *steps], dim=2)) and torch.equal(values, keys)

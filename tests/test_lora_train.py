@@ -46,7 +46,8 @@ class FakeBackend:
         for t in tasks:
             for s in range(samples):
                 ok = self.solves(t.id, s, adapter)
-                cmds = [f"fix {t.id} v{s}", "submit"]
+                # what was done decides the verdict: the same commands never get two verdicts (flaky)
+                cmds = [f"{'fix' if ok else 'try'} {t.id} v{s}", "submit"]
                 a = attempt(
                     t.id,
                     s,

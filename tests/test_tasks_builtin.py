@@ -73,14 +73,16 @@ def test_easy_families_have_train_and_heldout_instances():
     assert len(families) >= 4
     for name, ts in families.items():
         splits = Counter(t.split for t in ts)
-        assert 6 <= len(ts) <= 12, name
+        assert len(ts) >= 20, name  # issue 28: a pool with a gradient, 20 instances a family
         assert splits["train"] >= 4 and splits["heldout"] >= 2, name
         assert len({t.instruction for t in ts}) == len(ts), f"{name}: instances must differ"
 
 
 def test_evaluator_mix():
-    kinds = Counter(t.evaluator.kind for t in TASKS)
-    assert kinds["pytest"] > len(TASKS) / 2
+    # per task design: each family counts once, whatever its number of instances
+    designs = {t.family or t.id: t for t in TASKS}.values()
+    kinds = Counter(t.evaluator.kind for t in designs)
+    assert kinds["pytest"] > len(designs) / 2
     assert kinds["answer"] >= 5 and kinds["script"] >= 3
 
 

@@ -100,9 +100,7 @@ class LocalModel:
 
     def encode(self, messages: list[dict[str, Any]]) -> list[int]:
         """The exact token ids of the rendered conversation, ending with the assistant-turn header."""
-        clean = [{"role": m.get("role") or "user", "content": message_text(m)} for m in messages]
-        text = self.tokenizer.apply_chat_template(clean, tokenize=False, add_generation_prompt=True)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return encode_messages(self.tokenizer, messages)
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         return len(self.encode(messages))
@@ -496,6 +494,14 @@ def _share(rows: list[Row], waiting: int, seconds: float) -> None:
         if owner.clock is not None and (idle or busy):
             own = busy / worked if worked else 0.0
             owner.clock.add(seconds * (1.0 - own) if busy else seconds)
+
+
+def encode_messages(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """The prompt token ids LocalModel sends for these messages (also lora/train.py's rebuild of hinted
+    attempts, from the tokenizer alone)."""
+    clean = [{"role": m.get("role") or "user", "content": message_text(m)} for m in messages]
+    text = tokenizer.apply_chat_template(clean, tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _shutdown_at_exit(ref: "weakref.ref[LocalModel]") -> None:

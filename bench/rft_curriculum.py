@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Today's rejection-sampling loop beside issue 28's (budget spread by solve rate, curriculum, hints,
+honest-only data, stop on no improvement), from the same base model, with the same number of
+sampled train attempts per round, on the same held-out instances, in one invocation.
+
+    python bench/rft_curriculum.py [--out runs/rft-curriculum] [--rounds 3] [--limit 28] [--samples 3]
+    python bench/rft_curriculum.py --smoke --out DIR   # seconds of model time: 1 task a split, 1 round
+
+Pool: the 14 builtin families (difficulty 1-4, five domains), `--limit` instances per split spread
+over the families (28: two of each). Today's loop: K=--samples attempts on every train task, stops
+when a round solves no new train task. The new loop: the same K x (train tasks) attempts a round,
+spread by lora/curriculum.py, hints on never-solved tasks (trained without them), stops when neither
+held-out greedy pass@1 nor the train solve rate improves. Both: SmolLM2-135M, the rft-smollm2
+limits (5 steps, 64-token replies) and SFT settings, held-out pass@1 greedy and at t=0.7 (2 samples).
+
+Prints per loop and round: held-out pass@1 greedy and at t=0.7 with the paired bootstrap CI of the
+change from round 0, train tasks newly solved (unhinted), hinted/unhinted successes, excluded
+attempts, wall time, and the decoder's generated tokens/s per eval phase; then the two loops' last
+rounds against each other (paired over held-out tasks).
+
+Time budget (90 minutes on 2 cores, not yet measured end to end): per evaluated model 28 held-out x
+(1 greedy + 2 sampled) + 28 train greedy + 84 train samples = 196 attempts of at most 5 steps x 64
+tokens, ~6-8 min with the decoder of issue 28; up to 4 models per loop, fine-tunings of a minute
+or two; today's loop usually stops after round 1 or 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lora.config import config_from
+from lora.train import run
+from results.metrics import bootstrap_ci
+
+
+def loops(args) -> dict[str, dict]:
+    tiny = (
+        dict(
+            limit=1,
+            rounds=1,
+            samples=2,
+            eval_samples=1,
+            max_steps=1,
+            max_reply_tokens=16,
+            concurrency=2,
+            sft={"epochs": 1},
+        )
+        if args.smoke
+        else {"limit": args.limit, "rounds": args.rounds, "samples": args.samples, "eval_samples": 2}
+    )
+    common = dict(tasks="builtin", heldout="builtin", **tiny)
+    n_train = tiny["limit"]
+    return {
+        "today": dict(preset="rft-smollm2", stop_when="no_new_task", **common),
+        "new": dict(preset="rft-curriculum", budget=tiny["samples"] * n_train, **common),
+    }
+
+
+def table(name: str, out: Path, wall: dict[int, float]) -> list[str]:
+    lines = []
+    solved_before: set[str] = set()
+    for rd in sorted(out.glob("round_*"), key=lambda p: int(p.name.split("_")[1])):
+        m = json.loads((rd / "metrics.json").read_text()) if (rd / "metrics.json").exists() else None
+        if m is None:
+            continue
+        r = m["round"]
+        held = m["metrics"].get("heldout", {})
+        cells = []
+        for metric in ("pass@1", "pass@1_t0.7"):
+            x = held.get(metric, {})
+            delta = (
+                f" {x['delta']:+.3f} [{x['delta_ci_low']:+.3f},{x['delta_ci_high']:+.3f}]"
+                if "delta" in x
+                else ""
+            )
+            cells.append(f"{x.get('value', float('nan')):.3f}{delta}")
+        train_runs = {k: v for k, v in m["phases"].items() if k.startswith("train-sample")}
+        solved = set()
+        for k in train_runs:
+            for rate in _rates(out, r, k):
+                if rate["solved"]:
+                    solved.add(rate["task_id"])
+        new = len(solved - solved_before)
+        solved_before |= solved
+        data = m.get("data") or {}
+        excluded = sum((data.get("excluded") or {}).values()) if data else 0
+        speed = ", ".join(
+            f"{k} {v['tokens_per_second']:.1f}" for k, v in m["phases"].items() if v.get("tokens_per_second")
+        )
+        ts = m.get("train_successes", {})
+        lines.append(
+            f"{name:<6} {r:>5}  {cells[0]:<30} {cells[1]:<30} {new:>4} {ts.get('unhinted', 0):>5}/"
+            f"{ts.get('hinted', 0):<5} {excluded:>8} {wall.get(r, float('nan')) / 60:>7.1f}  {speed}"
+        )
+    return lines
+
+
+def _rates(out: Path, r: int, run: str) -> list[dict]:
+    path = out / "task_rates.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return [x for x in rows if x["round"] == r and x["run"] == run]
+
+
+def round_walls(out: Path) -> dict[int, float]:
+    """Seconds per round: its eval phases plus its fine-tuning."""
+    walls = {}
+    for rd in out.glob("round_*"):
+        if (rd / "metrics.json").exists():
+            m = json.loads((rd / "metrics.json").read_text())
+            sft = (m.get("sft") or {}).get("seconds", 0) or 0
+            walls[m["round"]] = sum(v["seconds"] for v in m["phases"].values()) + float(sft)
+    return walls
+
+
+def head_to_head(outs: dict[str, Path]) -> str:
+    """The two loops' last rounds, held-out greedy pass@1, paired over tasks."""
+    last = {}
+    for name, out in outs.items():
+        done = [p for p in out.glob("round_*") if (p / "metrics.json").exists()]
+        best = max(done, key=lambda p: int(p.name.split("_")[1]))
+        last[name] = json.loads((best / "metrics.json").read_text())["metrics"]["heldout"]["pass@1"][
+            "per_task"
+        ]
+    common = sorted(set(last["new"]) & set(last["today"]))
+    diffs = [last["new"][t] - last["today"][t] for t in common]
+    lo, hi = bootstrap_ci(diffs)
+    mean = sum(diffs) / len(diffs) if diffs else float("nan")
+    return (
+        f"new - today, last rounds, held-out greedy pass@1: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+        f"over {len(common)} tasks"
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--out", default="runs/rft-curriculum", help="folder of the two runs; the same folder resumes"
+    )
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--limit", type=int, default=28, help="instances per split, spread over the families")
+    p.add_argument("--samples", type=int, default=3, help="K: today's attempts per train task a round")
+    p.add_argument("--smoke", action="store_true", help="tiny: checks the benchmark works (tests)")
+    args = p.parse_args(argv)
+    outs, walls = {}, {}
+    started = time.monotonic()
+    for name, settings in loops(args).items():
+        preset = settings.pop("preset")
+        cfg = config_from(preset, out=Path(args.out) / name, **settings)
+        run(cfg)
+        outs[name] = Path(cfg.out)
+        walls[name] = round_walls(outs[name])
+    print(
+        f"{'loop':<6} {'round':>5}  {'held-out greedy (d vs r0 CI)':<30} {'held-out t=0.7 (d vs r0 CI)':<30} "
+        f"{'new':>4} {'unhinted/hinted':<11} {'excluded':>8} {'wall min':>7}  decoder tokens/s per phase"
+    )
+    for name, out in outs.items():
+        print("\n".join(table(name, out, walls[name])))
+        stopped = out / "stopped.json"
+        if stopped.exists():
+            print(f"{name}: stopped: {json.loads(stopped.read_text())['reason']}")
+    print(head_to_head(outs))
+    print(f"wall time {((time.monotonic() - started) / 60):.1f} min; results in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

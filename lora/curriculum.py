@@ -1,0 +1,177 @@
+"""Where a round's samples go (lora/train.py with a --budget): a fixed number of train attempts per
+round, spread by each task's measured solve rate (results.metrics.task_rates), a curriculum over the
+tasks' difficulty, and hints for the tasks never solved.
+
+Allocation of a budget B over the pool (the train tasks up to the curriculum's difficulty level):
+- saturated (every one of >= 2 measured samples solved): the task leaves the pool, 0 attempts;
+- never solved (>= 2 samples, none solved): an exploration share, at most explore_share * B in all,
+  spread evenly (with hints on, half of each such task's attempts start from a hint);
+- the rest (the frontier, and tasks not measured yet): what is left, in proportion to p * (1 - p)
+  with p = (solved + 1) / (n + 2) (most where the outcome is least certain), at least 1 each.
+Whatever cannot be placed (a pool with few tasks) goes to the frontier, then to exploration.
+
+Curriculum: the pool starts at difficulty <= start level; the level rises by one after a round in
+which at least half of the pool's tasks at the current top level were solved (unhinted) at least once
+so far. Tasks above the level are still evaluated greedily each round (their measured difficulty),
+only not sampled.
+
+Hints (for never-solved tasks): the first command of a successful trajectory -- the task's own
+oracle (solution/solve.sh), else an earlier round's unhinted success on a sibling instance (same
+family) -- appended to the instruction as HINT. lora/data.strip_hint rebuilds a solved hinted
+attempt as if the hint had never been there before it is trained on.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+HINT = "\n\nHint: a first command that worked on a task like this one:\n```bash\n{command}\n```"
+
+
+@dataclass
+class Allocation:
+    plain: dict[str, int] = field(default_factory=dict)  # task id -> attempts without a hint
+    hinted: dict[str, int] = field(default_factory=dict)  # task id -> attempts that start from a hint
+    kind: dict[str, str] = field(default_factory=dict)  # task id -> saturated | never | frontier | new
+    level: Optional[int] = None  # the curriculum's difficulty level (None: no curriculum)
+    left_out: list[str] = field(default_factory=list)  # train tasks above the level
+
+    @property
+    def total(self) -> int:
+        return sum(self.plain.values()) + sum(self.hinted.values())
+
+    def summary(self) -> dict[str, Any]:
+        by_kind: dict[str, dict[str, int]] = {}
+        for task, kind in self.kind.items():
+            k = by_kind.setdefault(kind, {"tasks": 0, "attempts": 0, "hinted": 0})
+            k["tasks"] += 1
+            k["attempts"] += self.plain.get(task, 0) + self.hinted.get(task, 0)
+            k["hinted"] += self.hinted.get(task, 0)
+        return {
+            "total": self.total,
+            "level": self.level,
+            "by_kind": by_kind,
+            "left_out": len(self.left_out),
+            "plain": self.plain,
+            "hinted": self.hinted,
+        }
+
+
+def classify(rate: Any) -> str:
+    """saturated | never | frontier | new, from a results.metrics.TaskRate (or None: not measured)."""
+    if rate is None or rate.n == 0:
+        return "new"
+    if rate.n >= 2 and rate.solved == rate.n:
+        return "saturated"
+    if rate.n >= 2 and rate.solved == 0:
+        return "never"
+    return "frontier"
+
+
+def allocate(
+    task_ids: list[str], rates: dict[str, Any], budget: int, explore_share: float, hints: bool
+) -> Allocation:
+    """Spread `budget` attempts over `task_ids` by their measured rates (see the module docstring)."""
+    alloc = Allocation(kind={t: classify(rates.get(t)) for t in task_ids})
+    frontier = [t for t in task_ids if alloc.kind[t] in ("frontier", "new")]
+    never = [t for t in task_ids if alloc.kind[t] == "never"]
+    count = {t: 0 for t in task_ids}
+    explore = min(int(math.floor(explore_share * budget)), budget) if never else 0
+    _spread_evenly(never, explore, count)
+    rest = budget - sum(count.values())
+    if frontier and rest > 0:
+        weights = {}
+        for t in frontier:
+            r = rates.get(t)
+            p = 0.5 if r is None or r.n == 0 else (r.solved + 1) / (r.n + 2)
+            weights[t] = p * (1 - p)
+        base = min(rest, len(frontier))  # at least one each, while the budget lasts
+        _spread_evenly(frontier, base, count)
+        _spread_weighted(frontier, rest - base, weights, count)
+    leftover = budget - sum(count.values())
+    if leftover > 0 and never:  # nothing (more) at the frontier: explore instead
+        _spread_evenly(never, leftover, count)
+    for t in task_ids:
+        if count[t] == 0:
+            continue
+        if hints and alloc.kind[t] == "never":
+            alloc.hinted[t] = (count[t] + 1) // 2
+            if count[t] - alloc.hinted[t]:
+                alloc.plain[t] = count[t] - alloc.hinted[t]
+        else:
+            alloc.plain[t] = count[t]
+    return alloc
+
+
+def _spread_evenly(tasks: list[str], n: int, count: dict[str, int]) -> None:
+    for i in range(max(0, n)):
+        if tasks:
+            count[tasks[i % len(tasks)]] += 1
+
+
+def _spread_weighted(tasks: list[str], n: int, weights: dict[str, float], count: dict[str, int]) -> None:
+    """Largest-remainder split of n in proportion to weights (ties: task order)."""
+    if n <= 0 or not tasks:
+        return
+    total = sum(weights[t] for t in tasks) or float(len(tasks))
+    shares = {t: n * (weights[t] or (total / len(tasks))) / total for t in tasks}
+    given = {t: int(math.floor(shares[t])) for t in tasks}
+    left = n - sum(given.values())
+    for t in sorted(tasks, key=lambda t: -(shares[t] - given[t]))[:left]:
+        given[t] += 1
+    for t in tasks:
+        count[t] += given[t]
+
+
+def next_level(level: int, tasks: Iterable[Any], solved_ever: set[str], top: int) -> int:
+    """The curriculum's level after a round: one up once at least half of the pool's tasks at the
+    current level have been solved at least once (unhinted)."""
+    at_level = [t.id for t in tasks if getattr(t, "difficulty", 1) == level]
+    if level < top and (not at_level or 2 * sum(t in solved_ever for t in at_level) >= len(at_level)):
+        return level + 1
+    return level
+
+
+def first_command(attempt: Any) -> Optional[str]:
+    """The first bash command of an attempt's trajectory."""
+    for step in attempt.steps:
+        for action in step.actions:
+            if action.kind == "bash" and action.command:
+                return action.command.strip()
+    return None
+
+
+def oracle_command(task: Any) -> Optional[str]:
+    """The first command of the task's oracle (solution/solve.sh), shebang, `set` lines and comments
+    skipped."""
+    script = (getattr(task, "solution_files", None) or {}).get("solve.sh")
+    if not script:
+        return None
+    for line in script.decode("utf-8", "replace").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and not line.startswith("set "):
+            return line
+    return None
+
+
+def hint_for(task: Any, sibling_successes: dict[str, list[Any]]) -> Optional[str]:
+    """The hint text for a never-solved task: its oracle's first command (right for this instance),
+    else a sibling instance's successful first command; None when there is neither."""
+    command = oracle_command(task)
+    if command:
+        return HINT.format(command=command)
+    family = getattr(task, "family", "") or ""
+    for a in sibling_successes.get(family, []):
+        if a.task_id != task.id and (command := first_command(a)):
+            return HINT.format(command=command)
+    return None
+
+
+def hinted_task(task: Any, hint: str) -> Any:
+    """A copy of the task whose instruction ends with the hint (same id: its attempts are its own)."""
+    t = copy.copy(task)
+    t.instruction = (getattr(task, "instruction", "") or "") + hint
+    return t

@@ -1,0 +1,5 @@
+#!/bin/bash
+set -e
+mkdir -p "{{folder}}"
+mv ./*.log "{{folder}}/"
+ls "{{folder}}" | wc -l | tr -d " " > moved.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+grep "^{{key}}=" "{{file}}" | cut -d= -f2- > "{{out}}"

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sort -u "{{file}}" | wc -l | tr -d " " > "{{out}}"

@@ -1,0 +1,2 @@
+def {{fname}}(a, b):
+    return {{body}}

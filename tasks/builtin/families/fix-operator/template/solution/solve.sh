@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sed -i "s/return {{body}}/return {{good}}/" calc.py

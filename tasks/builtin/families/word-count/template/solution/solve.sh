@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+wc -w < "{{file}}" | tr -d " " > words.txt
