@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Task fixtures carry their own hidden tests (Terminal-Bench test_outputs.py, ...): data, not our suite.
+collect_ignore_glob = ["fixtures/*"]
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
