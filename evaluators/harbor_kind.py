@@ -171,6 +171,12 @@ async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[
         diff = await asyncio.to_thread(sb.container.diff)
     except docker.errors.NotFound:
         return None  # the container is gone: snapshot verification will say so
+    except docker.errors.APIError as e:  # the engine cannot list what the agent made (paths over PATH_MAX)
+        why = str(getattr(e, "explanation", None) or e)
+        return (
+            "the engine could not list the container's changes, so the verifier's toolchain cannot be "
+            f"checked (docker diff: ...{why[-120:]})"
+        )
     wanted = shadow_candidates(diff)
     present: set[str] = set()
     if wanted and not sb.dead:
