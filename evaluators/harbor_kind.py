@@ -423,6 +423,7 @@ async def run_verifier(task, sb: NativeSandbox):
             0.0, False, "no_report", detail=f"the verifier could not be set up in the container: {e}"
         )
     timeout = task.verifier_timeout_sec
+    refused = await pids_refused(sb)
     try:
         r = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
     except SandboxDied as e:  # the code under test or a process the agent left ended the container
@@ -441,7 +442,8 @@ async def run_verifier(task, sb: NativeSandbox):
     files.update(left)
     text = out.decode("utf-8", "replace")
     if r["timed_out"]:
-        v = Verdict(0.0, False, "timeout", detail=f"test.sh ran out of time ({timeout:.0f}s)")
+        note = await pid_limit_note(sb, refused, "the code under test")
+        v = Verdict(0.0, False, "timeout", detail=f"test.sh ran out of time ({timeout:.0f}s){note}")
     elif r.get("spawn_error"):
         v = Verdict(0.0, False, "no_report", detail=f"test.sh could not start: {text[-300:]}")
     else:
@@ -449,6 +451,37 @@ async def run_verifier(task, sb: NativeSandbox):
     v.files = files
     v.output = clip(text, RECORD_OUTPUT_CHARS)
     return v
+
+
+PIDS_EVENTS = ("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events")  # cgroup v2, v1
+
+
+async def pids_refused(sb: NativeSandbox) -> Optional[int]:
+    """How many forks in the container its pid limit refused so far (the pids cgroup's `max` events), or
+    None where the kernel does not say. Read by the helper itself: no program of the image, no fork (it
+    works at the limit). grade.pids_events is the same count for our own sandboxes."""
+    for path in PIDS_EVENTS:
+        try:
+            data, _, _ = await sb.read_file(path, max_bytes=4096)
+        except (FileOpError, SandboxDied):
+            continue
+        for line in data.decode("ascii", "replace").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+async def pid_limit_note(sb: NativeSandbox, before: Optional[int], who: str) -> str:
+    """For a command that timed out: "; meanwhile WHO reached the sandbox's limit of N processes (M forks
+    refused)" when forks failed while it ran (the usual reason code that forks a lot never ends), else ""."""
+    after = await pids_refused(sb) if before is not None else None
+    if after is None or after <= before:
+        return ""
+    return (
+        f"; meanwhile {who} reached the sandbox's limit of {sb.limits.pids} processes "
+        f"({after - before} forks refused)"
+    )
 
 
 async def _run_script(sb: NativeSandbox, script: str, timeout: float, env: dict, user: str) -> dict:

@@ -312,6 +312,31 @@ def test_a_50_mb_reward_json_is_too_large_not_absent(image, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("forks", [True, False])
+def test_a_harbor_test_sh_timeout_says_whether_the_pid_limit_was_reached(image, tmp_path, forks):
+    """test.sh that starts 400 processes (the limit refuses forks, bash retries) and one that only sleeps:
+    both time out; only the first says the pid limit was reached, with the task's own limit."""
+    from tests.test_harbor_runtime import harbor_task
+
+    body = "for i in $(seq 400); do sleep 60 & done; wait\n" if forks else "sleep 60\n"
+    task = harbor_task(
+        tmp_path, 'schema_version = "1.1"\n[verifier]\ntimeout_sec = 6\n', test_sh="#!/bin/bash\n" + body
+    )
+
+    async def nothing(task, sb):
+        return None
+
+    rec = _harbor_attempt(task, nothing)
+    assert (rec.status, rec.reason) == ("failed", "timeout"), (rec.status, rec.reason, rec.error, rec.detail)
+    limit = harbor_kind.limits(task).pids
+    if forks:
+        assert f"reached the sandbox's limit of {limit} processes" in rec.detail, rec.detail
+        assert "forks refused)" in rec.detail
+    else:
+        assert "limit" not in rec.detail, rec.detail
+
+
+@pytest.mark.slow
 def test_a_long_path_in_a_harbor_workdir_is_left_out_in_fresh_mode(image, tmp_path):
     task = _harbor(tmp_path, '[ "$(cat kept.txt)" = ok ] && echo 1 > /logs/verifier/reward.txt\n')
 
