@@ -299,6 +299,7 @@ async def run_eval(
                     concurrency=concurrency,
                     model_concurrency=model_concurrency,
                     on_record=record,
+                    put_object=store.put_object,
                 )
             except BaseException:
                 if bar and bar.done < bar.total:

@@ -677,24 +677,58 @@ static void send_op_error(long id, const char *what, const char *path) {  /* "WH
 }
 static void send_ok(long id) { buf_t b = {0}; bfmt(&b, "{\"id\": %ld, \"ok\": true}", id); send_buf(&b); free(b.p); }
 
-/* Removes a folder's contents and the folder, following no link (depth-limited: a folder 1,000 levels deep
- * is the agent's doing and must not blow this server's stack). */
-static int remove_at(int dirfd, const char *name, int depth) {
-    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT) return 0;
+/* Removes a file, or a folder with all it holds, following no link. No recursion and two folders open at
+ * most (a parent is reopened by "..", checked to be the folder it was): a tree deeper than any stack or fd
+ * limit is the agent's doing and is removed too. Stops at the first folder it cannot remove. */
+typedef struct { dev_t dev; ino_t ino; char *name; } rmlevel_t;
+static int remove_at(int parent, const char *name) {
+    if (unlinkat(parent, name, 0) == 0 || errno == ENOENT) return 0;
     if (errno != EISDIR && errno != EPERM) return -1;
-    if (depth > 4096) { errno = ELOOP; return -1; }
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) { if (fd >= 0) close(fd); return -1; }
+    size_t n = 1, cap = 16;
+    rmlevel_t *lv = malloc(cap * sizeof *lv);
+    if (!lv) _exit(99);
+    lv[0] = (rmlevel_t){st.st_dev, st.st_ino, strdup(name)};
     DIR *d = fdopendir(fd);
-    if (!d) { close(fd); return -1; }
-    struct dirent *de;
-    int rc = 0;
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        if (remove_at(fd, de->d_name, depth + 1)) rc = -1;
+    int rc = 0, err = 0;
+    while (d) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (de) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT) continue;
+            if (errno != EISDIR && errno != EPERM) { rc = -1; err = errno; continue; }
+            int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0 || fstat(sub, &st)) { rc = -1; err = errno; if (sub >= 0) close(sub); continue; }
+            if (n == cap) { cap *= 2; lv = realloc(lv, cap * sizeof *lv); if (!lv) _exit(99); }
+            lv[n++] = (rmlevel_t){st.st_dev, st.st_ino, strdup(de->d_name)};
+            closedir(d);
+            d = fdopendir(sub);
+            continue;
+        }
+        if (errno) { rc = -1; err = errno; }
+        int up = n > 1 ? openat(dirfd(d), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : parent;
+        closedir(d);
+        d = NULL;
+        if (n > 1 && (up < 0 || fstat(up, &st) || st.st_dev != lv[n - 2].dev || st.st_ino != lv[n - 2].ino)) {
+            rc = -1; err = ESTALE;  /* moved meanwhile: stop rather than remove elsewhere */
+            if (up >= 0) close(up);
+            break;
+        }
+        if (unlinkat(up, lv[n - 1].name, AT_REMOVEDIR) && errno != ENOENT) {
+            rc = -1; err = errno;
+            if (n > 1) close(up);
+            break;
+        }
+        free(lv[--n].name);
+        if (n) d = fdopendir(up);
     }
-    closedir(d);
-    if (unlinkat(dirfd, name, AT_REMOVEDIR) && errno != ENOENT) return -1;
+    if (d) closedir(d);
+    while (n) free(lv[--n].name);
+    free(lv);
+    if (rc) errno = err;
     return rc;
 }
 /* Every component of an absolute path made a real folder: a missing one is created (owned by uid:gid, mode),
@@ -711,8 +745,8 @@ static int ensure_dir(const char *path, mode_t mode, uid_t uid, gid_t gid, int f
         char c = p[i]; p[i] = 0;
         struct stat st;
         int last = i == n;
-        if (last && fresh && lstat(p, &st) == 0 && remove_at(AT_FDCWD, p, 0)) return -1;
-        if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode) && remove_at(AT_FDCWD, p, 0)) return -1;
+        if (last && fresh && lstat(p, &st) == 0 && remove_at(AT_FDCWD, p)) return -1;
+        if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode) && remove_at(AT_FDCWD, p)) return -1;
         mode_t m = last ? mode : 0755;
         uid_t u = last || owned_parents ? uid : 0;
         gid_t g = last || owned_parents ? gid : 0;
@@ -755,7 +789,7 @@ static void op_write(jv *req, long id) {
     *slash = 0;
     if (parent[0] && ensure_dir(parent, 0755, uid, gid, 0, 1)) { send_op_error(id, "mkdir", parent); return; }
     struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && remove_at(AT_FDCWD, path, 0)) { send_op_error(id, "replace", path); return; }
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && remove_at(AT_FDCWD, path)) { send_op_error(id, "replace", path); return; }
     mode_t mode = mode_v && mode_v->t == J_NUM ? (mode_t)mode_v->num : 0644;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) { send_op_error(id, "open", path); return; }
@@ -817,7 +851,7 @@ static void op_remove(jv *req, long id) {
     for (int i = 0; paths && paths->t == J_ARR && i < paths->n; i++) {
         const char *path = paths->kids[i].str ? paths->kids[i].str : "";
         if (path[0] != '/') { errno = EINVAL; send_op_error(id, "remove", path); return; }
-        if (remove_at(AT_FDCWD, path, 0)) { send_op_error(id, "remove", path); return; }
+        if (remove_at(AT_FDCWD, path)) { send_op_error(id, "remove", path); return; }
     }
     send_ok(id);
 }

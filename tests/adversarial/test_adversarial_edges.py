@@ -368,6 +368,25 @@ def test_a_harbor_agent_that_replaces_logs_with_a_file_is_graded_not_an_error(im
 
 
 @pytest.mark.slow
+def test_a_harbor_agent_that_fills_the_verifiers_folder_with_a_deep_tree_is_graded(image, tmp_path):
+    """/logs/verifier 3,000 levels deep (more folders than the container's 1,024 open files): the helper
+    empties it without recursion or an fd per level, and test.sh writes its reward there."""
+    task = _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n", mode="shared")
+    make = (
+        "import os\nos.makedirs('/logs/verifier', exist_ok=True)\nfd = os.open('/logs/verifier', os.O_RDONLY)\n"
+        "for _ in range(3000):\n    os.mkdir('d', dir_fd=fd)\n"
+        "    fd, old = os.open('d', os.O_RDONLY, dir_fd=fd), fd\n    os.close(old)\n"
+    )
+
+    async def agent(task, sb):
+        r = await sb.exec(["python3", "-c", make], timeout=60)
+        assert r.exit_code == 0, r.output
+
+    rec = _harbor_attempt(task, agent)
+    assert (rec.status, rec.reason) == ("solved", "pass"), (rec.status, rec.reason, rec.error, rec.detail)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fresh", "snapshot"])
 def test_a_tree_2000_levels_deep_in_a_harbor_workdir_is_graded_with_the_other_changes(image, tmp_path, mode):
     """The static helper's walk is bounded: the deep tree is listed as not captured, kept.txt is kept (in
