@@ -4,8 +4,9 @@ The pattern of SkyRL and verl: each node runs one `NodeWorker` actor, pinned the
 node-affinity scheduling. The actor makes its own Docker client and warm SandboxPool on its node (a
 Docker client cannot be pickled) and runs the same `attempt_with_retries` coroutine as the
 single-machine path. Only task specs (once per node), (task id, sample) pairs and finished records
-cross the wire; the driver appends the records to the run folder, so resume, dedup and the lock
-work unchanged.
+cross the wire, each record with the bytes it keeps (its changes' objects within the keep caps, a
+Harbor attempt's verifier files); the driver stores those and appends the records to the run folder,
+so resume, dedup and the lock work unchanged.
 
 Images: the driver builds them (as on one machine); a node that lacks one gets it by `docker load`
 of the driver's `docker save`, checked by image id (content-addressed), so every node runs the
@@ -338,7 +339,14 @@ async def run_on_cluster(
         task_ref = ray.put(tasks)
         await asyncio.gather(*(a.start.remote(task_ref) for a, _ in workers))
         log(f"cluster: {len(workers)} nodes, {sum(slots)} attempts in flight")
-        await _drive(workers, [h["node"] for h in hellos], todo, images, lambda raw: on_record(received(raw, put_object)), log)
+        await _drive(
+            workers,
+            [h["node"] for h in hellos],
+            todo,
+            images,
+            lambda raw: on_record(received(raw, put_object)),
+            log,
+        )
     finally:
         await _close(ray, [a for a, _ in workers])
         if server is not None:

@@ -441,7 +441,7 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
         'schema_version = "1.1"\n[verifier]\nisolation = "fresh"\n',
         name="ships",
         solve_sh="#!/bin/bash\necho 42 > /app/answer.txt\n",
-        test_sh='#!/bin/bash\necho checked\necho \'{"ok": 1}\' > /logs/verifier/ctrf.json\n'
+        test_sh="#!/bin/bash\necho checked\necho '{\"ok\": 1}' > /logs/verifier/ctrf.json\n"
         '[ "$(cat /app/answer.txt)" = 42 ] && echo 1 > /logs/verifier/reward.txt\n',
     )
     kw = dict(run_id="ship-test", model_name="t")
@@ -457,7 +457,9 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
                     lambda: oracle_policy,
                     pool,
                     images[task.id],
-                    keep=lambda t, ch: store.keep_changes(t.workspace_files, ch.files, ch.deleted, ch.executable),
+                    keep=lambda t, ch: store.keep_changes(
+                        t.workspace_files, ch.files, ch.deleted, ch.executable
+                    ),
                     **kw,
                 )
                 store.append(one)

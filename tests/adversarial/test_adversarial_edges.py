@@ -369,12 +369,14 @@ def test_a_harbor_agent_that_replaces_logs_with_a_file_is_graded_not_an_error(im
 
 @pytest.mark.slow
 def test_a_harbor_agent_that_fills_the_verifiers_folder_with_a_deep_tree_is_graded(image, tmp_path):
-    """/logs/verifier 3,000 levels deep (more folders than the container's 1,024 open files): the helper
-    empties it without recursion or an fd per level, and test.sh writes its reward there."""
+    """/logs/verifier 1,500 levels deep (more folders than the container's 1,024 open files, paths short
+    enough for docker diff): the helper empties it without recursion or an fd per level, and test.sh
+    writes its reward there."""
     task = _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n", mode="shared")
     make = (
-        "import os\nos.makedirs('/logs/verifier', exist_ok=True)\nfd = os.open('/logs/verifier', os.O_RDONLY)\n"
-        "for _ in range(3000):\n    os.mkdir('d', dir_fd=fd)\n"
+        "import os\nos.makedirs('/logs/verifier', exist_ok=True)\n"
+        "fd = os.open('/logs/verifier', os.O_RDONLY)\n"
+        "for _ in range(1500):\n    os.mkdir('d', dir_fd=fd)\n"
         "    fd, old = os.open('d', os.O_RDONLY, dir_fd=fd), fd\n    os.close(old)\n"
     )
 
