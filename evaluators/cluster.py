@@ -4,8 +4,9 @@ The pattern of SkyRL and verl: each node runs one `NodeWorker` actor, pinned the
 node-affinity scheduling. The actor makes its own Docker client and warm SandboxPool on its node (a
 Docker client cannot be pickled) and runs the same `attempt_with_retries` coroutine as the
 single-machine path. Only task specs (once per node), (task id, sample) pairs and finished records
-cross the wire; the driver appends the records to the run folder, so resume, dedup and the lock
-work unchanged.
+cross the wire, each record with the bytes it keeps (its changes' objects within the keep caps, a
+Harbor attempt's verifier files); the driver stores those and appends the records to the run folder,
+so resume, dedup and the lock work unchanged.
 
 Images: the driver builds them (as on one machine); a node that lacks one gets it by `docker load`
 of the driver's `docker save`, checked by image id (content-addressed), so every node runs the
@@ -23,6 +24,7 @@ that a single-machine run records and that `harness train --cluster` trains on.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import socket
@@ -32,6 +34,7 @@ from typing import Any, Callable, Optional
 
 from results.errors import InfraError, UserError
 from results.schema import Attempt
+from results.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_HINT = "pip install 'harness[cluster]' (ray==2.60.0) on the driver and on every node"
@@ -146,21 +149,19 @@ class NodeWorker:
 
     async def attempt(self, task_id: str, sample: int, image: str) -> dict[str, Any]:
         from evaluators.policies import loop_policy
-        from evaluators.runner import attempt_with_retries
 
         s, task = self.spec, self.tasks[task_id]
-        rec = await attempt_with_retries(
+        return await attempt_to_ship(
             task,
             lambda: loop_policy(self.model, s["loop"], self.model_slots, sample),
             self.pool,
             image,
+            node=self.node,
             run_id=s["run_id"],
             model_name=s["model"],
             sample=sample,
             temperature=s["temperature"],
         )
-        rec.node = self.node
-        return rec.model_dump(mode="json")
 
     async def close(self) -> None:
         if self.pool is not None:
@@ -168,6 +169,60 @@ class NodeWorker:
             self.pool = None
         if self.model is not None and hasattr(self.model, "close"):
             self.model.close()
+
+
+class HeldObjects:
+    """A node's stand-in for the run folder's objects/: RunStore.keep_changes itself (the same caps, diff
+    and sha256 names) with each object held in memory, for the driver (the only writer) to store."""
+
+    keep_changes = RunStore.keep_changes
+
+    def __init__(self):
+        self.objects: dict[str, bytes] = {}
+
+    def put_object(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        self.objects[digest] = data
+        return digest
+
+
+async def attempt_to_ship(task, make_policy, pool, image: str, *, node: str, **kw) -> dict[str, Any]:
+    """One attempt on a node (runner.attempt_with_retries, its changes kept by HeldObjects), as shipped()."""
+    from evaluators.runner import attempt_with_retries
+
+    held = HeldObjects()
+    rec = await attempt_with_retries(
+        task,
+        make_policy,
+        pool,
+        image,
+        keep=lambda t, ch: held.keep_changes(t.workspace_files, ch.files, ch.deleted, ch.executable),
+        **kw,
+    )
+    rec.node = node
+    return shipped(rec, held)
+
+
+def shipped(rec: Attempt, held: HeldObjects) -> dict[str, Any]:
+    """What crosses back from a node: the record, the objects its `changes` names (within the keep caps)
+    and its kept files' bytes (a private attribute, which the record's JSON leaves out)."""
+    named = set(rec.changes.files.values()) | {rec.changes.diff} if rec.changes else set()
+    return {
+        "record": rec.model_dump(mode="json"),
+        "objects": {d: held.objects[d] for d in named if d in held.objects},
+        "files": rec.file_data(),
+    }
+
+
+def received(raw: dict[str, Any], put_object: Callable[[bytes], str]) -> Attempt:
+    """The driver's side of shipped(): the objects stored (durable) before the record is appended."""
+    rec = Attempt.model_validate(raw["record"])
+    for digest, data in raw.get("objects", {}).items():
+        if put_object(data) != digest:
+            raise InfraError(f"attempt {rec.key}: an object from node {rec.node} does not match its sha256")
+    if raw.get("files"):
+        rec.keep_files(raw["files"])  # RunStore.append writes them before the record
+    return rec
 
 
 def _log(msg: str) -> None:
@@ -224,10 +279,11 @@ async def run_on_cluster(
     concurrency: int,
     model_concurrency: Optional[int],
     on_record: Callable[[Attempt], None],
+    put_object: Callable[[bytes], str],
     log: Optional[Callable[[str], None]] = None,
 ) -> None:
     """Runs every (task, sample) of `todo` on the cluster's nodes; on_record(rec) once per finished
-    attempt."""
+    attempt, after put_object (RunStore.put_object) has stored the objects its kept changes name."""
     log = log or _log
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -283,7 +339,14 @@ async def run_on_cluster(
         task_ref = ray.put(tasks)
         await asyncio.gather(*(a.start.remote(task_ref) for a, _ in workers))
         log(f"cluster: {len(workers)} nodes, {sum(slots)} attempts in flight")
-        await _drive(workers, [h["node"] for h in hellos], todo, images, on_record, log)
+        await _drive(
+            workers,
+            [h["node"] for h in hellos],
+            todo,
+            images,
+            lambda raw: on_record(received(raw, put_object)),
+            log,
+        )
     finally:
         await _close(ray, [a for a, _ in workers])
         if server is not None:
@@ -308,7 +371,7 @@ async def _drive(
     labels: list[str],
     todo: list[tuple[Any, int]],
     images: dict[str, str],
-    on_record: Callable[[Attempt], None],
+    on_record: Callable[[dict], None],
     log: Callable[[str], None],
 ) -> None:
     """Lanes (k per node) pull attempts from one queue; a lane whose node died puts its attempt back."""
@@ -349,7 +412,7 @@ async def _drive(
                         )
                     queue.put_nowait((task, sample))  # runs again on a live node; no record was written
                     return
-                on_record(Attempt.model_validate(raw))
+                on_record(raw)
                 remaining -= 1
                 if not remaining:
                     finished.set()

@@ -171,12 +171,11 @@ async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[
         diff = await asyncio.to_thread(sb.container.diff)
     except docker.errors.NotFound:
         return None  # the container is gone: snapshot verification will say so
-    except docker.errors.APIError as e:  # the engine cannot walk what the agent made (names too long, ...)
-        # fail closed: a filesystem the engine cannot compare with its image may hide a changed toolchain
+    except docker.errors.APIError as e:  # the engine cannot list what the agent made (paths over PATH_MAX)
+        why = str(getattr(e, "explanation", None) or e)
         return (
-            "the container's filesystem could not be compared with its image (docker diff: "
-            f"{str(getattr(e, 'explanation', '') or e)[-160:]}), so the verifier's toolchain cannot be "
-            "checked"
+            "the engine could not list the container's changes, so the verifier's toolchain cannot be "
+            f"checked (docker diff: ...{why[-120:]})"
         )
     wanted = shadow_candidates(diff)
     present: set[str] = set()
@@ -424,6 +423,7 @@ async def run_verifier(task, sb: NativeSandbox):
             0.0, False, "no_report", detail=f"the verifier could not be set up in the container: {e}"
         )
     timeout = task.verifier_timeout_sec
+    refused = await pids_refused(sb)
     try:
         r = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
     except SandboxDied as e:  # the code under test or a process the agent left ended the container
@@ -442,7 +442,8 @@ async def run_verifier(task, sb: NativeSandbox):
     files.update(left)
     text = out.decode("utf-8", "replace")
     if r["timed_out"]:
-        v = Verdict(0.0, False, "timeout", detail=f"test.sh ran out of time ({timeout:.0f}s)")
+        note = await pid_limit_note(sb, refused, "the code under test")
+        v = Verdict(0.0, False, "timeout", detail=f"test.sh ran out of time ({timeout:.0f}s){note}")
     elif r.get("spawn_error"):
         v = Verdict(0.0, False, "no_report", detail=f"test.sh could not start: {text[-300:]}")
     else:
@@ -450,6 +451,37 @@ async def run_verifier(task, sb: NativeSandbox):
     v.files = files
     v.output = clip(text, RECORD_OUTPUT_CHARS)
     return v
+
+
+PIDS_EVENTS = ("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events")  # cgroup v2, v1
+
+
+async def pids_refused(sb: NativeSandbox) -> Optional[int]:
+    """How many forks in the container its pid limit refused so far (the pids cgroup's `max` events), or
+    None where the kernel does not say. Read by the helper itself: no program of the image, no fork (it
+    works at the limit). grade.pids_events is the same count for our own sandboxes."""
+    for path in PIDS_EVENTS:
+        try:
+            data, _, _ = await sb.read_file(path, max_bytes=4096)
+        except (FileOpError, SandboxDied):
+            continue
+        for line in data.decode("ascii", "replace").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+async def pid_limit_note(sb: NativeSandbox, before: Optional[int], who: str) -> str:
+    """For a command that timed out: "; meanwhile WHO reached the sandbox's limit of N processes (M forks
+    refused)" when forks failed while it ran (the usual reason code that forks a lot never ends), else ""."""
+    after = await pids_refused(sb) if before is not None else None
+    if after is None or after <= before:
+        return ""
+    return (
+        f"; meanwhile {who} reached the sandbox's limit of {sb.limits.pids} processes "
+        f"({after - before} forks refused)"
+    )
 
 
 async def _run_script(sb: NativeSandbox, script: str, timeout: float, env: dict, user: str) -> dict:

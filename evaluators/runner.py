@@ -482,6 +482,7 @@ async def run_eval(
                         concurrency=concurrency,
                         model_concurrency=model_concurrency,
                         on_record=record,
+                        put_object=store.put_object,
                     )
                 except BaseException:
                     if bar:

@@ -417,3 +417,64 @@ def test_train_runs_a_round_on_the_cluster(ray_cluster, tmp_path):
         0,
         1,
     }
+
+
+@pytest.mark.slow  # a real Harbor attempt in Docker (no Ray needed: what crosses the wire is checked)
+def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
+    """A node's record crosses as JSON, which leaves out the kept files' bytes; the kept changes' objects
+    are written by the driver only. What attempt_to_ship returns (pickled, as Ray sends it) and received()
+    stores gives the same `changes`, diff and verifier files as a run on one machine."""
+    import pickle
+
+    from agent.sandbox import SandboxPool
+    from evaluators.cluster import attempt_to_ship, received
+    from evaluators.policies import oracle_policy
+    from evaluators.runner import attempt_with_retries
+    from evaluators.task_images import build_images
+    from results.manifest import Manifest
+    from results.schema import Attempt
+    from results.store import RunStore, kept_diff, load_attempts
+    from tests.test_harbor_runtime import harbor_task
+
+    task = harbor_task(
+        tmp_path,
+        'schema_version = "1.1"\n[verifier]\nisolation = "fresh"\n',
+        name="ships",
+        solve_sh="#!/bin/bash\necho 42 > /app/answer.txt\n",
+        test_sh="#!/bin/bash\necho checked\necho '{\"ok\": 1}' > /logs/verifier/ctrf.json\n"
+        '[ "$(cat /app/answer.txt)" = 42 ] && echo 1 > /logs/verifier/reward.txt\n',
+    )
+    kw = dict(run_id="ship-test", model_name="t")
+    single, cluster = tmp_path / "single" / "ship-test", tmp_path / "cluster" / "ship-test"  # run id: folder
+
+    async def go():
+        images = await build_images([task], log=lambda m: None)
+        async with SandboxPool(run_id="ship-test", warm=0) as pool:
+            raw = await attempt_to_ship(task, lambda: oracle_policy, pool, images[task.id], node="n1", **kw)
+            with RunStore.create(single, Manifest(model="t")) as store:
+                one = await attempt_with_retries(
+                    task,
+                    lambda: oracle_policy,
+                    pool,
+                    images[task.id],
+                    keep=lambda t, ch: store.keep_changes(
+                        t.workspace_files, ch.files, ch.deleted, ch.executable
+                    ),
+                    **kw,
+                )
+                store.append(one)
+        return raw
+
+    raw = pickle.loads(pickle.dumps(run(go())))
+    assert raw["files"] and not Attempt.model_validate(raw["record"]).file_data()  # JSON alone loses them
+    with RunStore.create(cluster, Manifest(model="t")) as store:
+        store.append(received(raw, store.put_object))
+    [rec] = load_attempts(cluster)
+    [one] = load_attempts(single)
+    assert rec.solved and rec.node == "n1"
+    assert rec.changes == one.changes and "answer.txt" in rec.changes.files
+    assert "+42" in kept_diff(cluster, rec)
+    files = {f.name: f for f in rec.files}
+    assert [(f.name, f.sha256) for f in rec.files] == [(f.name, f.sha256) for f in one.files]
+    assert (cluster / files["verifier/ctrf.json"].path).read_text() == '{"ok": 1}\n'
+    assert b"checked" in (cluster / files["verifier/test-stdout.txt"].path).read_bytes()

@@ -19,7 +19,8 @@
  *           Reply {"id": N, "ok": true, ...} ({"data", "size", "truncated"} for read) or
  *           {"id": N, "ok": false, "message": "..."}.
  * Reply:    as agent/sandbox_server.py; a snapshot reply is {"id": 2, "snapshot": {path: [kind, size, hash, exec]}}
- *           or {"id": 2, "snapshot": {"too_many": N}}; hashes are 64-bit FNV-1a (hex), not sha256: only
+ *           or {"id": 2, "snapshot": {"too_many": N}}, with "!rejected": [reason, ...] for what could not be
+ *           listed (folders over 256 levels deep, unreadable entries); hashes are 64-bit FNV-1a (hex), not sha256: only
  *           equality between two snapshots of the same sandbox matters.
  * "agent" is the user named by --agent=USER or $HARNESS_UID (a uid, uid:gid or a name from the image's /etc/passwd).
  * Environment: "env" replaces the whole environment; "env_add" sets variables on top of the container's.
@@ -533,50 +534,106 @@ static void finish_cmd(cmd_t *c) {
 }
 
 /* ------------------------------------------------------------------ snapshot (change capture) */
-typedef struct { buf_t *b; size_t rootlen; long count, max; int first; dev_t dev; } walk_t;
-static uint64_t fnv_file(const char *path) {
+/* As agent/sandbox/capture.py: every step relative to an open folder (openat/fstatat, no link followed), no
+ * recursion and no path buffer, so paths of any length are listed (agent.sandbox.changes.unwritable then
+ * decides what a container can hold) and folders deeper than WALK_DEPTH are listed as not captured
+ * ("!rejected" in the reply): what the agent makes in its workspace never ends this server. */
+#define WALK_DEPTH 256
+typedef struct { buf_t *b, rej, rel; long count, max; int first, at_root; dev_t dev; } walk_t;
+static uint64_t fnv_file(int dirfd, const char *name, int *ok) {
     uint64_t h = 1469598103934665603ULL;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return 0;
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    *ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (!*ok) { if (fd >= 0) close(fd); return 0; }
     unsigned char tmp[1 << 16];
     ssize_t r;
     while ((r = read(fd, tmp, sizeof tmp)) > 0)
         for (ssize_t i = 0; i < r; i++) { h ^= tmp[i]; h *= 1099511628211ULL; }
+    if (r < 0) *ok = 0;
     close(fd);
     return h;
 }
-static int walk(walk_t *w, const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
+static void walk_reject(walk_t *w, const char *what, const char *tail) {  /* "WHAT REL TAIL", long paths cut */
+    buf_t m = {0};
+    const char *rel = w->rel.n ? w->rel.p : ".";
+    size_t n = strlen(rel);
+    bstr(&m, what);
+    bstr(&m, " ");
+    if (n <= 160) bput(&m, rel, n);
+    else { bput(&m, rel, 70); bstr(&m, "..."); bput(&m, rel + n - 70, 70); }
+    if (tail) { bstr(&m, " "); bstr(&m, tail); }
+    if (w->rej.n) bstr(&w->rej, ", ");
+    bjson_str(&w->rej, m.p, m.n);
+    free(m.p);
+}
+static void walk_error(walk_t *w, const char *what) {
+    char tail[128]; snprintf(tail, sizeof tail, "(%s)", strerror(errno));
+    walk_reject(w, what, tail);
+}
+static int walk(walk_t *w, int topfd) {  /* 1: over max files */
+    struct { DIR *d; size_t len; } st[WALK_DEPTH + 1];
+    int top = 0;
+    st[0].d = fdopendir(topfd);
+    st[0].len = 0;
+    if (!st[0].d) { close(topfd); return 0; }
+    while (top >= 0) {
+        DIR *d = st[top].d;
+        w->rel.n = st[top].len;
+        if (w->rel.p) w->rel.p[w->rel.n] = 0;
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno) walk_error(w, "unreadable folder");
+            closedir(d);
+            top--;
+            continue;
+        }
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        struct stat st;
-        if (lstat(path, &st)) continue;
-        const char *rel = path + w->rootlen + 1;
-        if (st.st_dev != w->dev && S_ISDIR(st.st_mode)) continue;  /* other filesystems: /proc, /sys, tmpfs */
-        if (!strcmp(path, "/.harness-helper")) continue;
-        if (S_ISDIR(st.st_mode)) {
-            if (walk(w, path)) { closedir(d); return 1; }
+        if (w->at_root && top == 0 && !strcmp(de->d_name, ".harness-helper")) continue;
+        if (w->rel.n) bstr(&w->rel, "/");
+        bstr(&w->rel, de->d_name);
+        struct stat sb;
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW)) { walk_error(w, "unreadable entry"); continue; }
+        if (S_ISDIR(sb.st_mode)) {
+            if (sb.st_dev != w->dev) continue;  /* other filesystems: /proc, /sys, tmpfs */
+            if (top + 1 >= WALK_DEPTH) {
+                char tail[64]; snprintf(tail, sizeof tail, "is more than %d levels deep", WALK_DEPTH);
+                walk_reject(w, "folder", tail);  /* as capture.py says it */
+                continue;
+            }
+            int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            DIR *sub = fd >= 0 ? fdopendir(fd) : NULL;
+            if (!sub) {
+                walk_error(w, "unreadable folder");
+                if (fd >= 0) close(fd);
+                continue;
+            }
+            top++;
+            st[top].d = sub;
+            st[top].len = w->rel.n;
             continue;
         }
         if (!w->first) bstr(w->b, ", ");
         w->first = 0;
-        bjson_str(w->b, rel, strlen(rel));
-        if (S_ISLNK(st.st_mode)) {
-            char target[4096]; ssize_t n = readlink(path, target, sizeof target - 1);
+        bjson_str(w->b, w->rel.p, w->rel.n);
+        if (S_ISLNK(sb.st_mode)) {
+            char target[4096]; ssize_t n = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
             bstr(w->b, ": [\"l\", 0, ");
             bjson_str(w->b, target, n > 0 ? (size_t)n : 0);
             bstr(w->b, "]");
-        } else if (S_ISREG(st.st_mode)) {
-            bfmt(w->b, ": [\"f\", %lld, \"%016llx\", %s]", (long long)st.st_size,
-                 (unsigned long long)fnv_file(path), st.st_mode & 0111 ? "true" : "false");
+        } else if (S_ISREG(sb.st_mode)) {
+            int ok;
+            uint64_t h = fnv_file(dirfd(d), de->d_name, &ok);
+            if (ok) bfmt(w->b, ": [\"f\", %lld, \"%016llx\", %s]", (long long)sb.st_size, (unsigned long long)h,
+                         sb.st_mode & 0111 ? "true" : "false");
+            else { bfmt(w->b, ": [\"o\", %lld, \"\"]", (long long)sb.st_size); walk_reject(w, "unreadable file", NULL); }
         } else bstr(w->b, ": [\"o\", 0, \"\"]");
-        if (++w->count > w->max) { closedir(d); return 1; }
+        if (++w->count > w->max) {
+            for (; top >= 0; top--) closedir(st[top].d);
+            return 1;
+        }
     }
-    closedir(d);
     return 0;
 }
 static void snapshot(jv *req, long id) {
@@ -584,55 +641,102 @@ static void snapshot(jv *req, long id) {
     const char *root = root_v && root_v->t == J_STR ? root_v->str : "/";
     buf_t b = {0}, items = {0};
     bput(&items, "", 0);
-    walk_t w = {&items, strcmp(root, "/") ? strlen(root) : 0, 0, max_v && max_v->t == J_NUM ? (long)max_v->num : 5000, 1};
-    char rootbuf[4096];
-    snprintf(rootbuf, sizeof rootbuf, "%s", strcmp(root, "/") ? root : "");
+    walk_t w = {&items, {0}, {0}, 0, max_v && max_v->t == J_NUM ? (long)max_v->num : 5000, 1, !strcmp(root, "/"), 0};
+    bput(&w.rej, "", 0);
+    bput(&w.rel, "", 0);
+    int over = 0, fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct stat rst;
-    if (stat(rootbuf[0] ? rootbuf : "/", &rst) == 0) w.dev = rst.st_dev;
-    int over = walk(&w, rootbuf[0] ? rootbuf : "/");
+    if (fd >= 0 && fstat(fd, &rst) == 0) {
+        w.dev = rst.st_dev;
+        over = walk(&w, fd);
+    } else if (fd >= 0) close(fd);
     if (over) bfmt(&b, "{\"id\": %ld, \"snapshot\": {\"too_many\": %ld}}", id, w.count);
-    else { bfmt(&b, "{\"id\": %ld, \"snapshot\": {", id); bput(&b, items.p, items.n); bstr(&b, "}}"); }
+    else {
+        bfmt(&b, "{\"id\": %ld, \"snapshot\": {", id);
+        bput(&b, items.p, items.n);
+        if (w.rej.n) { bstr(&b, w.first ? "" : ", "); bstr(&b, "\"!rejected\": ["); bput(&b, w.rej.p, w.rej.n); bstr(&b, "]"); }
+        bstr(&b, "}}");
+    }
     send_buf(&b);
-    free(b.p); free(items.p);
+    free(b.p); free(items.p); free(w.rej.p); free(w.rel.p);
 }
 
 /* ------------------------------------------------------------------ file ops (done here, no program of the image) */
-static void send_op_error(long id, const char *what, const char *path) {
-    char msg[1200];
-    snprintf(msg, sizeof msg, "%s %s: %s", what, path, strerror(errno));
-    buf_t b = {0};
+static void send_op_error(long id, const char *what, const char *path) {  /* "WHAT PATH: ERROR", long paths cut */
+    const char *err = strerror(errno);
+    buf_t m = {0}, b = {0};
+    size_t n = strlen(path);
+    bstr(&m, what); bstr(&m, " ");
+    if (n <= 400) bput(&m, path, n);
+    else { bput(&m, path, 190); bstr(&m, "..."); bput(&m, path + n - 190, 190); }
+    bstr(&m, ": "); bstr(&m, err);
     bfmt(&b, "{\"id\": %ld, \"ok\": false, \"message\": ", id);
-    bjson_str(&b, msg, strlen(msg));
+    bjson_str(&b, m.p, m.n);
     bstr(&b, "}");
-    send_buf(&b); free(b.p);
+    send_buf(&b); free(b.p); free(m.p);
 }
 static void send_ok(long id) { buf_t b = {0}; bfmt(&b, "{\"id\": %ld, \"ok\": true}", id); send_buf(&b); free(b.p); }
 
-/* Removes a folder's contents and the folder, following no link (depth-limited: a folder 1,000 levels deep
- * is the agent's doing and must not blow this server's stack). */
-static int remove_at(int dirfd, const char *name, int depth) {
-    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT) return 0;
+/* Removes a file, or a folder with all it holds, following no link. No recursion and two folders open at
+ * most (a parent is reopened by "..", checked to be the folder it was): a tree deeper than any stack or fd
+ * limit is the agent's doing and is removed too. Stops at the first folder it cannot remove. */
+typedef struct { dev_t dev; ino_t ino; char *name; } rmlevel_t;
+static int remove_at(int parent, const char *name) {
+    if (unlinkat(parent, name, 0) == 0 || errno == ENOENT) return 0;
     if (errno != EISDIR && errno != EPERM) return -1;
-    if (depth > 4096) { errno = ELOOP; return -1; }
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) { if (fd >= 0) close(fd); return -1; }
+    size_t n = 1, cap = 16;
+    rmlevel_t *lv = malloc(cap * sizeof *lv);
+    if (!lv) _exit(99);
+    lv[0] = (rmlevel_t){st.st_dev, st.st_ino, strdup(name)};
     DIR *d = fdopendir(fd);
-    if (!d) { close(fd); return -1; }
-    struct dirent *de;
-    int rc = 0;
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        if (remove_at(fd, de->d_name, depth + 1)) rc = -1;
+    int rc = 0, err = 0;
+    while (d) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (de) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT) continue;
+            if (errno != EISDIR && errno != EPERM) { rc = -1; err = errno; continue; }
+            int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0 || fstat(sub, &st)) { rc = -1; err = errno; if (sub >= 0) close(sub); continue; }
+            if (n == cap) { cap *= 2; lv = realloc(lv, cap * sizeof *lv); if (!lv) _exit(99); }
+            lv[n++] = (rmlevel_t){st.st_dev, st.st_ino, strdup(de->d_name)};
+            closedir(d);
+            d = fdopendir(sub);
+            continue;
+        }
+        if (errno) { rc = -1; err = errno; }
+        int up = n > 1 ? openat(dirfd(d), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : parent;
+        closedir(d);
+        d = NULL;
+        if (n > 1 && (up < 0 || fstat(up, &st) || st.st_dev != lv[n - 2].dev || st.st_ino != lv[n - 2].ino)) {
+            rc = -1; err = ESTALE;  /* moved meanwhile: stop rather than remove elsewhere */
+            if (up >= 0) close(up);
+            break;
+        }
+        if (unlinkat(up, lv[n - 1].name, AT_REMOVEDIR) && errno != ENOENT) {
+            rc = -1; err = errno;
+            if (n > 1) close(up);
+            break;
+        }
+        free(lv[--n].name);
+        if (n) d = fdopendir(up);
     }
-    closedir(d);
-    if (unlinkat(dirfd, name, AT_REMOVEDIR) && errno != ENOENT) return -1;
+    if (d) closedir(d);
+    while (n) free(lv[--n].name);
+    free(lv);
+    if (rc) errno = err;
     return rc;
 }
 /* Every component of an absolute path made a real folder: a missing one is created (owned by uid:gid, mode),
  * one that is a file or a link is replaced. With fresh, the last one is emptied first. */
 static int ensure_dir(const char *path, mode_t mode, uid_t uid, gid_t gid, int fresh, int owned_parents) {
     char p[4096];
-    if (path[0] != '/' || strlen(path) >= sizeof p) { errno = EINVAL; return -1; }
+    if (path[0] != '/') { errno = EINVAL; return -1; }
+    if (strlen(path) >= sizeof p) { errno = ENAMETOOLONG; return -1; }
     snprintf(p, sizeof p, "%s", path);
     size_t n = strlen(p);
     while (n > 1 && p[n - 1] == '/') p[--n] = 0;
@@ -641,8 +745,8 @@ static int ensure_dir(const char *path, mode_t mode, uid_t uid, gid_t gid, int f
         char c = p[i]; p[i] = 0;
         struct stat st;
         int last = i == n;
-        if (last && fresh && lstat(p, &st) == 0 && remove_at(AT_FDCWD, p, 0)) return -1;
-        if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode) && remove_at(AT_FDCWD, p, 0)) return -1;
+        if (last && fresh && lstat(p, &st) == 0 && remove_at(AT_FDCWD, p)) return -1;
+        if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode) && remove_at(AT_FDCWD, p)) return -1;
         mode_t m = last ? mode : 0755;
         uid_t u = last || owned_parents ? uid : 0;
         gid_t g = last || owned_parents ? gid : 0;
@@ -678,13 +782,14 @@ static void op_write(jv *req, long id) {
     uid_t uid; gid_t gid;
     if (owner_of(req, &uid, &gid)) { errno = ESRCH; send_op_error(id, "owner", "not in /etc/passwd"); return; }
     char parent[4096];
+    if (strlen(path) >= sizeof parent) { errno = ENAMETOOLONG; send_op_error(id, "write", path); return; }  /* never a cut path */
     snprintf(parent, sizeof parent, "%s", path);
     char *slash = strrchr(parent, '/');
     if (path[0] != '/' || !slash || !slash[1]) { errno = EINVAL; send_op_error(id, "write", path); return; }
     *slash = 0;
     if (parent[0] && ensure_dir(parent, 0755, uid, gid, 0, 1)) { send_op_error(id, "mkdir", parent); return; }
     struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && remove_at(AT_FDCWD, path, 0)) { send_op_error(id, "replace", path); return; }
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && remove_at(AT_FDCWD, path)) { send_op_error(id, "replace", path); return; }
     mode_t mode = mode_v && mode_v->t == J_NUM ? (mode_t)mode_v->num : 0644;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) { send_op_error(id, "open", path); return; }
@@ -746,7 +851,7 @@ static void op_remove(jv *req, long id) {
     for (int i = 0; paths && paths->t == J_ARR && i < paths->n; i++) {
         const char *path = paths->kids[i].str ? paths->kids[i].str : "";
         if (path[0] != '/') { errno = EINVAL; send_op_error(id, "remove", path); return; }
-        if (remove_at(AT_FDCWD, path, 0)) { send_op_error(id, "remove", path); return; }
+        if (remove_at(AT_FDCWD, path)) { send_op_error(id, "remove", path); return; }
     }
     send_ok(id);
 }

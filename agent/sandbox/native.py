@@ -158,6 +158,7 @@ class NativeSandbox(Sandbox):
         snap = reply.get("snapshot")
         if not isinstance(snap, dict):
             raise FileOpError(f"sandbox {self.id[:12]}: listing {root} failed: {reply.get('error', reply)}")
+        snap.pop("!rejected", None)  # what could not be listed (too deep, unreadable) is left out
         return None if "too_many" in snap else snap
 
     async def put_files(self, files, dest: str = WORKSPACE, user: str = "agent", executable=()):
@@ -197,9 +198,10 @@ class NativeSandbox(Sandbox):
             snap = reply.get("snapshot")
             if not isinstance(snap, dict):
                 raise CaptureError(f"sandbox {self.id[:12]}: listing failed: {reply.get('error', reply)}")
+            rejected = snap.pop("!rejected", [])  # too deep or unreadable: listed as not captured
             if "too_many" in snap:
-                return {"too_many": snap["too_many"], "entries": {}, "rejected": []}
-            return {"entries": snap, "rejected": []}
+                return {"too_many": snap["too_many"], "entries": {}, "rejected": rejected}
+            return {"entries": snap, "rejected": rejected}
         wanted = json.loads(stdin or b"[]")
         try:
             files = await self.get_files(wanted, root=root, max_bytes=int(args[2]) + (1 << 20))

@@ -312,6 +312,31 @@ def test_a_50_mb_reward_json_is_too_large_not_absent(image, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("forks", [True, False])
+def test_a_harbor_test_sh_timeout_says_whether_the_pid_limit_was_reached(image, tmp_path, forks):
+    """test.sh that starts 400 processes (the limit refuses forks, bash retries) and one that only sleeps:
+    both time out; only the first says the pid limit was reached, with the task's own limit."""
+    from tests.test_harbor_runtime import harbor_task
+
+    body = "for i in $(seq 400); do sleep 60 & done; wait\n" if forks else "sleep 60\n"
+    task = harbor_task(
+        tmp_path, 'schema_version = "1.1"\n[verifier]\ntimeout_sec = 6\n', test_sh="#!/bin/bash\n" + body
+    )
+
+    async def nothing(task, sb):
+        return None
+
+    rec = _harbor_attempt(task, nothing)
+    assert (rec.status, rec.reason) == ("failed", "timeout"), (rec.status, rec.reason, rec.error, rec.detail)
+    limit = harbor_kind.limits(task).pids
+    if forks:
+        assert f"reached the sandbox's limit of {limit} processes" in rec.detail, rec.detail
+        assert "forks refused)" in rec.detail
+    else:
+        assert "limit" not in rec.detail, rec.detail
+
+
+@pytest.mark.slow
 def test_a_long_path_in_a_harbor_workdir_is_left_out_in_fresh_mode(image, tmp_path):
     task = _harbor(tmp_path, '[ "$(cat kept.txt)" = ok ] && echo 1 > /logs/verifier/reward.txt\n')
 
@@ -324,8 +349,7 @@ def test_a_long_path_in_a_harbor_workdir_is_left_out_in_fresh_mode(image, tmp_pa
         assert r.exit_code == 0, r.output
 
     rec = _harbor_attempt(task, agent)
-    # graded without it, never an error (the static helper's own walk skips paths over PATH_MAX without a
-    # word; put_files would leave them out too)
+    # graded without it, never an error (the static helper lists it; unwritable() leaves it out)
     assert (rec.status, rec.solved) == ("solved", True), (rec.status, rec.reason, rec.error, rec.detail)
 
 
@@ -344,10 +368,31 @@ def test_a_harbor_agent_that_replaces_logs_with_a_file_is_graded_not_an_error(im
 
 
 @pytest.mark.slow
+def test_a_harbor_agent_that_fills_the_verifiers_folder_with_a_deep_tree_is_graded(image, tmp_path):
+    """/logs/verifier 1,500 levels deep (more folders than the container's 1,024 open files, paths short
+    enough for docker diff): the helper empties it without recursion or an fd per level, and test.sh
+    writes its reward there."""
+    task = _harbor(tmp_path, "echo 1 > /logs/verifier/reward.txt\n", mode="shared")
+    make = (
+        "import os\nos.makedirs('/logs/verifier', exist_ok=True)\n"
+        "fd = os.open('/logs/verifier', os.O_RDONLY)\n"
+        "for _ in range(1500):\n    os.mkdir('d', dir_fd=fd)\n"
+        "    fd, old = os.open('d', os.O_RDONLY, dir_fd=fd), fd\n    os.close(old)\n"
+    )
+
+    async def agent(task, sb):
+        r = await sb.exec(["python3", "-c", make], timeout=60)
+        assert r.exit_code == 0, r.output
+
+    rec = _harbor_attempt(task, agent)
+    assert (rec.status, rec.reason) == ("solved", "pass"), (rec.status, rec.reason, rec.error, rec.detail)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fresh", "snapshot"])
-def test_a_tree_2000_levels_deep_in_a_harbor_workdir_is_graded_not_an_error(image, tmp_path, mode):
-    """The static helper's walk of a very deep tree can end the sandbox: no change is captured then (said
-    in the record), and the attempt is graded."""
+def test_a_tree_2000_levels_deep_in_a_harbor_workdir_is_graded_with_the_other_changes(image, tmp_path, mode):
+    """The static helper's walk is bounded: the deep tree is listed as not captured, kept.txt is kept (in
+    fresh mode it reaches the verifier only as a captured change)."""
     task = _harbor(tmp_path, '[ "$(cat kept.txt)" = ok ] && echo 1 > /logs/verifier/reward.txt\n', mode=mode)
 
     async def agent(task, sb):
@@ -359,7 +404,57 @@ def test_a_tree_2000_levels_deep_in_a_harbor_workdir_is_graded_not_an_error(imag
         assert r.exit_code == 0, r.output
 
     rec = _harbor_attempt(task, agent)
-    assert rec.status in ("solved", "failed") and rec.reason != "infra_error", (rec.error, rec.detail)
+    if mode == "fresh":
+        assert (rec.status, rec.reason) == ("solved", "pass"), (rec.status, rec.reason, rec.error, rec.detail)
+    else:  # docker diff itself fails on such paths: a toolchain nobody can check is not graded as clean
+        assert (rec.status, rec.reason) == ("failed", "tamper"), (rec.status, rec.reason, rec.error)
+        assert "toolchain cannot be checked" in rec.detail and "file name too long" in rec.detail, rec.detail
+
+
+@pytest.mark.slow
+def test_the_static_helpers_walk_lists_what_it_cannot_capture_and_keeps_the_rest(image, tmp_path):
+    """Harbor sandboxes list changes with agent/sandbox/helper.c, not capture.py: the same answers. A tree
+    2,000 levels deep and a path over PATH_MAX are listed as not captured (never skipped without a word,
+    never the end of the helper); a file 200 levels deep and the plain one are captured."""
+    from evaluators.task_images import build_images
+    from tests.test_harbor_runtime import harbor_task
+
+    task = harbor_task(tmp_path, name="walk")
+    make = (
+        "import os\n"
+        "def tree(top, name, n, leaf):\n"
+        "    os.makedirs(top)\n"
+        "    fd = os.open(top, os.O_RDONLY)\n"
+        "    for _ in range(n):\n"
+        "        os.mkdir(name, dir_fd=fd)\n"
+        "        fd, old = os.open(name, os.O_RDONLY, dir_fd=fd), fd\n"
+        "        os.close(old)\n"
+        "    os.close(os.open(leaf, os.O_WRONLY | os.O_CREAT, dir_fd=fd))\n"
+        "tree('deep', 'd', 2000, 'leaf')\n"
+        "tree('long', 'p' * 200, 25, 'far.txt')\n"
+        "tree('ok', 'a', 200, 'near.txt')\n"
+        "open('kept.txt', 'w').write('ok')\n"
+    )
+
+    async def go():
+        images = await build_images([task], log=lambda m: None)
+        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+            async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
+                await sb.mark_baseline()
+                r = await sb.exec(["python3", "-c", make], timeout=60)
+                assert r.exit_code == 0, r.output
+                ch = await sb.changes()
+                alive = await sb.exec("echo alive", timeout=10)
+                return ch, alive
+
+    ch, alive = run(go())
+    assert alive.stdout.strip() == "alive"  # the walk did not end the helper
+    assert ch.files.get("kept.txt") == b"ok"
+    assert "ok/" + "a/" * 200 + "near.txt" in ch.files
+    assert not any(p.startswith(("deep/", "long/")) for p in ch.files)
+    said = "; ".join(ch.rejected)
+    assert "folder deep/d/d" in said and "is more than 256 levels deep" in said, said
+    assert "over the limit of 4095" in said, said  # the long path: listed, then refused by unwritable()
 
 
 def test_changes_larger_than_the_grading_workspace_are_rebuild_failed(image):
