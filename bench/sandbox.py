@@ -3,7 +3,10 @@
     .venv/bin/python bench/sandbox.py [--n 40] [--smoke]
 
 Prints p50/p95 of: warm-pool acquire, cold start, exec round trip of `true`, and containers
-created+destroyed per second; each beside the CLI equivalent, as a ratio (CLI / harness).
+created+destroyed per second; each beside the CLI equivalent, as a ratio (CLI / harness). The argv exec
+is measured on one sandbox both with the pool idle and while it refills (a warm container being created
+and one removed, as after every acquire and release of a run), in alternating blocks, and the two are
+printed side by side with their ratio (refilling / idle).
 Then the exec round trip in a Python-less image (Debian minbase, served by the static helper of
 agent/sandbox/native.py) beside today's Python server in the base image, measured interleaved in one run:
 the target is a ratio within 2x. --smoke: a few iterations only (seconds), for tests/test_harbor.py.
@@ -44,6 +47,47 @@ def docker(*args) -> str:
     return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
+def pool_busy(pool: SandboxPool) -> bool:
+    """Whether the pool has engine work in flight (a warm container being created, one being removed)."""
+    return bool(pool._tasks)
+
+
+async def quiesce(pool: SandboxPool):
+    for _ in range(3000):  # a refill is a create+start: seconds at most, even on a loaded machine
+        if not pool_busy(pool):
+            return
+        await asyncio.sleep(0.01)
+    raise RuntimeError("the pool's refill did not finish in 30 s")
+
+
+async def exec_idle_vs_refilling(pool: SandboxPool, sb, image: str, limits: Limits, rounds: int) -> dict:
+    """exec `true` (argv) round trips on one sandbox, in alternating blocks: while the pool refills (another
+    sandbox taken and released, so a warm container is being created and one removed, as after each
+    acquire and release of a run), then as many with nothing in flight. Interleaved round by round, so the
+    machine's load (other processes) falls on both alike."""
+    res: dict = {"idle": [], "refilling": []}
+    for _ in range(rounds):
+        await quiesce(pool)
+        other = await pool.acquire(image, limits)  # the warm one: its replacement is created now
+        await pool.release(other)  # and this one is removed
+        block = 0
+        while pool_busy(pool) and block < 5000:
+            t = time.perf_counter()
+            await sb.exec(["true"], 10)
+            dt = time.perf_counter() - t
+            if pool_busy(pool):  # still refilling when it answered: the whole round trip overlapped
+                res["refilling"].append(dt)
+                block += 1
+        await quiesce(pool)
+        for _ in range(block):
+            t = time.perf_counter()
+            await sb.exec(["true"], 10)
+            res["idle"].append(time.perf_counter() - t)
+    if not res["refilling"]:
+        raise RuntimeError("no exec overlapped a refill: the pool refilled before the first reply")
+    return res
+
+
 async def harness_side(image: str, n: int) -> dict:
     res = {}
     limits = Limits()
@@ -60,13 +104,15 @@ async def harness_side(image: str, n: int) -> dict:
             await pool.release(sb)
         res["acquire"] = acquires
         sb = await pool.acquire(image, limits)
-        for cmd, key in ((["true"], "exec_argv"), ("true", "exec_shell")):
-            xs = []
-            for _ in range(n * 5):
-                t = time.perf_counter()
-                await sb.exec(cmd, 10)
-                xs.append(time.perf_counter() - t)
-            res[key] = xs
+        both = await exec_idle_vs_refilling(pool, sb, image, limits, rounds=max(2, n // 2))
+        res["exec_argv_idle"], res["exec_argv_refilling"] = both["idle"], both["refilling"]
+        await quiesce(pool)
+        xs = []
+        for _ in range(n * 5):
+            t = time.perf_counter()
+            await sb.exec("true", 10)
+            xs.append(time.perf_counter() - t)
+        res["exec_shell"] = xs
         await pool.release(sb)
     cold, cycle = [], []
     for _ in range(n // 4):
@@ -150,20 +196,28 @@ def main():
     )
     ours = asyncio.run(harness_side(image, n))
     cli = cli_side(image, n)
+    idle, busy = ours["exec_argv_idle"], ours["exec_argv_refilling"]
     rows = [
         ("acquire (warm pool) vs docker run -d", ours["acquire"], cli["cold"]),
         ("cold start vs docker run -d", ours["cold"], cli["cold"]),
-        ("exec `true` (argv) vs docker exec", ours["exec_argv"], cli["exec"]),
-        ("exec `true` (bash -c) vs docker exec", ours["exec_shell"], cli["exec"]),
+        ("exec `true` (argv, pool idle) vs docker exec", idle, cli["exec"]),
+        ("exec `true` (argv, pool refilling) vs docker exec", busy, cli["exec"]),
+        ("exec `true` (bash -c, pool idle) vs docker exec", ours["exec_shell"], cli["exec"]),
         ("create+destroy cycle vs run -d + rm -f", ours["cycle"], cli["cycle"]),
     ]
-    print(f"{'measure':<42} {'harness p50':>11} {'p95':>8} {'CLI p50':>9} {'p95':>8} {'ratio':>7}")
+    print(f"{'measure':<50} {'harness p50':>11} {'p95':>8} {'CLI p50':>9} {'p95':>8} {'ratio':>7}")
     for name, a, b in rows:
         print(
-            f"{name:<42} {pct(a, 0.5):9.2f}ms {pct(a, 0.95):6.1f}ms "
+            f"{name:<50} {pct(a, 0.5):9.2f}ms {pct(a, 0.95):6.1f}ms "
             f"{pct(b, 0.5):7.1f}ms {pct(b, 0.95):6.1f}ms "
             f"{pct(b, 0.5) / pct(a, 0.5):6.1f}x"
         )
+    print(
+        f"exec `true` (argv), one sandbox, interleaved: pool idle p50 {pct(idle, 0.5):.2f}ms "
+        f"p95 {pct(idle, 0.95):.2f}ms ({len(idle)} calls); pool refilling p50 {pct(busy, 0.5):.2f}ms "
+        f"p95 {pct(busy, 0.95):.2f}ms ({len(busy)} calls); refilling / idle: "
+        f"p50 {pct(busy, 0.5) / pct(idle, 0.5):.2f}x, p95 {pct(busy, 0.95) / pct(idle, 0.95):.2f}x"
+    )
     print(
         f"containers created+destroyed per second: harness {1 / statistics.median(ours['cycle']):.2f}, "
         f"CLI {1 / statistics.median(cli['cycle']):.2f}"

@@ -29,14 +29,32 @@ def test_sandbox_bench_smoke(image):
     for row in (
         "acquire (warm pool) vs docker run -d",
         "cold start vs docker run -d",
-        "exec `true` (argv) vs docker exec",
-        "exec `true` (bash -c) vs docker exec",
+        "exec `true` (argv, pool idle) vs docker exec",
+        "exec `true` (argv, pool refilling) vs docker exec",
+        "exec `true` (bash -c, pool idle) vs docker exec",
         "create+destroy cycle vs run -d + rm -f",
     ):
         assert re.search(
             re.escape(row) + rf"\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}ms\s+{NUMBER}x", out
         ), out
     assert re.search(rf"per second: harness {NUMBER}, CLI {NUMBER}", out), out
+    # The argv exec with the pool idle and while it refills, side by side: both measured (calls made in
+    # each condition, as many in both), the same figures as in the table, and the ratio the figures give.
+    m = re.search(
+        rf"exec `true` \(argv\), one sandbox, interleaved: pool idle p50 ({NUMBER})ms p95 ({NUMBER})ms "
+        rf"\(([0-9]+) calls\); pool refilling p50 ({NUMBER})ms p95 ({NUMBER})ms \(([0-9]+) calls\); "
+        rf"refilling / idle: p50 ({NUMBER})x, p95 ({NUMBER})x",
+        out,
+    )
+    assert m, out
+    idle50, idle95, idle_n, busy50, busy95, busy_n, r50, r95 = (float(g) for g in m.groups())
+    assert idle_n == busy_n > 0, out  # as many calls in each condition, round by round
+    assert 0 < idle50 <= idle95 and 0 < busy50 <= busy95, out
+    assert r50 == pytest.approx(busy50 / idle50, rel=0.02, abs=0.01), out
+    assert r95 == pytest.approx(busy95 / idle95, rel=0.02, abs=0.01), out
+    for cond, p50 in (("idle", idle50), ("refilling", busy50)):
+        row = re.search(rf"exec `true` \(argv, pool {cond}\) vs docker exec\s+({NUMBER})ms", out)
+        assert float(row.group(1)) == pytest.approx(p50, abs=0.01), out
 
 
 def test_loop_bench_smoke(image):
