@@ -513,7 +513,8 @@ class RunStore(RunReader):
         notes = "".join(
             f"File b/{p} ({len(files[p])} bytes) is over the keep cap: not kept\n" for p in kept.omitted
         )
-        diff = (unified_diff(before, stored, deleted) + notes).encode()
+        # names with undecodable bytes (surrogate escapes) are shown escaped, as the report prints them
+        diff = (unified_diff(before, stored, deleted) + notes).encode("utf-8", "backslashreplace")
         if len(diff) > KEEP_DIFF_BYTES:
             diff = diff[:KEEP_DIFF_BYTES] + f"\n[... diff cut at {KEEP_DIFF_BYTES} bytes ...]\n".encode()
         kept.diff = self.put_object(diff) if diff else ""

@@ -108,7 +108,10 @@ def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
     assert cfg["suite"] == "builtin" and cfg["samples"] == 1 and cfg["temperature"] == 0.5
     # --domain data --difficulty 1 --split train --tag count select exactly these (a literal, read off the
     # suite)
-    assert cfg["tasks"] == ["count-lines-01", "count-lines-02", "count-lines-03", "count-lines-04"]
+    assert cfg["tasks"] == [
+        *(f"count-lines-0{i}" for i in range(1, 5)),
+        *(f"count-lines-{i}" for i in range(11, 17)),
+    ]
     assert [t["id"] for t in m["task_suite"]] == cfg["tasks"]
     assert cfg["model_options"] == {"base_url": server.base_url}
     loop = cfg["loop"]
@@ -256,7 +259,7 @@ def test_bare_eval_runs_the_embedded_default(image, tmp_path):
     assert (m["model"], m["config"]["suite"], len(m["config"]["tasks"])) == (
         "local:smollm2-135m",
         "builtin:easy",
-        75,
+        215,
     )
     [first, *_] = records(run)
     assert first["model"] == "local:smollm2-135m" and first["n_steps"] >= 1

@@ -273,8 +273,8 @@ class Runner:
                     row.problems += case.check(Outcome(rec, self.ctx))
                 except Exception as e:
                     row.problems.append(f"check raised {type(e).__name__}: {e}")
-            if rec.status == "error":
-                row.observed += f" [{(rec.error or '')[:60]}]"
+            if rec.status == "error" or rec.reason == "harness_error":
+                row.observed += f" [{(rec.error or '')[-300:]}]"
             if case.honest and hon is not None:
                 row.observed += f"; honest: {hon.status}/{hon.reason}"
                 try:
