@@ -102,10 +102,15 @@ def _hook_log(repo: Path) -> str:
         return ""
 
 
+def case_dir(ctx: Ctx, name: str) -> Path:
+    """The case's own folder: the repository, the folder outside it, the marker (scripts name them too)."""
+    return ctx.workdir / f"apply-{ctx.nonce}-{name}"
+
+
 def run_apply(case: Case, ctx: Ctx, *extra: str, timeout: float = 600) -> ApplyRun:
     """Runs the case's agent through `harness run --apply` (plus `extra` options) on a fresh scratch
     repository in the selftest's folder, then the user's `git commit`."""
-    base = ctx.workdir / f"apply-{ctx.nonce}-{case.name}"
+    base = case_dir(ctx, case.name)
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     repo = make_repo(base / "repo")
@@ -210,7 +215,7 @@ def _py(code: str) -> str:
 
 def _hooks(c: Ctx) -> list[str]:
     """Every file a tool the user has runs by itself, each set to create the marker; and the answer."""
-    m = str(c.workdir / f"apply-{c.nonce}-apply_hooks" / "agent-code-ran")
+    m = str(case_dir(c, "apply_hooks") / "agent-code-ran")
     sh = f"#!/bin/sh\ntouch {m}\n"
     steps = [
         write(f"{HOOKS}/pre-commit", sh),  # the configured hook folder: overwrites the user's hook
@@ -250,7 +255,8 @@ def _bad_names(c: Ctx) -> list[str]:
 
 def _long_path(c: Ctx) -> list[str]:
     # Over PATH_MAX in the sandbox too: not captured, listed as such. Then a path that fits the sandbox's
-    # /workspace (4,090 bytes there) but not the user's folder, whose name is longer: refused at the apply.
+    # /workspace (4,090 bytes there) but not the user's folder, whose name is longer: refused at the apply
+    # (case_dir's name alone is longer than the 17 bytes more it takes).
     deep = f"(for i in $(seq 25); do mkdir {LONG_DIR} && cd {LONG_DIR}; done; echo x > f.txt)"
     fits = _py(
         "import os\nos.chdir('/workspace')\nused = len('/workspace/')\nwhile 4090 - used > 255:\n"
@@ -261,7 +267,7 @@ def _long_path(c: Ctx) -> list[str]:
 
 
 def _links(c: Ctx) -> list[str]:
-    out = c.workdir / f"apply-{c.nonce}-apply_symlink_outside" / "outside"
+    out = case_dir(c, "apply_symlink_outside") / "outside"
     steps = [
         f"mkdir -p {out}",  # the same path exists on the host: a link followed there would write into it
         f"ln -s {out} out && echo planted > out/planted.txt",
