@@ -883,6 +883,19 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> AutorunPaths:
                 rel = _inside(root, top, os.path.expanduser(tok))
                 if rel:
                     held[rel] = f"a program git runs, {key}"
+    # Included configuration files (include.path, includeIf.*.path) are read relative to the file that
+    # includes them, not the top level: one in the working tree can set hooksPath, fsmonitor, aliases.
+    found = _z(
+        _git(
+            root, "config", "--show-origin", "-z", "--get-regexp", r"^include(if\..*)?\.path$", any_owner=True
+        )
+    )
+    for origin, entry in zip(found[::2], found[1::2]):
+        key, _, value = entry.partition("\n")
+        source = Path(origin.partition(":")[2])
+        rel = _inside(root, top, str(root / source.parent / os.path.expanduser(value)))
+        if rel:
+            held[rel] = f"git's configuration, included by {source.as_posix()} ({key})"
     for glob, why in AUTORUN_GLOBS:
         held.setdefault(glob, why)
     known = {p.relative_to(root).as_posix() for p in _iter_files(root)} | set(candidates)

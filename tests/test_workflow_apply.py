@@ -328,6 +328,19 @@ def test_hooks_the_repositorys_own_config_names_are_held_back(repo):
     assert res.applied == ["scripts/other.sh"] and len(res.held_back) == 4
 
 
+@pytest.mark.parametrize("key", ["include.path", "includeIf.gitdir:/.path"])
+def test_a_configuration_file_that_git_includes_from_the_working_tree_is_held_back(repo, key):
+    """.git/config's include paths are relative to .git (git-config(1)): an included file of the working
+    tree could set core.hooksPath or core.fsmonitor to the agent's program (found by `harness selftest`'s
+    apply_hooks case)."""
+    (repo / "tools").mkdir()
+    (repo / "tools/git.cfg").write_text("[color]\n\tui = auto\n")
+    git(repo, "config", key, "../tools/git.cfg")
+    res = apply_changes(repo, Changes(files={"tools/git.cfg": b"[core]\n\tfsmonitor = ./evil.sh\n"}))
+    assert res.applied == [] and res.held_back[0][0] == "tools/git.cfg"
+    assert "included by .git/config" in res.held_back[0][1], res.held_back
+
+
 def test_protected_vcs_ignored_and_not_copied_paths_are_held_back(repo):
     (repo / "deploy.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
     sel = select_files(repo)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from results.schema import Attempt
+
+if TYPE_CHECKING:
+    from evaluators.selftest.apply_cases import ApplyRun
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Ctx:
 class Outcome:
     rec: Optional[Attempt]  # the attacking attempt's record
     ctx: Ctx
+    apply: Optional["ApplyRun"] = None  # group "apply": what `harness run --apply` did (apply_cases.py)
 
     def obs(self, i: Optional[int] = None) -> str:
         steps = self.rec.steps if self.rec else []
@@ -49,7 +53,7 @@ Check = Callable[[Outcome], list[str]]
 @dataclass
 class Case:
     name: str
-    group: str  # host | reward | cross
+    group: str  # host | reward | cross | apply
     expected: str  # for the table
     script: Callable[[Ctx], list[str]]  # replies of the attacking agent
     task: str = "answer"  # answer | json_answer | script | score | add | add_marker

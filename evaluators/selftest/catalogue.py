@@ -5,13 +5,14 @@ from __future__ import annotations
 import fnmatch
 from typing import Optional
 
+from evaluators.selftest.apply_cases import apply_cases
 from evaluators.selftest.case import Case
 from evaluators.selftest.cross_cases import cross_cases
 from evaluators.selftest.host_cases import host_cases
 from evaluators.selftest.reward_cases import reward_cases
 from results.errors import UserError
 
-CATALOGUE: list[Case] = host_cases() + reward_cases() + cross_cases()
+CATALOGUE: list[Case] = host_cases() + reward_cases() + cross_cases() + apply_cases()
 CASES: dict[str, Case] = {c.name: c for c in CATALOGUE}
 
 

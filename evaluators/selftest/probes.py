@@ -157,11 +157,13 @@ def new_host_files(since: float, nonce: str, exclude: Path, extra: tuple[str, ..
     return sorted(set(found))
 
 
-def labeled_containers(run_id: str) -> list[str]:
-    """Containers (any state) labeled with the run id; the low-level list, which never inspects them."""
-    from agent.sandbox import LABEL_RUN, docker_client
+def labeled_containers(run_id: str = "", pid: int = 0) -> list[str]:
+    """Containers (any state) labeled with the run id, or with the process id that made them; the
+    low-level list, which never inspects them."""
+    from agent.sandbox import LABEL_PID, LABEL_RUN, docker_client
 
-    raw = docker_client().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    label = f"{LABEL_RUN}={run_id}" if run_id else f"{LABEL_PID}={pid}"
+    raw = docker_client().api.containers(all=True, filters={"label": label})
     return [c["Names"][0].lstrip("/") for c in raw]
 
 

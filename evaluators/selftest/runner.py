@@ -166,10 +166,78 @@ class Runner:
             self.controls[kind] = row
         return self.controls[kind]
 
+    def _host_checks(self, row: Row, since: float, before, passwd_before: str):
+        """The global conditions on the host after a case: no sandbox-user process outside a container, no
+        new host file, /etc/passwd unchanged, this process's memory, threads and children back."""
+        after = host_state(self.docker_root)
+        strays = stray_sandbox_processes()
+        if strays:
+            row.problems.append(f"sandbox-user processes outside containers: {strays[:5]}")
+        files = new_host_files(since, self.nonce, self.workdir, extra=(os.getcwd(),))
+        if files:
+            row.problems.append(f"new host files: {files[:5]}")
+        if file_digest("/etc/passwd") != passwd_before:
+            row.problems.append("the host's /etc/passwd changed")
+        row.host = {
+            "disk_root_mb": (after.disk_root - before.disk_root) / 2**20,
+            "disk_docker_mb": (
+                (after.disk_docker - before.disk_docker) / 2**20
+                if after.disk_docker is not None and before.disk_docker is not None
+                else None
+            ),
+            "mem_available_mb": (after.mem_available - before.mem_available) / 2**20,
+            "rss_mb": (after.rss - before.rss) / 2**20,
+            "threads": after.threads - before.threads,
+            "children": after.children - before.children,
+        }
+        # Disk use is shown, not judged: other processes share the disk, so a change of used space says
+        # nothing about this case. What a case may not leave behind is checked above by name and owner:
+        # its containers (and with them their writable layers), sandbox-user processes and files.
+        if after.rss - before.rss > RSS_SLACK:
+            row.problems.append(f"the harness grew by {row.host['rss_mb']:.0f} MB")
+        if after.threads - before.threads > THREAD_SLACK:
+            row.problems.append(f"{after.threads - before.threads} more threads than before")
+        if after.children > before.children:
+            row.problems.append(f"{after.children - before.children} child processes left")
+
+    def run_apply(self, case: Case, *extra: str) -> Row:
+        """A `harness run --apply` case (apply_cases.py): the CLI on a scratch repository, then the host."""
+        from evaluators.selftest.apply_cases import observed, run_apply
+
+        row = Row(case.name, case.expected)
+        t0 = time.monotonic()
+        since, before, passwd_before = (
+            time.time() - 1,
+            host_state(self.docker_root),
+            file_digest("/etc/passwd"),
+        )
+        run = None
+        try:
+            run = run_apply(case, self.ctx, *extra)
+        except Exception as e:
+            row.problems.append(f"the case could not run: {type(e).__name__}: {str(e)[:300]}")
+        if run is not None:
+            left = labeled_containers(pid=run.pid)
+            if left:
+                row.problems.append(f"containers left behind: {left}")
+            row.observed = observed(run)
+            try:
+                row.problems += case.check(Outcome(None, self.ctx, run))
+            except Exception as e:
+                row.problems.append(f"check raised {type(e).__name__}: {e}")
+        self._host_checks(row, since, before, passwd_before)
+        row.seconds = time.monotonic() - t0
+        self.log(
+            f"{case.name}: {'ok' if row.ok else 'FAILED: ' + '; '.join(row.problems)} ({row.seconds:.0f}s)"
+        )
+        return row
+
     def run(self, case: Case) -> Row:
         from agent.sandbox import prune  # not at the top: --list imports nothing heavy
         from evaluators.grade import GradingStations
 
+        if case.group == "apply":
+            return self.run_apply(case)
         row = Row(case.name, case.expected)
         t0 = time.monotonic()
         if case.group == "reward":
@@ -214,7 +282,6 @@ class Runner:
                 f"only {shared} turns in a grading container shared with another attempt, "
                 f"expected {case.shared_turns}: the attack was not graded beside the others"
             )
-        after = host_state(self.docker_root)
         if error:
             row.problems.append(error)
 
@@ -233,35 +300,7 @@ class Runner:
         if left:
             row.problems.append(f"containers left behind: {left}")
             prune(run_id=run_id)  # reported; the next case starts clean
-        strays = stray_sandbox_processes()
-        if strays:
-            row.problems.append(f"sandbox-user processes outside containers: {strays[:5]}")
-        files = new_host_files(since, self.nonce, self.workdir, extra=(os.getcwd(),))
-        if files:
-            row.problems.append(f"new host files: {files[:5]}")
-        if file_digest("/etc/passwd") != passwd_before:
-            row.problems.append("the host's /etc/passwd changed")
-        row.host = {
-            "disk_root_mb": (after.disk_root - before.disk_root) / 2**20,
-            "disk_docker_mb": (
-                (after.disk_docker - before.disk_docker) / 2**20
-                if after.disk_docker is not None and before.disk_docker is not None
-                else None
-            ),
-            "mem_available_mb": (after.mem_available - before.mem_available) / 2**20,
-            "rss_mb": (after.rss - before.rss) / 2**20,
-            "threads": after.threads - before.threads,
-            "children": after.children - before.children,
-        }
-        # Disk use is shown, not judged: other processes share the disk, so a change of used space says
-        # nothing about this case. What a case may not leave behind is checked above by name and owner:
-        # its containers (and with them their writable layers), sandbox-user processes and files.
-        if after.rss - before.rss > RSS_SLACK:
-            row.problems.append(f"the harness grew by {row.host['rss_mb']:.0f} MB")
-        if after.threads - before.threads > THREAD_SLACK:
-            row.problems.append(f"{after.threads - before.threads} more threads than before")
-        if after.children > before.children:
-            row.problems.append(f"{after.children - before.children} child processes left")
+        self._host_checks(row, since, before, passwd_before)
 
         # the case's own expectation
         if rec is not None:

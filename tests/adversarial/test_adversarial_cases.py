@@ -34,11 +34,14 @@ FAST = {
     "privilege_probes",
     "long_path",
     "cross_writer_left_behind",
+    "apply_hooks",
 }
 
 
 def params():
     for case in selftest.CATALOGUE:
+        if case.group == "apply":  # tests/adversarial/test_adversarial_apply.py runs those
+            continue
         slow = case.slow or case.name not in FAST
         yield pytest.param(case.name, id=case.name, marks=[pytest.mark.slow] if slow else [])
 
