@@ -123,7 +123,7 @@ def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
         loop["protocol"],
     ) == (7, 99, 5000, 0.25, "text")
     assert (loop["temperature"], loop["seed"]) == (0.5, 3)
-    assert len(records(run)) == 4
+    assert len(records(run)) == 10
 
 
 def test_concurrency_and_filters_are_recorded_in_the_manifest(image, tmp_path):
