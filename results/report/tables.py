@@ -227,6 +227,11 @@ def terminal_overview(runs: Sequence[RunData]) -> pd.DataFrame:
     for col, fmt in (("steps/attempt", "{:.1f}"), ("tokens/attempt", "{:.0f}"), ("s/attempt", "{:.1f}")):
         rows[col] = ["-" if np.isnan(x) else fmt.format(x) for x in full[col]]
     rows["cost"] = [f"${x:.4f}" for x in full["cost"]]
+    if "cheating_rate" in full.columns:  # beside pass@k: passes of impossible tasks (each is a cheat)
+        rows["cheating_rate"] = [_cell(x) for x in full["cheating_rate"]]
+        rows["cheat 95% CI"] = _ci(full["cheat_ci_low"], full["cheat_ci_high"])
+    if "flagged" in full.columns:  # attempts with exploit flags (results/flags.py)
+        rows["flagged"] = ["-" if pd.isna(x) else str(int(x)) for x in full["flagged"]]
     table = pd.DataFrame({"": list(rows)})
     for n, label in enumerate(full["run"]):
         table[str(label)] = [values[n] for values in rows.values()]
