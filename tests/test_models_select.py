@@ -167,3 +167,28 @@ def test_return_token_ids_is_an_openai_compat_option():
         get_model("openai-compat:http://h:1/v1/m", return_token_ids="sometimes")
     with pytest.raises(UserError, match="unknown option.*return_token_ids"):
         get_model("local:smollm2-135m", return_token_ids=True)  # a local model records its ids anyway
+
+
+def echo_backend(target, spec, options):
+    """A backend registered by test_a_new_backend_is_one_registration: its Model is the replay model."""
+    from agent.models.replay import ReplayModel
+
+    return ReplayModel({}, name=f"{spec}|{target}|{options.int('depth')}")
+
+
+def test_a_new_backend_is_one_registration(monkeypatch):
+    """A model backend is a module with a build function and one register() line: the spec's prefix
+    selects it, its options are checked, and -M keys it does not know are refused (no extra_params)."""
+    import agent.models as models
+
+    monkeypatch.setattr(models, "BACKENDS", dict(models.BACKENDS))
+    models.register("echo", "tests.test_models_select:echo_backend", {"depth"})
+    model = get_model("echo:abc", depth="3")
+    assert model.name == "echo:abc|abc|3"
+    assert models.backend_of("echo:x") == "echo" and models.backend_of("nope:x") == "litellm"
+    with pytest.raises(UserError, match="unknown option.*temperature.*echo backend"):
+        get_model("echo:abc", temperature=1)
+    with pytest.raises(UserError, match="the echo backend has no option 'top_p'"):
+        models.parse_model_options("echo:abc", ["top_p=0.9"])
+    with pytest.raises(ValueError, match="registered twice"):
+        models.register("echo", "x:y", set())

@@ -29,16 +29,21 @@ Options (unknown ones are a UserError; values may be strings, e.g. from the comm
     openai-compat and litellm: extra_params={...} sent with every request (the CLI's -M puts any key it does
                     not know here for these two backends: -M top_p=0.9 -M reasoning_effort=low)
 
+Adding a backend: a module with a `from_spec(target, spec, options) -> Model` function, and one `register`
+line below (its prefix, that function, the options it takes).
+
 Per attempt the agent loop calls `model_for_attempt(model, task_id, sample)` and uses what it returns:
 the model itself for every backend except replay, which gives a fresh per-task script.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Optional
+import importlib
+from dataclasses import dataclass
+from typing import Any
 
 from agent.models.base import Completion, Model, ModelError, ToolCall
+from agent.models.options import ModelOptions
 from agent.models.retry import ContextLengthError, RetryPolicy
 from results.errors import UserError
 
@@ -65,55 +70,44 @@ MODEL_OPTION_HELP = (
 
 _COMMON = {"price_in", "price_out"}
 _HTTP = {"api_key", "supports_tools", "context_window", "timeout", "max_attempts", "retry", "extra_params"}
-_ALLOWED = {
-    "local": _COMMON | {"adapter", "seed", "device"},
-    "openai-compat": _COMMON | _HTTP | {"base_url", "return_token_ids"},
-    "replay": _COMMON,
-    "litellm": _COMMON | _HTTP | {"api_base", "base_url"},
-}
 
 
-def _float(options: dict[str, Any], key: str) -> Optional[float]:
-    value = options.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"model option {key}={value!r}: expected a number") from None
+@dataclass(frozen=True)
+class Backend:
+    name: str  # the spec's prefix ("local" in local:smollm2-135m)
+    build: str  # "module:function" (target, spec, ModelOptions) -> Model, imported on first use
+    options: frozenset[str]  # the options it takes (get_model's keywords, -M keys)
+    extra_params: bool  # -M keys it does not know are sent with each request (the HTTP backends)
 
 
-def _int(options: dict[str, Any], key: str) -> Optional[int]:
-    value = _float(options, key)
-    return None if value is None else int(value)
+BACKENDS: dict[str, Backend] = {}  # in registration order
+FALLBACK = "litellm"  # a spec with no registered prefix: LiteLLM's own names (openai/gpt-4o-mini)
 
 
-def _bool(options: dict[str, Any], key: str) -> Optional[bool]:
-    value = options.get(key)
-    if value is None or isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise UserError(f"model option {key}={value!r}: expected true or false")
+def register(name: str, build: str, options: set[str], *, extra_params: bool = False) -> None:
+    """Adds a model backend: a module whose `build` function makes its Model. Adding one = its module and
+    one line below."""
+    if name in BACKENDS:
+        raise ValueError(f"model backend {name!r} is registered twice")
+    BACKENDS[name] = Backend(name, build, frozenset(_COMMON | options), extra_params)
 
 
-def _retry(options: dict[str, Any]) -> RetryPolicy:
-    policy = options.get("retry") or RetryPolicy()
-    if not isinstance(policy, RetryPolicy):
-        raise UserError("model option retry: expected a RetryPolicy")
-    if options.get("timeout") is not None:
-        policy = replace(policy, timeout=_float(options, "timeout"))
-    if options.get("max_attempts") is not None:
-        policy = replace(policy, max_attempts=max(1, _int(options, "max_attempts") or 1))
-    return policy
+register("local", "agent.models.local:from_spec", {"adapter", "seed", "device"})
+register("replay", "agent.models.replay:from_spec", set())
+register(
+    "openai-compat",
+    "agent.models.openai_compat:from_spec",
+    _HTTP | {"base_url", "return_token_ids"},
+    extra_params=True,
+)
+register(
+    "litellm", "agent.models.litellm_model:from_spec", _HTTP | {"api_base", "base_url"}, extra_params=True
+)
 
 
 def backend_of(spec: str) -> str:
     prefix = spec.split(":", 1)[0]
-    return prefix if prefix in ("local", "openai-compat", "replay") else "litellm"
+    return prefix if prefix in BACKENDS and prefix != FALLBACK else FALLBACK
 
 
 def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
@@ -121,67 +115,17 @@ def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
     spec = (spec or "").strip()
     if not spec:
         raise UserError(f"no model given; e.g. --model {DEFAULT_MODEL}")
-    backend = backend_of(spec)
+    backend = BACKENDS[backend_of(spec)]
     options = {k: v for k, v in options.items() if v is not None}
-    unknown = sorted(set(options) - _ALLOWED[backend])
+    unknown = sorted(set(options) - backend.options)
     if unknown:
         raise UserError(
-            f"model {spec}: unknown option(s) {', '.join(unknown)} for the {backend} backend; "
-            f"valid: {', '.join(sorted(_ALLOWED[backend])) or 'none'}"
+            f"model {spec}: unknown option(s) {', '.join(unknown)} for the {backend.name} backend; "
+            f"valid: {', '.join(sorted(backend.options)) or 'none'}"
         )
-    price_in, price_out = _float(options, "price_in"), _float(options, "price_out")
-    target = spec.split(":", 1)[1] if backend != "litellm" else spec
-
-    if backend == "local":
-        from agent.models.local import LocalModel
-
-        return LocalModel(
-            target,
-            adapter=options.get("adapter"),
-            seed=_int(options, "seed"),
-            device=options.get("device"),
-            name=spec,
-            price_in=price_in,
-            price_out=price_out,
-        )
-    if backend == "replay":
-        from agent.models.replay import ReplayModel
-
-        if not target:
-            raise UserError(
-                "replay: name the file, e.g. replay:replies.json or replay:results/run/attempts.jsonl"
-            )
-        return ReplayModel.from_file(target, name=spec, price_in=price_in, price_out=price_out)
-    if backend == "openai-compat":
-        from agent.models.openai_compat import OpenAICompatModel, parse_target
-
-        base_url, model_name = parse_target(target, options.get("base_url"))
-        return OpenAICompatModel(
-            model_name,
-            base_url,
-            name=spec,
-            api_key=options.get("api_key"),
-            supports_tools=bool(_bool(options, "supports_tools")),
-            context_window=_int(options, "context_window") or 8192,
-            retry=_retry(options),
-            price_in=price_in,
-            price_out=price_out,
-            extra_params=options.get("extra_params"),
-            return_token_ids=bool(_bool(options, "return_token_ids")),
-        )
-    from agent.models.litellm_model import LiteLLMModel
-
-    return LiteLLMModel(
-        spec,
-        api_key=options.get("api_key"),
-        api_base=options.get("api_base") or options.get("base_url"),
-        supports_tools=_bool(options, "supports_tools"),
-        context_window=_int(options, "context_window"),
-        retry=_retry(options),
-        price_in=price_in,
-        price_out=price_out,
-        extra_params=options.get("extra_params"),
-    )
+    target = spec if backend.name == FALLBACK else spec.split(":", 1)[1]
+    module, function = backend.build.split(":")
+    return getattr(importlib.import_module(module), function)(target, spec, ModelOptions(options))
 
 
 def add_model_option(parser: Any, help: str = MODEL_OPTION_HELP) -> None:
@@ -203,7 +147,7 @@ def parse_model_options(spec: str, pairs: list[str]) -> dict[str, Any]:
     extra request parameter (the value read as JSON when it parses: 0.9, true, {"a": 1}; else a string)."""
     import json
 
-    backend = backend_of(spec or DEFAULT_MODEL)
+    backend = BACKENDS[backend_of(spec or DEFAULT_MODEL)]
     options: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for pair in pairs:
@@ -213,16 +157,16 @@ def parse_model_options(spec: str, pairs: list[str]) -> dict[str, Any]:
             raise UserError(
                 f"-M {pair}: write -M key=value (e.g. -M supports_tools=true -M context_window=32768)"
             )
-        if key in _ALLOWED[backend] and key not in ("retry", "extra_params"):
+        if key in backend.options and key not in ("retry", "extra_params"):
             options[key] = value
-        elif backend in ("openai-compat", "litellm"):
+        elif backend.extra_params:
             try:
                 extra[key] = json.loads(value)
             except ValueError:
                 extra[key] = value
         else:
-            known = ", ".join(sorted(_ALLOWED[backend] - {"retry", "extra_params"}))
-            raise UserError(f"-M {pair}: the {backend} backend has no option {key!r}; valid: {known}")
+            known = ", ".join(sorted(backend.options - {"retry", "extra_params"}))
+            raise UserError(f"-M {pair}: the {backend.name} backend has no option {key!r}; valid: {known}")
     if extra:
         options["extra_params"] = extra
     return options

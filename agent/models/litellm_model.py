@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from agent.models.base import Completion
 from agent.models.common import apply_prices, completions_of, litellm_tokens, set_cost
+from agent.models.options import ModelOptions
 from agent.models.retry import RetryPolicy, call_with_retries
 from results.errors import UserError
 
@@ -161,3 +162,17 @@ class LiteLLMModel:
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         return litellm_tokens(self.name, messages)
+
+
+def from_spec(target: str, spec: str, o: ModelOptions) -> LiteLLMModel:
+    """Any spec no other backend claims: LiteLLM's names (registered in agent/models/__init__.py)."""
+    return LiteLLMModel(
+        spec,
+        api_key=o.get("api_key"),
+        api_base=o.get("api_base") or o.get("base_url"),
+        supports_tools=o.bool("supports_tools"),
+        context_window=o.int("context_window"),
+        retry=o.retry(),
+        extra_params=o.get("extra_params"),
+        **o.prices(),
+    )

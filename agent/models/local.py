@@ -30,6 +30,7 @@ from agent.models.local_decoding import (
     token_logprobs,
 )
 from agent.models.local_loading import DEFAULT_LOCAL_MODEL, END_OF_TURN, check_adapter, load_adapter, load_hf
+from agent.models.options import ModelOptions
 from agent.models.retry import ContextLengthError
 from results.errors import UserError
 
@@ -544,3 +545,10 @@ class _Request:
     def width(self) -> int:
         """Rows it decodes: n samples, or one greedy sequence copied n times."""
         return self.n if self.temperature > 0 else 1
+
+
+def from_spec(target: str, spec: str, o: ModelOptions) -> LocalModel:
+    """local:NAME|FOLDER|FILE.gguf (registered in agent/models/__init__.py)."""
+    return LocalModel(
+        target, adapter=o.get("adapter"), seed=o.int("seed"), device=o.get("device"), name=spec, **o.prices()
+    )

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from agent.models.base import Completion, ModelError
 from agent.models.common import apply_prices, completions_of, litellm_tokens
+from agent.models.options import ModelOptions
 from agent.models.retry import RetryPolicy, call_with_retries
 from results.errors import UserError
 
@@ -154,3 +155,20 @@ class OpenAICompatModel:
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         return litellm_tokens(self.model, messages)
+
+
+def from_spec(target: str, spec: str, o: ModelOptions) -> OpenAICompatModel:
+    """openai-compat:[http://HOST:PORT/v1/]MODEL (registered in agent/models/__init__.py)."""
+    base_url, model_name = parse_target(target, o.get("base_url"))
+    return OpenAICompatModel(
+        model_name,
+        base_url,
+        name=spec,
+        api_key=o.get("api_key"),
+        supports_tools=bool(o.bool("supports_tools")),
+        context_window=o.int("context_window") or 8192,
+        retry=o.retry(),
+        extra_params=o.get("extra_params"),
+        return_token_ids=bool(o.bool("return_token_ids")),
+        **o.prices(),
+    )

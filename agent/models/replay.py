@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from agent.models.base import Completion, ModelError, ToolCall
 from agent.models.common import apply_prices, approx_tokens, parse_arguments
+from agent.models.options import ModelOptions
 from results.errors import UserError
 
 ANY_SAMPLE = -1  # format (a): one script for every sample
@@ -233,3 +234,12 @@ class ReplayModel:
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         return approx_tokens(messages)
+
+
+def from_spec(target: str, spec: str, o: ModelOptions) -> ReplayModel:
+    """replay:FILE (registered in agent/models/__init__.py)."""
+    if not target:
+        raise UserError(
+            "replay: name the file, e.g. replay:replies.json or replay:results/run/attempts.jsonl"
+        )
+    return ReplayModel.from_file(target, name=spec, **o.prices())
