@@ -495,3 +495,24 @@ def test_the_candidates_subclasses_cross_as_their_builtin_values():
     assert v == [3, "real", [1], {"a": 1}] and [type(x) for x in v] == [int, str, list, dict]
     assert v[0] != 4
     assert isinstance(runner.decode(over_the_wire(child.encode(Color.RED))), candidate.RemoteObject)
+
+
+def test_callbacks_answer_with_values_or_exceptions():
+    """A test's function the candidate calls: its arguments come up, its result or exception goes down."""
+    child, runner = candidate._Server(-1, -1), candidate._Child()
+
+    def checked(x, scale=1):
+        if x < 0:
+            raise KeyError("negative")
+        return x * scale
+
+    index = runner.encode(checked)[1]
+    answer = runner._run_callback(
+        over_the_wire({"callback": index, "args": [child.encode(4)], "kwargs": {"scale": child.encode(10)}})
+    )
+    assert child.decode(over_the_wire(answer["ok"])) == 40
+    answer = runner._run_callback(over_the_wire({"callback": index, "args": [child.encode(-1)]}))
+    e = child.decode(over_the_wire(answer["raise"]))
+    assert type(e) is KeyError and e.args == ("'negative'",)
+    answer = runner._run_callback({"callback": index + 1, "args": []})  # no such callback
+    assert type(child.decode(answer["raise"])) is IndexError

@@ -50,6 +50,7 @@ EXC_MAP = {
     "BaseException": "RuntimeError",
     "BaseExceptionGroup": "RuntimeError",
 }
+_GONE = "the candidate's process ended earlier: this object of it is gone"
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
@@ -213,7 +214,7 @@ class _Wire:
             return self._too_deep(x)
         v = self._before_plain(x)
         if v is None:
-            v = _plain_form(x, lambda y: self.encode(y, depth + 1))
+            v = _plain_form(x, self.encode, depth + 1)
         return self._not_plain(x) if v is None else v
 
     def decode(self, v, depth=0):
@@ -231,7 +232,7 @@ class _Wire:
         try:
             if tag in _REFERENCES:
                 return self._resolve(tag, fields)
-            return _plain_value(tag, fields, lambda x: self.decode(x, depth + 1))
+            return _plain_value(tag, fields, self.decode, depth + 1)
         except ProtocolError:
             raise
         except _MALFORMED as e:
@@ -250,9 +251,10 @@ class _Wire:
         raise NotImplementedError
 
 
-def _plain_form(x, sub):
-    """x's tagged form if it is a plain value, else None; sub encodes a nested value. Read with the built-in
-    types' own methods, so that a subclass's overrides (__int__, __str__, __iter__, items) are never asked."""
+def _plain_form(x, sub, depth):
+    """x's tagged form if it is a plain value, else None; sub(v, depth) encodes a nested value. Read with
+    the built-in types' own methods, so that a subclass's overrides (__int__, __str__, __iter__, items) are
+    never asked."""
     if x is None:
         return ["N"]
     if isinstance(x, bool):
@@ -269,17 +271,17 @@ def _plain_form(x, sub):
         return ["Y" if isinstance(x, bytes) else "YA", base64.b64encode(bytes(x)).decode()]
     if isinstance(x, tuple) and isinstance(getattr(type(x), "_fields", None), tuple):
         fields = [str(f) for f in type(x)._fields]
-        return ["NT", type(x).__name__, fields, [sub(v) for v in tuple.__iter__(x)]]
+        return ["NT", type(x).__name__, fields, [sub(v, depth) for v in tuple.__iter__(x)]]
     if isinstance(x, tuple):
-        return ["T", [sub(v) for v in tuple.__iter__(x)]]
+        return ["T", [sub(v, depth) for v in tuple.__iter__(x)]]
     if isinstance(x, list):
-        return ["L", [sub(v) for v in list.__iter__(x)]]
+        return ["L", [sub(v, depth) for v in list.__iter__(x)]]
     if isinstance(x, dict):
-        return ["D", [[sub(k), sub(v)] for k, v in dict.items(x)]]
+        return ["D", [[sub(k, depth), sub(v, depth)] for k, v in dict.items(x)]]
     if isinstance(x, set):
-        return ["Z", [sub(v) for v in set.__iter__(x)]]
+        return ["Z", [sub(v, depth) for v in set.__iter__(x)]]
     if isinstance(x, frozenset):
-        return ["R", [sub(v) for v in frozenset.__iter__(x)]]
+        return ["R", [sub(v, depth) for v in frozenset.__iter__(x)]]
     if isinstance(x, decimal.Decimal):
         return ["DEC", decimal.Decimal.__str__(x)]
     if isinstance(x, fractions.Fraction):
@@ -300,8 +302,9 @@ def _plain_form(x, sub):
 _DATES = {"datetime": datetime.datetime, "date": datetime.date, "time": datetime.time}
 
 
-def _plain_value(tag, f, sub):
-    """A genuine built-in value from a plain tag's fields (counted already); sub decodes a nested value."""
+def _plain_value(tag, f, sub, depth):
+    """A genuine built-in value from a plain tag's fields (counted already); sub(v, depth) decodes a nested
+    value."""
     if tag == "N":
         return None
     if tag == "NI":
@@ -320,18 +323,18 @@ def _plain_value(tag, f, sub):
         raw = base64.b64decode(_str(f[0]), validate=True)
         return raw if tag == "Y" else bytearray(raw)
     if tag == "L":
-        return [sub(x) for x in _list(f[0])]
+        return [sub(x, depth) for x in _list(f[0])]
     if tag == "T":
-        return tuple(sub(x) for x in _list(f[0]))
+        return tuple(sub(x, depth) for x in _list(f[0]))
     if tag == "NT":
         cls = collections.namedtuple(_str(f[0]), [_str(name) for name in _list(f[1])], rename=True)
-        return cls(*[sub(x) for x in _list(f[2])])
+        return cls(*[sub(x, depth) for x in _list(f[2])])
     if tag == "D":
-        return {sub(k): sub(x) for k, x in (_pair(p) for p in _list(f[0]))}
+        return {sub(k, depth): sub(x, depth) for k, x in (_pair(p) for p in _list(f[0]))}
     if tag == "Z":
-        return {sub(x) for x in _list(f[0])}
+        return {sub(x, depth) for x in _list(f[0])}
     if tag == "R":
-        return frozenset(sub(x) for x in _list(f[0]))
+        return frozenset(sub(x, depth) for x in _list(f[0]))
     if tag == "DEC":
         return decimal.Decimal(_str(f[0]))
     if tag == "FR":
@@ -549,7 +552,7 @@ class _Child(_Wire):
         if generation is not None and (
             generation != self.generation or self.proc is None or self.proc.poll() is not None
         ):
-            raise RuntimeError("the candidate's process ended earlier: this object of it is gone")
+            raise RuntimeError(_GONE)
         self.ensure()
         try:
             _send(self.proc.stdin.fileno(), msg)
@@ -601,7 +604,7 @@ class _Child(_Wire):
     def _before_plain(self, x):
         if isinstance(x, RemoteObject):
             if x._generation != self.generation:
-                raise RuntimeError("the candidate's process ended earlier: this object of it is gone")
+                raise RuntimeError(_GONE)
             return ["H", x._hid]
         if isinstance(x, type) and issubclass(x, BaseException) and hasattr(x, "_harness_hid"):
             return ["X", x._harness_hid[1]]
