@@ -2,6 +2,13 @@
 import the candidate see what they would see in-process for plain values, objects, exceptions, callbacks
 and packages, while nothing of the test runner is within the candidate's reach."""
 
+import collections
+import datetime
+import decimal
+import enum
+import fractions
+import os
+import pathlib
 import random
 import textwrap
 
@@ -331,26 +338,181 @@ def test_prepare_renames_and_shuffles_but_keeps_the_tasks_names():
         ["NT", "P", ["a"], "x"],
         ["DT", "nope", "2024-01-01"],
         ["F", "1e999x"],
+        ["I", "1", "more"],  # a field count that is not the table's
+        ["H", 1],  # the runner's form of a handle, not the child's
+        ["CB", 0],  # only the runner sends callbacks
+        ["XI", 1, "E", "ValueError"],
+        ["L", [["X", 1, "E", 5]]],
     ],
 )
 def test_malformed_values_from_the_child_are_refused(bad):
     with pytest.raises(candidate.ProtocolError):
-        candidate._decode(bad, 1)
+        candidate._Child().decode(bad)
 
 
 def test_values_rebuilt_as_builtins():
-    v = candidate._decode(
-        ["L", [["I", "ff"], ["S", "x"], ["T", [["B", True], ["N"]]], ["Z", [["F", "1.5"]]]]], 1
+    v = candidate._Child().decode(
+        ["L", [["I", "ff"], ["S", "x"], ["T", [["B", True], ["N"]]], ["Z", [["F", "1.5"]]]]]
     )
     assert v == [255, "x", (True, None), {1.5}] and type(v[2]) is tuple
     deep = ["L", []]
     for _ in range(candidate.MAX_DEPTH + 5):
         deep = ["L", [deep]]
     with pytest.raises(candidate.ProtocolError):
-        candidate._decode(deep, 1)
+        candidate._Child().decode(deep)
 
 
 def test_test_side_values_that_cannot_cross_say_so():
+    runner = candidate._Child()
     with pytest.raises(TypeError, match="cannot pass"):
-        candidate._encode(object())
-    assert candidate._encode({"a": (1, b"x")}) == ["D", [[["S", "a"], ["T", [["I", "1"], ["Y", "eA=="]]]]]]
+        runner.encode(object())
+    with pytest.raises(TypeError, match="cannot pass"):
+        runner.encode(NotImplemented)  # only the candidate's operators decline
+    assert runner.encode({"a": (1, b"x")}) == ["D", [[["S", "a"], ["T", [["I", "1"], ["Y", "eA=="]]]]]]
+
+
+# ---------------------------------------------------- one wire: the same encoder and decoder at both ends
+
+Pair = collections.namedtuple("Pair", "left right")
+PLAIN = [
+    None,
+    True,
+    -(2**70),
+    1.5,
+    float("inf"),
+    2 - 3j,
+    "caf\u00e9 \udcff",
+    b"\x00\xff",
+    bytearray(b"x"),
+    (1, [2, {3: frozenset({4})}]),
+    {"k": {5, 6}},
+    decimal.Decimal("1.10"),
+    fractions.Fraction(3, 2),
+    datetime.datetime(2024, 2, 29, 1, 2, 3, 4),
+    datetime.date(2024, 2, 29),
+    datetime.time(1, 2),
+    datetime.timedelta(days=1, microseconds=5),
+    pathlib.PurePosixPath("/a/b"),
+    Pair(1, "two"),
+]
+
+
+def over_the_wire(value):
+    """A value as the other end reads it: framed, through a real pipe."""
+    r, w = os.pipe()
+    try:
+        candidate._send(w, value)
+        return candidate._recv(r)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def tags(v):
+    if isinstance(v, list):
+        if v and isinstance(v[0], str) and v[0] in candidate.TAGS:
+            yield v[0]
+        for x in v:
+            yield from tags(x)
+
+
+@pytest.mark.parametrize("direction", ["up", "down"])
+def test_plain_values_cross_both_ways_as_builtins(direction):
+    child, runner = candidate._Server(-1, -1), candidate._Child()
+    sender, receiver = (child, runner) if direction == "up" else (runner, child)
+    seen = set()
+    for value in PLAIN:
+        sent = over_the_wire(sender.encode(value))
+        seen.update(tags(sent))
+        back = receiver.decode(sent)
+        if isinstance(value, pathlib.PurePath):
+            assert type(back) is type(pathlib.Path()) and str(back) == str(value)
+        elif isinstance(value, Pair):
+            assert back == value and back.left == 1 and back.right == "two" and type(back) is not Pair
+        else:
+            assert back == value and type(back) is type(value), (value, back)
+    # every plain tag of the table is spoken, and nothing outside it
+    references = {"H", "X", "XI", "CB", "NI"}
+    assert seen == set(candidate.TAGS) - references
+
+
+def test_references_cross_both_ways():
+    child, runner = candidate._Server(-1, -1), candidate._Child()
+
+    class ShapeError(LookupError):
+        pass
+
+    obj = object()
+    handle = runner.decode(over_the_wire(child.encode([obj])))[0]
+    assert isinstance(handle, candidate.RemoteObject) and handle._type == "object"
+    assert child.decode(over_the_wire(runner.encode(handle))) is obj
+
+    e = runner.decode(over_the_wire(child.encode(ShapeError("no such shape"))))
+    assert isinstance(e, LookupError) and type(e).__name__ == "ShapeError" and str(e) == "no such shape"
+    assert child.decode(over_the_wire(runner.encode(type(e)))) is ShapeError
+    builtin = runner.decode(over_the_wire(child.encode(KeyError("k"))))
+    assert type(builtin) is KeyError
+
+    assert runner.decode(over_the_wire(child.encode(NotImplemented))) is NotImplemented
+    assert callable(child.decode(over_the_wire(runner.encode(len))))
+    for wrong_way in (["NI"], ["H", 1, "object"], ["X", 1, "E", "ValueError"]):
+        with pytest.raises(candidate.ProtocolError):
+            child.decode(wrong_way)
+
+
+def test_the_candidates_subclasses_cross_as_their_builtin_values():
+    """What a subclass's overrides claim never reaches the runner: the built-in part is read."""
+
+    class Int(int):
+        def __int__(self):
+            return 7
+
+        def __format__(self, spec):
+            return "7"
+
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    class Str(str):
+        def __str__(self):
+            return "forged"
+
+    class List(list):
+        def __iter__(self):
+            return iter([99])
+
+    class Dict(dict):
+        def items(self):
+            return [("forged", 1)]
+
+    class Color(enum.IntEnum):
+        RED = 1
+
+    child, runner = candidate._Server(-1, -1), candidate._Child()
+    v = runner.decode(over_the_wire(child.encode([Int(3), Str("real"), List([1]), Dict(a=1)])))
+    assert v == [3, "real", [1], {"a": 1}] and [type(x) for x in v] == [int, str, list, dict]
+    assert v[0] != 4
+    assert isinstance(runner.decode(over_the_wire(child.encode(Color.RED))), candidate.RemoteObject)
+
+
+def test_callbacks_answer_with_values_or_exceptions():
+    """A test's function the candidate calls: its arguments come up, its result or exception goes down."""
+    child, runner = candidate._Server(-1, -1), candidate._Child()
+
+    def checked(x, scale=1):
+        if x < 0:
+            raise KeyError("negative")
+        return x * scale
+
+    index = runner.encode(checked)[1]
+    answer = runner._run_callback(
+        over_the_wire({"callback": index, "args": [child.encode(4)], "kwargs": {"scale": child.encode(10)}})
+    )
+    assert child.decode(over_the_wire(answer["ok"])) == 40
+    answer = runner._run_callback(over_the_wire({"callback": index, "args": [child.encode(-1)]}))
+    e = child.decode(over_the_wire(answer["raise"]))
+    assert type(e) is KeyError and e.args == ("'negative'",)
+    answer = runner._run_callback({"callback": index + 1, "args": []})  # no such callback
+    assert type(child.decode(answer["raise"])) is IndexError

@@ -15,12 +15,15 @@ candidate's own __eq__ (its behaviour is what such a test checks; canaries are t
 Exceptions cross as their built-in base type with the candidate's message, so pytest.raises(ValueError)
 works; SystemExit, KeyboardInterrupt and pytest's outcomes (skip, exit) become RuntimeError.
 
-Wire format: a 4-byte big-endian length, then a JSON object. Every value is a list [tag, ...]; see _enc/_dec.
+Wire format: length-prefixed JSON frames whose values are tagged lists; see TAGS. Both ends encode and decode
+with one _Wire, and each says only what its references are.
 """
 
 import base64
+import collections
 import datetime
 import decimal
+import enum
 import fractions
 import importlib.abc
 import importlib.machinery
@@ -47,6 +50,7 @@ EXC_MAP = {
     "BaseException": "RuntimeError",
     "BaseExceptionGroup": "RuntimeError",
 }
+_GONE = "the candidate's process ended earlier: this object of it is gone"
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
@@ -54,6 +58,62 @@ CHILD_ENV = {
     "WORKSPACE": WORKSPACE,
     "PYTHONDONTWRITEBYTECODE": "1",
 }
+
+# ------------------------------------------------------------------------------ the wire format (both sides)
+# A frame is a 4-byte big-endian length, then one JSON object. The test runner sends down (to the child)
+#   {"op": "import", "name": a module}: the child answers {"module": {"h": id, "package": bool, "file": path}}
+#   {"op": one of _OPS, "h": target's id, "name": attribute, "args": [value], "kwargs": {name: value}}:
+#       the child answers {"ok": value} or {"raise": an XI value, "traceback": text}
+# While a request runs the child may send up {"callback": index, "args": [value], "kwargs": {name: value}}
+# (the candidate calls a function of the tests'); the runner answers {"ok": value} or {"raise": an XI value}
+# and reads on. Every value is a list [tag, field, ...] as below.
+UP, DOWN = "up", "down"  # UP: child -> test runner; DOWN: test runner -> child
+
+Tag = collections.namedtuple("Tag", "carries up down")  # up/down: the fields after the tag; None: never sent
+
+
+def _both(carries, *fields):
+    return Tag(carries, fields, fields)
+
+
+TAGS = {  # a value is [tag, *fields]; a decoder refuses a tag or a field count that is not its direction's
+    "N": _both("None"),
+    "NI": Tag("NotImplemented (an operator of the candidate's declined)", (), None),
+    "B": _both("bool", "true or false"),
+    "I": _both("int", "hex digits"),
+    "F": _both("float", "repr"),
+    "C": _both("complex", "real part's repr", "imaginary part's repr"),
+    "S": _both("str", "text"),
+    "Y": _both("bytes", "base64"),
+    "YA": _both("bytearray", "base64"),
+    "T": _both("tuple", "[values]"),
+    "NT": _both("namedtuple (rebuilt as a new namedtuple class)", "type name", "[field names]", "[values]"),
+    "L": _both("list", "[values]"),
+    "D": _both("dict", "[[key, value], ...]"),
+    "Z": _both("set", "[values]"),
+    "R": _both("frozenset", "[values]"),
+    "DEC": _both("decimal.Decimal", "str"),
+    "FR": _both("fractions.Fraction", "hex numerator", "hex denominator"),
+    "DT": _both("datetime.datetime, date or time", '"datetime", "date" or "time"', "isoformat"),
+    "TD": _both("datetime.timedelta", "days", "seconds", "microseconds"),
+    "P": _both("a path (rebuilt as pathlib.Path)", "str"),
+    # references: what each end makes of them is its own (_Server._resolve, _Child._resolve)
+    "H": Tag("an object that stays in the child (a handle)", ("id", "type's qualname"), ("id",)),
+    "X": Tag("an exception class of the candidate's", ("id", "qualname", "built-in base's name"), ("id",)),
+    "XI": _both("an exception raised (id: its class's, or 0)", "id", "qualname", "built-in base", "message"),
+    "CB": Tag("a function of the tests' that the candidate may call back", None, ("index",)),
+}
+_REFERENCES = ("H", "X", "XI", "CB")
+# What rebuilding a malformed value raises (it then ends as a ProtocolError).
+_MALFORMED = (
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    OverflowError,
+    RecursionError,
+    decimal.InvalidOperation,
+)
 
 
 class ProtocolError(RuntimeError):
@@ -66,6 +126,35 @@ def _builtin_exc_name(cls):
         if base.__module__ == "builtins" and issubclass(base, BaseException):
             return EXC_MAP.get(base.__name__, base.__name__)
     return "RuntimeError"
+
+
+def _builtin_exc_class(name):
+    """The built-in exception class of that name (from _builtin_exc_name); RuntimeError for anything else."""
+    import builtins
+
+    cls = getattr(builtins, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, Exception) else RuntimeError
+
+
+def _exc_value(hid, cls, message):
+    """An exception as an XI value."""
+    return ["XI", hid, cls.__qualname__, _builtin_exc_name(cls), message]
+
+
+def _message(e):
+    try:
+        return str(e)[:2000]
+    except BaseException:
+        return "<unprintable message>"
+
+
+def _traceback(e):
+    import traceback
+
+    try:
+        return "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]
+    except BaseException:
+        return ""
 
 
 # ------------------------------------------------------------------------------ framing (both sides)
@@ -109,266 +198,154 @@ def _now():
     return time.monotonic()
 
 
-# ------------------------------------------------------------------------------ the child
+# ------------------------------------------------------------------------------ values (both sides)
 
 
-def _child_main():
-    """Serves requests on a private copy of stdin/stdout; the candidate's own prints go to stderr and
-    its reads of stdin see nothing."""
-    req_fd, rep_fd = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(2, 1)
-    os.chdir(WORKSPACE)
-    sys.path.append(WORKSPACE)  # at the end: the candidate's modules import, the standard library wins
-    objects = {}
-    ids = itertools.count(1)
+class _Wire:
+    """One end's encoder and decoder. Plain values are the same logic at both ends; an end says what its
+    references are: _before_plain (objects that must not cross as plain values), _not_plain (the rest) and
+    _too_deep when encoding, _resolve (H, X, XI, CB) when decoding."""
 
-    def keep(obj):
-        i = next(ids)
-        objects[i] = obj
-        return i
+    receives = None  # UP or DOWN: which of each tag's field lists in TAGS this end accepts
 
-    def enc(x, depth=0):
+    def encode(self, x, depth=0):
+        """x as a tagged value."""
         if depth > MAX_DEPTH:
-            return ["H", keep(x), type(x).__qualname__]
-        if x is None:
-            return ["N"]
-        if x is NotImplemented:
-            return ["NI"]
-        if isinstance(x, bool):
-            return ["B", bool(x)]
-        import enum
+            return self._too_deep(x)
+        v = self._before_plain(x)
+        if v is None:
+            v = _plain_form(x, self.encode, depth + 1)
+        return self._not_plain(x) if v is None else v
 
-        if isinstance(x, enum.Enum):
-            return ["H", keep(x), type(x).__qualname__]
-        if isinstance(x, int):
-            return ["I", format(int.__int__(x), "x")]
-        if isinstance(x, float):
-            return ["F", float.__repr__(x)]
-        if isinstance(x, complex):
-            return ["C", float.__repr__(x.real), float.__repr__(x.imag)]
-        if isinstance(x, str):
-            return ["S", str.__str__(x)]
-        if isinstance(x, (bytes, bytearray)):
-            return ["Y" if isinstance(x, bytes) else "YA", base64.b64encode(bytes(x)).decode()]
-        if isinstance(x, tuple) and isinstance(getattr(type(x), "_fields", None), tuple):
-            return [
-                "NT",
-                type(x).__name__,
-                [str(f) for f in type(x)._fields],
-                [enc(v, depth + 1) for v in tuple.__iter__(x)],
-            ]
-        if isinstance(x, tuple):
-            return ["T", [enc(v, depth + 1) for v in tuple.__iter__(x)]]
-        if isinstance(x, list):
-            return ["L", [enc(v, depth + 1) for v in list.__iter__(x)]]
-        if isinstance(x, dict):
-            return ["D", [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in dict.items(x)]]
-        if isinstance(x, (set, frozenset)):
-            items = [
-                enc(v, depth + 1) for v in (set.__iter__(x) if isinstance(x, set) else frozenset.__iter__(x))
-            ]
-            return ["Z" if isinstance(x, set) else "R", items]
-        if isinstance(x, decimal.Decimal):
-            return ["DEC", decimal.Decimal.__str__(x)]
-        if isinstance(x, fractions.Fraction):
-            return ["FR", format(x.numerator, "x"), format(x.denominator, "x")]
-        if isinstance(x, datetime.datetime):
-            return ["DT", "datetime", datetime.datetime.isoformat(x)]
-        if isinstance(x, datetime.date):
-            return ["DT", "date", datetime.date.isoformat(x)]
-        if isinstance(x, datetime.time):
-            return ["DT", "time", datetime.time.isoformat(x)]
-        if isinstance(x, datetime.timedelta):
-            return ["TD", x.days, x.seconds, x.microseconds]
-        if isinstance(x, pathlib.PurePath):
-            return ["P", str(x)]
-        if isinstance(x, type) and issubclass(x, BaseException):
-            return ["X", keep(x), x.__qualname__, _builtin_exc_name(x)]
-        if isinstance(x, BaseException):
-            return ["XI", keep(type(x)), type(x).__qualname__, _builtin_exc_name(type(x)), _message(x)]
-        return ["H", keep(x), type(x).__qualname__]
-
-    def dec(v):
-        tag = v[0]
-        if tag in ("H", "X"):
-            return objects[v[1]]
-        if tag == "CB":
-            return callback(v[1])
-        return _decode_plain(v, dec)
-
-    def callback(cid):
-        """A function of the tests', passed to the candidate: calling it asks the test runner to run it."""
-
-        def call(*args, **kwargs):
-            _send(
-                rep_fd,
-                {
-                    "callback": cid,
-                    "args": [enc(a) for a in args],
-                    "kwargs": {str(k): enc(v) for k, v in kwargs.items()},
-                },
-            )
-            answer = _recv(req_fd)
-            if "raise" in answer:
-                import builtins
-
-                info = answer["raise"]
-                cls = getattr(builtins, str(info[3]), RuntimeError)
-                raise (
-                    cls(str(info[4]))
-                    if isinstance(cls, type) and issubclass(cls, BaseException)
-                    else RuntimeError(str(info[4]))
-                )
-            return dec(answer["ok"])
-
-        return call
-
-    def reply(value):
+    def decode(self, v, depth=0):
+        """The value a tagged value stands for: only built-in types, and this end's references."""
+        if depth > MAX_DEPTH + 2:
+            raise ProtocolError("a value nested too deeply")
+        if not isinstance(v, list) or not v or not isinstance(v[0], str):
+            raise ProtocolError("a malformed value")
+        tag, fields = v[0], v[1:]
+        expected = getattr(TAGS.get(tag), self.receives, None)
+        if expected is None:
+            raise ProtocolError(f"an unknown value tag {tag!r}")
+        if len(fields) != len(expected):
+            raise ProtocolError(f"a malformed {tag} value: {len(fields)} fields, not {len(expected)}")
         try:
-            _send(rep_fd, {"ok": enc(value)})
-        except Exception as e:  # e.g. a str that cannot be encoded: say so instead of dying
-            _send(rep_fd, {"raise": ["XI", 0, "ProtocolError", "RuntimeError", f"unsendable result: {e}"]})
+            if tag in _REFERENCES:
+                return self._resolve(tag, fields)
+            return _plain_value(tag, fields, self.decode, depth + 1)
+        except ProtocolError:
+            raise
+        except _MALFORMED as e:
+            raise ProtocolError(f"a malformed {tag} value: {type(e).__name__}") from None
 
-    while True:
-        try:
-            req = _recv(req_fd)
-        except EOFError:
-            os._exit(0)
-        op = req.get("op")
-        try:
-            if op == "import":
-                import importlib
+    def _before_plain(self, x):
+        return None
 
-                module = importlib.import_module(req["name"])
-                value = {
-                    "h": keep(module),
-                    "package": hasattr(module, "__path__"),
-                    "file": str(getattr(module, "__file__", "") or ""),
-                }
-                _send(rep_fd, {"module": value})
-                continue
-            target = objects[req["h"]]
-            args = [dec(a) for a in req.get("args", [])]
-            kwargs = {k: dec(a) for k, a in req.get("kwargs", {}).items()}
-            if op == "getattr":
-                value = getattr(target, req["name"])
-            elif op == "setattr":
-                setattr(target, req["name"], args[0])
-                value = None
-            elif op == "delattr":
-                delattr(target, req["name"])
-                value = None
-            elif op == "call":
-                value = target(*args, **kwargs)
-            elif op == "special":  # looked up on the type, as Python does for operators
-                method = getattr(type(target), req["name"], None)
-                value = NotImplemented if method is None else method(target, *args)
-            elif op == "isinstance":
-                value = isinstance(args[0], target)
-            elif op == "issubclass":
-                value = issubclass(args[0], target)
-            elif op == "dir":
-                value = sorted(dir(target))
-            else:
-                raise ValueError(f"unknown request {op!r}")
-        except BaseException as e:
-            _send(rep_fd, {"raise": enc(e), "traceback": _traceback(e)})
-            continue
-        reply(value)
+    def _not_plain(self, x):
+        raise NotImplementedError
+
+    def _too_deep(self, x):
+        raise NotImplementedError
+
+    def _resolve(self, tag, fields):
+        raise NotImplementedError
 
 
-def _message(e):
-    try:
-        return str(e)[:2000]
-    except BaseException:
-        return "<unprintable message>"
+def _plain_form(x, sub, depth):
+    """x's tagged form if it is a plain value, else None; sub(v, depth) encodes a nested value. Read with
+    the built-in types' own methods, so that a subclass's overrides (__int__, __str__, __iter__, items) are
+    never asked."""
+    if x is None:
+        return ["N"]
+    if isinstance(x, bool):
+        return ["B", bool(x)]
+    if isinstance(x, int):
+        return ["I", format(int.__int__(x), "x")]
+    if isinstance(x, float):
+        return ["F", float.__repr__(x)]
+    if isinstance(x, complex):
+        return ["C", float.__repr__(x.real), float.__repr__(x.imag)]
+    if isinstance(x, str):
+        return ["S", str.__str__(x)]
+    if isinstance(x, (bytes, bytearray)):
+        return ["Y" if isinstance(x, bytes) else "YA", base64.b64encode(bytes(x)).decode()]
+    if isinstance(x, tuple) and isinstance(getattr(type(x), "_fields", None), tuple):
+        fields = [str(f) for f in type(x)._fields]
+        return ["NT", type(x).__name__, fields, [sub(v, depth) for v in tuple.__iter__(x)]]
+    if isinstance(x, tuple):
+        return ["T", [sub(v, depth) for v in tuple.__iter__(x)]]
+    if isinstance(x, list):
+        return ["L", [sub(v, depth) for v in list.__iter__(x)]]
+    if isinstance(x, dict):
+        return ["D", [[sub(k, depth), sub(v, depth)] for k, v in dict.items(x)]]
+    if isinstance(x, set):
+        return ["Z", [sub(v, depth) for v in set.__iter__(x)]]
+    if isinstance(x, frozenset):
+        return ["R", [sub(v, depth) for v in frozenset.__iter__(x)]]
+    if isinstance(x, decimal.Decimal):
+        return ["DEC", decimal.Decimal.__str__(x)]
+    if isinstance(x, fractions.Fraction):
+        return ["FR", format(x.numerator, "x"), format(x.denominator, "x")]
+    if isinstance(x, datetime.datetime):
+        return ["DT", "datetime", datetime.datetime.isoformat(x)]
+    if isinstance(x, datetime.date):
+        return ["DT", "date", datetime.date.isoformat(x)]
+    if isinstance(x, datetime.time):
+        return ["DT", "time", datetime.time.isoformat(x)]
+    if isinstance(x, datetime.timedelta):
+        return ["TD", x.days, x.seconds, x.microseconds]
+    if isinstance(x, pathlib.PurePath):
+        return ["P", str(x)]
+    return None
 
 
-def _traceback(e):
-    import traceback
-
-    try:
-        return "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]
-    except BaseException:
-        return ""
+_DATES = {"datetime": datetime.datetime, "date": datetime.date, "time": datetime.time}
 
 
-# ------------------------------------------------------------------------------ plain values (both sides)
-
-
-def _decode_plain(v, dec, depth=0):
-    """Rebuilds a plain value from its tagged form: only built-in types come out of here."""
-    if depth > MAX_DEPTH + 2:
-        raise ProtocolError("a value nested too deeply")
-    if not isinstance(v, list) or not v or not isinstance(v[0], str):
-        raise ProtocolError("a malformed value")
-    tag, rest = v[0], v[1:]
-    sub = lambda x: dec(x) if depth == 0 else _decode_nested(x, dec, depth + 1)  # noqa: E731
-    try:
-        if tag == "N":
-            return None
-        if tag == "NI":
-            return NotImplemented
-        if tag == "B":
-            return rest[0] is True
-        if tag == "I":
-            return int(_str(rest[0]), 16)
-        if tag == "F":
-            return float(_str(rest[0]))
-        if tag == "C":
-            return complex(float(_str(rest[0])), float(_str(rest[1])))
-        if tag == "S":
-            return _str(rest[0])
-        if tag in ("Y", "YA"):
-            raw = base64.b64decode(_str(rest[0]), validate=True)
-            return raw if tag == "Y" else bytearray(raw)
-        if tag == "L":
-            return [sub(x) for x in _list(rest[0])]
-        if tag == "T":
-            return tuple(sub(x) for x in _list(rest[0]))
-        if tag == "NT":
-            import collections
-
-            cls = collections.namedtuple(_str(rest[0]), [_str(f) for f in _list(rest[1])], rename=True)
-            return cls(*[sub(x) for x in _list(rest[2])])
-        if tag == "D":
-            return {sub(k): sub(x) for k, x in (_pair(p) for p in _list(rest[0]))}
-        if tag == "Z":
-            return {sub(x) for x in _list(rest[0])}
-        if tag == "R":
-            return frozenset(sub(x) for x in _list(rest[0]))
-        if tag == "DEC":
-            return decimal.Decimal(_str(rest[0]))
-        if tag == "FR":
-            return fractions.Fraction(int(_str(rest[0]), 16), int(_str(rest[1]), 16))
-        if tag == "DT":
-            kind = {"datetime": datetime.datetime, "date": datetime.date, "time": datetime.time}[rest[0]]
-            return kind.fromisoformat(_str(rest[1]))
-        if tag == "TD":
-            return datetime.timedelta(days=_int(rest[0]), seconds=_int(rest[1]), microseconds=_int(rest[2]))
-        if tag == "P":
-            return pathlib.Path(_str(rest[0]))
-    except ProtocolError:
-        raise
-    except (
-        ValueError,
-        TypeError,
-        IndexError,
-        KeyError,
-        OverflowError,
-        RecursionError,
-        decimal.InvalidOperation,
-    ) as e:
-        raise ProtocolError(f"a malformed {tag} value: {type(e).__name__}") from None
-    raise ProtocolError(f"an unknown value tag {tag!r}")
-
-
-def _decode_nested(v, dec, depth):
-    if isinstance(v, list) and v and v[0] in ("H", "X", "XI"):
-        return dec(v)
-    return _decode_plain(v, dec, depth)
+def _plain_value(tag, f, sub, depth):
+    """A genuine built-in value from a plain tag's fields (counted already); sub(v, depth) decodes a nested
+    value."""
+    if tag == "N":
+        return None
+    if tag == "NI":
+        return NotImplemented
+    if tag == "B":
+        return f[0] is True
+    if tag == "I":
+        return int(_str(f[0]), 16)
+    if tag == "F":
+        return float(_str(f[0]))
+    if tag == "C":
+        return complex(float(_str(f[0])), float(_str(f[1])))
+    if tag == "S":
+        return _str(f[0])
+    if tag in ("Y", "YA"):
+        raw = base64.b64decode(_str(f[0]), validate=True)
+        return raw if tag == "Y" else bytearray(raw)
+    if tag == "L":
+        return [sub(x, depth) for x in _list(f[0])]
+    if tag == "T":
+        return tuple(sub(x, depth) for x in _list(f[0]))
+    if tag == "NT":
+        cls = collections.namedtuple(_str(f[0]), [_str(name) for name in _list(f[1])], rename=True)
+        return cls(*[sub(x, depth) for x in _list(f[2])])
+    if tag == "D":
+        return {sub(k, depth): sub(x, depth) for k, x in (_pair(p) for p in _list(f[0]))}
+    if tag == "Z":
+        return {sub(x, depth) for x in _list(f[0])}
+    if tag == "R":
+        return frozenset(sub(x, depth) for x in _list(f[0]))
+    if tag == "DEC":
+        return decimal.Decimal(_str(f[0]))
+    if tag == "FR":
+        return fractions.Fraction(int(_str(f[0]), 16), int(_str(f[1]), 16))
+    if tag == "DT":
+        return _DATES[f[0]].fromisoformat(_str(f[1]))
+    if tag == "TD":
+        return datetime.timedelta(days=_int(f[0]), seconds=_int(f[1]), microseconds=_int(f[2]))
+    if tag == "P":
+        return pathlib.Path(_str(f[0]))
+    raise ProtocolError(f"an unknown value tag {tag!r}")  # a tag in TAGS that this function lacks
 
 
 def _str(x):
@@ -395,16 +372,154 @@ def _pair(x):
     return x
 
 
+# ------------------------------------------------------------------------------ the child
+
+
+def _child_main():
+    """Serves requests on a private copy of stdin/stdout; the candidate's own prints go to stderr and
+    its reads of stdin see nothing."""
+    req_fd, rep_fd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    os.chdir(WORKSPACE)
+    sys.path.append(WORKSPACE)  # at the end: the candidate's modules import, the standard library wins
+    _Server(req_fd, rep_fd).serve()
+
+
+def _op_special(target, req, args, kwargs):
+    method = getattr(type(target), req["name"], None)  # looked up on the type, as Python does for operators
+    return NotImplemented if method is None else method(target, *args)
+
+
+_OPS = {  # the requests on an object (import aside): (target, request, args, kwargs) -> the value to reply
+    "getattr": lambda target, req, args, kwargs: getattr(target, req["name"]),
+    "setattr": lambda target, req, args, kwargs: setattr(target, req["name"], args[0]),
+    "delattr": lambda target, req, args, kwargs: delattr(target, req["name"]),
+    "call": lambda target, req, args, kwargs: target(*args, **kwargs),
+    "special": _op_special,
+    "isinstance": lambda target, req, args, kwargs: isinstance(args[0], target),
+    "issubclass": lambda target, req, args, kwargs: issubclass(args[0], target),
+    "dir": lambda target, req, args, kwargs: sorted(dir(target)),
+}
+
+
+class _Server(_Wire):
+    """The child's end: keeps the candidate's objects by id and answers each request with one reply."""
+
+    receives = DOWN
+
+    def __init__(self, req_fd, rep_fd):
+        self.req_fd, self.rep_fd = req_fd, rep_fd
+        self.objects = {}
+        self.ids = itertools.count(1)
+
+    def serve(self):
+        while True:
+            try:
+                req = _recv(self.req_fd)
+            except EOFError:
+                os._exit(0)
+            try:
+                if req.get("op") == "import":
+                    _send(self.rep_fd, {"module": self._import(req["name"])})
+                    continue
+                value = self._perform(req)
+            except BaseException as e:
+                _send(self.rep_fd, {"raise": self.encode(e), "traceback": _traceback(e)})
+                continue
+            self._reply(value)
+
+    def _import(self, name):
+        import importlib
+
+        module = importlib.import_module(name)
+        return {
+            "h": self._keep(module),
+            "package": hasattr(module, "__path__"),
+            "file": str(getattr(module, "__file__", "") or ""),
+        }
+
+    def _perform(self, req):
+        target = self.objects[req["h"]]
+        args = [self.decode(a) for a in req.get("args", [])]
+        kwargs = {k: self.decode(a) for k, a in req.get("kwargs", {}).items()}
+        op = _OPS.get(req.get("op"))
+        if op is None:
+            raise ValueError(f"unknown request {req.get('op')!r}")
+        return op(target, req, args, kwargs)
+
+    def _reply(self, value):
+        try:
+            _send(self.rep_fd, {"ok": self.encode(value)})
+        except Exception as e:  # e.g. a str that cannot be encoded: say so instead of dying
+            _send(self.rep_fd, {"raise": _exc_value(0, ProtocolError, f"unsendable result: {e}")})
+
+    def _callback(self, index):
+        """A function of the tests', passed to the candidate: calling it asks the test runner to run it."""
+
+        def call(*args, **kwargs):
+            request = {
+                "callback": index,
+                "args": [self.encode(a) for a in args],
+                "kwargs": {str(k): self.encode(v) for k, v in kwargs.items()},
+            }
+            _send(self.rep_fd, request)
+            answer = _recv(self.req_fd)
+            if "raise" in answer:
+                raise self.decode(answer["raise"])
+            return self.decode(answer["ok"])
+
+        return call
+
+    def _keep(self, obj):
+        i = next(self.ids)
+        self.objects[i] = obj
+        return i
+
+    def _handle(self, x):
+        return ["H", self._keep(x), type(x).__qualname__]
+
+    def _before_plain(self, x):
+        if x is NotImplemented:
+            return ["NI"]
+        if isinstance(x, enum.Enum):  # an IntEnum member is an int, yet one of its class's members
+            return self._handle(x)
+        return None
+
+    def _not_plain(self, x):
+        if isinstance(x, type) and issubclass(x, BaseException):
+            return ["X", self._keep(x), x.__qualname__, _builtin_exc_name(x)]
+        if isinstance(x, BaseException):
+            return _exc_value(self._keep(type(x)), type(x), _message(x))
+        return self._handle(x)
+
+    def _too_deep(self, x):
+        return self._handle(x)
+
+    def _resolve(self, tag, f):
+        if tag in ("H", "X"):
+            return self.objects[f[0]]
+        if tag == "CB":
+            return self._callback(f[0])
+        return _builtin_exc_class(_str(f[2]))(_str(f[3]))  # XI: a test's function raised
+
+
 # ------------------------------------------------------------------------------ the test runner's side
 
 
-class _Child:
-    """The one candidate process of a test session; restarted (a new generation) if it ends."""
+class _Child(_Wire):
+    """The test runner's end: the one candidate process of a test session, restarted (a new generation) if
+    it ends. What it sends comes back as genuine built-in values, RemoteObject handles and local stand-ins
+    for its exception classes; the tests' own functions cross to it as callbacks."""
+
+    receives = UP
 
     def __init__(self):
         self.proc = None
         self.generation = 0
         self.source = None
+        self.callbacks = []  # the tests' functions passed to the candidate, by index
 
     def ensure(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -437,7 +552,7 @@ class _Child:
         if generation is not None and (
             generation != self.generation or self.proc is None or self.proc.poll() is not None
         ):
-            raise RuntimeError("the candidate's process ended earlier: this object of it is gone")
+            raise RuntimeError(_GONE)
         self.ensure()
         try:
             _send(self.proc.stdin.fileno(), msg)
@@ -445,7 +560,7 @@ class _Child:
                 reply = _recv(self.proc.stdout.fileno(), _now() + CALL_TIMEOUT)
                 if not (isinstance(reply, dict) and "callback" in reply):
                     break
-                _send(self.proc.stdin.fileno(), _run_callback(reply, self.generation))
+                _send(self.proc.stdin.fileno(), self._run_callback(reply))
         except (EOFError, BrokenPipeError):
             code = self.proc.wait()
             raise RuntimeError(f"the candidate's process ended (exit code {code})") from None
@@ -456,40 +571,73 @@ class _Child:
             self.stop()
             raise ProtocolError("a malformed reply")
         if "raise" in reply:
-            raise _exception(reply["raise"], str(reply.get("traceback", ""))[-4000:])
+            raise self._raised(reply["raise"], str(reply.get("traceback", ""))[-4000:])
         if "module" in reply:
             return reply["module"]
         if "ok" not in reply:
             self.stop()
             raise ProtocolError("a malformed reply")
-        return _decode(reply["ok"], self.generation)
+        return self.decode(reply["ok"])
 
+    def _run_callback(self, msg):
+        """Runs one of the tests' functions for the candidate: plain values and handles in and out."""
+        try:
+            fn = self.callbacks[_int(msg["callback"])]
+            args = [self.decode(a) for a in _list(msg.get("args", []))]
+            kwargs = {str(k): self.decode(v) for k, v in dict(msg.get("kwargs", {})).items()}
+            return {"ok": self.encode(fn(*args, **kwargs))}
+        except Exception as e:
+            return {"raise": _exc_value(0, type(e), _message(e))}
 
-_CALLBACKS = []  # the tests' functions passed to the candidate, by index
+    def _raised(self, v, traceback_text=""):
+        """The exception of a "raise" reply, rebuilt here; a ProtocolError if it is not readable as one."""
+        try:
+            if not (isinstance(v, list) and v[:1] == ["XI"]):
+                raise ProtocolError("a malformed exception")
+            exc = self.decode(v)
+        except ProtocolError as e:
+            return ProtocolError(f"the candidate raised something unreadable ({e})")
+        if traceback_text and hasattr(exc, "add_note"):
+            exc.add_note("in the candidate's process:\n" + traceback_text)
+        return exc
 
+    def _before_plain(self, x):
+        if isinstance(x, RemoteObject):
+            if x._generation != self.generation:
+                raise RuntimeError(_GONE)
+            return ["H", x._hid]
+        if isinstance(x, type) and issubclass(x, BaseException) and hasattr(x, "_harness_hid"):
+            return ["X", x._harness_hid[1]]
+        return None
 
-def _run_callback(msg, generation):
-    """Runs one of the tests' functions for the candidate: plain values and handles in and out."""
-    try:
-        fn = _CALLBACKS[_int(msg["callback"])]
-        args = [_decode(a, generation) for a in _list(msg.get("args", []))]
-        kwargs = {str(k): _decode(v, generation) for k, v in dict(msg.get("kwargs", {})).items()}
-        return {"ok": _encode(fn(*args, **kwargs))}
-    except Exception as e:
-        return {"raise": ["XI", 0, type(e).__qualname__, _builtin_exc_name(type(e)), _message(e)]}
+    def _not_plain(self, x):
+        if hasattr(x, "strpath"):  # py.path.local (tmpdir)
+            return ["P", str(x)]
+        if callable(x):  # a function of the tests': the candidate may call it back
+            self.callbacks.append(x)
+            return ["CB", len(self.callbacks) - 1]
+        raise TypeError(
+            f"cannot pass a {type(x).__name__} to the candidate's process (only plain values cross)"
+        )
+
+    def _too_deep(self, x):
+        raise TypeError("a value nested too deeply to pass to the candidate")
+
+    def _resolve(self, tag, f):
+        if tag == "H":
+            return RemoteObject(_int(f[0]), self.generation, _str(f[1]))
+        cls = _exc_class(_int(f[0]), _str(f[1]), _str(f[2]), self.generation)
+        return cls if tag == "X" else cls(_str(f[3]))
 
 
 CHILD = _Child()
 _EXC_CLASSES = {}  # (generation-independent) qualname + base -> local exception class
 
 
-def _exc_class(hid, qualname, base):
-    import builtins
-
-    base_cls = getattr(builtins, str(base), None)
-    if not (isinstance(base_cls, type) and issubclass(base_cls, Exception)):
-        base_cls = RuntimeError
-    qualname = str(qualname)
+def _exc_class(hid, qualname, base, generation):
+    """A local stand-in for an exception class of the candidate's: a subclass of its built-in base, with its
+    name (or that built-in itself), so that pytest.raises(ValueError) and `type(e) is ValueError` hold."""
+    base_cls = _builtin_exc_class(base)
     if qualname == base_cls.__name__:
         return base_cls  # the built-in itself: `type(e) is ValueError` holds
     key = (qualname, base_cls)
@@ -498,93 +646,8 @@ def _exc_class(hid, qualname, base):
             qualname.rsplit(".", 1)[-1], (base_cls,), {"__module__": "candidate", "__qualname__": qualname}
         )
     cls = _EXC_CLASSES[key]
-    cls._harness_hid = (CHILD.generation, hid)
+    cls._harness_hid = (generation, hid)
     return cls
-
-
-def _exception(v, traceback_text=""):
-    try:
-        if not (isinstance(v, list) and len(v) == 5 and v[0] == "XI"):
-            raise ProtocolError("a malformed exception")
-        cls = _exc_class(v[1], _str(v[2]), _str(v[3]))
-        exc = cls(_str(v[4]))
-    except (ProtocolError, TypeError) as e:
-        return ProtocolError(f"the candidate raised something unreadable ({e})")
-    if traceback_text and hasattr(exc, "add_note"):
-        exc.add_note("in the candidate's process:\n" + traceback_text)
-    return exc
-
-
-def _decode(v, generation):
-    def dec(x):
-        if x[0] == "H":
-            return RemoteObject(_int(x[1]), generation, _str(x[2]))
-        if x[0] == "X":
-            return _exc_class(_int(x[1]), _str(x[2]), _str(x[3]))
-        if x[0] == "XI":
-            return _exception(x)
-        return _decode_plain(x, dec, 1)
-
-    try:
-        if isinstance(v, list) and v and v[0] in ("H", "X", "XI"):
-            return dec(v)
-        return _decode_plain(v, dec)
-    except (TypeError, IndexError, RecursionError) as e:
-        raise ProtocolError(f"a malformed value: {type(e).__name__}") from None
-
-
-def _encode(x, depth=0):
-    """A value the test passes to the candidate: plain values, or the candidate's own objects."""
-    if depth > MAX_DEPTH:
-        raise TypeError("a value nested too deeply to pass to the candidate")
-    if isinstance(x, RemoteObject):
-        if x._generation != CHILD.generation:
-            raise RuntimeError("the candidate's process ended earlier: this object of it is gone")
-        return ["H", x._hid]
-    if isinstance(x, type) and issubclass(x, BaseException) and hasattr(x, "_harness_hid"):
-        return ["X", x._harness_hid[1]]
-    if x is None:
-        return ["N"]
-    if isinstance(x, bool):
-        return ["B", x]
-    if isinstance(x, int):
-        return ["I", format(int(x), "x")]
-    if isinstance(x, float):
-        return ["F", repr(float(x))]
-    if isinstance(x, complex):
-        return ["C", repr(x.real), repr(x.imag)]
-    if isinstance(x, str):
-        return ["S", str(x)]
-    if isinstance(x, (bytes, bytearray)):
-        return ["Y" if isinstance(x, bytes) else "YA", base64.b64encode(bytes(x)).decode()]
-    if isinstance(x, tuple) and isinstance(getattr(type(x), "_fields", None), tuple):
-        return ["NT", type(x).__name__, list(type(x)._fields), [_encode(v, depth + 1) for v in x]]
-    if isinstance(x, tuple):
-        return ["T", [_encode(v, depth + 1) for v in x]]
-    if isinstance(x, list):
-        return ["L", [_encode(v, depth + 1) for v in x]]
-    if isinstance(x, dict):
-        return ["D", [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in x.items()]]
-    if isinstance(x, (set, frozenset)):
-        return ["Z" if isinstance(x, set) else "R", [_encode(v, depth + 1) for v in x]]
-    if isinstance(x, decimal.Decimal):
-        return ["DEC", str(x)]
-    if isinstance(x, fractions.Fraction):
-        return ["FR", format(x.numerator, "x"), format(x.denominator, "x")]
-    if isinstance(x, datetime.datetime):
-        return ["DT", "datetime", x.isoformat()]
-    if isinstance(x, datetime.date):
-        return ["DT", "date", x.isoformat()]
-    if isinstance(x, datetime.time):
-        return ["DT", "time", x.isoformat()]
-    if isinstance(x, datetime.timedelta):
-        return ["TD", x.days, x.seconds, x.microseconds]
-    if isinstance(x, pathlib.PurePath) or hasattr(x, "strpath"):  # py.path.local (tmpdir) too
-        return ["P", str(x)]
-    if callable(x):  # a function of the tests': the candidate may call it back
-        _CALLBACKS.append(x)
-        return ["CB", len(_CALLBACKS) - 1]
-    raise TypeError(f"cannot pass a {type(x).__name__} to the candidate's process (only plain values cross)")
 
 
 def _request(op, obj, **fields):
@@ -594,7 +657,7 @@ def _request(op, obj, **fields):
 
 def _special(name):
     def method(self, *args):
-        return _request("special", self, name=name, args=[_encode(a) for a in args])
+        return _request("special", self, name=name, args=[CHILD.encode(a) for a in args])
 
     method.__name__ = name
     return method
@@ -604,7 +667,7 @@ def _compare(name):
     def method(self, other):
         if not isinstance(other, RemoteObject):
             return NotImplemented  # never let the candidate decide that it equals a plain value
-        result = _request("special", self, name=name, args=[_encode(other)])
+        result = _request("special", self, name=name, args=[CHILD.encode(other)])
         return result if isinstance(result, bool) or result is NotImplemented else NotImplemented
 
     method.__name__ = name
@@ -647,7 +710,7 @@ class RemoteObject:
         return doc if isinstance(doc, str) else None
 
     def __setattr__(self, name, value):
-        _request("setattr", self, name=name, args=[_encode(value)])
+        _request("setattr", self, name=name, args=[CHILD.encode(value)])
 
     def __delattr__(self, name):
         _request("delattr", self, name=name)
@@ -656,8 +719,8 @@ class RemoteObject:
         return _request(
             "call",
             self,
-            args=[_encode(a) for a in args],
-            kwargs={str(k): _encode(v) for k, v in kwargs.items()},
+            args=[CHILD.encode(a) for a in args],
+            kwargs={str(k): CHILD.encode(v) for k, v in kwargs.items()},
         )
 
     def __repr__(self):
@@ -703,7 +766,7 @@ class RemoteObject:
         return value
 
     def __contains__(self, item):
-        value = _request("special", self, name="__contains__", args=[_encode(item)])
+        value = _request("special", self, name="__contains__", args=[CHILD.encode(item)])
         if value is NotImplemented:
             return any(x == item for x in self)
         return bool(value) if isinstance(value, bool) else False
@@ -723,21 +786,21 @@ class RemoteObject:
 
     def __instancecheck__(self, obj):
         try:
-            return _request("isinstance", self, args=[_encode(obj)]) is True
+            return _request("isinstance", self, args=[CHILD.encode(obj)]) is True
         except TypeError:
             return False
 
     def __subclasscheck__(self, cls):
         if not isinstance(cls, RemoteObject):
             return False
-        return _request("issubclass", self, args=[_encode(cls)]) is True
+        return _request("issubclass", self, args=[CHILD.encode(cls)]) is True
 
     def __dir__(self):
         names = _request("dir", self)
         return names if isinstance(names, list) else []
 
     def __format__(self, spec):
-        text = _request("special", self, name="__format__", args=[_encode(str(spec))])
+        text = _request("special", self, name="__format__", args=[CHILD.encode(str(spec))])
         if not isinstance(text, str):
             raise TypeError("__format__ of a candidate object returned a non-string")
         return text
