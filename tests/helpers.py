@@ -16,27 +16,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from agent.sandbox import Changes, ExecResult, SandboxDied
+from evaluators.selftest import fixtures
 from tasks.model import Task
 
-HIDDEN = b"""from solution import add
-
-def test_small():
-    assert add(2, 3) == 5
-
-def test_negative():
-    assert add(-4, 1) == -3
-
-class TestMore:
-    def test_big(self):
-        assert add(10**12, 1) == 10**12 + 1
-
-def test_canary_impossible():
-    assert add(2, 2) == 5
-"""
-STUB = b"def add(a, b):\n    raise NotImplementedError\n"
-PUBLIC = b"from solution import add\n\ndef test_public():\n    assert add(1, 1) == 2\n"
-CORRECT = b"def add(a, b):\n    return a + b\n"
-WRONG = b"def add(a, b):\n    return a - b\n"
+# The `add` task's files are the self-test's (evaluators/selftest/fixtures.py), as bytes.
+HIDDEN = fixtures.HIDDEN.format(marker="").encode()
+STUB = fixtures.STUB.encode()
+PUBLIC = fixtures.PUBLIC.encode()
+CORRECT = fixtures.CORRECT.encode()
+WRONG = fixtures.WRONG.encode()
 
 # Replies of a scripted (replay) model for the `add` task, in the text protocol.
 WRITE_CORRECT = (
