@@ -12,13 +12,13 @@ import pytest
 from agent.sandbox import Changes
 from agent.workflow import (
     ApplyResult,
-    _transaction,
     apply_changes,
     autorun_paths,
     default_protect,
     plan_changes,
     select_files,
 )
+from agent.workflow.apply import _transaction
 from results.errors import UserError
 
 
