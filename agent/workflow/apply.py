@@ -136,12 +136,9 @@ def _check_target(root: Path, rel: str, write: bool, copied, deleting: set[str])
     parts = rel.split("/")
     for i, part in enumerate(parts[:-1]):
         folder = folder / part
-        try:
-            st = os.lstat(folder)
-        except FileNotFoundError:
-            return "" if write else "held:already gone from your folder"
-        except OSError as e:
-            return f"cannot look at {part}: {e.strerror}"
+        st = _lstat(folder, write, part)
+        if isinstance(st, str):
+            return st
         if stat.S_ISLNK(st.st_mode):
             return "a symlink on the way"
         if not stat.S_ISDIR(st.st_mode):
@@ -150,12 +147,9 @@ def _check_target(root: Path, rel: str, write: bool, copied, deleting: set[str])
             return "a file where a folder would go"
     if not os.access(folder, os.W_OK | os.X_OK):
         return "its folder is not writable"
-    try:
-        st = os.lstat(root / rel)
-    except FileNotFoundError:
-        return "" if write else "held:already gone from your folder"
-    except OSError as e:
-        return f"cannot look at it: {e.strerror}"
+    st = _lstat(root / rel, write, "it")
+    if isinstance(st, str):
+        return st
     if stat.S_ISDIR(st.st_mode):
         return "a folder is there"
     if not stat.S_ISREG(st.st_mode):
@@ -169,6 +163,17 @@ def _check_target(root: Path, rel: str, write: bool, copied, deleting: set[str])
         if (st.st_size, st.st_mtime_ns) != (size, mtime):
             return "changed in your folder during the run"
     return ""
+
+
+def _lstat(path: Path, write: bool, what: str) -> os.stat_result | str:
+    """The entry at path (not followed), or _check_target's answer when there is none: "" (a write makes it)
+    or a hold (a deletion finds it gone), or a refusal when it cannot be looked at."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return "" if write else "held:already gone from your folder"
+    except OSError as e:
+        return f"cannot look at {what}: {e.strerror}"
 
 
 def _transaction(root: Path, plan: list[str], writes: dict[str, bytes], executable: set[str]):
