@@ -150,32 +150,10 @@ def select_files(
             if listed is None:
                 raise UserError(f"--workspace {folder}: `git ls-files` failed there (run it to see why)")
             candidates = _z(listed)
-            ignored = _z(
-                _git(
-                    folder,
-                    "ls-files",
-                    "--others",
-                    "--ignored",
-                    "--exclude-standard",
-                    *deps,
-                    "--directory",
-                    "-z",
-                    git_dir=git_dir,
-                )
-            )
+            ignored_cmd = ("ls-files", "--others", "--ignored", "--exclude-standard", *deps)
+            ignored = _z(_git(folder, *ignored_cmd, "--directory", "-z", git_dir=git_dir))  # folders whole
             if include:  # the ignored files --include names come back in
-                every = _z(
-                    _git(
-                        folder,
-                        "ls-files",
-                        "--others",
-                        "--ignored",
-                        "--exclude-standard",
-                        *deps,
-                        "-z",
-                        git_dir=git_dir,
-                    )
-                )
+                every = _z(_git(folder, *ignored_cmd, "-z", git_dir=git_dir))
                 candidates += [p for p in every if _any(p, include)]
     brought = set(candidates) if include else set()
     for entry in ignored:
