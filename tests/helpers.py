@@ -117,6 +117,15 @@ def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> s
     return lines[0]
 
 
+def tool_turn(call_id: str, name: str, arguments: str, result: str) -> list[dict]:
+    """One tool round of an OpenAI chat history: the assistant's call and the tool's answer."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": result},
+    ]
+
+
 # -- an OpenAI-compatible HTTP server that misbehaves on cue (loopback only) --------------------------
 OK_BODY = {
     "id": "chatcmpl-1",
