@@ -26,17 +26,25 @@ def pass_cols(summary: pd.DataFrame) -> list[str]:
     return [c for c in summary.columns if c.startswith("pass@")]
 
 
+def _counts(run: RunData) -> dict[str, Any]:
+    """The first columns of a run's headline row, in the table and in the Markdown summary."""
+    o = run.overall
+    return {
+        "run": run.label,
+        "model": run.reader.manifest.model,
+        "tasks": o["n_tasks"],
+        "attempts": o["n_attempts"],
+        "errors": o["n_errors"],
+    }
+
+
 def overview_table(runs: Sequence[RunData], ks: Optional[Sequence[int]] = None) -> pd.DataFrame:
     """One row per run: the headline numbers."""
     rows = []
     for run in runs:
         o = run.overall
         row = {
-            "run": run.label,
-            "model": run.reader.manifest.model,
-            "tasks": o["n_tasks"],
-            "attempts": o["n_attempts"],
-            "errors": o["n_errors"],
+            **_counts(run),
             "solved_rate": o["solved_rate"],
             "ci_low": o["solved_ci_low"],
             "ci_high": o["solved_ci_high"],
@@ -322,11 +330,7 @@ def markdown_summary(
     for r in runs:
         o = r.overall
         row = {
-            "run": r.label,
-            "model": r.reader.manifest.model,
-            "tasks": o["n_tasks"],
-            "attempts": o["n_attempts"],
-            "errors": o["n_errors"],
+            **_counts(r),
             "solved rate (95% CI)": (
                 f"{o['solved_rate']:.3f} ({o['solved_ci_low']:.3f}-{o['solved_ci_high']:.3f})"
                 if not np.isnan(o["solved_rate"])
