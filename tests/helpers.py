@@ -79,13 +79,18 @@ def write_task(root: Path, name: str = "t1", toml: str = GOOD_TOML, files: dict 
         "solution/solve.sh": "echo ok > answer.txt\n",
         **(files or {}),
     }
-    for rel, text in content.items():
+    return write_files(folder, content)
+
+
+def write_files(root: Path, files: dict) -> Path:
+    """Each file of `files` (relative path: text or bytes; None: not written) under root, folders made."""
+    for rel, text in files.items():
         if text is None:
             continue
-        path = folder / rel
+        path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return folder
+    return root
 
 
 def harness(
