@@ -109,24 +109,21 @@ def level_table(runs: Sequence[RunData], level: str) -> pd.DataFrame:
     return table.rename(columns={"group": level}).reset_index(drop=True)
 
 
-def reasons_table(runs: Sequence[RunData]) -> pd.DataFrame:
-    parts = [metrics.failure_reasons(r.df).assign(run=r.label) for r in runs]
+def _stacked(runs: Sequence[RunData], table: Callable[[pd.DataFrame], pd.DataFrame], cols: list[str]):
+    """table(run's attempts) for each run, one below the other, with a run column first."""
+    parts = [table(r.df).assign(run=r.label) for r in runs]
     parts = [p for p in parts if not p.empty]
     return (
-        pd.concat(parts, ignore_index=True)[["run", "field", "value", "count"]]
-        if parts
-        else pd.DataFrame(columns=["run", "field", "value", "count"])
+        pd.concat(parts, ignore_index=True)[["run", *cols]] if parts else pd.DataFrame(columns=["run", *cols])
     )
+
+
+def reasons_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    return _stacked(runs, metrics.failure_reasons, ["field", "value", "count"])
 
 
 def errors_table(runs: Sequence[RunData]) -> pd.DataFrame:
-    parts = [metrics.error_summary(r.df).assign(run=r.label) for r in runs]
-    parts = [p for p in parts if not p.empty]
-    return (
-        pd.concat(parts, ignore_index=True)[["run", "exit_reason", "error", "count"]]
-        if parts
-        else pd.DataFrame(columns=["run", "exit_reason", "error", "count"])
-    )
+    return _stacked(runs, metrics.error_summary, ["exit_reason", "error", "count"])
 
 
 def comparisons(runs: Sequence[RunData], n_boot: int, seed: int) -> list[tuple[str, str, metrics.Comparison]]:
