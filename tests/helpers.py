@@ -69,6 +69,17 @@ kind = "answer"
 expected = "ok"
 """
 
+# A pytest task's task.toml with a small sandbox (the hidden tests decide).
+PYTEST_TOML = """version = "1"
+[agent]
+max_steps = 3
+[environment]
+memory_mb = 256
+storage_mb = 32
+[evaluator]
+kind = "pytest"
+"""
+
 
 def write_task(root: Path, name: str = "t1", toml: str = GOOD_TOML, files: dict | None = None) -> Path:
     """A task folder in the on-disk format (tasks/model.py); `files` adds or (with None) removes files."""

@@ -19,17 +19,17 @@ from results.synthetic import make_attempt
 from tasks.impossible import make_variant, mutate_python, mutate_script, write_impossible_suite
 from tasks.loader import load_suite
 from tests.conftest import run
-from tests.helpers import HIDDEN, PUBLIC, STUB, SUBMIT, WRITE_CORRECT, harness, make_task, write_task
-
-PYTEST_TOML = """version = "1"
-[agent]
-max_steps = 3
-[environment]
-memory_mb = 256
-storage_mb = 32
-[evaluator]
-kind = "pytest"
-"""
+from tests.helpers import (
+    HIDDEN,
+    PUBLIC,
+    PYTEST_TOML,
+    STUB,
+    SUBMIT,
+    WRITE_CORRECT,
+    harness,
+    make_task,
+    write_task,
+)
 
 
 def test_one_expected_value_is_changed_and_the_canary_is_kept():
