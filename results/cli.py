@@ -29,10 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="output folder (default: the run folder for one run, reports/<timestamp>/ for several)",
     )
-    p.add_argument(
-        "--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
+    _add_resampling(p, bootstrap=1000)
     p.set_defaults(func=cmd_report)
 
     p = add_command(
@@ -45,10 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_a", metavar="RUN_A", help="baseline run folder")
     p.add_argument("run_b", metavar="RUN_B", help="run folder compared with the baseline")
-    p.add_argument(
-        "--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
+    _add_resampling(p, bootstrap=2000)
     p.set_defaults(func=cmd_compare)
 
     p = add_command(
@@ -104,6 +98,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="output file (default: RUN/export-<format>.jsonl; inspect: RUN/<run id>.eval)",
     )
     p.set_defaults(func=cmd_export)
+
+
+def _add_resampling(p: argparse.ArgumentParser, bootstrap: int) -> None:
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=bootstrap,
+        metavar="N",
+        help=f"bootstrap resamples (default {bootstrap})",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
