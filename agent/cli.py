@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import sys
@@ -10,22 +9,22 @@ from pathlib import Path
 
 from agent.config import DEFAULT_MAX_COPY_MB, add_loop_options
 from agent.models import DEFAULT_MODEL, add_model_option
+from results.commandline import add_command
 
 RUN_EXAMPLE = (
-    "example:\n"
-    '  harness run --model openai/gpt-4o-mini --workspace ./repo "make the failing test pass" '
+    'harness run --model openai/gpt-4o-mini --workspace ./repo "make the failing test pass" '
     '--verify "pytest -q" --apply'
 )
 
 
 def register(sub):
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "run",
         help="run the agent on a folder and print the resulting patch",
         description="Copy a folder into a sandbox, let the agent work on the instruction, run the "
         "--verify commands and print the changes as a diff (exit 0 when verified).",
-        epilog=RUN_EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[RUN_EXAMPLE],
     )
     p.add_argument("instruction", help="what the agent should do, in plain words")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model string (default {DEFAULT_MODEL})")
@@ -94,37 +93,37 @@ def register(sub):
     )
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "images",
         help="sandbox images",
         description="Sandbox image housekeeping.",
-        epilog="example:\n  harness images build",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness images build"],
     )
     isub = p.add_subparsers(dest="images_command", required=True)
-    b = isub.add_parser(
+    b = add_command(
+        isub,
         "build",
         help="build the base image (no-op when the recipe is unchanged)",
         description="Build the sandbox base image; a no-op when its recipe is unchanged.",
-        epilog="example:\n  harness images build",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness images build"],
     )
     b.set_defaults(func=cmd_images_build)
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "sandbox",
         help="sandbox housekeeping",
         description="Sandbox container housekeeping.",
-        epilog="example:\n  harness sandbox prune --orphans",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness sandbox prune --orphans"],
     )
     ssub = p.add_subparsers(dest="sandbox_command", required=True)
-    pr = ssub.add_parser(
+    pr = add_command(
+        ssub,
         "prune",
         help="remove every container with harness labels",
         description="Remove the containers harness made (all, or only those of dead processes).",
-        epilog="example:\n  harness sandbox prune --orphans",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness sandbox prune --orphans"],
     )
     pr.add_argument("--orphans", action="store_true", help="only those whose harness process is gone")
     pr.add_argument(

@@ -38,19 +38,13 @@ from lora.config import config_from
 from lora.train import run
 from results.metrics import bootstrap_ci
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rft_smollm2 import SMOKE  # bench/rft_smollm2.py
+
 
 def loops(args) -> dict[str, dict]:
     tiny = (
-        dict(
-            limit=1,
-            rounds=1,
-            samples=2,
-            eval_samples=1,
-            max_steps=1,
-            max_reply_tokens=16,
-            concurrency=2,
-            sft={"epochs": 1},
-        )
+        dict(SMOKE)
         if args.smoke
         else {"limit": args.limit, "rounds": args.rounds, "samples": args.samples, "eval_samples": 2}
     )

@@ -33,6 +33,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lora.config import config_from
 from lora.train import run
 
+# --smoke: the whole pipeline at the smallest sizes that still train (bench/rft_curriculum.py uses it too)
+SMOKE = dict(
+    limit=1,
+    rounds=1,
+    samples=2,
+    eval_samples=1,
+    max_steps=1,
+    max_reply_tokens=16,
+    concurrency=2,
+    sft={"epochs": 1},
+)
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -46,20 +58,7 @@ def main(argv=None) -> int:
         help="the same pipeline, tiny: checks the benchmark works (tests/test_bench_smoke.py)",
     )
     args = p.parse_args(argv)
-    tiny = (
-        dict(
-            limit=1,
-            rounds=1,
-            samples=2,
-            eval_samples=1,
-            max_steps=1,
-            max_reply_tokens=16,
-            concurrency=2,
-            sft={"epochs": 1},
-        )
-        if args.smoke
-        else {"limit": args.limit}
-    )
+    tiny = dict(SMOKE) if args.smoke else {"limit": args.limit}
     cfg = config_from("rft-smollm2", out=args.out, **tiny)
     started = time.monotonic()
     run(cfg)

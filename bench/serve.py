@@ -31,24 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TOPICS = [
-    "apple",
-    "river",
-    "castle",
-    "violin",
-    "tiger",
-    "planet",
-    "garden",
-    "rocket",
-    "winter",
-    "copper",
-    "island",
-    "pencil",
-    "thunder",
-    "marble",
-    "falcon",
-    "lantern",
-]
+TOPICS = "apple river castle violin tiger planet garden rocket winter copper island pencil".split()
+TOPICS += "thunder marble falcon lantern".split()
 
 
 def prompt(i: int) -> list[dict]:

@@ -6,18 +6,19 @@ import argparse
 from pathlib import Path
 
 from results import export, metrics, report
+from results.commandline import add_command
 from results.errors import UserError
 from results.store import open_run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "report",
         help="tables, plots and a trajectory viewer for one or more runs",
         description="Print summary tables and write report.html, summary.csv, "
         "summary.parquet and summary.md.",
-        epilog="example:\n  harness report runs/base runs/tuned --out reports/round1",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness report runs/base runs/tuned --out reports/round1"],
     )
     p.add_argument(
         "runs", nargs="+", metavar="RUN", help="run folder(s); the first is the baseline for comparisons"
@@ -28,50 +29,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="output folder (default: the run folder for one run, reports/<timestamp>/ for several)",
     )
-    p.add_argument(
-        "--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
+    _add_resampling(p, bootstrap=1000)
     p.set_defaults(func=cmd_report)
 
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "compare",
         help="paired comparison of two runs, task by task",
         description="B against A on the tasks both scored: difference in solved rate with "
         "a bootstrap CI, a paired sign-flip permutation test, and flipped tasks.",
-        epilog="example:\n  harness compare runs/base runs/tuned",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness compare runs/base runs/tuned"],
     )
     p.add_argument("run_a", metavar="RUN_A", help="baseline run folder")
     p.add_argument("run_b", metavar="RUN_B", help="run folder compared with the baseline")
-    p.add_argument(
-        "--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
+    _add_resampling(p, bootstrap=2000)
     p.set_defaults(func=cmd_compare)
 
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "show",
         help="one attempt of a run: its steps, verdict and final diff",
         description="Print one recorded attempt: each step's action and observation, the verdict "
         "(reason, tests, flags) and the unified diff of its final changes against the starting files.",
-        epilog="example:\n  harness show runs/A fizzbuzz --sample 2",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness show runs/A fizzbuzz --sample 2"],
     )
     p.add_argument("run", metavar="RUN", help="run folder")
     p.add_argument("task", metavar="TASK", help="task id")
     p.add_argument("--sample", type=int, default=0, help="sample number (default 0)")
     p.set_defaults(func=cmd_show)
 
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "export",
         help="trajectories as fine-tuning data (JSONL) or Inspect AI logs",
         description="Export a run's conversations for fine-tuning (see results/export/formats.py "
         "for each format's fields). Infra errors are never exported; the worked "
         "example turns are never a training target.",
-        epilog="example:\n  harness export runs/A --format hf-chat --only-solved "
-        "--hf-dataset data/sft\n  harness export runs/A --format kto",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "harness export runs/A --format hf-chat --only-solved --hf-dataset data/sft",
+            "harness export runs/A --format kto",
+        ],
     )
     p.add_argument("run", metavar="RUN", help="run folder")
     p.add_argument(
@@ -101,6 +98,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="output file (default: RUN/export-<format>.jsonl; inspect: RUN/<run id>.eval)",
     )
     p.set_defaults(func=cmd_export)
+
+
+def _add_resampling(p: argparse.ArgumentParser, bootstrap: int) -> None:
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=bootstrap,
+        metavar="N",
+        help=f"bootstrap resamples (default {bootstrap})",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for bootstrap and permutation draws")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -32,21 +32,30 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON: readers see the old file or the new one, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    payload = (json.dumps(data, indent=2) + "\n").encode()
+def replace_durably(path: Path, data: bytes, tmp: Path) -> None:
+    """Write `data` to `tmp`, fsync it, rename it over `path` and fsync the folder: readers see the old
+    file or the new one, never a mix, and the new one survives a crash once this returns. On an OSError
+    `tmp` is removed and the error raised for the caller to word."""
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            write_all(fd, payload)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except OSError as e:
+    except OSError:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Replace `path` with `data` as JSON: readers see the old file or the new one, never a mix."""
+    payload = (json.dumps(data, indent=2) + "\n").encode()
+    try:
+        replace_durably(path, payload, path.with_name(f".{path.name}.{os.getpid()}.tmp"))
+    except OSError as e:
         if e.errno in DISK_FULL:
             raise UserError(f"disk full writing {path}: free space and run the command again") from None
         raise

@@ -41,6 +41,7 @@ from results.jsonl import (
     cut_torn_line,
     fsync_dir,
     iter_jsonl,
+    replace_durably,
     write_all,
     write_json_atomic,
 )
@@ -467,19 +468,11 @@ class RunStore(RunReader):
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            fsync_dir(folder)
+            replace_durably(path, data, tmp)
             if new_folder:
                 fsync_dir(folder.parent)
                 fsync_dir(self.dir)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             if e.errno in DISK_FULL:
                 raise UserError(
                     f"disk full writing {path}: {len(self._keys)} attempts recorded, nothing lost; "

@@ -33,12 +33,7 @@ def register(subparsers) -> None:
         "--format", choices=["harbor"], required=True, help="harbor: Harbor / Terminal-Bench 2 tasks"
     )
     exp.add_argument("out", type=Path, help="folder to write (one task folder per task)")
-    exp.add_argument(
-        "suite",
-        nargs="?",
-        default="builtin",
-        help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval" (default: builtin)',
-    )
+    _add_suite(exp)
     exp.set_defaults(func=cmd_export)
 
     imp = sub.add_parser(
@@ -48,19 +43,12 @@ def register(subparsers) -> None:
         "value of the hidden tests, so no solution that follows the instruction passes. `harness eval` on "
         "the folder reports the cheating rate; `harness tasks validate DIR` checks the oracle fails each.",
     )
-    imp.add_argument(
-        "suite", help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"'
-    )
+    _add_suite(imp, required=True)
     imp.add_argument("--out", type=Path, required=True, help="folder to write (one task folder per variant)")
     imp.set_defaults(func=cmd_impossible)
 
     val = sub.add_parser("validate", help="run every task's oracle and a null agent in the sandbox")
-    val.add_argument(
-        "suite",
-        nargs="?",
-        default="builtin",
-        help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"',
-    )
+    _add_suite(val)
     val.add_argument(
         "--repeats", type=int, default=1, help="run each oracle this many times (flakiness check)"
     )
@@ -89,13 +77,16 @@ def register(subparsers) -> None:
     aud.set_defaults(func=cmd_audit)
 
 
+def _add_suite(p: argparse.ArgumentParser, required: bool = False) -> None:
+    what = 'a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"'
+    if required:
+        p.add_argument("suite", help=what)
+    else:
+        p.add_argument("suite", nargs="?", default="builtin", help=f"{what} (default: builtin)")
+
+
 def _add_suite_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "suite",
-        nargs="?",
-        default="builtin",
-        help='a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval" (default: builtin)',
-    )
+    _add_suite(p)
     p.add_argument("--domain", choices=DOMAINS)
     p.add_argument("--difficulty", help="N or N-M, e.g. 2 or 1-2")
     p.add_argument("--split", choices=SPLITS, help="family instances of this split only")

@@ -16,27 +16,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from agent.sandbox import Changes, ExecResult, SandboxDied
+from evaluators.selftest import fixtures
 from tasks.model import Task
 
-HIDDEN = b"""from solution import add
-
-def test_small():
-    assert add(2, 3) == 5
-
-def test_negative():
-    assert add(-4, 1) == -3
-
-class TestMore:
-    def test_big(self):
-        assert add(10**12, 1) == 10**12 + 1
-
-def test_canary_impossible():
-    assert add(2, 2) == 5
-"""
-STUB = b"def add(a, b):\n    raise NotImplementedError\n"
-PUBLIC = b"from solution import add\n\ndef test_public():\n    assert add(1, 1) == 2\n"
-CORRECT = b"def add(a, b):\n    return a + b\n"
-WRONG = b"def add(a, b):\n    return a - b\n"
+# The `add` task's files are the self-test's (evaluators/selftest/fixtures.py), as bytes.
+HIDDEN = fixtures.HIDDEN.format(marker="").encode()
+STUB = fixtures.STUB.encode()
+PUBLIC = fixtures.PUBLIC.encode()
+CORRECT = fixtures.CORRECT.encode()
+WRONG = fixtures.WRONG.encode()
 
 # Replies of a scripted (replay) model for the `add` task, in the text protocol.
 WRITE_CORRECT = (
@@ -81,6 +69,17 @@ kind = "answer"
 expected = "ok"
 """
 
+# A pytest task's task.toml with a small sandbox (the hidden tests decide).
+PYTEST_TOML = """version = "1"
+[agent]
+max_steps = 3
+[environment]
+memory_mb = 256
+storage_mb = 32
+[evaluator]
+kind = "pytest"
+"""
+
 
 def write_task(root: Path, name: str = "t1", toml: str = GOOD_TOML, files: dict | None = None) -> Path:
     """A task folder in the on-disk format (tasks/model.py); `files` adds or (with None) removes files."""
@@ -91,13 +90,18 @@ def write_task(root: Path, name: str = "t1", toml: str = GOOD_TOML, files: dict 
         "solution/solve.sh": "echo ok > answer.txt\n",
         **(files or {}),
     }
-    for rel, text in content.items():
+    return write_files(folder, content)
+
+
+def write_files(root: Path, files: dict) -> Path:
+    """Each file of `files` (relative path: text or bytes; None: not written) under root, folders made."""
+    for rel, text in files.items():
         if text is None:
             continue
-        path = folder / rel
+        path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return folder
+    return root
 
 
 def harness(
@@ -127,6 +131,15 @@ def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> s
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def tool_turn(call_id: str, name: str, arguments: str, result: str) -> list[dict]:
+    """One tool round of an OpenAI chat history: the assistant's call and the tool's answer."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": result},
+    ]
 
 
 # -- an OpenAI-compatible HTTP server that misbehaves on cue (loopback only) --------------------------

@@ -8,6 +8,7 @@ import json
 import os
 import random
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -23,20 +24,28 @@ def replay_script(tmp_path: Path) -> str:
     return f"replay:{path}"
 
 
+def eval_suite(tmp_path: Path, model: str = "", extra: Sequence[str] = (), **kw):
+    """`harness eval` of the suite at tmp_path/suite into tmp_path/run (the model: an answering replay)."""
+    model = model or replay_script(tmp_path)
+    return harness(
+        "eval",
+        "--model",
+        model,
+        *extra,
+        "--tasks",
+        str(tmp_path / "suite"),
+        "--out",
+        str(tmp_path / "run"),
+        **kw,
+    )
+
+
 # ------------------------------------------------------------------------------- the CLI, one mistake each
 
 
 def test_malformed_task_toml(tmp_path):
     write_task(tmp_path / "suite", toml='version = "1\n[metadata\n')
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, "task.toml", "invalid TOML")
 
 
@@ -45,29 +54,13 @@ def test_malformed_task_toml(tmp_path):
 )
 def test_missing_file(tmp_path, missing, named):
     write_task(tmp_path / "suite", files={missing: None})
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, named, "missing")
 
 
 def test_unknown_evaluator_kind(tmp_path):
     write_task(tmp_path / "suite", toml=GOOD_TOML.replace('kind = "answer"', 'kind = "magic"'))
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, "kind", "magic", "pytest")  # names the bad value and the valid ones
 
 
@@ -83,105 +76,39 @@ def test_duplicate_task_ids_are_refused(tmp_path):
     write_task(
         tmp_path / "suite", "b", toml=GOOD_TOML.replace("difficulty = 1", 'difficulty = 1\nid = "same"')
     )
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, "same")
     assert not (tmp_path / "run").exists()
 
 
 def test_unknown_model_string(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness(
-        "eval",
-        "--model",
-        "no-such-provider/model-x",
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path, model="no-such-provider/model-x")
     assert_one_clear_line(proc, "no-such-provider/model-x")
 
 
-def test_missing_api_key_names_the_variable(tmp_path, image):
+def test_missing_api_key_names_the_variable_before_creating_a_run_folder(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness(
-        "eval",
-        "--model",
-        "openai/gpt-4o-mini",
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-        env={"OPENAI_API_KEY": None},
-    )
+    proc = eval_suite(tmp_path, model="openai/gpt-4o-mini", env={"OPENAI_API_KEY": None})
     assert_one_clear_line(proc, "OPENAI_API_KEY")
-
-
-def test_bad_model_fails_before_creating_a_run_folder(tmp_path, image):
-    write_task(tmp_path / "suite")
-    proc = harness(
-        "eval",
-        "--model",
-        "openai/gpt-4o-mini",
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-        env={"OPENAI_API_KEY": None},
-    )
-    assert proc.returncode == 2
     assert not (tmp_path / "run").exists()
 
 
 def test_invalid_adapter_path(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness(
-        "eval",
-        "--model",
-        "local:smollm2-135m",
-        "--adapter",
-        str(tmp_path / "no-adapter"),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path, model="local:smollm2-135m", extra=["--adapter", str(tmp_path / "no-adapter")])
     assert_one_clear_line(proc, "no-adapter", "adapter_config.json")
 
 
 def test_unknown_replay_file(tmp_path, image):
     write_task(tmp_path / "suite")
-    proc = harness(
-        "eval",
-        "--model",
-        f"replay:{tmp_path / 'missing.json'}",
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path, model=f"replay:{tmp_path / 'missing.json'}")
     assert_one_clear_line(proc, "missing.json")
 
 
 def test_unbuildable_dockerfile(tmp_path, image):
     write_task(tmp_path / "suite", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, "Dockerfile")
 
 
@@ -189,29 +116,13 @@ def test_unbuildable_dockerfile_names_its_task(tmp_path, image):
     write_task(
         tmp_path / "suite", "broken-one", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"}
     )
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, "broken-one", "Dockerfile")
 
 
 def test_non_finite_limit_is_refused(tmp_path, image):
     write_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", "pids = 64\ncpus = inf"))
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, "cpus")
 
 
@@ -220,15 +131,7 @@ def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image)
         tmp_path / "suite",
         toml=GOOD_TOML.replace("pids = 64", f"pids = 64\ncpus = {4 * (os.cpu_count() or 1)}"),
     )
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-    )
+    proc = eval_suite(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((tmp_path / "run" / "attempts.jsonl").read_text())
     assert record["status"] == "solved", record["error"]
@@ -236,16 +139,7 @@ def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image)
 
 def test_missing_docker_engine(tmp_path):
     write_task(tmp_path / "suite")
-    proc = harness(
-        "eval",
-        "--model",
-        replay_script(tmp_path),
-        "--tasks",
-        str(tmp_path / "suite"),
-        "--out",
-        str(tmp_path / "run"),
-        env={"DOCKER_HOST": "unix:///nonexistent.sock"},
-    )
+    proc = eval_suite(tmp_path, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_one_clear_line(proc, "Docker")
 
 

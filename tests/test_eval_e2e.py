@@ -1,8 +1,6 @@
 """End to end: eval over HTTP against an OpenAI-compatible server, the real local model, `run`."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -11,8 +9,8 @@ from agent.serve import start_server
 from agent.workflow import apply_changes, run_workflow
 from evaluators.runner import run_eval
 from tasks.loader import load_suite
-from tests.conftest import ROOT, run
-from tests.helpers import SUBMIT, WRITE_CORRECT, make_task
+from tests.conftest import run
+from tests.helpers import SUBMIT, WRITE_CORRECT, harness, make_task
 
 
 def test_eval_against_an_openai_compatible_server(image, tmp_path):
@@ -37,23 +35,17 @@ def test_cli_eval_runs_builtin_tasks_with_a_replay_model(image, tmp_path):
     cmd = task.solution_files["solve.sh"].decode().strip().splitlines()[-1]
     script.write_text(json.dumps({"create-file-01": [f"```bash\n{cmd}\n```", SUBMIT]}))
     out = tmp_path / "run"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "harness.py",
-            "eval",
-            "--model",
-            f"replay:{script}",
-            "--tasks",
-            "builtin",
-            "--glob",
-            "create-file-01",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    p = harness(
+        "eval",
+        "--model",
+        f"replay:{script}",
+        "--tasks",
+        "builtin",
+        "--glob",
+        "create-file-01",
+        "--out",
+        str(out),
+        timeout=600,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     assert f"run folder: {out}" in p.stdout

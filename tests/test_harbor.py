@@ -20,6 +20,7 @@ from results.errors import UserError
 from tasks.loader import load_suite
 from tasks.task_folder import load_task
 from tests.conftest import run
+from tests.helpers import write_files
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 
@@ -32,15 +33,16 @@ def harbor_task(
     test_sh: str = "echo 1 > /logs/verifier/reward.txt\n",
 ) -> Path:
     root = tmp_path / name
-    for rel, text in {
-        "task.toml": toml,
-        "instruction.md": "Do it.\n",
-        "solution/solve.sh": "true\n",
-        "tests/test.sh": test_sh,
-        "environment/Dockerfile": dockerfile,
-    }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    write_files(
+        root,
+        {
+            "task.toml": toml,
+            "instruction.md": "Do it.\n",
+            "solution/solve.sh": "true\n",
+            "tests/test.sh": test_sh,
+            "environment/Dockerfile": dockerfile,
+        },
+    )
     return root
 
 

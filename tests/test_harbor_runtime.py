@@ -20,6 +20,7 @@ from evaluators.task_images import build_images
 from tasks import harbor
 from tasks.task_folder import load_task
 from tests.conftest import run
+from tests.helpers import write_files
 
 
 def harbor_task(
@@ -41,9 +42,7 @@ def harbor_task(
         "environment/Dockerfile": dockerfile,
         **(extra or {}),
     }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    write_files(root, files)
     return harbor.offline([load_task(root)])[0]
 
 
@@ -106,14 +105,15 @@ def test_solve_and_test_scripts_get_home_and_the_oracle_gets_debian_frontend(ima
 
 def test_no_internet_forces_the_network_off_and_the_default_follows_harbor(tmp_path):
     root = tmp_path / "n"
-    for rel, text in {
-        "task.toml": 'schema_version = "1.1"\n',
-        "instruction.md": "x\n",
-        "tests/test.sh": "true\n",
-        "solution/solve.sh": "true\n",
-    }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    write_files(
+        root,
+        {
+            "task.toml": 'schema_version = "1.1"\n',
+            "instruction.md": "x\n",
+            "tests/test.sh": "true\n",
+            "solution/solve.sh": "true\n",
+        },
+    )
     task = load_task(root)
     assert task.environment.allow_internet is True and task.harbor.network_why.startswith("no network key")
     off = harbor.offline([task])[0]
@@ -384,9 +384,7 @@ def _steps_task(tmp_path):
         "steps/extend/solution/solve.sh": "#!/bin/bash\n[ -f given.txt ] && [ ! -e /tests/test.sh ] "
         "&& echo two > b.txt\n",
     }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    write_files(root, files)
     return harbor.offline([load_task(root)])[0]
 
 
@@ -497,14 +495,15 @@ def test_a_timeout_kills_the_commands_group_and_what_was_left_running_ends_with_
 def test_one_line_says_which_tasks_have_network_and_why(tmp_path):
     on = harbor_task(tmp_path, name="a")
     root = tmp_path / "b"
-    for rel, text in {
-        "task.toml": 'schema_version = "1.1"\n[environment]\nallow_internet = true\n',
-        "instruction.md": "x\n",
-        "tests/test.sh": "true\n",
-        "solution/solve.sh": "true\n",
-    }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    write_files(
+        root,
+        {
+            "task.toml": 'schema_version = "1.1"\n[environment]\nallow_internet = true\n',
+            "instruction.md": "x\n",
+            "tests/test.sh": "true\n",
+            "solution/solve.sh": "true\n",
+        },
+    )
     line = harbor.network_line([on, load_task(root)])
     assert "\n" not in line and line.startswith("Harbor tasks: ")
     assert "(b) network: [environment] allow_internet = true" in line

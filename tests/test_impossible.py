@@ -19,23 +19,23 @@ from results.synthetic import make_attempt
 from tasks.impossible import make_variant, mutate_python, mutate_script, write_impossible_suite
 from tasks.loader import load_suite
 from tests.conftest import run
-from tests.helpers import HIDDEN, PUBLIC, STUB, SUBMIT, WRITE_CORRECT, harness, make_task, write_task
-
-PYTEST_TOML = """version = "1"
-[agent]
-max_steps = 3
-[environment]
-memory_mb = 256
-storage_mb = 32
-[evaluator]
-kind = "pytest"
-"""
+from tests.helpers import (
+    HIDDEN,
+    PUBLIC,
+    PYTEST_TOML,
+    STUB,
+    SUBMIT,
+    WRITE_CORRECT,
+    harness,
+    make_task,
+    write_task,
+)
 
 
 def test_one_expected_value_is_changed_and_the_canary_is_kept():
     new, note = mutate_python(HIDDEN.decode())
     assert "assert add(2, 3) == 4" in new and "assert add(2, 2) == 5" in new  # canary as it was
-    assert new.count("\n") == HIDDEN.decode().count("\n") and "line 4" in note
+    assert new.count("\n") == HIDDEN.decode().count("\n") and "line 5" in note
     src = "def test_x():\n    assert compute(DATA) == sorted(DATA)\n"
     assert mutate_python(src)[0] == "def test_x():\n    assert not (compute(DATA) == sorted(DATA))\n"
     sh = 'if [ "$out" = "backed up 3 files" ]; then r=1; fi\n'

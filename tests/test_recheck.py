@@ -27,7 +27,17 @@ from results.store import (
 from results.synthetic import make_attempt
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run
-from tests.helpers import CORRECT, OK_BODY, STUB, SUBMIT, WRITE_CORRECT, harness, make_task, write_task
+from tests.helpers import (
+    CORRECT,
+    OK_BODY,
+    PYTEST_TOML,
+    STUB,
+    SUBMIT,
+    WRITE_CORRECT,
+    harness,
+    make_task,
+    write_task,
+)
 
 
 def test_changes_are_kept_content_addressed_with_a_cap(tmp_path):
@@ -148,17 +158,6 @@ def test_one_flag_per_exploit_pattern():
     assert scan_flags(honest) == []
 
 
-PYTEST_TOML = """version = "1"
-[metadata]
-difficulty = 1
-[agent]
-max_steps = 3
-[environment]
-memory_mb = 256
-storage_mb = 32
-[evaluator]
-kind = "pytest"
-"""
 TESTS_V1 = b"""from solution import add
 
 def test_small():

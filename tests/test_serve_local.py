@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from agent.serve import start_server
+from tests.helpers import tool_turn
 
 pytestmark = pytest.mark.model
 
@@ -273,16 +274,17 @@ def test_completions_endpoint_and_token_ids(server, api):
     assert streamed[-1].choices[0].finish_reason == "length"
 
 
+def ask_with_tools(server, api, **kw):
+    """A greedy chat request: by default the weather question with both tools; `kw` adds or replaces."""
+    return api.chat.completions.create(
+        **(dict(model=server.name, messages=WEATHER, tools=TOOLS, temperature=0) | kw)
+    )
+
+
 def test_named_tool_choice_gives_tool_calls(server, api):
     choice = {"type": "function", "function": {"name": "get_weather"}}
-    reply = api.chat.completions.create(
-        model=server.name,
-        messages=WEATHER,
-        tools=TOOLS,
-        tool_choice=choice,
-        max_tokens=30,
-        temperature=0,
-        extra_body={"return_token_ids": True},
+    reply = ask_with_tools(
+        server, api, tool_choice=choice, max_tokens=30, extra_body={"return_token_ids": True}
     )
     msg = reply.choices[0].message
     # "tool_calls" for a whole call; SmolLM2 may still be writing its arguments at 30 tokens: then "length"
@@ -296,15 +298,7 @@ def test_named_tool_choice_gives_tool_calls(server, api):
     prompt = server.model.tokenizer.decode(reply.model_extra["prompt_token_ids"])
     assert "<tools>" in prompt and '"get_time"' in prompt  # SmolLM2's template has no tools: the fallback
     # streamed: the openai client's own accumulator rebuilds the same call
-    stream = api.chat.completions.create(
-        model=server.name,
-        messages=WEATHER,
-        tools=TOOLS,
-        tool_choice=choice,
-        max_tokens=30,
-        temperature=0,
-        stream=True,
-    )
+    stream = ask_with_tools(server, api, tool_choice=choice, max_tokens=30, stream=True)
     # streamed: the same call, its arguments in the chunks, and the same finish reason
     name, arguments, finishes = None, "", []
     for chunk in stream:
@@ -316,46 +310,19 @@ def test_named_tool_choice_gives_tool_calls(server, api):
 
 
 def test_tool_choice_none_required_and_history(server, api):
-    none = api.chat.completions.create(
-        model=server.name,
-        messages=WEATHER,
-        tools=TOOLS,
-        tool_choice="none",
-        max_tokens=12,
-        temperature=0,
-        extra_body={"return_token_ids": True},
+    none = ask_with_tools(
+        server, api, tool_choice="none", max_tokens=12, extra_body={"return_token_ids": True}
     )
     assert none.choices[0].message.tool_calls is None and none.choices[0].message.content
     assert "<tools>" not in server.model.tokenizer.decode(none.model_extra["prompt_token_ids"])
-    one_tool = api.chat.completions.create(
-        model=server.name,
-        messages=WEATHER,
-        tools=TOOLS[:1],
-        tool_choice="required",
-        max_tokens=30,
-        temperature=0,
-    )
+    one_tool = ask_with_tools(server, api, tools=TOOLS[:1], tool_choice="required", max_tokens=30)
     assert one_tool.choices[0].message.tool_calls[0].function.name == "get_weather"
-    history = WEATHER + [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
-    ]
-    after = api.chat.completions.create(
-        model=server.name,
+    history = WEATHER + tool_turn("call_1", "get_weather", '{"city": "Paris"}', "sunny, 21 C")
+    after = ask_with_tools(
+        server,
+        api,
         messages=history,
-        tools=TOOLS,
         max_tokens=20,
-        temperature=0,
         parallel_tool_calls=False,
         extra_body={"return_token_ids": True},
     )
@@ -366,14 +333,8 @@ def test_tool_choice_none_required_and_history(server, api):
 
 
 def test_required_with_several_tools_calls_a_real_one(server, api):
-    reply = api.chat.completions.create(
-        model=server.name,
-        tools=TOOLS,
-        tool_choice="required",
-        max_tokens=30,
-        temperature=0,
-        messages=[{"role": "user", "content": "What time is it in Tokyo?"}],
-    )
+    tokyo = [{"role": "user", "content": "What time is it in Tokyo?"}]
+    reply = ask_with_tools(server, api, messages=tokyo, tool_choice="required", max_tokens=30)
     calls = reply.choices[0].message.tool_calls
     assert calls and calls[0].function.name in {"get_weather", "get_time"}
     assert reply.choices[0].finish_reason == (
@@ -390,26 +351,12 @@ def test_a_template_that_renders_tools_is_used_natively(server, api):
     saved = tok.chat_template
     tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
     try:
-        history = WEATHER + [
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "c1",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-        ]
-        reply = api.chat.completions.create(
-            model=server.name,
+        history = WEATHER + tool_turn("c1", "get_weather", '{"city": "Paris"}', "sunny")
+        reply = ask_with_tools(
+            server,
+            api,
             messages=history,
-            tools=TOOLS,
             max_tokens=20,
-            temperature=0,
             tool_choice={"type": "function", "function": {"name": "get_time"}},
             extra_body={"return_token_ids": True},
         )
@@ -493,9 +440,7 @@ def test_response_format_constrains_the_decoding(server, api):
 
 def test_a_tool_call_cut_off_by_max_tokens_finishes_with_length(server, api):
     choice = {"type": "function", "function": {"name": "get_weather"}}
-    reply = api.chat.completions.create(
-        model=server.name, messages=WEATHER, tools=TOOLS, tool_choice=choice, max_tokens=2, temperature=0
-    )
+    reply = ask_with_tools(server, api, tool_choice=choice, max_tokens=2)
     assert reply.choices[0].finish_reason == "length"  # as OpenAI: not "tool_calls" with broken arguments
     assert reply.usage.completion_tokens == 2
 
@@ -551,24 +496,8 @@ def test_named_adapter_is_chosen_by_model(server, api):
 
 
 def test_sixteen_concurrent_streams_each_get_their_own_tokens(server, api):
-    words = [
-        "apple",
-        "river",
-        "castle",
-        "violin",
-        "tiger",
-        "planet",
-        "garden",
-        "rocket",
-        "winter",
-        "copper",
-        "island",
-        "pencil",
-        "thunder",
-        "marble",
-        "falcon",
-        "lantern",
-    ]
+    words = "apple river castle violin tiger planet garden rocket winter copper island pencil".split()
+    words += "thunder marble falcon lantern".split()
     prompts = [f"Write one sentence about a {w}." for w in words]
 
     def ask(i, stream, out):

@@ -14,6 +14,7 @@ from agent.serve.tools import (
     reply_prefix,
     tool_stops,
 )
+from tests.helpers import tool_turn
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
@@ -85,18 +86,7 @@ def test_fallback_rendering_writes_tools_calls_and_results_as_text():
     history = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "c1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "rain"},
+        *tool_turn("c1", "get_weather", '{"city": "Oslo"}', "rain"),
     ]
     messages, tools = render_messages(history, spec(tool_choice="required"), None, native=False)
     assert tools is None  # the template is not given them: the system message has them

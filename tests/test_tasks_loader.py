@@ -12,6 +12,7 @@ from tasks import loader
 from tasks.family import load_family
 from tasks.loader import load_suite
 from tasks.task_folder import load_task
+from tests.helpers import write_files
 
 TOML = """\
 version = "1.0"
@@ -56,11 +57,7 @@ def task_folder(root: Path, toml: str = TOML, **overrides: str | None) -> Path:
     }
     for key, value in overrides.items():
         files[key.replace("__", "/")] = value
-    for rel, text in files.items():
-        if text is not None:
-            p = root / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text)
+    write_files(root, files)
     return root
 
 

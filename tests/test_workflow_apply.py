@@ -12,35 +12,19 @@ import pytest
 from agent.sandbox import Changes
 from agent.workflow import (
     ApplyResult,
-    _transaction,
     apply_changes,
     autorun_paths,
     default_protect,
     plan_changes,
     select_files,
 )
+from agent.workflow.apply import _transaction
+from evaluators.selftest.apply_cases import tree
 from results.errors import UserError
 
 
 def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
-
-
-def tree(root: Path) -> dict[str, tuple]:
-    """Every entry under root (the .git folder included): kind, mode and content or link target."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            st = os.lstat(p)
-            rel = p.relative_to(root).as_posix()
-            if p.is_symlink():
-                out[rel] = ("l", os.readlink(p))
-            elif p.is_dir():
-                out[rel] = ("d", st.st_mode & 0o7777)
-            else:
-                out[rel] = ("f", st.st_mode & 0o7777, p.read_bytes())
-    return out
 
 
 def make_repo(root: Path) -> Path:

@@ -11,8 +11,9 @@ import subprocess
 import pytest
 
 from evaluators.selftest import SUBMIT, bash, write
+from evaluators.selftest.apply_cases import tree
 from tests.helpers import harness
-from tests.test_workflow_apply import git, make_repo, tree
+from tests.test_workflow_apply import git, make_repo
 
 VERIFY = "python3 -m pytest -q tests/test_f.py"
 CORRECT_F = "def f(n):\n    return list(range(1, n + 1))\n"
@@ -36,7 +37,9 @@ def attacks(marker) -> list[str]:
     ]
 
 
-def cli_run(tmp_path, repo, steps: list[str], *extra: str) -> subprocess.CompletedProcess:
+def cli_run(
+    tmp_path, repo, steps: list[str], *extra: str, verify: str = VERIFY
+) -> subprocess.CompletedProcess:
     script = tmp_path / "replay.json"
     script.write_text(json.dumps({"*": [bash("\n".join(steps)), SUBMIT]}))
     return harness(
@@ -47,7 +50,7 @@ def cli_run(tmp_path, repo, steps: list[str], *extra: str) -> subprocess.Complet
         str(repo),
         "make the test pass",
         "--verify",
-        VERIFY,
+        verify,
         "--apply",
         *extra,
         timeout=300,
@@ -130,20 +133,7 @@ def test_verify_is_not_fooled_by_new_test_files_or_runner_config(image, tmp_path
         write("pytest.ini", "[pytest]\naddopts = -k nothing\n"),
         write("src/f.py", "def f(n):\n    return [1, 2]\n"),
     ]
-    script = tmp_path / "replay.json"
-    script.write_text(json.dumps({"*": [bash("\n".join(cheats)), SUBMIT]}))
-    p = harness(
-        "run",
-        "--model",
-        f"replay:{script}",
-        "--workspace",
-        str(repo),
-        "make the test pass",
-        "--verify",
-        "python3 -m pytest -q",
-        "--apply",
-        timeout=300,
-    )
+    p = cli_run(tmp_path, repo, cheats, verify="python3 -m pytest -q")
     assert p.returncode == 1 and "-> exit 1" in p.stderr and "1 failed" in p.stderr, p.stderr[-3000:]
     for path in ("tests/test_aaa.py", "conftest.py", "pytest.ini"):
         assert f"PROTECTED: the agent changed {path}" in p.stderr

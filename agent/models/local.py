@@ -430,22 +430,24 @@ class LocalModel:
         return c
 
     def _finish(self, prompt_ids: list[int], row: list[int], req: Optional["_Request"]) -> Completion:
+        def made(text: str, ids: list[int], finish: str) -> Completion:
+            return Completion(
+                content=text,
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=len(ids),
+                cost=0.0,
+                finish_reason=finish,
+                prompt_ids=list(prompt_ids),
+                completion_ids=list(ids),
+            )
+
         end = next((i for i, t in enumerate(row) if t in self.end_ids), None)
         cut = self._stop_at(req, row[:end]) if req is not None and req.stop_strings else None
         if cut is not None:
             # Text before the stop string; the tokens counted are those that put visible text there
             # (the stop string's own tokens are neither returned nor counted).
             text = self.tokenizer.decode(row[:end], skip_special_tokens=False)[:cut]
-            ids = self._tokens_up_to(row, cut)
-            return Completion(
-                content=text,
-                prompt_tokens=len(prompt_ids),
-                completion_tokens=len(ids),
-                cost=0.0,
-                finish_reason="stop",
-                prompt_ids=list(prompt_ids),
-                completion_ids=list(ids),
-            )
+            return made(text, self._tokens_up_to(row, cut), "stop")
         after_block = self.stop_after_block if req is None else req.stop_after_block
         if after_block:  # cut right after the token that closed the first block
             closed = next(
@@ -458,28 +460,12 @@ class LocalModel:
             )
             if closed is not None:
                 ids = row[: closed + 1]
-                return Completion(
-                    content=self.tokenizer.decode(ids, skip_special_tokens=False),
-                    prompt_tokens=len(prompt_ids),
-                    completion_tokens=len(ids),
-                    cost=0.0,
-                    finish_reason="stop",
-                    prompt_ids=list(prompt_ids),
-                    completion_ids=list(ids),
-                )
+                return made(self.tokenizer.decode(ids, skip_special_tokens=False), ids, "stop")
         if end is None:  # ran out of max_tokens (no padding without an end token)
             ids, text_ids, finish = row, row, "length"
         else:  # keep the end-of-turn token, drop the padding after it
             ids, text_ids, finish = row[: end + 1], row[:end], "stop"
-        return Completion(
-            content=self.tokenizer.decode(text_ids, skip_special_tokens=False),
-            prompt_tokens=len(prompt_ids),
-            completion_tokens=len(ids),
-            cost=0.0,
-            finish_reason=finish,
-            prompt_ids=list(prompt_ids),
-            completion_ids=list(ids),
-        )
+        return made(self.tokenizer.decode(text_ids, skip_special_tokens=False), ids, finish)
 
 
 def _share(rows: list[Row], waiting: int, seconds: float) -> None:

@@ -7,26 +7,26 @@ import os
 
 from agent.models import add_model_option
 from results import telemetry
+from results.commandline import add_command
 
-EXAMPLE = (
-    "example:\n"
-    "  harness serve --model local:smollm2-135m --adapter tuned=runs/train/round_1/adapter "
-    "--api-key secret --port 8000\n"
-    '  # then: openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")\n'
-    '  #         .chat.completions.create(model="tuned", messages=[...], tools=[...], stream=True)'
-)
+EXAMPLES = [
+    "harness serve --model local:smollm2-135m --adapter tuned=runs/train/round_1/adapter "
+    "--api-key secret --port 8000",
+    '# then: openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")',
+    '#         .chat.completions.create(model="tuned", messages=[...], tools=[...], stream=True)',
+]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "serve",
         help="serve a model over an OpenAI-compatible HTTP API",
         description="Serve a model at http://HOST:PORT/v1 (POST /v1/chat/completions and /v1/completions, "
         "GET /v1/models[/ID], POST /tokenize and /detokenize as vLLM's) for the openai client, litellm or "
         "other harnesses; one access-log line per request on stderr. Local models stream token by token "
         "from the continuous-batching decoder; see agent/serve/__init__.py for the fields.",
-        epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=EXAMPLES,
     )
     p.add_argument(
         "--model", default="local:smollm2-135m", help="model spec, as for eval (default: local:smollm2-135m)"

@@ -181,35 +181,14 @@ class LocalReplies:
                     if rest or entries:
                         self._event(chunk(index, rest, entries))
                     for n, call in enumerate(final.tool_calls if chat else []):
-                        self._event(
-                            chunk(
-                                index,
-                                "",
-                                [],
-                                extra={
-                                    "tool_calls": [
-                                        {
-                                            "index": n,
-                                            "id": call["id"],
-                                            "type": "function",
-                                            "function": {"name": call["function"]["name"], "arguments": ""},
-                                        }
-                                    ]
-                                },
-                            )
-                        )
-                        self._event(
-                            chunk(
-                                index,
-                                "",
-                                [],
-                                extra={
-                                    "tool_calls": [
-                                        {"index": n, "function": {"arguments": call["function"]["arguments"]}}
-                                    ]
-                                },
-                            )
-                        )
+                        # as OpenAI streams a call: its id and name first, then its arguments
+                        name, arguments = call["function"]["name"], call["function"]["arguments"]
+                        head_delta = {"index": n, "id": call["id"], "type": "function"}
+                        for delta in (
+                            dict(head_delta, function={"name": name, "arguments": ""}),
+                            {"index": n, "function": {"arguments": arguments}},
+                        ):
+                            self._event(chunk(index, "", [], extra={"tool_calls": [delta]}))
                     self._event(chunk(index, "", [], final.finish_reason, extra))
             prompt_tokens = sum(len(j.prompt_ids) for j in jobs)
             self._usage = (req.model, prompt_tokens, completion_tokens)  # for the access log

@@ -37,14 +37,24 @@ def test_canary_impossible():
 SMALL = Environment(memory_mb=256, pids=64, storage_mb=32, cpus=1.0)
 
 
-def answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Task:
-    """Write a given line to answer.txt; graded on the host (no grading container)."""
+def small_task(task_id: str, instruction: str, command_timeout: float, **kw) -> Task:
+    """A task of the self-test: the SMALL sandbox and the same agent limits; `kw` says the rest."""
     return Task(
         id=task_id,
         path=None,
-        instruction=f"Write the line {answer} to /workspace/answer.txt.",
+        instruction=instruction,
         environment=SMALL,
         agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+        **kw,
+    )
+
+
+def answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Task:
+    """Write a given line to answer.txt; graded on the host (no grading container)."""
+    return small_task(
+        task_id,
+        f"Write the line {answer} to /workspace/answer.txt.",
+        command_timeout,
         evaluator=EvaluatorConfig(kind="answer", expected=answer),
         verifier_timeout_sec=30,
         solution_files={"solve.sh": f"echo {answer} > answer.txt\n".encode()},
@@ -53,12 +63,10 @@ def answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Tas
 
 def json_answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Task:
     """Write a JSON object to answer.json; compared as JSON on the host."""
-    return Task(
-        id=task_id,
-        path=None,
-        instruction=f'Write {{"ok": "{answer}"}} to /workspace/answer.json.',
-        environment=SMALL,
-        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+    return small_task(
+        task_id,
+        f'Write {{"ok": "{answer}"}} to /workspace/answer.json.',
+        command_timeout,
         evaluator=EvaluatorConfig(
             kind="answer", answer_file="answer.json", mode="json", expected=json.dumps({"ok": answer})
         ),
@@ -76,12 +84,10 @@ if [ "$out" = "{answer}" ]; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD
 
 def script_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Task:
     """Make run.sh print a line; a test.sh verifier runs it and writes the reward."""
-    return Task(
-        id=task_id,
-        path=None,
-        instruction=f"Make /workspace/run.sh print {answer}.",
-        environment=SMALL,
-        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+    return small_task(
+        task_id,
+        f"Make /workspace/run.sh print {answer}.",
+        command_timeout,
         evaluator=EvaluatorConfig(kind="script"),
         verifier_timeout_sec=30,
         workspace_files={"run.sh": b"echo todo\n"},
@@ -99,12 +105,10 @@ timeout 10 as-candidate bash score.sh > "$REWARD_FILE" 2>/dev/null
 def score_task(task_id: str, command_timeout: float = 10.0) -> Task:
     """Make score.sh print a score of 1; test.sh writes what it prints as the reward: a reward file whose
     content the candidate's output decides (numbers of any length, NaN, a huge file)."""
-    return Task(
-        id=task_id,
-        path=None,
-        instruction="Make /workspace/score.sh print the number 1.",
-        environment=SMALL,
-        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+    return small_task(
+        task_id,
+        "Make /workspace/score.sh print the number 1.",
+        command_timeout,
         evaluator=EvaluatorConfig(kind="script"),
         verifier_timeout_sec=30,
         workspace_files={"score.sh": b"echo 0\n"},
@@ -116,12 +120,10 @@ def score_task(task_id: str, command_timeout: float = 10.0) -> Task:
 def add_task(task_id: str, marker: str = "", command_timeout: float = 30.0) -> Task:
     """Implement add(a, b): hidden pytest tests (other inputs than the visible one) plus a canary."""
     hidden = HIDDEN.format(marker=f'"""{marker}"""\n' if marker else "")
-    return Task(
-        id=task_id,
-        path=None,
-        instruction="Implement add(a, b) in /workspace/solution.py (tests/test_public.py shows an example).",
-        environment=SMALL,
-        agent=AgentLimits(timeout_sec=180, max_steps=12, command_timeout_sec=command_timeout),
+    return small_task(
+        task_id,
+        "Implement add(a, b) in /workspace/solution.py (tests/test_public.py shows an example).",
+        command_timeout,
         verifier_timeout_sec=60,
         workspace_files={"solution.py": STUB.encode(), "tests/test_public.py": PUBLIC.encode()},
         test_files={"test_add.py": hidden.encode()},

@@ -23,6 +23,21 @@ def _png(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+def _finish(
+    fig: Figure, ax, xlabel: str, ylabel: str, title: str, rate: bool = False, whole_x: bool = False
+) -> str:
+    """The plots' common frame (labels, title, legend; a rate from 0 to 1, whole numbers on x), as a PNG."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if rate:
+        ax.set_ylim(0, 1.05)
+    ax.set_title(title)
+    if whole_x:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
 def _colors(n: int) -> list:
     from matplotlib import colormaps
 
@@ -60,12 +75,7 @@ def plot_by_level(runs: Sequence[RunData], level: str) -> Optional[str]:
     ax.set_xticks(
         x, groups, rotation=30 if len(groups) > 6 else 0, ha="right" if len(groups) > 6 else "center"
     )
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("solved rate")
-    ax.set_xlabel(level)
-    ax.set_title(f"Solved rate by {level} (95% CI)")
-    ax.legend(fontsize=8)
-    return _png(fig)
+    return _finish(fig, ax, level, "solved rate", f"Solved rate by {level} (95% CI)", rate=True)
 
 
 def plot_pass_at_k(runs: Sequence[RunData]) -> Optional[str]:
@@ -81,13 +91,7 @@ def plot_pass_at_k(runs: Sequence[RunData]) -> Optional[str]:
             drawn = True
     if not drawn:
         return None
-    ax.set_xlabel("k")
-    ax.set_ylabel("pass@k")
-    ax.set_ylim(0, 1.05)
-    ax.set_title("pass@k (unbiased estimator)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(fontsize=8)
-    return _png(fig)
+    return _finish(fig, ax, "k", "pass@k", "pass@k (unbiased estimator)", rate=True, whole_x=True)
 
 
 def plot_cost_vs_score(runs: Sequence[RunData]) -> Optional[str]:
@@ -109,12 +113,7 @@ def plot_cost_vs_score(runs: Sequence[RunData]) -> Optional[str]:
     if not ax.lines:
         return None
     ax.set_xlim(0, max(max(r.overall[key] for r in runs if not np.isnan(r.overall[key])) * 1.25, 1e-9))
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("solved rate")
-    ax.set_ylim(0, 1.05)
-    ax.set_title("Cost vs score")
-    ax.legend(fontsize=8)
-    return _png(fig)
+    return _finish(fig, ax, xlabel, "solved rate", "Cost vs score", rate=True)
 
 
 def plot_steps(runs: Sequence[RunData]) -> Optional[str]:
@@ -138,12 +137,7 @@ def plot_steps(runs: Sequence[RunData]) -> Optional[str]:
     else:
         for (run, v), color in zip(valid, _colors(len(runs))):
             ax.hist(v["n_steps"], bins=bins, histtype="step", linewidth=2, label=run.label, color=color)
-    ax.set_xlabel("steps per attempt")
-    ax.set_ylabel("attempts")
-    ax.set_title("Steps distribution")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(fontsize=8)
-    return _png(fig)
+    return _finish(fig, ax, "steps per attempt", "attempts", "Steps distribution", whole_x=True)
 
 
 def plot_heatmap(runs: Sequence[RunData]) -> tuple[Optional[str], str]:
@@ -186,10 +180,4 @@ def plot_rounds(rows: Sequence[dict[str, Any]]) -> Optional[str]:
         ax.plot(part["round"], part["value"], marker="o", label=label, color=color)
         if part[["ci_low", "ci_high"]].notna().all().all():
             ax.fill_between(part["round"], part["ci_low"], part["ci_high"], alpha=0.2, color=color)
-    ax.set_xlabel("round")
-    ax.set_ylabel("pass rate")
-    ax.set_ylim(0, 1.05)
-    ax.set_title("Pass rate by round")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(fontsize=8)
-    return _png(fig)
+    return _finish(fig, ax, "round", "pass rate", "Pass rate by round", rate=True, whole_x=True)

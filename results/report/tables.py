@@ -26,17 +26,25 @@ def pass_cols(summary: pd.DataFrame) -> list[str]:
     return [c for c in summary.columns if c.startswith("pass@")]
 
 
+def _counts(run: RunData) -> dict[str, Any]:
+    """The first columns of a run's headline row, in the table and in the Markdown summary."""
+    o = run.overall
+    return {
+        "run": run.label,
+        "model": run.reader.manifest.model,
+        "tasks": o["n_tasks"],
+        "attempts": o["n_attempts"],
+        "errors": o["n_errors"],
+    }
+
+
 def overview_table(runs: Sequence[RunData], ks: Optional[Sequence[int]] = None) -> pd.DataFrame:
     """One row per run: the headline numbers."""
     rows = []
     for run in runs:
         o = run.overall
         row = {
-            "run": run.label,
-            "model": run.reader.manifest.model,
-            "tasks": o["n_tasks"],
-            "attempts": o["n_attempts"],
-            "errors": o["n_errors"],
+            **_counts(run),
             "solved_rate": o["solved_rate"],
             "ci_low": o["solved_ci_low"],
             "ci_high": o["solved_ci_high"],
@@ -101,24 +109,21 @@ def level_table(runs: Sequence[RunData], level: str) -> pd.DataFrame:
     return table.rename(columns={"group": level}).reset_index(drop=True)
 
 
-def reasons_table(runs: Sequence[RunData]) -> pd.DataFrame:
-    parts = [metrics.failure_reasons(r.df).assign(run=r.label) for r in runs]
+def _stacked(runs: Sequence[RunData], table: Callable[[pd.DataFrame], pd.DataFrame], cols: list[str]):
+    """table(run's attempts) for each run, one below the other, with a run column first."""
+    parts = [table(r.df).assign(run=r.label) for r in runs]
     parts = [p for p in parts if not p.empty]
     return (
-        pd.concat(parts, ignore_index=True)[["run", "field", "value", "count"]]
-        if parts
-        else pd.DataFrame(columns=["run", "field", "value", "count"])
+        pd.concat(parts, ignore_index=True)[["run", *cols]] if parts else pd.DataFrame(columns=["run", *cols])
     )
+
+
+def reasons_table(runs: Sequence[RunData]) -> pd.DataFrame:
+    return _stacked(runs, metrics.failure_reasons, ["field", "value", "count"])
 
 
 def errors_table(runs: Sequence[RunData]) -> pd.DataFrame:
-    parts = [metrics.error_summary(r.df).assign(run=r.label) for r in runs]
-    parts = [p for p in parts if not p.empty]
-    return (
-        pd.concat(parts, ignore_index=True)[["run", "exit_reason", "error", "count"]]
-        if parts
-        else pd.DataFrame(columns=["run", "exit_reason", "error", "count"])
-    )
+    return _stacked(runs, metrics.error_summary, ["exit_reason", "error", "count"])
 
 
 def comparisons(runs: Sequence[RunData], n_boot: int, seed: int) -> list[tuple[str, str, metrics.Comparison]]:
@@ -322,11 +327,7 @@ def markdown_summary(
     for r in runs:
         o = r.overall
         row = {
-            "run": r.label,
-            "model": r.reader.manifest.model,
-            "tasks": o["n_tasks"],
-            "attempts": o["n_attempts"],
-            "errors": o["n_errors"],
+            **_counts(r),
             "solved rate (95% CI)": (
                 f"{o['solved_rate']:.3f} ({o['solved_ci_low']:.3f}-{o['solved_ci_high']:.3f})"
                 if not np.isnan(o["solved_rate"])
