@@ -269,8 +269,8 @@ def test_a_command_runs_as_the_user_number_it_names_never_root(image):
             async with pool.sandbox(image, SMALL) as sb:
                 out = {}
                 for user in (10005, 0, True, "agent"):
-                    r = await sb.exec_raw(["id", "-u"], user=user, cwd="/")
-                    out[user] = r["out_head"].decode().strip()
+                    r = await sb.exec(["id", "-u"], user=user, cwd="/")
+                    out[user] = r.stdout.strip()
                 return out
 
     out = run(main())
