@@ -16,7 +16,15 @@ import tarfile
 import time
 from typing import Iterable, Optional, Protocol
 
-from agent.sandbox.changes import CAPTURE_SOURCE, CaptureError, ChangeCapture, Changes, shown, unwritable
+from agent.sandbox.changes import (
+    CAPTURE_SOURCE,
+    MAX_LISTED,
+    CaptureError,
+    ChangeCapture,
+    Changes,
+    shown,
+    unwritable,
+)
 from agent.sandbox.images import WORKSPACE
 from agent.sandbox.protocol import OUTPUT_CAP, ExecResult, Stream
 from agent.sandbox.transport import CommandChannel, SandboxDied
@@ -242,6 +250,10 @@ class ServedSandbox:
         if not isinstance(out, dict):
             raise CaptureError("capture answered something other than an object")
         return out
+
+    async def snapshot(self, max_files: int = MAX_LISTED) -> dict:
+        """The working folder's listing now (ChangeCapture.snapshot), e.g. to compare two sandboxes."""
+        return await self.capture.snapshot(max_files)
 
     async def mark_baseline(self, max_files: int = 5000) -> None:
         """Remembers the workspace as it is now; changes() compares against it (`run` on a large
