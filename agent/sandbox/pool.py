@@ -4,7 +4,6 @@ once, each used once and destroyed; close() removes every container (and the net
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import uuid
 from collections import deque
@@ -15,17 +14,8 @@ from agent.sandbox.backends import Backend
 from agent.sandbox.cleanup import prune, prune_at_exit
 from agent.sandbox.container import Limits, create_sandbox
 from agent.sandbox.network import create_network
+from agent.sandbox.protocol import pooled
 from agent.sandbox.served import ServedSandbox
-
-
-@contextlib.asynccontextmanager
-async def pooled(pool, image: str, limits: Limits, task: str):
-    """A pool's sandbox(): acquire() on entry, release() on exit (every backend's pool shares it)."""
-    sb = await pool.acquire(image, limits, task)
-    try:
-        yield sb
-    finally:
-        await pool.release(sb)
 
 
 class DockerPool:

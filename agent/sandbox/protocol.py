@@ -189,9 +189,19 @@ class SandboxPool(Protocol):
         ...
 
 
+@contextlib.asynccontextmanager
+async def pooled(pool, image: str, limits, task: str):
+    """A pool's sandbox(): acquire() on entry, release() on exit (every backend's pool returns this)."""
+    sb = await pool.acquire(image, limits, task)
+    try:
+        yield sb
+    finally:
+        await pool.release(sb)
+
+
 def sandbox_members() -> set[str]:
     """The public members of the Sandbox contract (for the test that the users touch no other)."""
     return {n for n in vars(Sandbox) if not n.startswith("_")} | set(Sandbox.__annotations__)
 
 
-__all__ = ["OUTPUT_CAP", "ExecResult", "Sandbox", "SandboxPool", "Stream", "sandbox_members"]
+__all__ = ["OUTPUT_CAP", "ExecResult", "Sandbox", "SandboxPool", "Stream", "pooled", "sandbox_members"]

@@ -28,7 +28,7 @@ from agent.sandbox.k8s.manifests import (
 )
 from agent.sandbox.k8s.sandbox import K8sPod, kubectl_exec
 from agent.sandbox.labels import LABEL_POOL, LABEL_RUN
-from agent.sandbox.pool import pooled
+from agent.sandbox.protocol import pooled
 from agent.sandbox.served import ServedSandbox
 from agent.sandbox.transport import SandboxDied
 from results.errors import InfraError, UserError
