@@ -6,7 +6,6 @@ One place for these, so no test module imports another test module.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from agent.sandbox import Changes, ExecResult, SandboxDied, Stream
-from agent.sandbox.protocol import OUTPUT_CAP
+from agent.sandbox.protocol import OUTPUT_CAP, pooled
 from results.errors import InfraError
 from tasks.model import Task
 
@@ -367,12 +366,26 @@ class FakeSandbox:
 
 
 class FakePool:
-    """A SandboxPool that hands out FakeSandboxes (for run_attempt paths that never grade)."""
+    """The SandboxPool contract handing out FakeSandboxes (for run_attempt paths that never grade)."""
+
+    run_id = "fake"
 
     def __init__(self, **sandbox_kw):
         self.sandbox_kw, self.sandboxes = sandbox_kw, []
 
-    @contextlib.asynccontextmanager
-    async def sandbox(self, image: str, limits=None, task: str = "pool"):
+    async def acquire(self, image: str, limits=None, task: str = "pool") -> FakeSandbox:
         self.sandboxes.append(FakeSandbox(**self.sandbox_kw))
-        yield self.sandboxes[-1]
+        return self.sandboxes[-1]
+
+    async def release(self, sb: FakeSandbox) -> None:
+        sb.kill()
+
+    def sandbox(self, image: str, limits=None, task: str = "pool"):
+        return pooled(self, image, limits, task)
+
+    def expect(self, acquires: int) -> None:
+        pass
+
+    async def close(self) -> None:
+        for sb in self.sandboxes:
+            sb.kill()

@@ -21,7 +21,7 @@ from agent.sandbox import BACKENDS, Limits, SandboxDied, sandbox_backend
 from agent.sandbox.protocol import Sandbox, SandboxPool, sandbox_members
 from results.errors import InfraError, UserError
 from tests.conftest import ROOT, run
-from tests.helpers import FakeSandbox
+from tests.helpers import FakePool, FakeSandbox
 
 SMALL = Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
 KINDS = ["docker", "native", "k8s", "fake"]  # every backend, the static helper, and the fake
@@ -32,7 +32,7 @@ def open_sandbox(request, tmp_path, monkeypatch):
     """A factory of async context managers: `async with open_sandbox() as sb`, a fresh sandbox of the kind."""
     kind = request.param
     if kind == "fake":
-        return lambda: contextlib.nullcontext(FakeSandbox())
+        return _pooled(FakePool(), "fake-image", SMALL)
     image = request.getfixturevalue("image")
     if kind == "native":
         from agent.sandbox.images import ensure_minbase_image
@@ -58,10 +58,13 @@ def open_sandbox(request, tmp_path, monkeypatch):
 def _pooled(pool: SandboxPool, image: str, limits: Limits):
     @contextlib.asynccontextmanager
     async def open_one():
-        assert isinstance(pool, SandboxPool)
-        async with pool:
+        assert isinstance(pool, SandboxPool)  # every member of the pool contract
+        pool.expect(1)
+        try:
             async with pool.sandbox(image, limits, task="contract") as sb:
                 yield sb
+        finally:
+            await pool.close()
 
     return open_one
 
