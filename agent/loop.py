@@ -39,7 +39,7 @@ from results.schema import Action, Step, clip
 # The sandbox package (Docker SDK) is imported where a sandbox is used (see _Loop.execute), so that the
 # CLIs and the server import the loop on machines without it.
 if TYPE_CHECKING:
-    from agent.sandbox.protocol import LoopSandbox
+    from agent.sandbox.protocol import Sandbox
 
 
 @dataclass
@@ -61,9 +61,7 @@ class LoopResult:
         return sum(s.tool_seconds for s in self.steps)
 
 
-async def run_action(
-    sb: LoopSandbox, action: Action, cfg: LoopConfig
-) -> tuple[str, Optional[int], bool, float]:
+async def run_action(sb: Sandbox, action: Action, cfg: LoopConfig) -> tuple[str, Optional[int], bool, float]:
     """Runs one action; returns (observation, exit code, timed out, seconds)."""
     if action.kind == "format_error":
         return prompt("format_error", problem=action.content), None, False, 0.0
@@ -86,7 +84,7 @@ async def run_action(
 
 
 async def traced_action(
-    sb: LoopSandbox, action: Action, cfg: LoopConfig
+    sb: Sandbox, action: Action, cfg: LoopConfig
 ) -> tuple[str, Optional[int], bool, float]:
     """run_action inside an `execute_tool {tool}` span, and its duration in the tool metric."""
     tool = "bash" if action.kind == "bash" else action.kind
@@ -145,7 +143,7 @@ def clean(messages: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k not in ("elided", "pinned")} for m in messages]
 
 
-async def run_loop(model: Model, sb: LoopSandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
+async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
     """One attempt: steps of query -> execute -> limit checks until a LoopExit ends it."""
     loop = _Loop(model, sb, cfg)
     res = loop.res
@@ -171,7 +169,7 @@ async def run_loop(model: Model, sb: LoopSandbox, instruction: str, cfg: LoopCon
 class _Loop:
     """One attempt's state (the conversation, its steps, what it has spent) and the three parts of a step."""
 
-    def __init__(self, model: Model, sb: LoopSandbox, cfg: LoopConfig):
+    def __init__(self, model: Model, sb: Sandbox, cfg: LoopConfig):
         if cfg.max_reply_tokens is None:
             cfg = replace(cfg, max_reply_tokens=default_reply_tokens(model.name))
         self.model, self.sb, self.cfg = model, sb, cfg

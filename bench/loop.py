@@ -426,7 +426,7 @@ def install_phase_probes():
     import agent.sandbox.pool as pool_mod
     import evaluators.grade as grade_mod
     import evaluators.runner as runner_mod
-    from agent.sandbox.container import Sandbox
+    from agent.sandbox.served import ServedSandbox as Sandbox
     from results.store import RunStore
 
     if getattr(install_phase_probes, "done", False):

@@ -413,20 +413,19 @@ async def run_eval(
         # folder is made.
         stage(f"loading the model {model}")
         the_model = model_obj or get_model(model, **model_options)
-        if sandbox == "k8s":
-            from agent.sandbox.k8s import k8s_images, k8s_pool
+        from agent.sandbox.backends import sandbox_backend
 
-            if cluster:
-                raise UserError("--cluster and --sandbox k8s do not combine yet: pick one")
-            images = k8s_images(tasks, sandbox_options or {})
-            # a bad kubeconfig fails here, before the run folder is made
-            Pool = k8s_pool(sandbox_options or {})
+        backend = sandbox_backend(sandbox)
+        if cluster and not backend.with_cluster:
+            raise UserError(f"--cluster and --sandbox {sandbox} do not combine yet: pick one")
+        if backend.images:  # the backend names the images its sandboxes run
+            images = backend.images(tasks, sandbox_options or {})
         else:
-            Pool = SandboxPool
             stage(f"building the images of {len(tasks)} tasks")
             images = await build_images(tasks)
             # containers left by harness processes that died (kill -9)
             await asyncio.to_thread(prune, None, True)
+        Pool = backend.pool(sandbox_options or {})  # a bad kubeconfig fails here, before the run folder
         manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
         out_dir = Path(out_dir) if out_dir else default_run_dir(model)
         store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)

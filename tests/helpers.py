@@ -6,7 +6,6 @@ One place for these, so no test module imports another test module.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -15,8 +14,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from agent.sandbox import Changes, ExecResult, SandboxDied
+from agent.sandbox import Changes, ExecResult, SandboxDied, Stream
+from agent.sandbox.protocol import OUTPUT_CAP, pooled
 from evaluators.selftest import fixtures
+from results.errors import InfraError
 from tasks.model import Task
 
 # The `add` task's files are the self-test's (evaluators/selftest/fixtures.py), as bytes.
@@ -213,16 +214,27 @@ class FlakyServer:
         self.httpd.server_close()
 
 
-# -- an in-memory sandbox for the agent loop (agent/sandbox/protocol.py LoopSandbox) -----------------
-class FakeSandbox:
-    """What the agent loop needs of a sandbox, in memory: no Docker, answers in microseconds.
+# -- an in-memory sandbox (the agent/sandbox/protocol.py Sandbox contract) -----------------------------
+def _capped(data: bytes, cap: int) -> Stream:
+    """A stream kept as the command server keeps it (server.py Capped): the first and last cap/2 bytes."""
+    half = max(cap // 2, 1)
+    head, rest = data[:half], data[half:]
+    tail = rest[-half:] if rest else b""
+    return Stream(head, tail, len(data) - len(head) - len(tail))
 
-    `script` maps a shell command to its answer: output text (exit code 0), an ExecResult, or a list of
-    those taken in turn (the last repeats); any other command succeeds with no output. An answer whose
+
+class FakeSandbox:
+    """The Sandbox contract in memory: no Docker, answers in microseconds (tests/test_sandbox_contract.py
+    runs the same behaviours against it as against the real backends).
+
+    `script` maps a shell command (text) to its answer: output text (exit code 0), an ExecResult, or a list of
+    those taken in turn (the last repeats); any other shell text succeeds with no output. An answer whose
     `duration` is longer than the timeout given times out, as the real sandbox's does. A command in `dies`
-    kills the sandbox (SandboxDied); death_cause() then says `dies_of` ("oom", or None for any other death).
-    A file write (the loop's argv form, content on stdin) lands in `files`; every exec is kept in `calls`.
-    It also has the few members run_attempt uses around the loop (put_files, mark_baseline, dead, changes)."""
+    kills the sandbox (SandboxDied); death_cause() then says `dies_of` ("oom", or None for any other death);
+    killed by kill(), it says None. An argv runs against the in-memory files (absolute paths in `files`):
+    the loop's file write (bash -c '... cat > "$1"' _ PATH, content on stdin), and echo, cat, sleep, true,
+    false, pwd, printenv, rm and `head -c N /dev/zero` as coreutils do; any other program is not found (127).
+    Every exec is kept in `calls`."""
 
     workdir = "/workspace"
 
@@ -236,55 +248,157 @@ class FakeSandbox:
     ):
         self.script = {k: list(v) if isinstance(v, list) else [v] for k, v in (script or {}).items()}
         self.workdir, self.dies, self.dies_of = workdir, set(dies), dies_of
+        self.id = f"fake-{id(self):x}"
         self.files: dict[str, bytes] = {}
-        self.calls: list[dict] = []  # {"cmd", "timeout", "stdin"} of every exec, in order
+        self.calls: list[dict] = []  # {"cmd", "timeout", "stdin", "user", "cwd", "env"} of every exec
         self.dead = False
+        self.warm_start = None
+        self._cause: str | None = None
+        self._baseline: dict[str, bytes] | None = None
 
     @property
     def commands(self) -> list:
         return [c["cmd"] for c in self.calls]
 
+    def _path(self, name: str, cwd: str) -> str:
+        return name if name.startswith("/") else f"{cwd.rstrip('/')}/{name}"
+
     async def exec(
-        self, cmd: str | list[str], timeout: float = 60.0, *, stdin: bytes | None = None
+        self,
+        cmd: str | list[str],
+        timeout: float = 60.0,
+        *,
+        user: str | int = "agent",
+        cwd: str | None = None,
+        env: dict | None = None,
+        stdin: bytes | None = None,
+        cap: int = OUTPUT_CAP,
     ) -> ExecResult:
-        self.calls.append({"cmd": cmd, "timeout": timeout, "stdin": stdin})
+        cwd = self.workdir if cwd in (None, "/workspace") else cwd
+        self.calls.append(
+            {"cmd": cmd, "timeout": timeout, "stdin": stdin, "user": user, "cwd": cwd, "env": env}
+        )
         if self.dead or (isinstance(cmd, str) and cmd in self.dies):
+            if not self.dead:
+                self._cause = self.dies_of
             self.dead = True
             raise SandboxDied("fake sandbox died")
-        if isinstance(cmd, list):  # the loop's file write: bash -c 'mkdir -p ... && cat > "$1"' _ PATH
-            self.files[cmd[-1]] = stdin or b""
-            return ExecResult(exit_code=0, stdout="", stderr="", duration=0.0)
-        answers = self.script.get(cmd, [""])
-        answer = answers.pop(0) if len(answers) > 1 else answers[0]
-        if isinstance(answer, str):
-            answer = ExecResult(exit_code=0, stdout=answer, stderr="", duration=0.0)
+        if isinstance(cmd, list):
+            code, out, err, duration = self._argv(cmd, cwd, env or {}, stdin)
+            answer = ExecResult.from_streams(code, _capped(out, cap), _capped(err, cap), duration)
+        else:
+            answers = self.script.get(cmd, [""])
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            if isinstance(answer, str):
+                answer = ExecResult(exit_code=0, stdout=answer, stderr="", duration=0.0)
         if answer.duration > timeout:  # killed at the timeout (SIGKILL), as the real sandbox does
             return ExecResult(exit_code=-9, stdout="", stderr="", duration=timeout, timed_out=True)
         return answer
 
+    def _argv(
+        self, argv: list[str], cwd: str, env: dict, stdin: bytes | None
+    ) -> tuple[int, bytes, bytes, float]:
+        prog, args = argv[0], argv[1:]
+        if prog in ("bash", "sh") and args[:1] == ["-c"] and "cat >" in args[1]:  # the loop's file write
+            self.files[self._path(args[-1], cwd)] = stdin or b""
+            return 0, b"", b"", 0.0
+        if prog == "echo":
+            return 0, (" ".join(args) + "\n").encode(), b"", 0.0
+        if prog in ("true", "false"):
+            return int(prog == "false"), b"", b"", 0.0
+        if prog == "pwd":
+            return 0, cwd.encode() + b"\n", b"", 0.0
+        if prog == "sleep":
+            return 0, b"", b"", float(args[0])
+        if prog == "printenv":
+            return (0, env[args[0]].encode() + b"\n", b"", 0.0) if args[0] in env else (1, b"", b"", 0.0)
+        if prog == "head" and args[:1] == ["-c"] and args[2:] == ["/dev/zero"]:
+            return 0, bytes(int(args[1])), b"", 0.0
+        if prog in ("cat", "rm"):
+            if prog == "cat" and not args:
+                return 0, stdin or b"", b"", 0.0
+            out, err, code = b"", b"", 0
+            for name in args:
+                path = self._path(name, cwd)
+                if path not in self.files:
+                    err += f"{prog}: {name}: No such file or directory\n".encode()
+                    code = 1
+                elif prog == "cat":
+                    out += self.files[path]
+                else:
+                    del self.files[path]
+            return code, out, err, 0.0
+        return 127, b"", f"{prog}: command not found\n".encode(), 0.0
+
     def death_cause(self, wait: float = 5.0) -> str | None:
-        return self.dies_of
+        return self._cause
 
-    # -- what run_attempt uses around the loop
+    def kill(self) -> None:
+        self.dead = True
+
+    # -- files and change capture
+    def _root(self, root: str) -> str:
+        return (self.workdir if root == "/workspace" else root).rstrip("/")
+
     async def put_files(
-        self, files: dict[str, bytes], dest: str = "/workspace", user: str = "agent", executable=()
-    ) -> None:
-        self.files.update({f"{dest}/{k}": v for k, v in files.items()})
+        self, files: dict[str, bytes], dest: str = "/workspace", user: str | int = "agent", executable=()
+    ) -> list[str]:
+        if self.dead:
+            raise SandboxDied("fake sandbox died")
+        self.files.update({f"{self._root(dest)}/{k.lstrip('/')}": v for k, v in files.items()})
+        return []
 
-    async def mark_baseline(self) -> None:
-        pass
+    async def get_files(
+        self, paths: list[str], root: str = "/workspace", max_bytes: int = 16 << 20
+    ) -> dict[str, bytes]:
+        if self.dead:
+            raise SandboxDied("fake sandbox died")
+        out = {
+            p: self.files[f"{self._root(root)}/{p}"] for p in paths if f"{self._root(root)}/{p}" in self.files
+        }
+        if sum(map(len, out.values())) > max_bytes:
+            raise InfraError(f"files under {root} exceed {max_bytes} bytes")
+        return out
 
-    async def changes(self) -> Changes:
-        return Changes()
+    def _workspace(self) -> dict[str, bytes]:
+        prefix = self.workdir.rstrip("/") + "/"
+        return {p[len(prefix) :]: d for p, d in self.files.items() if p.startswith(prefix)}
+
+    async def mark_baseline(self, max_files: int = 5000) -> None:
+        self._baseline = self._workspace()
+
+    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
+        """The workspace's changes since mark_baseline() (no baseline: none, as the loop's tests expect)."""
+        if self._baseline is None:
+            return Changes()
+        now, base = self._workspace(), self._baseline
+        return Changes(
+            files={p: d for p, d in now.items() if base.get(p) != d},
+            deleted=sorted(p for p in base if p not in now),
+        )
 
 
 class FakePool:
-    """A SandboxPool that hands out FakeSandboxes (for run_attempt paths that never grade)."""
+    """The SandboxPool contract handing out FakeSandboxes (for run_attempt paths that never grade)."""
+
+    run_id = "fake"
 
     def __init__(self, **sandbox_kw):
         self.sandbox_kw, self.sandboxes = sandbox_kw, []
 
-    @contextlib.asynccontextmanager
-    async def sandbox(self, image: str, limits=None, task: str = "pool"):
+    async def acquire(self, image: str, limits=None, task: str = "pool") -> FakeSandbox:
         self.sandboxes.append(FakeSandbox(**self.sandbox_kw))
-        yield self.sandboxes[-1]
+        return self.sandboxes[-1]
+
+    async def release(self, sb: FakeSandbox) -> None:
+        sb.kill()
+
+    def sandbox(self, image: str, limits=None, task: str = "pool"):
+        return pooled(self, image, limits, task)
+
+    def expect(self, acquires: int) -> None:
+        pass
+
+    async def close(self) -> None:
+        for sb in self.sandboxes:
+            sb.kill()

@@ -661,7 +661,7 @@ def test_an_agent_that_freezes_the_command_server_scores_zero_without_crashing_t
     async def freeze(task, sb):
         await sb.exec("echo 'Hello, world!' > hello.txt", timeout=10)
         try:
-            await sb._request(
+            await sb.channel.request(
                 {"cmd": "kill -STOP $PPID; sleep 100", "timeout": 200, "user": "agent", "cwd": "/app"},
                 host_timeout=2,
             )

@@ -194,7 +194,7 @@ def test_the_exec_stream_fallback_runs_the_same_server(fake_cluster, image, tmp_
     async def go():
         async with _pool(fake_cluster, tmp_path, connect="exec", exec_argv=argv) as pool:
             async with pool.sandbox(image, Limits()) as sb:
-                assert sb._helper is not None  # the exec stream, not a TCP connection
+                assert sb.host.helper is not None  # the exec stream, not a TCP connection
                 assert (await sb.exec("id -u; echo $HARNESS_TOKEN")).stdout.split() == ["10001"]
                 await sb.put_files({"x.txt": b"data"})
                 assert await sb.get_files(["x.txt"]) == {"x.txt": b"data"}

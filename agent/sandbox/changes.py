@@ -11,7 +11,7 @@ import base64
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Awaitable, Callable, Optional
 
 from agent.sandbox.images import WORKSPACE
 from agent.sandbox.transport import SandboxDied, SandboxUnresponsive
@@ -71,34 +71,16 @@ class Changes:
 
 
 class ChangeCapture:
-    """The change-capture half of a Sandbox: needs exec_raw(), and sets _baseline (None) and _initial_files
-    (what put_files wrote into the workspace, for diff) when it starts."""
+    """Change capture for one sandbox: `capture(args, stdin, cap)` runs capture.py's two modes inside it (the
+    sandbox's own way: python3, or the static helper) and returns the JSON answer or raises CaptureError;
+    `workdir` is where the agent's files are (the limits on a path count from there). Holds the baseline,
+    and what put_files wrote there (for diff)."""
 
-    _baseline: Optional[dict]
-    _initial_files: dict[str, bytes]
-    workdir: str = WORKSPACE  # where the files are: the limits on a path count from here
-
-    async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
-        """Runs agent/sandbox/capture.py inside as root; its JSON answer, or CaptureError."""
-        r = await self.exec_raw(
-            ["python3", "-I", "-c", CAPTURE_SOURCE, *args],
-            timeout=120,
-            cap=cap,
-            user="root",
-            cwd="/",
-            stdin=stdin,
-        )
-        if r["out_dropped"]:
-            raise CaptureError(f"the capture's answer is over {cap} bytes")
-        try:
-            out = json.loads(r["out_head"] + r["out_tail"])
-        except ValueError:
-            raise CaptureError(
-                f"capture failed (exit {r['exit_code']}): {r['err_tail'].decode('utf-8', 'replace')[-300:]}"
-            ) from None
-        if not isinstance(out, dict):
-            raise CaptureError("capture answered something other than an object")
-        return out
+    def __init__(self, capture: Callable[..., Awaitable[dict]], workdir: str = WORKSPACE):
+        self._capture = capture
+        self.workdir = workdir
+        self.baseline: Optional[dict] = None
+        self.initial_files: dict[str, bytes] = {}
 
     async def snapshot(self, max_files: int = MAX_LISTED) -> dict:
         """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
@@ -115,7 +97,7 @@ class ChangeCapture:
     async def mark_baseline(self, max_files: int = 5000):
         """Remembers the workspace as it is now; changes() compares against it (`run` on a large
         repository passes a larger max_files, here and to changes())."""
-        self._baseline = await self.snapshot(max_files=max_files)
+        self.baseline = await self.snapshot(max_files=max_files)
 
     async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
         """The agent's changes since mark_baseline(), bounded in bytes and file count. Never raises for
@@ -134,11 +116,11 @@ class ChangeCapture:
         except SandboxDied as e:  # the walk itself ended the sandbox (a static helper on a deep tree)
             ch.rejected.append(f"the sandbox died while its changes were listed ({e}): no change is captured")
             return ch
-        if "too_many" in now or "too_many" in (self._baseline or {}):
+        if "too_many" in now or "too_many" in (self.baseline or {}):
             ch.rejected.append(f"more than {MAX_LISTED} entries in the workspace: no change is captured")
             return ch
         ch.rejected += now.pop("!rejected", [])
-        base = {p: m for p, m in (self._baseline or {}).items() if p != "!rejected"}
+        base = {p: m for p, m in (self.baseline or {}).items() if p != "!rejected"}
         changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
         files = []
@@ -189,7 +171,7 @@ class ChangeCapture:
         import difflib
 
         ch = await self.changes()
-        before = self._initial_files
+        before = self.initial_files
         parts = []
         for p in ch.paths:
             a = before.get(p, b"").decode("utf-8", "replace").splitlines(keepends=True)

@@ -1,39 +1,30 @@
-"""One sandbox: a hardened, single-use Docker container whose main process is the command server.
+"""The Docker backend's sandbox: a hardened, single-use container whose main process is the command server.
 
-Limits says how hard and how big; create_sandbox() makes, attaches and starts the container with them;
-Sandbox is the API on it (exec, files, change capture, how it died, kill). Commands travel over the
-attached stdin/stdout (transport.py); change capture is changes.py's."""
+Limits says how hard and how big; create_sandbox() makes, attaches and starts the container with them and
+returns a ServedSandbox (served.py: the one Sandbox implementation) on a DockerContainer host. Commands
+travel over the attached stdin/stdout (transport.py)."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import io
 import os
 import secrets
-import tarfile
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import docker.errors
 import requests
 from docker.types import Ulimit
 
-from agent.sandbox.changes import ChangeCapture, shown, unwritable
 from agent.sandbox.client import docker_client, docker_retry
 from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE
 from agent.sandbox.labels import owner_labels
-from agent.sandbox.transport import SERVER_SOURCE, CommandChannel, SandboxDied
-from results.errors import InfraError, UserError
+from agent.sandbox.served import ServedSandbox
+from agent.sandbox.transport import SERVER_SOURCE
+from results.errors import UserError
 
 if TYPE_CHECKING:
     from agent.sandbox.native import NativeSpec
-
-
-class FilesNotWritten(Exception):
-    """`tar -x` inside a live sandbox refused the files: the doing of their names or contents (the task's, or
-    the agent's when its changes are written back for grading), never of the engine, so no InfraError."""
 
 
 @dataclass(frozen=True)
@@ -67,24 +58,6 @@ class Limits:
         )
 
 
-@dataclass
-class ExecResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration: float
-    timed_out: bool = False
-    oom: bool = False
-    dropped_bytes: int = 0  # bytes cut from the middle of stdout+stderr
-
-    @property
-    def output(self) -> str:
-        """stdout and stderr together, as an observation for a model."""
-        if self.stdout and self.stderr:
-            return self.stdout.rstrip("\n") + "\n" + self.stderr
-        return self.stdout or self.stderr
-
-
 def hardened(limits: Limits, run_id: str, task: str, pool_id: str, network: Optional[str]) -> dict[str, Any]:
     """The container settings every sandbox shares (ours and native.py's): root only for the command
     server, no new privileges, the task's resource limits, no network unless the task asks, harness labels,
@@ -115,152 +88,24 @@ def hardened(limits: Limits, run_id: str, task: str, pool_id: str, network: Opti
     return kwargs
 
 
-class Sandbox(CommandChannel, ChangeCapture):
-    """One started container with its command server attached. Use through SandboxPool."""
+class DockerContainer:
+    """The Docker backend's Host (served.py): the container the command server runs in, reached over
+    Docker's attach stream."""
 
-    workdir = WORKSPACE  # the agent's working folder (a NativeSandbox may have another)
+    multiplexed = True
 
-    def __init__(self, container, image: str, limits: Limits, pool_key: tuple):
+    def __init__(self, container):
         self.container = container
-        self.id = container.id
-        self.image = image
-        self.limits = limits
-        self.pool_key = pool_key
-        self._baseline: Optional[dict] = None
-        self._initial_files: dict[str, bytes] = {}  # what put_files wrote into /workspace (for diff)
-        self._open_channel(
-            container.client.api.attach_socket(
-                container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
+
+    def attach(self):
+        return self.container.client.api.attach_socket(
+            self.container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         )
-
-    async def exec_raw(
-        self,
-        cmd: str | list[str],
-        *,
-        timeout: float = 60.0,
-        cap: int = 64 * 1024,
-        user: str | int = "agent",
-        cwd: str = WORKSPACE,
-        env: Optional[dict] = None,
-        stdin: Optional[bytes] = None,
-        env_add: Optional[dict] = None,
-    ) -> dict:
-        """Runs a command; returns the server's reply with stdout/stderr head and tail as bytes. `env`
-        replaces the environment; `env_add` (the static helper only) sets variables on top of it."""
-        req: dict = {"timeout": timeout, "cap": cap, "user": user, "cwd": cwd}
-        req["argv" if isinstance(cmd, list) else "cmd"] = cmd
-        if env is not None:
-            req["env"] = env
-        if env_add:
-            req["env_add"] = env_add
-        if stdin is not None:
-            req["stdin"] = base64.b64encode(stdin).decode()
-        reply = await self._request(req, host_timeout=timeout + 15 + len(req.get("stdin", "")) / 5e6)
-        if "error" in reply:
-            raise SandboxDied(f"sandbox {self.id[:12]}: {reply['error']}")
-        for k in ("out_head", "out_tail", "err_head", "err_tail"):
-            reply[k] = base64.b64decode(reply[k])
-        return reply
-
-    async def exec(
-        self,
-        cmd: str | list[str],
-        timeout: float = 60.0,
-        *,
-        cap: int = 64 * 1024,
-        user: str | int = "agent",
-        cwd: str = WORKSPACE,
-        env: Optional[dict] = None,
-        stdin: Optional[bytes] = None,
-    ) -> ExecResult:
-        """Runs `cmd` (shell text, or an argv list) in a fresh process as the sandbox user.
-        On timeout the command's whole process tree is killed; the sandbox stays usable.
-        Output beyond `cap` bytes per stream keeps its head and tail."""
-        r = await self.exec_raw(cmd, timeout=timeout, cap=cap, user=user, cwd=cwd, env=env, stdin=stdin)
-        return ExecResult(
-            exit_code=r["exit_code"],
-            stdout=_join(r["out_head"], r["out_dropped"], r["out_tail"]),
-            stderr=_join(r["err_head"], r["err_dropped"], r["err_tail"]),
-            duration=r["duration"],
-            timed_out=r["timed_out"],
-            oom=r["oom"],
-            dropped_bytes=r["out_dropped"] + r["err_dropped"],
-        )
-
-    async def put_files(
-        self,
-        files: dict[str, bytes],
-        dest: str = WORKSPACE,
-        user: str | int = "agent",
-        executable: Iterable[str] = (),
-    ) -> list[str]:
-        """Writes files by streaming a tar into `tar -x` inside (put_archive cannot reach a tmpfs).
-        Modes are 0644, or 0755 for the paths named in `executable`. A name no filesystem can hold
-        (changes.unwritable: too long, too deep, not a plain relative path) is left out: the reasons are
-        returned. Raises FilesNotWritten when tar refuses the rest, SandboxDied when the sandbox is gone."""
-        refused: list[str] = []
-        for name in list(files):
-            why = unwritable(name.lstrip("/"), dest)
-            if why:
-                refused.append(f"{shown(name)} ({why})")
-        if refused:
-            files = {n: d for n, d in files.items() if not unwritable(n.lstrip("/"), dest)}
-        if not files:
-            return refused
-        if dest == WORKSPACE:
-            self._initial_files.update(files)
-        executable = set(executable)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name, data in sorted(files.items()):
-                info = tarfile.TarInfo(name.lstrip("/"))
-                info.size = len(data)
-                info.mode = 0o755 if name in executable else 0o644
-                info.mtime = int(time.time())
-                tar.addfile(info, io.BytesIO(data))
-        r = await self.exec_raw(
-            ["sh", "-c", 'mkdir -p "$1" && exec tar -x --no-same-owner -m -C "$1"', "_", dest],
-            stdin=buf.getvalue(),
-            timeout=120,
-            user=user,
-            cwd="/",
-        )
-        if r["exit_code"] != 0:
-            raise FilesNotWritten(
-                f"writing files into {dest} failed: {r['err_head'].decode(errors='replace')[:300]!r}"
-            )
-        return refused
-
-    async def get_files(
-        self, paths: list[str], root: str = WORKSPACE, max_bytes: int = 16 << 20
-    ) -> dict[str, bytes]:
-        """Reads regular files (relative to root) out as a tar stream; extracted in memory with
-        tarfile's 'data' filter (no links, no absolute paths). Raises InfraError above max_bytes."""
-        if not paths:
-            return {}
-        r = await self.exec_raw(
-            ["tar", "-c", "-C", root, "--", *paths], timeout=120, cap=max_bytes * 2, user="root", cwd="/"
-        )
-        if r["out_dropped"]:
-            raise InfraError(f"files under {root} exceed {max_bytes} bytes")
-        out: dict[str, bytes] = {}
-        with tarfile.open(fileobj=io.BytesIO(r["out_head"] + r["out_tail"]), mode="r:") as tar:
-            for member in tar:
-                member = tarfile.data_filter(member, "/nonexistent")  # rejects links out, abs paths
-                if member.isfile():
-                    out[member.name] = tar.extractfile(member).read()
-        return out
-
-    def death_cause(self, wait: float = 5.0) -> Optional[str]:
-        """After the sandbox died: "oom" when its memory limit was used up (the doing of what ran inside),
-        else None (killed from outside, the engine failed, or not provable): an infrastructure error."""
-        return "oom" if self.died_of_oom(wait) else None
 
     def died_of_oom(self, wait: float = 5.0) -> bool:
-        """After the sandbox died: did its memory cgroup run out? That is the agent's own doing (its
-        processes, or its files in a tmpfs, used the memory limit up). False when it was killed from
-        outside, the engine failed, or the cause cannot be told: those stay infrastructure errors."""
+        """Did the container's memory cgroup run out? That is the agent's own doing (its processes, or its
+        files in a tmpfs, used the memory limit up). False when it was killed from outside, the engine
+        failed, or the cause cannot be told: those stay infrastructure errors."""
         try:
             self.container.wait(timeout=wait)
             self.container.reload()
@@ -268,22 +113,18 @@ class Sandbox(CommandChannel, ChangeCapture):
         except Exception:
             return False
 
-    def kill(self):
-        """Kill and remove the container; safe to call twice."""
-        self.dead = True
-        with contextlib.suppress(Exception):
-            self._sock.close()
+    def remove(self):
         with contextlib.suppress(
             docker.errors.NotFound, docker.errors.APIError, requests.exceptions.RequestException
         ):
             self.container.remove(force=True)
 
 
-def _join(head: bytes, dropped: int, tail: bytes) -> str:
-    text = head.decode("utf-8", "replace")
-    if dropped:
-        text += f"\n[... {dropped} bytes of output cut here ...]\n"
-    return text + tail.decode("utf-8", "replace")
+def served_container(container, image: str, limits: Limits, cls=ServedSandbox, **kw) -> ServedSandbox:
+    """A sandbox on a created (not yet started) container: attached before it starts, so that the server's
+    first words are not lost."""
+    host = DockerContainer(container)
+    return cls(host.attach(), host, name=container.id, image=image, limits=limits, **kw)
 
 
 def create_sandbox(
@@ -293,7 +134,7 @@ def create_sandbox(
     task: str = "pool",
     pool_id: str = "",
     network: Optional[str] = None,
-) -> Sandbox:
+) -> ServedSandbox:
     """Creates, attaches and starts one hardened container (blocking: call from a thread). A networked
     sandbox joins `network` (its pool's own, see SandboxPool.network_for); others have only lo."""
     if limits.native is not None:  # the static helper: any image, Harbor's runtime contract
@@ -331,7 +172,7 @@ def create_sandbox(
     except docker.errors.ImageNotFound:
         raise UserError(f"image {image} not found: build it with `harness images build`") from None
     try:
-        sb = Sandbox(container, image, limits, (image, limits))
+        sb = served_container(container, image, limits)
         docker_retry(container.start)()
         sb.wait_ready()
         return sb

@@ -36,9 +36,10 @@ import docker.errors
 
 from agent.sandbox.changes import CaptureError
 from agent.sandbox.client import docker_client, docker_retry
-from agent.sandbox.container import Limits, Sandbox, hardened
+from agent.sandbox.container import Limits, hardened, served_container
 from agent.sandbox.images import WORKSPACE
 from agent.sandbox.labels import owner_labels
+from agent.sandbox.served import ServedSandbox
 from results.errors import InfraError, UserError
 
 HELPER_SOURCE = Path(__file__).parent / "helper.c"
@@ -95,26 +96,22 @@ class FileOpError(InfraError):
     raised as InfraError for callers that do not expect it; the Harbor verifier turns it into a verdict."""
 
 
-class NativeSandbox(Sandbox):
-    """A Sandbox served by the static helper; its working folder is `workdir` instead of /workspace.
+class NativeSandbox(ServedSandbox):
+    """A sandbox served by the static helper (on a Docker host: create_native); its working folder is the
+    image's `workdir` instead of /workspace.
 
     Files go in and out through the helper's own file operations (mkdirs, write, read), never through a
     program of the image: whatever the agent did to its sh, tar or ls, the harness's own work still works.
     A command's `env` is set on top of the container's environment (what `docker exec` gives: the image's
     ENV, the task's env, PATH and HOSTNAME as Docker sets them, HOME from the user's passwd entry)."""
 
-    workdir: str = WORKSPACE
-    env: dict[
-        str, str
-    ] = {}  # the container's environment (image ENV + the task's env + Docker's PATH/HOSTNAME)
+    env_replaces = False
+    # the container's environment (image ENV + the task's env + Docker's PATH/HOSTNAME)
+    env: dict[str, str] = {}
     image_user: str = "root"  # the image's USER
 
-    async def exec_raw(self, cmd, *, cwd: str = WORKSPACE, env: Optional[dict] = None, **kw) -> dict:
-        # env is set on top of the container's environment, as `docker exec -e` does
-        return await super().exec_raw(cmd, cwd=self.workdir if cwd == WORKSPACE else cwd, env_add=env, **kw)
-
     async def _op(self, req: dict, timeout: float = 60.0) -> dict:
-        reply = await self._request(req, timeout + 15 + len(req.get("data", "")) / 5e6)
+        reply = await self.channel.request(req, timeout + 15 + len(req.get("data", "")) / 5e6)
         if reply.get("ok") is not True:
             raise FileOpError(
                 f"sandbox {self.id[:12]}: {reply.get('message') or reply.get('error') or reply}"
@@ -154,22 +151,24 @@ class NativeSandbox(Sandbox):
     async def list_files(self, root: str, max_files: int = 200) -> Optional[dict]:
         """path (relative to root) -> [kind, size, hash, executable] of what root holds, walked by the helper
         without following links; None when it holds more than max_files."""
-        reply = await self._request({"op": "snapshot", "root": root, "max_files": max_files}, 150)
+        reply = await self.channel.request({"op": "snapshot", "root": root, "max_files": max_files}, 150)
         snap = reply.get("snapshot")
         if not isinstance(snap, dict):
             raise FileOpError(f"sandbox {self.id[:12]}: listing {root} failed: {reply.get('error', reply)}")
         snap.pop("!rejected", None)  # what could not be listed (too deep, unreadable) is left out
         return None if "too_many" in snap else snap
 
-    async def put_files(self, files, dest: str = WORKSPACE, user: str = "agent", executable=()):
-        """Writes files below dest (0644, or 0755 for the paths named in `executable`), owned by `user`."""
-        if dest == WORKSPACE and files:
-            self._initial_files.update(files)
-            dest = self.workdir
+    async def put_files(self, files, dest: str = WORKSPACE, user: str = "agent", executable=()) -> list[str]:
+        """Writes files below dest (0644, or 0755 for the paths named in `executable`), owned by `user`.
+        A name the helper cannot write raises FileOpError (nothing is left out: returns [])."""
+        dest = self.workdir if dest == WORKSPACE else dest
+        if dest == self.workdir and files:
+            self.capture.initial_files.update(files)
         executable = set(executable)
         for name, data in sorted(files.items()):
             path = f"{dest.rstrip('/')}/{name.lstrip('/')}"
             await self.write_file(path, data, 0o755 if name in executable else 0o644, owner=user)
+        return []
 
     async def get_files(self, paths, root: str = WORKSPACE, max_bytes: int = 16 << 20):
         """Reads regular files (relative to root); missing ones, links and other kinds are left out.
@@ -194,7 +193,9 @@ class NativeSandbox(Sandbox):
         out by tar."""
         mode, root = args[0], (self.workdir if args[1] == WORKSPACE else args[1])
         if mode == "list":
-            reply = await self._request({"op": "snapshot", "root": root, "max_files": int(args[2])}, 150)
+            reply = await self.channel.request(
+                {"op": "snapshot", "root": root, "max_files": int(args[2])}, 150
+            )
             snap = reply.get("snapshot")
             if not isinstance(snap, dict):
                 raise CaptureError(f"sandbox {self.id[:12]}: listing failed: {reply.get('error', reply)}")
@@ -215,7 +216,7 @@ class NativeSandbox(Sandbox):
     async def kill_all(self):
         """Kills every process in the container but init and the helper (nothing the agent started
         survives)."""
-        await self._request({"op": "killall"}, 30)
+        await self.channel.request({"op": "killall"}, 30)
 
 
 def _image_config(client, image: str) -> dict:
@@ -265,8 +266,7 @@ def create_native(
         kwargs.update(cap_drop=["ALL"], cap_add=["SETUID", "SETGID", "KILL"])
     container = docker_retry(client.containers.create)(image, **kwargs)
     try:
-        sb = NativeSandbox(container, image, limits, (image, limits))
-        sb.workdir = workdir
+        sb = served_container(container, image, limits, cls=NativeSandbox, workdir=workdir)
         sb.image_user = config.get("User") or "root"  # Harbor's default user for the verifier
         docker_retry(container.start)()
         sb.wait_ready()

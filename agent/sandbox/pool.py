@@ -4,38 +4,40 @@ once, each used once and destroyed; close() removes every container (and the net
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
+from agent.sandbox.backends import Backend
 from agent.sandbox.cleanup import prune, prune_at_exit
-from agent.sandbox.container import Limits, Sandbox, create_sandbox
+from agent.sandbox.container import Limits, create_sandbox
 from agent.sandbox.network import create_network
+from agent.sandbox.protocol import pooled
+from agent.sandbox.served import ServedSandbox
 
 
-class SandboxPool:
-    """Keeps `warm` started sandboxes per (image, limits) ready; acquire() takes one in
-    milliseconds, release() destroys it and the pool refills in the background. At most
-    `max_containers` exist at once (warm + in use)."""
+class DockerPool:
+    """The Docker backend's SandboxPool (agent/sandbox/protocol.py). Keeps `warm` started sandboxes per
+    (image, limits) ready; acquire() takes one in milliseconds, release() destroys it and the pool refills
+    in the background. At most `max_containers` exist at once (warm + in use)."""
 
     def __init__(self, run_id: Optional[str] = None, warm: int = 2, max_containers: int = 8):
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.pool_id = uuid.uuid4().hex[:12]  # close() removes exactly this pool's containers
         self.warm = warm
         self.max_containers = max(1, max_containers)
-        self._ready: dict[tuple, deque[Sandbox]] = {}
+        self._ready: dict[tuple, deque[ServedSandbox]] = {}
         self._live = 0  # containers existing or being created
-        self._in_use: set[Sandbox] = set()
+        self._in_use: set[ServedSandbox] = set()
         self._cond: Optional[asyncio.Condition] = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._network: Optional[asyncio.Future] = None
         self._refilling: dict[tuple, int] = {}
         self._demand: Optional[int] = None  # acquires still expected (expect()); None: unknown
-        self._reclaimers: list[Callable[[], Optional[Sandbox]]] = []
+        self._reclaimers: list[Callable[[], Optional[ServedSandbox]]] = []
         # Engine calls (create+start, remove) block for hundreds of ms each and the engine runs many at
         # once: on asyncio's default executor (cores + 4 threads) they queued behind each other, so the pool
         # could not keep `max_containers` busy (issue 25). One thread per container that can exist.
@@ -44,7 +46,7 @@ class SandboxPool:
         )
         prune_at_exit(self.pool_id)
 
-    def add_reclaimer(self, take_idle: Callable[[], Optional[Sandbox]]):
+    def add_reclaimer(self, take_idle: Callable[[], Optional[ServedSandbox]]):
         """`take_idle()` gives up one acquired sandbox that its user keeps idle for reuse (or None): when the
         pool is full, acquire() destroys such a one rather than wait for a release that may never come."""
         self._reclaimers.append(take_idle)
@@ -73,7 +75,7 @@ class SandboxPool:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> Sandbox:
+    async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> ServedSandbox:
         key = (image, limits)
         cond = self._condition()
         if self._demand is not None:
@@ -124,13 +126,13 @@ class SandboxPool:
                 return q.popleft()
         return None
 
-    async def release(self, sb: Sandbox):
+    async def release(self, sb: ServedSandbox):
         """Destroys the sandbox (never reused; removal goes on in the background) and lets the pool refill."""
         self._in_use.discard(sb)
         sb.dead = True
         self._spawn(self._destroy(sb))
 
-    async def _destroy(self, sb: Sandbox):
+    async def _destroy(self, sb: ServedSandbox):
         try:
             await self._in_thread(sb.kill)
         finally:
@@ -139,13 +141,8 @@ class SandboxPool:
                 self._condition().notify_all()
             self._refill(sb.pool_key)
 
-    @contextlib.asynccontextmanager
-    async def sandbox(self, image: str, limits: Limits = Limits(), task: str = "pool"):
-        sb = await self.acquire(image, limits, task)
-        try:
-            yield sb
-        finally:
-            await self.release(sb)
+    def sandbox(self, image: str, limits: Limits = Limits(), task: str = "pool"):
+        return pooled(self, image, limits, task)
 
     def _refill(self, key):
         if self._closed or self.warm <= 0:
@@ -208,3 +205,8 @@ class SandboxPool:
 
     async def __aexit__(self, *exc):
         await self.close()
+
+
+# The name its constructors use (evaluators/, bench/, tests); the pool contract is protocol.SandboxPool.
+SandboxPool = DockerPool
+BACKEND = Backend("docker", pool=lambda options: DockerPool)  # agent/sandbox/backends.py

@@ -1,27 +1,207 @@
-"""What the agent loop (agent/loop.py) needs of a sandbox, and nothing more.
+"""The sandbox contract: what every backend's sandbox (Sandbox) and pool (SandboxPool) provide, and the typed
+results their commands return (ExecResult, Stream).
 
-The real sandboxes (Sandbox, NativeSandbox, K8sSandbox) have these members; so does the in-memory fake the
-loop's tests use (tests/helpers.py FakeSandbox). tests/test_loop.py checks that both match this protocol.
+Every user above the sandbox layer (the loop, run_attempt, the graders, `harness run`) goes through these
+members only; tests/test_sandbox_contract.py runs the same behaviours against every backend registered in
+agent/sandbox/backends.py and against the in-memory fake (tests/helpers.py FakeSandbox), and checks that
+the attributes those users touch on a sandbox are listed here. This module imports nothing heavy: the loop
+and the fake import it without Docker.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Protocol
+import contextlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # only for the annotations: this module stays importable on its own
-    from agent.sandbox import ExecResult
+if TYPE_CHECKING:  # only for the annotations
+    from agent.sandbox.changes import Changes
+    from agent.sandbox.container import Limits
+
+OUTPUT_CAP = 64 * 1024  # bytes kept per stream of one command by default (head and tail)
 
 
-class LoopSandbox(Protocol):
+@dataclass(frozen=True)
+class Stream:
+    """One output stream of a command, capped inside the sandbox: its first and last bytes, and how many
+    bytes were cut between them."""
+
+    head: bytes = b""
+    tail: bytes = b""
+    dropped: int = 0
+
+    @property
+    def data(self) -> bytes:
+        """What was kept, head then tail (for machine-read output: check `dropped` first)."""
+        return self.head + self.tail
+
+    @property
+    def text(self) -> str:
+        """For people and models: decoded, with a marker where bytes were cut."""
+        text = self.head.decode("utf-8", "replace")
+        if self.dropped:
+            text += f"\n[... {self.dropped} bytes of output cut here ...]\n"
+        return text + self.tail.decode("utf-8", "replace")
+
+
+@dataclass
+class ExecResult:
+    """What one command did. `stdout`/`stderr` are the text forms of `out`/`err` (the loop's observation);
+    a result made from text alone (the fake, tests) gets streams holding that text."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool = False
+    oom: bool = False
+    dropped_bytes: int = 0  # bytes cut from the middle of stdout+stderr
+    out: Stream = field(default=None)  # type: ignore[assignment]  # None -> made from stdout
+    err: Stream = field(default=None)  # type: ignore[assignment]
+    spawn_error: bool = False  # the command could not start (no such program, unreadable folder): 126/127
+
+    def __post_init__(self):
+        if self.out is None:
+            self.out = Stream(self.stdout.encode("utf-8", "surrogateescape"))
+        if self.err is None:
+            self.err = Stream(self.stderr.encode("utf-8", "surrogateescape"))
+
+    @classmethod
+    def from_streams(cls, exit_code: int, out: Stream, err: Stream, duration: float, **kw) -> "ExecResult":
+        return cls(
+            exit_code=exit_code,
+            stdout=out.text,
+            stderr=err.text,
+            duration=duration,
+            dropped_bytes=out.dropped + err.dropped,
+            out=out,
+            err=err,
+            **kw,
+        )
+
+    @property
+    def output(self) -> str:
+        """stdout and stderr together, as an observation for a model."""
+        if self.stdout and self.stderr:
+            return self.stdout.rstrip("\n") + "\n" + self.stderr
+        return self.stdout or self.stderr
+
+    def as_reply(self) -> dict:
+        """The command server's reply dict of old (exec_raw's). REMOVE with exec_raw once its callers
+        (evaluators/grade.py, evaluators/harbor_kind.py) read ExecResult."""
+        return {
+            "exit_code": self.exit_code,
+            "out_head": self.out.head,
+            "out_tail": self.out.tail,
+            "out_dropped": self.out.dropped,
+            "err_head": self.err.head,
+            "err_tail": self.err.tail,
+            "err_dropped": self.err.dropped,
+            "duration": self.duration,
+            "timed_out": self.timed_out,
+            "oom": self.oom,
+            **({"spawn_error": True} if self.spawn_error else {}),
+        }
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One single-use sandbox. A dead sandbox (killed, out of memory, its server gone) raises
+    agent.sandbox.SandboxDied from every call that needs it; death_cause() then tells whose doing it was."""
+
+    id: str
     workdir: str  # the agent's working folder: /workspace, or a Harbor image's WORKDIR
+    dead: bool  # True once it died or was killed: nothing more runs in it
+    warm_start: Optional[bool]  # handed out ready by its pool (True), made for the call (False), or unknown
 
     async def exec(
-        self, cmd: str | list[str], timeout: float = 60.0, *, stdin: Optional[bytes] = None
+        self,
+        cmd: str | list[str],
+        timeout: float = 60.0,
+        *,
+        user: str | int = "agent",
+        cwd: Optional[str] = None,
+        env: Optional[dict] = None,
+        stdin: Optional[bytes] = None,
+        cap: int = OUTPUT_CAP,
     ) -> ExecResult:
-        """Runs shell text (or an argv list) as the agent; `stdin` is fed to it. A dead sandbox raises
-        agent.sandbox.SandboxDied."""
+        """Runs shell text (or an argv list) in a fresh process: as the agent's user ("agent"), "root" or a
+        uid (never 0); in `cwd` (default: workdir); with `env` (the backend's rule: the environment, or set on
+        top of the image's); `stdin` fed to it. Past `timeout` its whole process tree is killed (timed_out,
+        the sandbox stays usable); past `cap` bytes a stream keeps its head and tail."""
+        ...
+
+    async def put_files(
+        self, files: dict[str, bytes], dest: str = "/workspace", user: str | int = "agent", executable=()
+    ) -> list[str]:
+        """Writes files (relative names) below `dest` (/workspace means workdir), owned by `user`, 0644 or
+        0755 for the names in `executable`. Returns why names no filesystem can hold were left out."""
+        ...
+
+    async def get_files(
+        self, paths: list[str], root: str = "/workspace", max_bytes: int = 16 << 20
+    ) -> dict[str, bytes]:
+        """Reads regular files (relative to root; /workspace means workdir); missing ones and links are left
+        out. Raises InfraError above max_bytes in all."""
+        ...
+
+    async def mark_baseline(self, max_files: int = 5000) -> None:
+        """Remembers the working folder as it is now; changes() compares against it."""
+        ...
+
+    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> "Changes":
+        """What changed in the working folder since mark_baseline(), bounded; never raises for anything the
+        agent can make there (rejected entries say what was left out)."""
         ...
 
     def death_cause(self, wait: float = 5.0) -> Optional[str]:
-        """After SandboxDied: "oom" when what ran inside used the memory limit up, else None."""
+        """After SandboxDied: "oom" when what ran inside used the memory limit up, else None (killed from
+        outside, the engine failed, or not provable: an infrastructure error). Blocking."""
         ...
+
+    def kill(self) -> None:
+        """Ends the sandbox and removes what it was made of; safe to call twice. Blocking."""
+        ...
+
+
+@runtime_checkable
+class SandboxPool(Protocol):
+    """Hands out fresh sandboxes of an image; each is used once and destroyed on release."""
+
+    run_id: str
+
+    def sandbox(
+        self, image: str, limits: "Limits" = ..., task: str = "pool"
+    ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+        """`async with pool.sandbox(image, limits, task=...) as sb:` a fresh sandbox, destroyed after."""
+        ...
+
+    async def acquire(self, image: str, limits: "Limits" = ..., task: str = "pool") -> Sandbox: ...
+
+    async def release(self, sb: Sandbox) -> None: ...
+
+    def expect(self, acquires: int) -> None:
+        """How many more acquires will come (a pool may then keep fewer sandboxes warm)."""
+        ...
+
+    async def close(self) -> None:
+        """Destroys every sandbox (and network, claim, ...) this pool made."""
+        ...
+
+
+@contextlib.asynccontextmanager
+async def pooled(pool, image: str, limits, task: str):
+    """A pool's sandbox(): acquire() on entry, release() on exit (every backend's pool returns this)."""
+    sb = await pool.acquire(image, limits, task)
+    try:
+        yield sb
+    finally:
+        await pool.release(sb)
+
+
+def sandbox_members() -> set[str]:
+    """The public members of the Sandbox contract (for the test that the users touch no other)."""
+    return {n for n in vars(Sandbox) if not n.startswith("_")} | set(Sandbox.__annotations__)
+
+
+__all__ = ["OUTPUT_CAP", "ExecResult", "Sandbox", "SandboxPool", "Stream", "pooled", "sandbox_members"]

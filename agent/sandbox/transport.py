@@ -8,12 +8,13 @@ pod's TCP connection or exec stream, k8s/sandbox.py) carries the server's stdout
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from results.errors import InfraError
 
@@ -57,16 +58,16 @@ def _plain(sock: socket.socket):
 
 
 class CommandChannel:
-    """The request/reply half of a Sandbox: start it with _open_channel(); a subclass provides kill()
-    (what ends the sandbox when its server stops answering) and `id`."""
+    """Request/reply with one sandbox's command server over `sock_obj` (Docker's attach socket, or a plain
+    socket), read on a thread of its own. `on_unresponsive` (blocking) ends the sandbox when the server
+    stops answering; `name` goes into messages."""
 
-    id: str
-    multiplexed = True  # Docker's attach stream; False: a plain socket
-
-    def _open_channel(self, sock_obj):
-        """Starts reading replies from `sock_obj` (an attach socket, or a plain socket) on a thread."""
+    def __init__(self, sock_obj, name: str, multiplexed: bool, on_unresponsive: Callable[[], None]):
+        self.id = name
+        self.multiplexed = multiplexed  # Docker's attach stream; False: a plain socket
         self.dead = False
-        self.server_log = deque(maxlen=50)  # the server's own stderr, for diagnosis
+        self.server_log: deque[str] = deque(maxlen=50)  # the server's own stderr, for diagnosis
+        self._on_unresponsive = on_unresponsive
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 1
         self._lock = threading.Lock()
@@ -76,8 +77,11 @@ class CommandChannel:
         self._reader = threading.Thread(target=self._read_loop, daemon=True)
         self._reader.start()
 
-    def kill(self):
-        raise NotImplementedError
+    def close(self):
+        """Marks the channel dead (pending requests fail) and closes the socket; safe to call twice."""
+        self.mark_dead("closed")
+        with contextlib.suppress(Exception):
+            self._sock.close()
 
     def _chunks(self) -> Iterator[tuple[int, bytes]]:
         return _frames(self._sock) if self.multiplexed else _plain(self._sock)
@@ -95,7 +99,7 @@ class CommandChannel:
                     self._dispatch(json.loads(line))
         except (OSError, ValueError):
             pass
-        self._mark_dead("command server closed its stream")
+        self.mark_dead("command server closed its stream")
 
     def _dispatch(self, msg: dict):
         if msg.get("ready"):
@@ -106,7 +110,7 @@ class CommandChannel:
         if fut is not None:
             fut.get_loop().call_soon_threadsafe(_resolve, fut, msg)
 
-    def _mark_dead(self, why: str):
+    def mark_dead(self, why: str):
         with self._lock:
             self.dead = True
             pending, self._pending = self._pending, {}
@@ -115,13 +119,16 @@ class CommandChannel:
             fut.get_loop().call_soon_threadsafe(_fail, fut, SandboxDied(f"sandbox {self.id[:12]}: {why}"))
 
     def wait_ready(self, timeout: float = 30.0):
+        """Blocks until the server said it is ready; SandboxDied (with its last words) if it never does."""
         if not self._ready.wait(timeout) or self.dead:
             raise SandboxDied(
                 f"sandbox {self.id[:12]} did not start its command server: "
                 + " ".join(self.server_log)[-300:]
             )
 
-    async def _request(self, req: dict, host_timeout: float) -> dict:
+    async def request(self, req: dict, host_timeout: float) -> dict:
+        """Sends `req` (an id is added) and returns the server's reply. No reply within `host_timeout`: the
+        sandbox is ended (SandboxUnresponsive); a broken stream: SandboxDied."""
         if self.dead:
             raise SandboxDied(f"sandbox {self.id[:12]} is dead")
         fut = asyncio.get_running_loop().create_future()
@@ -138,11 +145,11 @@ class CommandChannel:
             return await asyncio.wait_for(fut, host_timeout)
         except asyncio.TimeoutError:
             # The server itself stopped answering (e.g. starved by a fork bomb): this sandbox is done.
-            self._mark_dead(f"no answer within {host_timeout:.0f}s")
-            await asyncio.to_thread(self.kill)
+            self.mark_dead(f"no answer within {host_timeout:.0f}s")
+            await asyncio.to_thread(self._on_unresponsive)
             raise SandboxUnresponsive(f"sandbox {self.id[:12]} stopped answering") from None
         except OSError as e:
-            self._mark_dead(str(e))
+            self.mark_dead(str(e))
             raise SandboxDied(f"sandbox {self.id[:12]}: {e}") from None
         finally:
             with self._lock:

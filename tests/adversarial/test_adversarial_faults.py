@@ -14,7 +14,8 @@ import pytest
 import requests
 from docker.models.containers import ContainerCollection
 
-from agent.sandbox import LABEL_RUN, Limits, Sandbox, SandboxPool, prune
+from agent.sandbox import LABEL_RUN, Limits, SandboxPool, ServedSandbox, prune
+from agent.sandbox.transport import CommandChannel
 from evaluators.runner import INFRA_RETRIES
 from tests.adversarial.adv_util import containers_of, evaluate, script, task, unique
 from tests.conftest import run
@@ -76,7 +77,7 @@ def test_an_exec_that_never_answers_trips_the_host_watchdog(image, tmp_path, mon
     """The command server never answers one request (it is lost): the host-side watchdog gives up, kills
     that sandbox, and the attempt is run again in a fresh one."""
     lost = []
-    original = Sandbox._request
+    original = CommandChannel.request
 
     async def request(self, req, host_timeout):
         if "LOSE-ME" in str(req.get("cmd", "")) and not lost:
@@ -85,7 +86,7 @@ def test_an_exec_that_never_answers_trips_the_host_watchdog(image, tmp_path, mon
             host_timeout = 3.0  # the watchdog's wait (command timeout + 15 s), shortened for the test
         return await original(self, req, host_timeout)
 
-    monkeypatch.setattr(Sandbox, "_request", request)
+    monkeypatch.setattr(CommandChannel, "request", request)
     recs, lines, out = evaluate(tmp_path, [task("t1")], {"t1": script("echo LOSE-ME")})
     assert lost, "the fault was not injected"
     assert recs["t1"].status == "solved"  # the retry in a fresh sandbox went through
@@ -100,7 +101,7 @@ def test_sandbox_killed_from_outside_mid_attempt(image, tmp_path, monkeypatch):
     sandbox the test kills that container through the Docker API (no polling of its processes: nothing to
     outrun)."""
     killed = []
-    original = Sandbox.exec
+    original = ServedSandbox.exec
 
     async def exec_after_a_kill(self, cmd, *args, **kw):
         if "KILL-ME" in str(cmd) and not killed:
@@ -108,7 +109,7 @@ def test_sandbox_killed_from_outside_mid_attempt(image, tmp_path, monkeypatch):
             killed.append(self.id)
         return await original(self, cmd, *args, **kw)
 
-    monkeypatch.setattr(Sandbox, "exec", exec_after_a_kill)
+    monkeypatch.setattr(ServedSandbox, "exec", exec_after_a_kill)
     recs, lines, out = evaluate(
         tmp_path,
         [task("victim"), task("next")],
@@ -171,7 +172,7 @@ def restart_engine(timeout: float = 120.0):
 )
 def test_engine_restart_during_a_run(image, tmp_path, monkeypatch):
     restarted = []
-    original = Sandbox.exec
+    original = ServedSandbox.exec
 
     async def exec_after_a_restart(self, cmd, *args, **kw):
         # The engine restarts when the first attempt's command is about to run (no polling: nothing to
@@ -181,7 +182,7 @@ def test_engine_restart_during_a_run(image, tmp_path, monkeypatch):
             await asyncio.to_thread(restart_engine)
         return await original(self, cmd, *args, **kw)
 
-    monkeypatch.setattr(Sandbox, "exec", exec_after_a_restart)
+    monkeypatch.setattr(ServedSandbox, "exec", exec_after_a_restart)
     tasks = [task("a"), task("b"), task("c")]
     scripts = {t.id: script("echo RESTART-ME; sleep 3") for t in tasks}
     recs, lines, out = evaluate(tmp_path, tasks, scripts, concurrency=2)

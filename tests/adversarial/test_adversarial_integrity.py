@@ -261,9 +261,9 @@ def test_readme_describes_the_grading_design():
 def test_a_sandbox_that_never_answers_on_every_try_is_the_attempts_failure(image, tmp_path, monkeypatch):
     """A lost message is retried (test_adversarial_faults); when every try of an attempt ends with its
     command server silent, that is the attempt's own doing, not an error left out of the rates."""
-    from agent.sandbox import Sandbox
+    from agent.sandbox.transport import CommandChannel
 
-    original = Sandbox._request
+    original = CommandChannel.request
     lost = []
 
     async def request(self, req, host_timeout):
@@ -273,7 +273,7 @@ def test_a_sandbox_that_never_answers_on_every_try_is_the_attempts_failure(image
             host_timeout = 2.0
         return await original(self, req, host_timeout)
 
-    monkeypatch.setattr(Sandbox, "_request", request)
+    monkeypatch.setattr(CommandChannel, "request", request)
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [bash("echo LOSE-ME"), SUBMIT]}))
     out = tmp_path / "run"

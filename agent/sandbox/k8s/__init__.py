@@ -19,7 +19,7 @@ One concept per module:
     manifests.py  the objects: the hardened pod and its launcher, the NetworkPolicy, the SandboxTemplate,
                   SandboxWarmPool and SandboxClaim (render_*), the API group and the server's port
     api.py        K8sApi: the REST calls, with credentials from a kubeconfig or a service account
-    sandbox.py    K8sSandbox: a claimed pod's command server over a socket; the exec stream (kubectl_exec)
+    sandbox.py    K8sPod: the Host of a claimed pod's ServedSandbox (a socket); the exec stream (kubectl_exec)
     pool.py       K8sSandboxPool: claims, connecting (pod IP or exec), warm sandboxes, close(); and the
                   runner's entry points k8s_images() and k8s_pool()
     cleanup.py    prune_k8s(): what a harness that died left in the namespace
@@ -40,7 +40,7 @@ from agent.sandbox.k8s.manifests import (
     render_warm_pool,
 )
 from agent.sandbox.k8s.pool import K8sSandboxPool, k8s_images, k8s_pool
-from agent.sandbox.k8s.sandbox import EXEC_SERVER, K8sSandbox, kubectl_exec
+from agent.sandbox.k8s.sandbox import EXEC_SERVER, K8sPod, kubectl_exec
 
 __all__ = [
     "CONTAINER",
@@ -50,7 +50,7 @@ __all__ = [
     "SANDBOX_API",
     "SERVER_PORT",
     "K8sApi",
-    "K8sSandbox",
+    "K8sPod",
     "K8sSandboxPool",
     "k8s_images",
     "k8s_pool",

@@ -15,7 +15,8 @@ from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional
 
-from agent.sandbox.container import Limits, Sandbox
+from agent.sandbox.backends import Backend
+from agent.sandbox.container import Limits
 from agent.sandbox.images import content_hash
 from agent.sandbox.k8s.api import K8sApi
 from agent.sandbox.k8s.manifests import (
@@ -25,15 +26,16 @@ from agent.sandbox.k8s.manifests import (
     render_template,
     render_warm_pool,
 )
-from agent.sandbox.k8s.sandbox import K8sSandbox, kubectl_exec
+from agent.sandbox.k8s.sandbox import K8sPod, kubectl_exec
 from agent.sandbox.labels import LABEL_POOL, LABEL_RUN
-from agent.sandbox.pool import SandboxPool
+from agent.sandbox.protocol import pooled
+from agent.sandbox.served import ServedSandbox
 from agent.sandbox.transport import SandboxDied
 from results.errors import InfraError, UserError
 
 
 class K8sSandboxPool:
-    """SandboxPool's interface over agent-sandbox: acquire() hands out a fresh claimed sandbox (from a
+    """The SandboxPool contract over agent-sandbox: acquire() hands out a fresh claimed sandbox (from a
     client-side queue of `warm` pre-claimed ones per image and limits), release() deletes it."""
 
     def __init__(
@@ -85,7 +87,7 @@ class K8sSandboxPool:
                 self._pools[key] = name
             return self._pools[key]
 
-    async def _claim(self, image: str, limits: Limits) -> K8sSandbox:
+    async def _claim(self, image: str, limits: Limits) -> ServedSandbox:
         pool = await self._warm_pool(image, limits)
         name = f"{pool}-{secrets.token_hex(4)}"
         body = render_claim(
@@ -99,16 +101,12 @@ class K8sSandboxPool:
         try:
             pod, ip = await self._wait_claimed(name)
             sock, helper = await asyncio.to_thread(self._connect, pod, ip)
-            sb = K8sSandbox(
-                sock,
-                name,
-                image,
-                limits,
-                (image, limits),
+            host = K8sPod(
                 on_kill=lambda: self.api.delete(EXTENSIONS_API, "sandboxclaims", name),
                 pod_status=lambda: self.api.pod(pod),
                 helper=helper,
             )
+            sb = ServedSandbox(sock, host, name=name, image=image, limits=limits)
             await asyncio.to_thread(sb.wait_ready)
             return sb
         except BaseException:
@@ -159,8 +157,8 @@ class K8sSandboxPool:
         theirs.close()
         return mine, helper
 
-    # SandboxPool's interface -------------------------------------------------------------------
-    async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> Sandbox:
+    # the SandboxPool contract (agent/sandbox/protocol.py) --------------------------------------------
+    async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> ServedSandbox:
         if self._closed:
             raise InfraError("the k8s sandbox pool is closed")
         await self._slots.acquire()
@@ -179,12 +177,16 @@ class K8sSandboxPool:
             self._slots.release()
             raise
 
-    async def release(self, sb: Sandbox):
+    async def release(self, sb: ServedSandbox):
         sb.dead = True
         self._slots.release()
         self._spawn(asyncio.to_thread(sb.kill))
 
-    sandbox = SandboxPool.sandbox  # the same acquire/release context as the Docker pool
+    def sandbox(self, image: str, limits: Limits = Limits(), task: str = "pool"):
+        return pooled(self, image, limits, task)
+
+    def expect(self, acquires: int):
+        """Claims are made per acquire and `warm` ahead: nothing to trim (the contract's expect)."""
 
     def _refill(self, key):
         """Keeps up to `warm` claimed, connected sandboxes ready: a claim takes ~1-3 s on a real cluster."""
@@ -268,3 +270,6 @@ def k8s_pool(options: dict) -> Callable[..., K8sSandboxPool]:
         runtime_class=options.get("runtime_class"),
         connect=options.get("connect", "auto"),
     )
+
+
+BACKEND = Backend("k8s", pool=k8s_pool, images=k8s_images, with_cluster=False)  # agent/sandbox/backends.py

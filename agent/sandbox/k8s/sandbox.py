@@ -1,15 +1,14 @@
-"""One sandbox on Kubernetes: a claimed pod whose command server is reached over a plain socket (K8sSandbox),
-and the exec stream used where pod IPs are not reachable (kubectl_exec, EXEC_SERVER)."""
+"""One sandbox on Kubernetes: a claimed pod (K8sPod, the Host under a ServedSandbox) whose command server is
+reached over a plain socket, and the exec stream used where pod IPs are not reachable (kubectl_exec,
+EXEC_SERVER)."""
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import time
 from typing import Callable, Optional
 
-from agent.sandbox.container import Limits, Sandbox
 from agent.sandbox.k8s.manifests import CONTAINER
 
 # The same server over an exec stream (the fallback): the container's environment comes again with exec.
@@ -19,30 +18,19 @@ EXEC_SERVER = (
 )
 
 
-class K8sSandbox(Sandbox):
-    """A claimed pod whose command server is reached over a plain socket (TCP to the pod IP, or the local
-    end of an exec stream). Everything above that socket is Sandbox's own code."""
+class K8sPod:
+    """The Kubernetes backend's Host (agent/sandbox/served.py): a claimed pod whose command server is reached
+    over a plain socket (TCP to the pod IP, or the local end of an exec stream `helper`)."""
 
     multiplexed = False  # the server's stdout alone, not Docker's attach stream
 
     def __init__(
         self,
-        sock: socket.socket,
-        name: str,
-        image: str,
-        limits: Limits,
-        pool_key: tuple,
         on_kill: Callable[[], None],
         pod_status: Callable[[], Optional[dict]],
         helper: Optional[subprocess.Popen] = None,
     ):
-        self.container = None
-        self.id = name
-        self.image, self.limits, self.pool_key = image, limits, pool_key
-        self._baseline = None
-        self._initial_files: dict[str, bytes] = {}
-        self._on_kill, self._pod_status, self._helper = on_kill, pod_status, helper
-        self._open_channel(sock)
+        self._on_kill, self._pod_status, self.helper = on_kill, pod_status, helper
 
     def died_of_oom(self, wait: float = 5.0) -> bool:
         end = time.monotonic() + wait
@@ -61,15 +49,12 @@ class K8sSandbox(Sandbox):
                 return False
             time.sleep(0.2)
 
-    def kill(self):
-        """Close the stream and delete the claim (the controller deletes the pod); safe to call twice."""
-        self.dead = True
-        with contextlib.suppress(Exception):
-            self._sock.close()
-        if self._helper is not None:
+    def remove(self):
+        """Ends the exec stream and deletes the claim (the controller deletes the pod); safe to call twice."""
+        if self.helper is not None:
             with contextlib.suppress(Exception):
-                self._helper.kill()
-                self._helper.wait(timeout=5)
+                self.helper.kill()
+                self.helper.wait(timeout=5)
         on_kill, self._on_kill = self._on_kill, None
         if on_kill is not None:
             with contextlib.suppress(Exception):
