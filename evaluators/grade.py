@@ -19,18 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
-import re
 import secrets
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 
 from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxDied, SandboxPool
-from agent.sandbox.changes import shown
 from evaluators import kinds, pytest_kind
+from evaluators.grading import verdict as rules
+from evaluators.grading.verdict import (  # noqa: F401 -- the graders' names for them
+    MAX_ANSWER_CHARS,
+    Verdict,
+    answer_matches,
+    json_depth,
+    parse_number,
+    parse_reward,
+    parse_reward_json,
+)
 from evaluators.tamper import tamper_reason
 from results.errors import InfraError
 from results.schema import TestOutcome
@@ -38,9 +41,6 @@ from tasks.model import Task
 
 GRADER = pytest_kind.GRADER
 CANDIDATE_UID = 10001  # agent.sandbox.AGENT_UID
-MAX_ANSWER_CHARS = 1 << 20
-MAX_JSON_DEPTH = 100
-REGEX_TIMEOUT_SEC = 5.0
 # On test.sh's PATH: runs the candidate's code as the candidate user with a clean environment.
 AS_CANDIDATE = (
     f"#!/bin/sh\n# Runs a command as the candidate user, with a clean environment.\n"
@@ -48,20 +48,6 @@ AS_CANDIDATE = (
     f"env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace "
     f'"$@"\n'
 ).encode()
-
-
-@dataclass
-class Verdict:
-    reward: float
-    solved: bool
-    # pass | fail | timeout | no_report | missing_tests | tamper | skipped | error_in_tests | wrong_answer |
-    # no_answer | oom | rebuild_failed | grader_error
-    reason: str
-    tests: list[TestOutcome] = field(default_factory=list)
-    detail: str = ""
-    seconds: float = 0.0
-    output: str = ""  # the verifier's own output, head and tail (Harbor: test.sh's stdout and stderr)
-    files: dict[str, bytes] = field(default_factory=dict)  # kept with the attempt (Harbor: /logs/verifier/*)
 
 
 async def grade(
@@ -90,13 +76,7 @@ async def grade_answer(task: Task, changes: Changes, pool: SandboxPool, image: s
     """Decided on the host from the captured bytes; no container needed."""
     ev = task.evaluator
     data = changes.files.get(ev.answer_file, task.workspace_files.get(ev.answer_file))
-    if data is None:
-        return Verdict(0.0, False, "no_answer", detail=f"{ev.answer_file} was not written")
-    got = data.decode("utf-8", "replace")
-    ok = answer_matches(got, ev.expected, ev.mode, ev.tolerance)
-    return Verdict(
-        float(ok), ok, "pass" if ok else "wrong_answer", detail="" if ok else _unreadable(got, ev.mode)
-    )
+    return rules.answer_verdict(data, ev.answer_file, ev.expected, ev.mode, ev.tolerance)
 
 
 async def grade_pytest(
@@ -129,14 +109,21 @@ async def grade_pytest(
             return run
         at_limit = await _pid_limit_note(sb, before, task)
         report = await _read(sb, f"{folder}/{report}")
-    pv = pytest_kind.verdict(
-        report, run["exit_code"], run["timed_out"], prepared.expected, prepared.canaries, prepared.names
+    v = rules.pytest_verdict(
+        report,
+        run["exit_code"],
+        run["timed_out"],
+        prepared.expected,
+        prepared.canaries,
+        prepared.names,
+        outcome=TestOutcome,
     )
     tail = run["out_tail"].decode("utf-8", "replace")[-400:]
-    detail = pv.detail or tail
-    if pv.reason == "timeout" and at_limit:
+    detail = v.detail or tail
+    if v.reason == "timeout" and at_limit:
         detail = f"{detail}: {at_limit}"
-    return Verdict(pv.reward, pv.solved, pv.reason, pv.tests, grading.not_written + detail)
+    v.detail = grading.not_written + detail
+    return v
 
 
 async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
@@ -179,85 +166,9 @@ async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: s
     if run["timed_out"] or run["exit_code"] in (124, 137, -9):
         why = f"test.sh ran out of time ({timeout:.0f}s)" + (f": {at_limit}" if at_limit else "")
         return Verdict(0.0, False, "timeout", detail=grading.not_written + why)
-    reward = parse_reward(raw)
-    if isinstance(reward, str):
-        return Verdict(0.0, False, "no_report", detail=grading.not_written + reward)
-    return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail", detail=grading.not_written)
-
-
-def parse_reward(raw: bytes | None) -> float | str:
-    """The number a test.sh wrote, or why there is none."""
-    if raw is None:
-        return "test.sh wrote no reward file"
-    reward = parse_number(raw, "the reward file")
-    if isinstance(reward, str):
-        return reward
-    if not 0.0 <= reward <= 1.0:
-        return f"reward {reward} outside 0..1"
-    return reward
-
-
-# One bounded reader for every number the harness reads from a file (reward files, numeric answers): a size
-# bound before any parsing, plain decimal notation only, and a finite value; anything else is a message
-# saying what was wrong, never an exception.
-MAX_NUMBER_CHARS = 4096
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def parse_number(raw: bytes | str, what: str) -> float | str:
-    """The finite number in `raw` (surrounding white space allowed), or why there is none."""
-    if len(raw) > MAX_NUMBER_CHARS:
-        return f"{what} is over {MAX_NUMBER_CHARS} bytes long: too long for a number"
-    if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return f"{what} is not text: {raw[:40]!r}"
-    text = raw.strip()
-    if not _NUMBER.fullmatch(text):
-        if text.lstrip("+-").lower() in ("nan", "inf", "infinity"):
-            return f"{what} is {text}: a non-finite number"
-        return f"{what} is not a number: {text[:40]!r}"
-    value = float(text)  # digits only: cannot raise; too large -> inf
-    if not math.isfinite(value):
-        short = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
-        return f"{what} is {short}: too large for a float (the limit is about 1.8e308)"
-    return value
-
-
-def parse_reward_json(
-    raw: bytes, what: str = "reward.json", max_bytes: int = 1 << 20
-) -> dict[str, float] | str:
-    """Named finite numbers from a JSON object (a bare number is named "reward"), or why there are none:
-    bounded in size and nesting before parsing, integers of any length, NaN and infinities refused by name."""
-    if len(raw) > max_bytes:
-        return f"{what} is over {max_bytes} bytes: too large for named numbers"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return f"{what} is not UTF-8 text: {raw[:40]!r}"
-    if json_depth(text) > MAX_JSON_DEPTH:
-        return f"{what} is nested deeper than {MAX_JSON_DEPTH} levels"
-    try:  # numbers stay text here, checked one by one below: no int of 5,000 digits, no NaN gets through
-        data = json.loads(text, parse_int=_JsonNumber, parse_float=_JsonNumber, parse_constant=_JsonNumber)
-    except (ValueError, RecursionError) as e:
-        return f"{what} is not JSON ({str(e)[:80]})"
-    data = data if isinstance(data, dict) else {"reward": data}
-    if not data:
-        return f"{what} names no reward"
-    rewards: dict[str, float] = {}
-    for key, value in data.items():
-        if not isinstance(value, _JsonNumber):
-            return f"{what} must map names to numbers: '{shown(str(key))}' is {type(value).__name__}"
-        number = parse_number(value, f"{what}'s '{shown(str(key))}'")
-        if isinstance(number, str):
-            return number
-        rewards[str(key)] = number
-    return rewards
-
-
-class _JsonNumber(str):
-    """A number's text as json read it (parse_number decides what it is worth)."""
+    v = rules.script_verdict(raw)
+    v.detail = grading.not_written + v.detail
+    return v
 
 
 def _private_folder() -> str:
@@ -497,7 +408,7 @@ async def _death_cause(sb) -> str | None:
     return await asyncio.to_thread(sb.death_cause)
 
 
-async def _read(sb, path: str, max_bytes: int = pytest_kind.MAX_REPORT_BYTES) -> bytes | None:
+async def _read(sb, path: str, max_bytes: int = rules.MAX_REPORT_BYTES) -> bytes | None:
     """Reads one file the harness created in the grading container, or None. A file over `max_bytes`
     comes back as its first max_bytes + 1 bytes, so that the verdict can say it is too large (not absent)."""
     directory, name = path.rsplit("/", 1)
@@ -517,86 +428,3 @@ async def _read(sb, path: str, max_bytes: int = pytest_kind.MAX_REPORT_BYTES) ->
     except Exception:
         return None
     return files.get(name)
-
-
-def answer_matches(got: str, expected, mode: str, tolerance: float = 1e-6) -> bool:
-    """Compares an answer file's text with the expected value. Bounded: size, JSON depth, regex time."""
-    if len(got) > MAX_ANSWER_CHARS:
-        return False
-    if mode == "exact":
-        return got.rstrip("\n") == str(expected)
-    if mode == "normalized":
-        norm = lambda s: " ".join(str(s).split()).lower()  # noqa: E731
-        return norm(got) == norm(expected)
-    if mode == "regex":
-        return _regex_fullmatch(str(expected), got.strip())
-    if mode == "numeric":
-        value = parse_number(got.strip().replace(",", ""), "the answer")
-        if isinstance(value, str):
-            return False
-        return abs(value - float(expected)) <= tolerance * max(1.0, abs(float(expected)))
-    if mode == "json":
-        if json_depth(got) > MAX_JSON_DEPTH:
-            return False
-        try:
-            return json.loads(got) == (json.loads(expected) if isinstance(expected, str) else expected)
-        except (ValueError, RecursionError):
-            return False
-    raise ValueError(f"unknown answer mode {mode!r}")
-
-
-def _unreadable(got: str, mode: str) -> str:
-    """Why a wrong answer could not even be read as its mode asks ("" when it could: just wrong)."""
-    if len(got) > MAX_ANSWER_CHARS:
-        return f"the answer is {len(got)} characters: over the limit of {MAX_ANSWER_CHARS}"
-    if mode == "numeric":
-        value = parse_number(got.strip().replace(",", ""), "the answer")
-        return value if isinstance(value, str) else ""
-    if mode == "json":
-        if json_depth(got) > MAX_JSON_DEPTH:
-            return f"the answer is nested deeper than {MAX_JSON_DEPTH} levels"
-        try:
-            json.loads(got)
-        except (ValueError, RecursionError) as e:
-            return f"the answer is not JSON ({str(e)[:80]})"
-    return ""
-
-
-def json_depth(text: str) -> int:
-    """The deepest nesting of brackets outside strings (without parsing: deep input cannot recurse)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
-
-
-def _regex_fullmatch(pattern: str, text: str) -> bool:
-    """In a child process with a time limit: a pathological answer cannot hang the grader."""
-    code = (
-        "import json, re, sys\np, t = json.load(sys.stdin)\n"
-        "sys.exit(0 if re.fullmatch(p, t, flags=re.DOTALL) else 1)\n"
-    )
-    try:
-        r = subprocess.run(
-            [sys.executable, "-I", "-c", code],
-            input=json.dumps([pattern, text]).encode(),
-            capture_output=True,
-            timeout=REGEX_TIMEOUT_SEC,
-        )
-    except subprocess.TimeoutExpired:
-        return False
-    return r.returncode == 0

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from typing import Optional
 
@@ -35,6 +34,7 @@ import docker.errors
 
 from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
+from evaluators.grading import verdict as rules
 from evaluators.tamper import PROGRAM_DIRS, dpkg_sums
 from results.errors import InfraError, OracleFailed
 from results.schema import clip
@@ -528,32 +528,8 @@ async def _collect(sb: NativeSandbox, path: str, prefix: str, budget: list[int])
 
 
 def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str = ""):
-    """The verdict from Harbor's reward files: reward.json (named numbers) wins over reward.txt (one
-    number), as in Harbor's verifier.
-    Every named reward is recorded in the detail; the task's reward is "reward" when present, else the only
-    value, else the mean of them all. Solved means a task reward of at least 1."""
-    from evaluators.grade import Verdict, parse_number, parse_reward_json
-
-    if reward_json is not None:
-        rewards = parse_reward_json(reward_json, max_bytes=MAX_REWARD_BYTES)
-    elif reward_txt is not None:
-        value = parse_number(reward_txt, "reward.txt")
-        rewards = value if isinstance(value, str) else {"reward": value}
-    else:
-        return Verdict(
-            0.0,
-            False,
-            "no_report",
-            detail=f"test.sh wrote neither {REWARD_DIR}/reward.txt nor reward.json; output: {tail}",
-        )
-    if isinstance(rewards, str):  # what was wrong with the file, bounded and without a traceback
-        return Verdict(0.0, False, "no_report", detail=rewards)
-    key = "reward" if "reward" in rewards else (next(iter(rewards)) if len(rewards) == 1 else None)
-    value = rewards[key] if key else sum(v / len(rewards) for v in rewards.values())  # no overflow
-    reward = min(max(value, 0.0), 1.0)
-    which = f"task reward = {key!r}" if key else "task reward = mean of all"
-    detail = f"rewards {json.dumps(rewards, sort_keys=True)}; {which}"
-    return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail", detail=detail)
+    """The verdict from Harbor's reward files (evaluators/grading/verdict.py, reward_files_verdict)."""
+    return rules.reward_files_verdict(reward_txt, reward_json, REWARD_DIR, tail, max_bytes=MAX_REWARD_BYTES)
 
 
 def _scripts(files: dict[str, bytes]) -> list[str]:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import ast
 from typing import Iterator, Optional
 
-CANARY_PREFIX = "test_canary"
+from evaluators.grading.verdict import CANARY_PREFIX, is_canary, task_id  # noqa: F401 -- owned there (stdlib, exported)
+
 IMPORT_MODES = ("proxy", "direct")  # how the hidden tests reach the candidate's modules (evaluators/grader)
 
 
@@ -63,16 +64,3 @@ def expected_ids(test_files: dict[str, bytes]) -> set[str]:
         if is_test_file(path):
             ids.update(make_id(path, cls, node.name) for cls, node in collected_functions(parse(path, data)))
     return ids
-
-
-def is_canary(test_id: str) -> bool:
-    """A canary must FAIL for every honest candidate (see tasks/model.py). By the task's own name: only for
-    ids as the task wrote them (the grader's renamed ids are mapped with task_id first; see
-    pytest_kind.Prepared)."""
-    return test_id.split("[", 1)[0].rsplit(".", 1)[-1].startswith(CANARY_PREFIX)
-
-
-def task_id(grader_id: str, names: dict[str, str]) -> str:
-    """The task's own id of an id the grader reported: `names` maps the renamed ones back
-    (pytest_kind.prepare)."""
-    return names.get(grader_id, grader_id)

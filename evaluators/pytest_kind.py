@@ -15,19 +15,16 @@ import ast
 import random
 import re
 import secrets
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluators.hidden_tests import collected_functions, is_canary, is_test_file, make_id, task_id
-from results.schema import TestOutcome
 
 GRADER = "/grader"
 _HERE = Path(__file__).parent / "grader"
 GRADER_CONFTEST = (_HERE / "grader_conftest.py").read_bytes()
 CANDIDATE_PROXY = (_HERE / "candidate.py").read_bytes()
 GRADER_INI = b"[pytest]\naddopts = -p no:cacheprovider\n"
-MAX_REPORT_BYTES = 4 << 20
 
 
 @dataclass
@@ -122,93 +119,3 @@ def clean_env(import_mode: str, call_timeout: float, folder: str = GRADER) -> di
         "HARNESS_IMPORT_MODE": import_mode,
         "HARNESS_CALL_TIMEOUT": str(max(1, int(call_timeout))),
     }
-
-
-@dataclass
-class PytestVerdict:
-    reward: float
-    solved: bool
-    reason: str
-    tests: list[TestOutcome]
-    detail: str = ""
-
-
-def verdict(
-    report: bytes | None,
-    exit_code: int,
-    timed_out: bool,
-    expected: set[str],
-    canaries: set[str] | None = None,
-    names: dict[str, str] | None = None,
-) -> PytestVerdict:
-    """Decides from the report alone, failing closed on anything unexpected. `canaries` defaults to the
-    ids named test_canary*; `names` maps reported ids back to the task's own for the record."""
-    canaries = {i for i in expected if is_canary(i)} if canaries is None else canaries
-    names = names or {}
-    if timed_out or exit_code in (124, 137, -9):
-        return PytestVerdict(0.0, False, "timeout", [], "the hidden tests ran out of time")
-    if not report:
-        return PytestVerdict(0.0, False, "no_report", [], f"no JUnit report (pytest exit {exit_code})")
-    if len(report) > MAX_REPORT_BYTES:  # only pytest writes it (root-only folder): no sign of tampering
-        return PytestVerdict(
-            0.0, False, "no_report", [], f"the JUnit report is over {MAX_REPORT_BYTES} bytes"
-        )
-    if b"<!DOCTYPE" in report or b"<!ENTITY" in report:
-        return PytestVerdict(0.0, False, "tamper", [], "report with a DTD")
-    try:
-        root = ET.fromstring(report)
-    except (ET.ParseError, RecursionError) as e:
-        return PytestVerdict(0.0, False, "no_report", [], f"unreadable report: {type(e).__name__}")
-    outcomes: dict[str, TestOutcome] = {}
-    for case in root.iter("testcase"):
-        base = f"{case.get('classname', '')}.{case.get('name', '')}".split("[", 1)[0]
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
-                message = (child.get("message") or "")[:300]
-                break
-        # Parametrised cases share a base id: the worst outcome counts.
-        prev = outcomes.get(base)
-        if prev is None or prev.outcome == "passed":
-            outcomes[base] = TestOutcome(id=base, outcome=outcome, message=message)
-    reported = set(outcomes)
-    tests = sorted(
-        (
-            TestOutcome(id=task_id(t.id, names), outcome=t.outcome, message=t.message)
-            for t in outcomes.values()
-        ),
-        key=lambda t: t.id,
-    )
-    real = [t for i, t in outcomes.items() if i not in canaries]
-    score = sum(t.outcome == "passed" for t in real) / max(len(expected - canaries), 1)
-    unexpected = reported - expected
-    if unexpected and all(outcomes[i].outcome == "error" for i in unexpected):
-        # pytest reports a file that failed to import as an error of its own (the candidate's module did not
-        # load, say): an ordinary failure, not a manipulation
-        return PytestVerdict(
-            0.0,
-            False,
-            "error_in_tests",
-            tests,
-            f"tests could not be collected: {outcomes[sorted(unexpected)[0]].message[:200]}",
-        )
-    if unexpected:
-        extra = sorted(task_id(i, names) for i in unexpected)
-        return PytestVerdict(0.0, False, "tamper", tests, f"unexpected tests reported: {extra[:3]}")
-    if expected - reported:
-        missing = sorted(task_id(i, names) for i in expected - reported)
-        return PytestVerdict(0.0, False, "missing_tests", tests, f"tests not run: {missing[:3]}")
-    if any(outcomes[i].outcome != "failed" for i in canaries):
-        return PytestVerdict(
-            0.0, False, "tamper", tests, "a canary test did not fail: the test run was manipulated"
-        )
-    if canaries and exit_code != 1:
-        return PytestVerdict(0.0, False, "tamper", tests, f"pytest exit {exit_code} contradicts the report")
-    if any(t.outcome == "skipped" for t in real):
-        return PytestVerdict(0.0, False, "skipped", tests, "tests were skipped")
-    if any(t.outcome == "error" for t in real):
-        return PytestVerdict(score, False, "error_in_tests", tests, "tests errored")
-    if score < 1.0:
-        return PytestVerdict(score, False, "fail", tests)
-    return PytestVerdict(1.0, True, "pass", tests)

@@ -11,7 +11,8 @@ Each task becomes OUT/<id>/ with:
   solution/         solve.sh and its helpers (Harbor runs /solution/solve.sh in the WORKDIR, /workspace)
   tests/test.sh     runs the hidden tests (pytest, an answer check, or our test.sh) and writes
                     /logs/verifier/reward.txt; tests/harness/ holds the hidden files, the expected test ids
-                    and which are canaries (evaluators/hidden_tests.py), and verdict.py (stdlib only)
+                    and which are canaries (evaluators/hidden_tests.py), and verdict.py (our
+                    evaluators/grading/verdict.py as it is: stdlib only)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from evaluators import pytest_kind
 from evaluators.grade import AS_CANDIDATE
+from evaluators.grading import verdict
 from evaluators.hidden_tests import expected_ids, is_canary
 from results.errors import UserError
 from tasks.model import Task
@@ -65,93 +67,8 @@ echo "$reward" > /logs/verifier/reward.txt
 echo "reward $reward"
 """  # noqa: E501 -- the exported tests/test.sh, byte for byte
 
-VERDICT_PY = r'''"""Decides the reward of an exported harness task (see harness evaluators/pytest_kind.py and grade.py)."""
-import json
-import math
-import re
-import sys
-import xml.etree.ElementTree as ET
-
-H = "/tests/harness"
-
-
-def pytest_reward(report_path, exit_code):
-    expected = set(json.load(open(H + "/expected.json")))
-    canaries = set(json.load(open(H + "/canaries.json")))  # which of those are canaries, decided by harness
-    canary = lambda i: i in canaries
-    try:
-        data = open(report_path, "rb").read()
-        if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-            return 0.0
-        root = ET.fromstring(data)
-    except (OSError, ET.ParseError):
-        return 0.0
-    outcomes = {}
-    for case in root.iter("testcase"):
-        base = (case.get("classname", "") + "." + case.get("name", "")).split("[", 1)[0]
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = child.tag
-                break
-        if outcomes.get(base, "passed") == "passed":
-            outcomes[base] = outcome
-    if set(outcomes) != expected:
-        return 0.0
-    if any(outcomes[i] != "failure" for i in expected if canary(i)):
-        return 0.0
-    if any(canary(i) for i in expected) and exit_code != 1:
-        return 0.0
-    real = [i for i in expected if not canary(i)]
-    if any(outcomes[i] == "skipped" for i in real):
-        return 0.0
-    return sum(outcomes[i] == "passed" for i in real) / max(len(real), 1)
-
-
-def answer_reward():
-    spec = json.load(open(H + "/answer.json"))
-    try:
-        got = open("/workspace/" + spec["answer_file"], encoding="utf-8", errors="replace").read()
-    except OSError:
-        return 0.0
-    expected, mode, tol = spec["expected"], spec["mode"], spec["tolerance"]
-    if mode == "exact":
-        return float(got.rstrip("\n") == str(expected))
-    if mode == "normalized":
-        norm = lambda s: " ".join(str(s).split()).lower()
-        return float(norm(got) == norm(expected))
-    if mode == "regex":
-        return float(re.fullmatch(str(expected), got.strip(), flags=re.DOTALL) is not None)
-    if mode == "numeric":
-        try:
-            value = float(got.strip().replace(",", ""))
-        except ValueError:
-            return 0.0
-        return float(math.isfinite(value) and abs(value - float(expected)) <= tol * max(1.0, abs(float(expected))))
-    if mode == "json":
-        try:
-            return float(json.loads(got) == (json.loads(expected) if isinstance(expected, str) else expected))
-        except ValueError:
-            return 0.0
-    return 0.0
-
-
-def script_reward(path):
-    try:
-        value = float(open(path).read().strip())
-    except (OSError, ValueError):
-        return 0.0
-    return value if math.isfinite(value) and 0.0 <= value <= 1.0 else 0.0
-
-
-kind = sys.argv[1]
-if kind == "pytest":
-    print(pytest_reward(sys.argv[2], int(sys.argv[3])))
-elif kind == "answer":
-    print(answer_reward())
-else:
-    print(script_reward(sys.argv[2]))
-'''  # noqa: E501 -- the exported tests/harness/verdict.py, byte for byte
+# The verdict rules themselves, copied byte for byte: an exported task grades as harness does.
+VERDICT_PY = Path(verdict.__file__).read_bytes()
 
 
 def _toml_value(v) -> str:
@@ -227,7 +144,7 @@ def export_task(task: Task, out: Path) -> Path:
         "instruction.md": task.instruction.encode(),
         "environment/Dockerfile": dockerfile(task).encode(),
         "tests/test.sh": TEST_SH.replace("{timeout}", str(int(task.verifier_timeout_sec))).encode(),
-        "tests/harness/verdict.py": VERDICT_PY.encode(),
+        "tests/harness/verdict.py": VERDICT_PY,
         "tests/harness/kind": task.evaluator.kind.encode(),
     }
     if task.dockerfile:

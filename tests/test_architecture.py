@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "evaluators.grader",
             "evaluators.hidden_tests",
             "evaluators.kinds",
+            "evaluators.grading",
         ],
     ),
     (

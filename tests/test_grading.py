@@ -7,9 +7,9 @@ import pytest
 
 from agent.sandbox import Changes, SandboxPool
 from evaluators.grade import answer_matches, grade
+from evaluators.grading.verdict import pytest_verdict as verdict
 from evaluators.hidden_tests import expected_ids
 from evaluators.policies import null_policy
-from evaluators.pytest_kind import verdict
 from evaluators.runner import run_attempt
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
@@ -263,7 +263,7 @@ def test_script_candidate_cannot_forge_the_reward(image):
 
 
 def test_answer_parsers_are_bounded(monkeypatch):
-    from evaluators import grade as grade_mod
+    from evaluators.grading import verdict as grade_mod
 
     assert not answer_matches("[" * 200_000 + "]" * 200_000, [[]], "json")
     assert answer_matches("[[1]]", [[1]], "json") and grade_mod.json_depth('{"a": "[[[["}') == 1

@@ -6,6 +6,8 @@ tests build their images locally: tasks FROM our base image, and a Python-less D
 
 import dataclasses
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from evaluators.runner import run_attempt
 from evaluators.task_images import build_images
 from evaluators.validate import validate
 from results.errors import UserError
+from tasks.export import export_task
 from tasks.loader import load_suite
 from tasks.task_folder import load_task
 from tests.conftest import run
@@ -400,6 +403,36 @@ def test_export_round_trip_keeps_what_defines_a_task(tmp_path):
         assert b.build_context == {f"workspace/{p}": d for p, d in t.workspace_files.items()}
         assert b.dockerfile.startswith("FROM harness/base:latest") and b.harbor.agent_user == "sandbox"
         assert b.harbor.workdir == "/workspace" and "test.sh" in b.test_files
+
+
+def test_exported_verdict_is_our_verdict_module_byte_for_byte(tmp_path):
+    """The exported task's verdict.py is evaluators/grading/verdict.py itself, which imports only the
+    standard library, and runs on its own (python -I: none of our packages reachable)."""
+    import ast
+
+    from evaluators.grading import verdict
+
+    source = Path(verdict.__file__).read_bytes()
+    for t in _one_of_each_kind():
+        root = export_task(t, tmp_path / "out")
+        assert (root / "tests" / "harness" / "verdict.py").read_bytes() == source
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    program = root / "tests" / "harness" / "verdict.py"
+    for written, printed in ((b"0.5\n", "0.5"), (b"nan", "0.0"), (b"2", "0.0")):
+        (tmp_path / "reward.txt").write_bytes(written)
+        r = subprocess.run(
+            [sys.executable, "-I", str(program), "script", str(tmp_path / "reward.txt")],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert (r.returncode, r.stdout.strip()) == (0, printed), r.stderr
 
 
 def _one_of_each_kind():
