@@ -38,7 +38,7 @@ from agent.loop import LoopResult, run_loop
 from agent.models import get_model
 from agent.sandbox import Changes, ExecResult, Limits, SandboxPool
 from agent.sandbox.images import ensure_base_image
-from evaluators.tamper import is_visible_test, tamper_reason
+from evaluators.grading.tamper import is_visible_test, tamper_reason
 from results.errors import UserError
 
 MAX_WORKSPACE_BYTES = DEFAULT_MAX_COPY_MB << 20
@@ -641,7 +641,7 @@ def default_protect(verify: Iterable[str], files: Iterable[str]) -> list[str]:
 
 def test_machinery(changes: Changes, original: Iterable[str]) -> list[str]:
     """Changed paths that would rewrite how the tests run (conftest.py, pytest configuration, .pth files,
-    modules shadowing the standard library: evaluators.tamper's rules), protected with the tests."""
+    modules shadowing the standard library: evaluators.grading.tamper's rules), protected with the tests."""
     original = set(original)
     out = []
     for p in changes.paths:

@@ -424,7 +424,7 @@ def install_phase_probes():
     """Wraps the product's phase functions (once per process)."""
     import agent.sandbox.container as container_mod
     import agent.sandbox.pool as pool_mod
-    import evaluators.grade as grade_mod
+    import evaluators.grading.grade as grade_mod
     import evaluators.runner as runner_mod
     from agent.sandbox.container import Sandbox
     from results.store import RunStore
@@ -593,7 +593,7 @@ def mini_rate(image: str, n: int, concurrency: int) -> float:
 def verdicts_unchanged(suite: str, repeats: int, concurrency: int, batch: int) -> bool:
     """The suite's validation (oracle and untouched workspace, evaluators/validate.py) graded with batch
     grading off and on: every verdict (reason and reward) must be the same."""
-    from evaluators.grade import batchable
+    from evaluators.grading.grade import batchable
     from evaluators.validate import validate
     from tasks.loader import load_suite
 

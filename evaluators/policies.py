@@ -24,7 +24,7 @@ Policy = Callable[[Task, Sandbox], Awaitable[Optional[LoopResult]]]
 async def oracle_policy(task: Task, sb: Sandbox) -> None:
     """Runs the task's solution/solve.sh in /workspace, as the agent would."""
     if task.harbor is not None:  # Harbor's oracle: /solution, the image's WORKDIR, [solution.env]
-        from evaluators import harbor_kind
+        from evaluators.grading import harbor_kind
 
         return await harbor_kind.oracle(task, sb)
     await sb.put_files(task.solution_files, dest="/tmp/oracle")

@@ -24,7 +24,7 @@ from agent.models import get_model
 from agent.models.base import Model
 from agent.protocol import TOOLS
 from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxPool, SandboxUnresponsive, prune
-from evaluators.grade import GradingStations, batchable, grade
+from evaluators.grading.grade import GradingStations, batchable, grade
 from evaluators.policies import Policy, loop_policy
 from evaluators.progress import Progress, attempt_name
 from evaluators.task_images import build_images
@@ -69,8 +69,10 @@ async def run_attempt(
     verdict = None
     harbor = None
     kept: dict[str, bytes] = {}
-    if task.harbor is not None:  # Harbor's runtime contract and verifier modes (evaluators/harbor_kind.py)
-        from evaluators import harbor_kind as harbor
+    if (
+        task.harbor is not None
+    ):  # Harbor's runtime contract and verifier modes (evaluators/grading/harbor_kind.py)
+        from evaluators.grading import harbor_kind as harbor
     limits = harbor.limits(task) if harbor else Limits.for_task(task.environment)
     dur, t = rec.durations, time.monotonic()
     async with contextlib.AsyncExitStack() as stack:  # the sandbox is released when the block ends
@@ -364,7 +366,7 @@ async def run_eval(
 ) -> Path:
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
     With `batch_grading` N > 1, up to N attempts of one image share a fresh grading container, each as its
-    own user (evaluators/grade.GradingStations; the tasks that may: grade.batchable).
+    own user (evaluators/grading/grade.GradingStations; the tasks that may: grade.batchable).
     With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
     sandbox="k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
     from results.manifest import Manifest

@@ -1,5 +1,5 @@
 """The [evaluator] table of a task.toml: which registered evaluator kind grades the task
-(evaluators/kinds.py), and that kind's settings, checked against the task's hidden files.
+(evaluators/grading/kinds.py), and that kind's settings, checked against the task's hidden files.
 
 Every problem a user can fix raises UserError with one line naming the file, the field and the fix.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from evaluators import hidden_tests, kinds
+from evaluators.grading import hidden_tests, kinds
 from results.errors import UserError
 from tasks.fields import Where, is_relative, number, show
 from tasks.model import EvaluatorConfig

@@ -11,7 +11,7 @@ Each task becomes OUT/<id>/ with:
   solution/         solve.sh and its helpers (Harbor runs /solution/solve.sh in the WORKDIR, /workspace)
   tests/test.sh     runs the hidden tests (pytest, an answer check, or our test.sh) and writes
                     /logs/verifier/reward.txt; tests/harness/ holds the hidden files, the expected test ids
-                    and which are canaries (evaluators/hidden_tests.py), and verdict.py (our
+                    and which are canaries (evaluators/grading/hidden_tests.py), and verdict.py (our
                     evaluators/grading/verdict.py as it is: stdlib only)
 """
 
@@ -21,10 +21,9 @@ import json
 import shutil
 from pathlib import Path
 
-from evaluators import pytest_kind
-from evaluators.grade import AS_CANDIDATE
-from evaluators.grading import verdict
-from evaluators.hidden_tests import expected_ids, is_canary
+from evaluators.grading import pytest_kind, verdict
+from evaluators.grading.grade import AS_CANDIDATE
+from evaluators.grading.hidden_tests import expected_ids, is_canary
 from results.errors import UserError
 from tasks.model import Task
 

@@ -41,7 +41,9 @@ class Environment:
 
 @dataclass(frozen=True)
 class EvaluatorConfig:
-    kind: str = "pytest"  # a kind registered in evaluators/kinds.py: pytest | answer | script | harbor
+    kind: str = (
+        "pytest"  # a kind registered in evaluators/grading/kinds.py: pytest | answer | script | harbor
+    )
     # answer: where the agent writes its answer, how to compare, against what
     answer_file: str = "answer.txt"
     mode: str = "exact"  # exact | normalized | regex | numeric | json

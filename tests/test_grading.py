@@ -6,9 +6,9 @@ import textwrap
 import pytest
 
 from agent.sandbox import Changes, SandboxPool
-from evaluators.grade import answer_matches, grade
+from evaluators.grading.grade import answer_matches, grade
+from evaluators.grading.hidden_tests import expected_ids
 from evaluators.grading.verdict import pytest_verdict as verdict
-from evaluators.hidden_tests import expected_ids
 from evaluators.policies import null_policy
 from evaluators.runner import run_attempt
 from tasks.model import EvaluatorConfig, Task
@@ -279,8 +279,8 @@ def test_grade_dispatches_through_the_kind_registry(monkeypatch):
     import inspect
     import types
 
-    from evaluators import grade as grade_mod
-    from evaluators import kinds
+    from evaluators.grading import grade as grade_mod
+    from evaluators.grading import kinds
 
     assert list(kinds.KINDS) == ["pytest", "answer", "script", "harbor"]
     assert all(inspect.iscoroutinefunction(kinds.grader(k)) for k in kinds.KINDS)
@@ -299,7 +299,7 @@ def test_grade_dispatches_through_the_kind_registry(monkeypatch):
 
 
 def test_an_exception_while_grading_is_that_attempts_failure(image, monkeypatch):
-    from evaluators import grade as grade_mod
+    from evaluators.grading import grade as grade_mod
 
     async def broken(*args):
         raise RecursionError("maximum recursion depth exceeded")

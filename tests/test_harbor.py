@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import SandboxPool
-from evaluators import harbor_kind
+from evaluators.grading import harbor_kind
 from evaluators.policies import null_policy, oracle_policy
 from evaluators.runner import run_attempt
 from evaluators.task_images import build_images

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
+from evaluators.grading.hidden_tests import expected_ids
 from evaluators.grading.verdict import pytest_verdict as verdict
-from evaluators.hidden_tests import expected_ids
 
 EXPECTED = {"tests.test_a.test_one", "tests.test_a.test_two", "tests.test_a.test_canary_impossible"}
 OK, FAIL, ERROR, SKIP = (

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.hidden_tests import expected_ids, is_canary
+from evaluators.grading.hidden_tests import expected_ids, is_canary
 from results.errors import UserError
 from tasks import loader
 from tasks.family import load_family
@@ -194,7 +194,7 @@ def test_syntax_error_in_hidden_tests_names_file_and_line(tmp_path):
 
 
 def test_evaluator_kinds_are_the_registered_ones(tmp_path, monkeypatch):
-    from evaluators import kinds
+    from evaluators.grading import kinds
 
     task_folder(tmp_path / "x", TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"'))
     monkeypatch.chdir(tmp_path)

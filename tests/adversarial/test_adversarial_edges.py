@@ -13,8 +13,8 @@ import pytest
 
 from agent.sandbox import Changes, Limits, SandboxPool
 from agent.sandbox.changes import PATH_MAX, unwritable
-from evaluators import harbor_kind
-from evaluators.grade import (
+from evaluators.grading import harbor_kind
+from evaluators.grading.grade import (
     Verdict,
     answer_matches,
     grade,

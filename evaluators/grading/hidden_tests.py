@@ -6,7 +6,7 @@ named test_*, so that a test module may import them without pytest collecting th
 An id is dotted, as pytest's JUnit report writes it: tests.<file as module>.<function> or
 tests.<file as module>.<TestClass>.<method>; the cases of a parametrised test share their function's id.
 Records keep the ids with the task's own names; the grader renames every test function at random
-(evaluators/pytest_kind.py), and `task_id` turns its ids back into the task's.
+(evaluators/grading/pytest_kind.py), and `task_id` turns its ids back into the task's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from typing import Iterator, Optional
 
 from evaluators.grading.verdict import CANARY_PREFIX, is_canary, task_id  # noqa: F401 -- owned there (stdlib, exported)
 
-IMPORT_MODES = ("proxy", "direct")  # how the hidden tests reach the candidate's modules (evaluators/grader)
+IMPORT_MODES = (
+    "proxy",
+    "direct",
+)  # how the hidden tests reach the candidate's modules (evaluators/grading/grader)
 
 
 def is_test_file(path: str) -> bool:

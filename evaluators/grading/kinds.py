@@ -1,7 +1,7 @@
 """The registry of evaluator kinds: the one list of the ways an attempt can be graded.
 
-evaluators/grade.py dispatches every grading through it, and the task loader checks `[evaluator] kind` against
-it. Each kind names its grade function, `async (task, changes, pool, image) -> grade.Verdict`, as
+evaluators/grading/grade.py dispatches every grading through it, and the task loader checks `[evaluator] kind`
+against it. Each kind names its grade function, `async (task, changes, pool, image) -> grade.Verdict`, as
 "module:function", imported on the first grading: the graders import the sandbox and Docker's client, which
 listing tasks (`harness tasks list`) should not pay for. Adding a kind: write its grade function and
 register it below.
@@ -41,9 +41,9 @@ def grader(name: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), function)
 
 
-register("pytest", "evaluators.grade:grade_pytest")
-register("answer", "evaluators.grade:grade_answer")
-register("script", "evaluators.grade:grade_script")
+register("pytest", "evaluators.grading.grade:grade_pytest")
+register("answer", "evaluators.grading.grade:grade_answer")
+register("script", "evaluators.grading.grade:grade_script")
 # Harbor tasks have no [evaluator]: a tests/test.sh writing /logs/verifier/reward.txt selects it
 # (tasks/harbor.py)
-register("harbor", "evaluators.harbor_kind:grade_fresh", in_task_toml=False)
+register("harbor", "evaluators.grading.harbor_kind:grade_fresh", in_task_toml=False)

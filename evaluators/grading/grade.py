@@ -4,13 +4,13 @@
 2. Changes to test hooks, pytest config, shadowing modules or visible tests -> 0, `tamper`.
 3. A FRESH container from the same image: pristine workspace + the changes. The test runner runs as
    root; the candidate's code runs as the sandbox user (10001): through the proxy in
-   evaluators/grader/candidate.py for Python imports, as that user for processes the tests start. Hidden
-   tests, the report and the reward file sit in /grader (root-only, mode 0700): the candidate can neither
-   read nor write them. Every process of the candidate is killed before the verdict is read.
-4. The verdict is read on the host (evaluators/pytest_kind.py for pytest, a number for scripts).
-Each evaluator kind is registered in evaluators/kinds.py; a Harbor verifier in `fresh` mode grades in
-evaluators/harbor_kind.py (snapshot and shared run in evaluators/runner.py, before the agent's container
-is released).
+   evaluators/grading/grader/candidate.py for Python imports, as that user for processes the tests start.
+   Hidden tests, the report and the reward file sit in /grader (root-only, mode 0700): the candidate can
+   neither read nor write them. Every process of the candidate is killed before the verdict is read.
+4. The verdict is read on the host (evaluators/grading/pytest_kind.py for pytest, a number for scripts).
+Each evaluator kind is registered in evaluators/grading/kinds.py; a Harbor verifier in `fresh` mode grades
+in evaluators/grading/harbor_kind.py (snapshot and shared run in evaluators/runner.py, before the agent's
+container is released).
 Anything that goes wrong while grading one attempt is that attempt's failed verdict with a reason; only
 the Docker engine failing is an infrastructure error (InfraError, retried by the runner).
 """
@@ -23,8 +23,9 @@ import secrets
 import time
 
 from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxDied, SandboxPool
-from evaluators import kinds, pytest_kind
+from evaluators.grading import kinds, pytest_kind
 from evaluators.grading import verdict as rules
+from evaluators.grading.tamper import tamper_reason
 from evaluators.grading.verdict import (  # noqa: F401 -- the graders' names for them
     MAX_ANSWER_CHARS,
     Verdict,
@@ -34,7 +35,6 @@ from evaluators.grading.verdict import (  # noqa: F401 -- the graders' names for
     parse_reward,
     parse_reward_json,
 )
-from evaluators.tamper import tamper_reason
 from results.errors import InfraError
 from results.schema import TestOutcome
 from tasks.model import Task
@@ -53,7 +53,7 @@ AS_CANDIDATE = (
 async def grade(
     task: Task, changes: Changes, pool: SandboxPool, image: str, stations: "GradingStations | None" = None
 ) -> Verdict:
-    """Grades one attempt with its kind's registered grade function (evaluators/kinds.py). Raises only
+    """Grades one attempt with its kind's registered grade function (evaluators/grading/kinds.py). Raises only
     InfraError (the engine failed); everything else is a verdict. With `stations` (batch grading) an
     attempt that can share a grading container with others of its image (batchable()) is graded in one."""
     started = time.monotonic()

@@ -16,9 +16,9 @@ hidden tests at /tests, as the verifier's user, with [verifier] env, in one of t
 In every mode the hidden tests enter a container only after the agent has finished, and /tests and
 /logs/verifier are emptied and recreated (/logs/verifier writable by the verifier's user only) just before
 test.sh runs, so no reward file the agent planted survives; every file operation is the static helper's own
-(never the container's sh/tar/ls). Stricter than Harbor (evaluators/tamper.py): working-folder files that
-shadow what the verifier imports or runs, and in snapshot/shared mode changes to its toolchain (docker diff),
-score 0 as `tamper`. Remaining limits (Harbor's contract, README "Harbor tasks"): in shared mode the
+(never the container's sh/tar/ls). Stricter than Harbor (evaluators/grading/tamper.py): working-folder files
+that shadow what the verifier imports or runs, and in snapshot/shared mode changes to its toolchain (docker
+diff), score 0 as `tamper`. Remaining limits (Harbor's contract, README "Harbor tasks"): in shared mode the
 agent's processes run alongside test.sh and can change what it sees; in snapshot and shared modes test.sh
 runs on the filesystem the agent left.
 """
@@ -35,7 +35,7 @@ import docker.errors
 from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
 from evaluators.grading import verdict as rules
-from evaluators.tamper import PROGRAM_DIRS, dpkg_sums
+from evaluators.grading.tamper import PROGRAM_DIRS, dpkg_sums
 from results.errors import InfraError, OracleFailed
 from results.schema import clip
 
@@ -155,7 +155,7 @@ async def capture(sb: NativeSandbox) -> Changes:
 async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[str]) -> Optional[str]:
     """Ours, stricter than Harbor: working-folder files that shadow what the verifier runs (every mode), and
     in snapshot/shared mode changes to the verifier's toolchain as the engine sees them (docker diff)."""
-    from evaluators.tamper import (
+    from evaluators.grading.tamper import (
         changed_toolchain,
         harbor_tamper_reason,
         shadow_candidates,
@@ -261,7 +261,7 @@ async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: s
     Returns (verdict, the merged loop result or None, the kept files, the last step's changes)."""
     import dataclasses
 
-    from evaluators.grade import Verdict
+    from evaluators.grading.grade import Verdict
 
     verdicts, results, kept = [], [], {}
     changes = Changes()
@@ -325,7 +325,7 @@ async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: s
 async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Changes):
     """After the capture, before the agent's container is released: the tamper checks, then verification in
     snapshot and shared mode. None in fresh mode without tampering (graded after the release)."""
-    from evaluators.grade import Verdict
+    from evaluators.grading.grade import Verdict
 
     original = set(sb._baseline or {}) | set(task.workspace_files)
     why = await check_tamper(task, sb, changes, original)
@@ -338,7 +338,7 @@ async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Chan
 
 async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     """snapshot and shared modes, while the agent's container still exists. Returns a grade.Verdict."""
-    from evaluators.grade import Verdict
+    from evaluators.grading.grade import Verdict
 
     t0 = time.monotonic()
     mode = task.harbor.verifier_mode
@@ -409,7 +409,7 @@ async def run_verifier(task, sb: NativeSandbox):
     its output and what it left in /logs/verifier. Everything here is done by the static helper itself
     (agent/sandbox/helper.c): whatever the agent did to the container's programs and folders, this either
     grades or says why not."""
-    from evaluators.grade import Verdict
+    from evaluators.grading.grade import Verdict
 
     spec = task.harbor
     user = spec.verifier_user or sb.image_user

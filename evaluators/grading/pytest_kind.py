@@ -6,7 +6,7 @@ against the exact set of test ids the hidden files define, plus canary tests (`t
 files) that call the candidate with an impossible expectation and must FAIL. Before the tests are copied
 into the grader every test function gets a fresh random name and the top-level ones a random order, so
 that a canary cannot be told from a real test by its name or position (the names in the record are the
-task's own). Test ids and which are canaries: evaluators/hidden_tests.py.
+task's own). Test ids and which are canaries: evaluators/grading/hidden_tests.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evaluators.hidden_tests import collected_functions, is_canary, is_test_file, make_id, task_id
+from evaluators.grading.hidden_tests import collected_functions, is_canary, is_test_file, make_id, task_id
 
 GRADER = "/grader"
 _HERE = Path(__file__).parent / "grader"
