@@ -475,9 +475,9 @@ def install_phase_probes():
     Sandbox.mark_baseline = _timed_async(Sandbox.mark_baseline, "agent: baseline listing")
     Sandbox.changes = _timed_async(Sandbox.changes, "agent: change capture")
     Sandbox.exec = _timed_async(Sandbox.exec, lambda: f"{role()}: each command (exec)")
-    grade_mod._run = _timed_async(grade_mod._run, "grading: verifier + candidate proxy")
-    grade_mod._read = _timed_async(grade_mod._read, "grading: verdict read")
-    grade_mod._mkdirs = _timed_async(grade_mod._mkdirs, "grading: grader folders")
+    grade_mod.run = _timed_async(grade_mod.run, "grading: verifier + candidate proxy")
+    grade_mod.read = _timed_async(grade_mod.read, "grading: verdict read")
+    grade_mod.mkdirs = _timed_async(grade_mod.mkdirs, "grading: grader folders")
     grade_mod.pids_events = _timed_async(grade_mod.pids_events, "grading: pid-limit counters")
     grade_mod.GradingStations._wipe = _timed_async(
         grade_mod.GradingStations._wipe, "grading: wipe + check between turns (batch)"

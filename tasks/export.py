@@ -21,17 +21,12 @@ import json
 import shutil
 from pathlib import Path
 
-from evaluators.grading import pytest_kind, verdict
-from evaluators.grading.grade import AS_CANDIDATE
-from evaluators.grading.hidden_tests import expected_ids, is_canary
-from results.errors import UserError
+from evaluators.grading import kinds, verdict
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
-# The exported pytest run imports the candidate directly (our grader's process-boundary proxy needs the
-# harness's own grading container); the workspace goes at the END of sys.path, so it cannot shadow anything.
-EXPORT_CONFTEST = b"import sys\nsys.path.append('/workspace')\n"
-
+# The exported tests/test.sh, byte for byte: {kind} is the task's evaluator kind's own lines, which run its
+# hidden checks and set $reward (evaluators/grading/kinds.Kind.export).
 TEST_SH = """#!/bin/bash
 # Exported by harness: runs the hidden checks as the sandbox user, decides as root, writes the reward.
 set -u
@@ -41,33 +36,10 @@ H=/tests/harness
 as_sandbox() { if command -v runuser >/dev/null; then runuser -u sandbox -- "$@"; else "$@"; fi; }
 cd /workspace
 reward=0
-case "$(cat $H/kind)" in
-  pytest)
-    as_sandbox env -i PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \\
-      PYTHONDONTWRITEBYTECODE=1 timeout -s KILL {timeout} /usr/bin/python3 -I -m pytest -p no:cacheprovider \\
-      -c $H/grader/pytest.ini --rootdir=$H/grader --confcutdir=$H/grader -o junit_family=xunit2 \\
-      --junitxml="$R/report.xml" -q $H/grader/tests
-    code=$?
-    reward=$(/usr/bin/python3 -I $H/verdict.py pytest "$R/report.xml" "$code")
-    ;;
-  answer)
-    reward=$(/usr/bin/python3 -I $H/verdict.py answer)
-    ;;
-  script)
-    # as in harness: test.sh runs as root and starts the candidate's code with `as-candidate CMD...`
-    S=$(mktemp -d); chmod 0700 "$S"
-    env -i PATH=$H/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace REWARD_FILE="$S/reward.txt" \\
-      timeout -s KILL {timeout} bash $H/script/test.sh
-    reward=$(/usr/bin/python3 -I $H/verdict.py script "$S/reward.txt")
-    ;;
-esac
-mkdir -p /logs/verifier
+{kind}mkdir -p /logs/verifier
 echo "$reward" > /logs/verifier/reward.txt
 echo "reward $reward"
-"""  # noqa: E501 -- the exported tests/test.sh, byte for byte
-
-# The verdict rules themselves, copied byte for byte: an exported task grades as harness does.
-VERDICT_PY = Path(verdict.__file__).read_bytes()
+"""
 
 
 def _toml_value(v) -> str:
@@ -135,15 +107,17 @@ def dockerfile(task: Task) -> str:
 
 
 def export_task(task: Task, out: Path) -> Path:
+    lines, harness_files = kinds.of(task).export(task)  # UserError for a kind that cannot be exported
     root = out / task.id
     if root.exists():
         shutil.rmtree(root)
+    test_sh = TEST_SH.replace("{kind}", lines).replace("{timeout}", str(int(task.verifier_timeout_sec)))
     files: dict[str, bytes] = {
         "task.toml": task_toml(task).encode(),
         "instruction.md": task.instruction.encode(),
         "environment/Dockerfile": dockerfile(task).encode(),
-        "tests/test.sh": TEST_SH.replace("{timeout}", str(int(task.verifier_timeout_sec))).encode(),
-        "tests/harness/verdict.py": VERDICT_PY,
+        "tests/test.sh": test_sh.encode(),
+        "tests/harness/verdict.py": Path(verdict.__file__).read_bytes(),
         "tests/harness/kind": task.evaluator.kind.encode(),
     }
     if task.dockerfile:
@@ -151,30 +125,7 @@ def export_task(task: Task, out: Path) -> Path:
     else:
         files.update({f"environment/workspace/{p}": d for p, d in task.workspace_files.items()})
     files.update({f"solution/{p}": d for p, d in task.solution_files.items()})
-    ev = task.evaluator
-    if ev.kind == "pytest":
-        files["tests/harness/grader/conftest.py"] = EXPORT_CONFTEST
-        files["tests/harness/grader/pytest.ini"] = pytest_kind.GRADER_INI
-        files.update({f"tests/harness/grader/tests/{p}": d for p, d in task.test_files.items()})
-        expected = sorted(expected_ids(task.test_files))
-        files["tests/harness/expected.json"] = json.dumps(expected).encode()
-        files["tests/harness/canaries.json"] = json.dumps([i for i in expected if is_canary(i)]).encode()
-    elif ev.kind == "answer":
-        files["tests/harness/answer.json"] = json.dumps(
-            {
-                "answer_file": ev.answer_file,
-                "mode": ev.mode,
-                "expected": ev.expected,
-                "tolerance": ev.tolerance,
-            }
-        ).encode()
-    elif ev.kind == "script":
-        files.update({f"tests/harness/script/{p}": d for p, d in task.test_files.items()})
-        files["tests/harness/bin/as-candidate"] = AS_CANDIDATE
-    else:
-        raise UserError(
-            f"task {task.id}: a {ev.kind} task is already in Harbor's format (copy its folder instead)"
-        )
+    files.update({f"tests/harness/{p}": d for p, d in harness_files.items()})
     for rel, data in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)

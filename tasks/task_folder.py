@@ -33,7 +33,7 @@ OUR_KEYS = {
     "agent": {"timeout_sec", "max_steps", "command_timeout_sec"},
     "verifier": {"timeout_sec", "isolation"},
     "environment": {"cpus", "memory_mb", "storage_mb", "allow_internet", "pids", "memory", "storage"},
-    "evaluator": evaluator_table.KEYS,
+    "evaluator": evaluator_table.all_keys(),
 }
 HARBOR_IGNORED = {
     "metadata": {

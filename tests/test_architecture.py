@@ -17,7 +17,7 @@ PACKAGES = ("agent", "evaluators", "tasks", "lora", "results")
 # the fourth layer, so neither imports the other; both use the sandbox below them.
 LAYERS: list[tuple[str, list[str]]] = [
     ("vocabulary", ["results.schema", "results.errors"]),  # and the packages' own __init__ (docstrings)
-    ("records", ["results", "tasks.model"]),
+    ("records", ["results", "tasks.model", "tasks.fields"]),  # tasks.fields: value checks the kinds use too
     ("sandbox", ["agent.sandbox"]),
     (
         "agent and graders",

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import Changes
-from evaluators.grading.grade import answer_matches, grade
+from evaluators.grading.grade import grade
+from evaluators.grading.verdict import answer_matches
 from tasks.loader import load_suite
 from tasks.model import DOMAINS
 

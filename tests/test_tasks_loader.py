@@ -194,6 +194,9 @@ def test_syntax_error_in_hidden_tests_names_file_and_line(tmp_path):
 
 
 def test_evaluator_kinds_are_the_registered_ones(tmp_path, monkeypatch):
+    import sys
+    import types
+
     from evaluators.grading import kinds
 
     task_folder(tmp_path / "x", TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"'))
@@ -201,10 +204,15 @@ def test_evaluator_kinds_are_the_registered_ones(tmp_path, monkeypatch):
     assert error_of(load_task, "x") == (
         'x/task.toml: [evaluator] kind must be one of pytest, answer, script (got "magic")'
     )  # harbor is registered, but no task.toml names it
-    monkeypatch.setitem(
-        kinds.KINDS, "magic", kinds.Kind("magic", "some.module:grade_magic", in_task_toml=True)
-    )
-    assert load_task("x").evaluator.kind == "magic"  # one registration is all a new kind needs to load
+
+    class Magic(kinds.Kind):
+        name = "magic"
+
+    monkeypatch.setitem(sys.modules, "magic_kind", types.SimpleNamespace(KIND=Magic()))
+    monkeypatch.setattr(kinds, "MODULES", dict(kinds.MODULES))
+    monkeypatch.setattr(kinds, "IN_TASK_TOML", list(kinds.IN_TASK_TOML))
+    kinds.register("magic", "magic_kind")  # a new kind: its module and this one line
+    assert load_task("x").evaluator.kind == "magic"
 
 
 def test_script_task_needs_test_sh(tmp_path):

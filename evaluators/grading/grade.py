@@ -7,10 +7,10 @@
    evaluators/grading/grader/candidate.py for Python imports, as that user for processes the tests start.
    Hidden tests, the report and the reward file sit in /grader (root-only, mode 0700): the candidate can
    neither read nor write them. Every process of the candidate is killed before the verdict is read.
-4. The verdict is read on the host (evaluators/grading/pytest_kind.py for pytest, a number for scripts).
-Each evaluator kind is registered in evaluators/grading/kinds.py; a Harbor verifier in `fresh` mode grades
-in evaluators/grading/harbor_kind.py (snapshot and shared run in evaluators/runner.py, before the agent's
-container is released).
+4. The verdict is read on the host (evaluators/grading/verdict.py).
+Each evaluator kind is one module registered in evaluators/grading/kinds.py; this module is what the kinds
+that grade in a fresh container share: the grading container (or a turn in a shared one, GradingStations),
+the grader's private folder, running the verifier as root, reading what it wrote.
 Anything that goes wrong while grading one attempt is that attempt's failed verdict with a reason; only
 the Docker engine failing is an infrastructure error (InfraError, retried by the runner).
 """
@@ -23,45 +23,32 @@ import secrets
 import time
 
 from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxDied, SandboxPool
-from evaluators.grading import kinds, pytest_kind
+from evaluators.grading import kinds
 from evaluators.grading import verdict as rules
+from evaluators.grading.pytest_kind import GRADER
+from evaluators.grading.script_kind import CANDIDATE_UID
 from evaluators.grading.tamper import tamper_reason
-from evaluators.grading.verdict import (  # noqa: F401 -- the graders' names for them
-    MAX_ANSWER_CHARS,
-    Verdict,
-    answer_matches,
-    json_depth,
-    parse_number,
-    parse_reward,
-    parse_reward_json,
-)
+from evaluators.grading.verdict import Verdict
 from results.errors import InfraError
-from results.schema import TestOutcome
 from tasks.model import Task
-
-GRADER = pytest_kind.GRADER
-CANDIDATE_UID = 10001  # agent.sandbox.AGENT_UID
-# On test.sh's PATH: runs the candidate's code as the candidate user with a clean environment.
-AS_CANDIDATE = (
-    f"#!/bin/sh\n# Runs a command as the candidate user, with a clean environment.\n"
-    f"exec setpriv --reuid={CANDIDATE_UID} --regid={CANDIDATE_UID} --clear-groups -- "
-    f"env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace "
-    f'"$@"\n'
-).encode()
 
 
 async def grade(
-    task: Task, changes: Changes, pool: SandboxPool, image: str, stations: "GradingStations | None" = None
+    task: Task,
+    changes: Changes,
+    pool: SandboxPool,
+    image: str,
+    stations: "GradingStations | None" = None,
+    kept: dict[str, bytes] | None = None,
 ) -> Verdict:
-    """Grades one attempt with its kind's registered grade function (evaluators/grading/kinds.py). Raises only
-    InfraError (the engine failed); everything else is a verdict. With `stations` (batch grading) an
-    attempt that can share a grading container with others of its image (batchable()) is graded in one."""
+    """Grades one attempt from its captured changes with its kind's grade_fresh (evaluators/grading/kinds.py).
+    Raises only InfraError (the engine failed); everything else is a verdict. With `stations` (batch grading)
+    an attempt that can share a grading container with others of its image (batchable()) is graded in one."""
     started = time.monotonic()
     try:
-        if stations is not None and batchable(task):
-            v = await grade_pytest(task, changes, pool, image, stations=stations)
-        else:
-            v = await kinds.grader(task.evaluator.kind)(task, changes, pool, image)
+        kind = kinds.of(task)
+        shared = stations if stations is not None and kind.batchable(task) else None
+        v = await kind.grade_fresh(task, changes, pool, image, kept, shared)
     except InfraError:
         raise
     except FilesNotWritten as e:  # a live sandbox refused the files (their names or contents): the attempt's
@@ -72,117 +59,27 @@ async def grade(
     return v
 
 
-async def grade_answer(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
-    """Decided on the host from the captured bytes; no container needed."""
-    ev = task.evaluator
-    data = changes.files.get(ev.answer_file, task.workspace_files.get(ev.answer_file))
-    return rules.answer_verdict(data, ev.answer_file, ev.expected, ev.mode, ev.tolerance)
+def batchable(task: Task) -> bool:
+    """Whether an attempt of this task may be graded in a grading container shared with other attempts (its
+    kind decides: only pytest with the candidate behind the proxy and no network)."""
+    try:
+        return kinds.of(task).batchable(task)
+    except KeyError:  # an unregistered kind: graded alone (its verdict says why it cannot be)
+        return False
 
 
-async def grade_pytest(
-    task: Task, changes: Changes, pool: SandboxPool, image: str, stations: "GradingStations | None" = None
-) -> Verdict:
-    why = _tamper(task, changes)
-    if why:
-        return Verdict(0.0, False, "tamper", detail=why)
-    prepared = pytest_kind.prepare(task.test_files)
-    timeout = task.verifier_timeout_sec
-    files = {f"tests/{p}": d for p, d in prepared.files.items()}
-    files.update(
-        {
-            "conftest.py": pytest_kind.GRADER_CONFTEST,
-            "pytest.ini": pytest_kind.GRADER_INI,
-            "_harness/_harness_candidate.py": pytest_kind.CANDIDATE_PROXY,
-        }
-    )
-    argv, report = pytest_kind.command(timeout)
-    folder = _private_folder()
-    env = pytest_kind.clean_env(task.evaluator.import_mode, timeout, folder)
-    grading = _grading_sandbox(task, changes, pool, image, stations)
-    async with grading as sb:
-        env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
-        await _mkdirs(sb, f"{folder}/tmp", f"{folder}/home")
-        await sb.put_files(files, dest=folder, user="root")
-        before = await pids_events(sb)
-        run = await _run(sb, argv, timeout, env, cwd=folder)
-        if isinstance(run, Verdict):
-            return run
-        at_limit = await _pid_limit_note(sb, before, task)
-        report = await _read(sb, f"{folder}/{report}")
-    v = rules.pytest_verdict(
-        report,
-        run["exit_code"],
-        run["timed_out"],
-        prepared.expected,
-        prepared.canaries,
-        prepared.names,
-        outcome=TestOutcome,
-    )
-    tail = run["out_tail"].decode("utf-8", "replace")[-400:]
-    detail = v.detail or tail
-    if v.reason == "timeout" and at_limit:
-        detail = f"{detail}: {at_limit}"
-    v.detail = grading.not_written + detail
-    return v
-
-
-async def grade_script(task: Task, changes: Changes, pool: SandboxPool, image: str) -> Verdict:
-    """tests/test.sh runs as root in /workspace and writes a reward to $REWARD_FILE (root-only); it starts
-    the candidate's code with `as-candidate CMD...`, so that code cannot reach the reward file."""
-    why = _tamper(task, changes)
-    if why:
-        return Verdict(0.0, False, "tamper", detail=why)
-    timeout = task.verifier_timeout_sec
-    folder = _private_folder()
-    reward_file = f"{folder}/reward.txt"
-    files = {f"tests/{p}": d for p, d in task.test_files.items()}
-    files["bin/as-candidate"] = AS_CANDIDATE
-    env = {
-        "PATH": f"{folder}/bin:/usr/bin:/bin",
-        "HOME": f"{folder}/home",
-        "LANG": "C.UTF-8",
-        "WORKSPACE": "/workspace",
-        "REWARD_FILE": reward_file,
-        "HARNESS_TEST_SH": f"{folder}/tests/test.sh",
-    }
-    grading = _grading_sandbox(task, changes, pool, image)
-    async with grading as sb:
-        await _mkdirs(sb, f"{folder}/home")
-        await sb.put_files(files, dest=folder, user="root", executable={"bin/as-candidate"})
-        before = await pids_events(sb)
-        # Sourced by name from the environment, which only root can read: the command line (readable by
-        # anyone) does not say where the hidden files are. ${BASH_SOURCE[0]} is the script's path.
-        run = await _run(
-            sb,
-            ["timeout", "-s", "KILL", str(int(timeout)), "bash", "-c", '. "$HARNESS_TEST_SH"'],
-            timeout,
-            env,
-            cwd="/workspace",
-        )
-        if isinstance(run, Verdict):
-            return run
-        at_limit = await _pid_limit_note(sb, before, task)
-        raw = await _read(sb, reward_file)
-    if run["timed_out"] or run["exit_code"] in (124, 137, -9):
-        why = f"test.sh ran out of time ({timeout:.0f}s)" + (f": {at_limit}" if at_limit else "")
-        return Verdict(0.0, False, "timeout", detail=grading.not_written + why)
-    v = rules.script_verdict(raw)
-    v.detail = grading.not_written + v.detail
-    return v
-
-
-def _private_folder() -> str:
+def private_folder() -> str:
     """Where one grading keeps its hidden files: an unguessable name inside root-only /grader, so that no
     link the candidate's code makes can point at them."""
     return f"{GRADER}/{secrets.token_hex(12)}"
 
 
-def _tamper(task: Task, changes: Changes) -> str:
+def tamper(task: Task, changes: Changes) -> str:
     changed = {**changes.files, **{p: None for p in changes.deleted}}
     return tamper_reason(changed, task.workspace_files, task.evaluator.protected)
 
 
-class _grading_sandbox:
+class grading_sandbox:
     """A fresh container with the pristine workspace plus the changes, written as the candidate user `uid`:
     a container of its own, or with `stations` a turn in a shared grading container (GradingStations)."""
 
@@ -219,20 +116,6 @@ class _grading_sandbox:
 
     async def __aexit__(self, *exc):
         return await self.cm.__aexit__(*exc)
-
-
-def batchable(task: Task) -> bool:
-    """Whether an attempt of this task may be graded in a grading container shared with other attempts:
-    pytest tests with the candidate behind the proxy (its code never runs as root there), no network.
-    A script's test.sh runs as root and may start the candidate's code itself, and `direct` imports it
-    into the root test process: code running as root could reach the next attempt, so those keep a
-    container each, as do Harbor tasks (their own verifier image and modes)."""
-    return (
-        task.harbor is None
-        and task.evaluator.kind == "pytest"
-        and task.evaluator.import_mode == "proxy"
-        and not task.environment.allow_internet
-    )
 
 
 # Between two attempts in one grading container: the attempt's user removes its files (it alone may, in the
@@ -353,7 +236,7 @@ class GradingStations:
         return r["exit_code"] == 0
 
 
-async def _mkdirs(sb, *paths: str):
+async def mkdirs(sb, *paths: str):
     """Makes /grader root-only (Docker does not always apply a tmpfs mount's mode to its folder: checked)
     and the folders the verifier needs, before anything is written there."""
     script = f'chmod 0700 {GRADER} && [ "$(stat -c %a {GRADER})" = 700 ] && mkdir -p "$@"'
@@ -362,13 +245,13 @@ async def _mkdirs(sb, *paths: str):
         raise InfraError(f"could not prepare the grader's folders: {r['err_head'][:200]!r}")
 
 
-async def _run(sb, argv, timeout, env, cwd):
+async def run(sb, argv, timeout, env, cwd):
     """Runs the verifier as root; a grading container that the candidate's code killed (memory) is the
     candidate's failure, any other death an infrastructure error (retried by the runner)."""
     try:
         return await sb.exec_raw(argv, timeout=timeout + 5, env=env, cap=16 << 10, user="root", cwd=cwd)
     except SandboxDied:
-        if await _death_cause(sb) == "oom":
+        if await death_cause(sb) == "oom":
             return Verdict(
                 0.0, False, "oom", detail="the code under test used the memory limit up while graded"
             )
@@ -390,7 +273,7 @@ async def pids_events(sb) -> int | None:
     return None
 
 
-async def _pid_limit_note(sb, before: int | None, task: Task) -> str:
+async def pid_limit_note(sb, before: int | None, task: Task) -> str:
     """For a run that timed out: whether the code under test was at the sandbox's pid limit meanwhile
     (forks failed), the usual reason why code that forks a lot never finishes."""
     after = await pids_events(sb)
@@ -402,13 +285,13 @@ async def _pid_limit_note(sb, before: int | None, task: Task) -> str:
     )
 
 
-async def _death_cause(sb) -> str | None:
+async def death_cause(sb) -> str | None:
     import asyncio
 
     return await asyncio.to_thread(sb.death_cause)
 
 
-async def _read(sb, path: str, max_bytes: int = rules.MAX_REPORT_BYTES) -> bytes | None:
+async def read(sb, path: str, max_bytes: int = rules.MAX_REPORT_BYTES) -> bytes | None:
     """Reads one file the harness created in the grading container, or None. A file over `max_bytes`
     comes back as its first max_bytes + 1 bytes, so that the verdict can say it is too large (not absent)."""
     directory, name = path.rsplit("/", 1)

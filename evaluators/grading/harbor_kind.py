@@ -35,8 +35,10 @@ import docker.errors
 from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
 from evaluators.grading import verdict as rules
+from evaluators.grading.kinds import Kind
 from evaluators.grading.tamper import PROGRAM_DIRS, dpkg_sums
-from results.errors import InfraError, OracleFailed
+from evaluators.grading.verdict import Verdict
+from results.errors import InfraError, OracleFailed, UserError
 from results.schema import clip
 
 REWARD_DIR = "/logs/verifier"
@@ -261,8 +263,6 @@ async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: s
     Returns (verdict, the merged loop result or None, the kept files, the last step's changes)."""
     import dataclasses
 
-    from evaluators.grading.grade import Verdict
-
     verdicts, results, kept = [], [], {}
     changes = Changes()
     errors = []
@@ -325,8 +325,6 @@ async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: s
 async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Changes):
     """After the capture, before the agent's container is released: the tamper checks, then verification in
     snapshot and shared mode. None in fresh mode without tampering (graded after the release)."""
-    from evaluators.grading.grade import Verdict
-
     original = set(sb._baseline or {}) | set(task.workspace_files)
     why = await check_tamper(task, sb, changes, original)
     if why:
@@ -338,8 +336,6 @@ async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Chan
 
 async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     """snapshot and shared modes, while the agent's container still exists. Returns a grade.Verdict."""
-    from evaluators.grading.grade import Verdict
-
     t0 = time.monotonic()
     mode = task.harbor.verifier_mode
     if mode == "shared" and not sb.dead:
@@ -409,8 +405,6 @@ async def run_verifier(task, sb: NativeSandbox):
     its output and what it left in /logs/verifier. Everything here is done by the static helper itself
     (agent/sandbox/helper.c): whatever the agent did to the container's programs and folders, this either
     grades or says why not."""
-    from evaluators.grading.grade import Verdict
-
     spec = task.harbor
     user = spec.verifier_user or sb.image_user
     try:
@@ -536,3 +530,64 @@ def _scripts(files: dict[str, bytes]) -> list[str]:
     """Which files get the executable bit (task folders are read as bytes, without modes): scripts by name or
     by a #! line, as they would be in a checkout."""
     return [p for p, d in files.items() if p.endswith(".sh") or d.startswith(b"#!")]
+
+
+class HarborKind(Kind):
+    """Harbor's runtime contract and verifier modes (this module's docstring): the task's own limits, users
+    and working folder, its environment prepared and health-checked, its oracle, its steps, the artifacts
+    collected after the agent, and verification in place (snapshot, shared) or fresh."""
+
+    name = "harbor"
+    in_place = True
+
+    def limits(self, task):
+        return limits(task)
+
+    def containers(self, task):
+        return 1 + (task.harbor.verifier_mode == "fresh")  # snapshot and shared verify in the agent's own
+
+    async def prepare(self, task, sb):
+        await prepare(task, sb)
+
+    async def oracle(self, task, sb):
+        await oracle(task, sb)
+
+    def has_steps(self, task):
+        return bool(task.harbor.steps)
+
+    async def run_steps(self, task, policy, sb, pool, image):
+        return await run_steps(task, policy, sb, pool, image)
+
+    async def after_agent(self, task, sb):
+        return await after_agent(task, sb)
+
+    async def capture(self, task, sb):
+        return await capture(sb)  # its processes live on: one of them may end the container meanwhile
+
+    async def verify_in_place(self, task, sb, pool, changes):
+        return await verify_agent(task, sb, pool, changes)
+
+    async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
+        return await grade_fresh(task, changes, pool, image, kept)
+
+    def span(self, task):
+        return {"harness.verifier.mode": task.harbor.verifier_mode}
+
+    def image_key(self, task):
+        spec = task.harbor
+        return repr((spec.docker_image, spec.verifier_docker_image, spec.verifier_dockerfile))
+
+    def build_image(self, task, log):
+        from agent.sandbox.images import harbor_task_image, harbor_verifier_image
+
+        image = harbor_task_image(task, log)
+        harbor_verifier_image(task, log)  # built now, found by grading later
+        return image
+
+    def export(self, task):
+        raise UserError(
+            f"task {task.id}: a harbor task is already in Harbor's format (copy its folder instead)"
+        )
+
+
+KIND = HarborKind()
