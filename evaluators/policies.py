@@ -22,8 +22,8 @@ Policy = Callable[[Task, Sandbox], Awaitable[Optional[LoopResult]]]
 
 
 async def oracle_policy(task: Task, sb: Sandbox) -> None:
-    """Runs the task's own solution, as its evaluator kind says (evaluators/grading/kinds.py: solve.sh in
-    /workspace, as the agent would; Harbor: /solution in the image's WORKDIR with [solution.env])."""
+    """Runs the task's own solution as its evaluator kind says (evaluators/grading/kinds.py; by default
+    solution/solve.sh in /workspace, as the agent would)."""
     await kinds.of(task).oracle(task, sb)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from agent.sandbox import Changes, SandboxPool
+from evaluators.grading import kinds
 from evaluators.grading.grade import grade
 from evaluators.runner import INFRA_RETRIES, now
 from evaluators.task_images import build_images
@@ -44,9 +45,7 @@ def _why_not(attempt: Attempt, task: Optional[Task]) -> str:
         return "infrastructure error (nothing to grade)"
     if attempt.changes is None:
         return "changes not kept (a run written before they were)"
-    if task.harbor is not None and task.harbor.verifier_mode != "fresh":
-        return f"verified in the agent's container ({task.harbor.verifier_mode})"
-    return ""
+    return kinds.of(task).not_regradable(task)  # Harbor: verified in the agent's container (now gone)
 
 
 async def rescore_run(

@@ -149,7 +149,7 @@ async def run_attempt(
     )
     rec.status = "solved" if verdict.solved else "failed"
     rec.detail = (rec.detail + verdict.detail)[:1000]
-    # what explains the verdict (Harbor: test.sh's output in the record, files in the run folder)
+    # what explains the verdict: the verifier's output in the record, the files it left in the run folder
     rec.verifier_output = verdict.output
     rec.keep_files({**kept, **verdict.files})
     rec.durations.evaluation = verdict.seconds

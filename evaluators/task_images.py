@@ -1,5 +1,5 @@
 """The images a list of tasks runs in: each distinct build context is built once, as the task's evaluator kind
-builds it (evaluators/grading/kinds.py; Harbor: the task's image and its verifier's)."""
+builds it (evaluators/grading/kinds.py: the task's image, and any its verifier needs)."""
 
 from __future__ import annotations
 

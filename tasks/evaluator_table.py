@@ -29,7 +29,7 @@ def evaluator_config(
     table: Optional[dict], tests: dict[str, bytes], loc: str, where: Where
 ) -> EvaluatorConfig:
     """The [evaluator] table (None: absent) of the task.toml at `loc`, checked against its hidden `tests`."""
-    if table is None:  # Harbor tasks have no [evaluator]: their tests/test.sh is the verifier
+    if table is None:  # no [evaluator]: a tests/test.sh is the verifier, else the pytest files
         table = {"kind": "script" if "test.sh" in tests else "pytest"}
     kind = table.get("kind", "pytest")
     allowed = kinds.task_toml_kinds()

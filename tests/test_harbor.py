@@ -184,6 +184,34 @@ def test_verifier_modes_map_from_harbor(tmp_path, fragment, mode):
     )
 
 
+def test_the_harbor_kind_decides_what_its_modes_need(tmp_path):
+    """Sandboxes per attempt, verification in place, and whether `harness rescore` can grade the kept changes
+    again: the kind's, by the task's verifier mode (the runner and rescore ask, never test for Harbor)."""
+    from evaluators.grading import kinds
+    from evaluators.rescore import _why_not
+    from results.schema import Attempt
+
+    seen = []
+    for i, (fragment, mode) in enumerate(
+        [
+            ("", "shared"),
+            ('[verifier]\nisolation = "fresh"\n', "fresh"),
+            ('[verifier]\nisolation = "snapshot"\n', "snapshot"),
+        ]
+    ):
+        task = load_task(harbor_task(tmp_path / str(i), 'schema_version = "1.4"\n' + fragment))
+        kind = kinds.of(task)
+        attempt = Attempt.model_construct(status="failed", changes=object())
+        seen.append(
+            (task.harbor.verifier_mode, kind.containers(task), kind.in_place, _why_not(attempt, task))
+        )
+    assert seen == [
+        ("shared", 1, True, "verified in the agent's container (shared)"),
+        ("fresh", 2, True, ""),
+        ("snapshot", 1, True, "verified in the agent's container (snapshot)"),
+    ]
+
+
 @pytest.mark.parametrize(
     "fragment,net",
     [

@@ -570,6 +570,10 @@ class HarborKind(Kind):
     async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
         return await grade_fresh(task, changes, pool, image, kept)
 
+    def not_regradable(self, task):
+        mode = task.harbor.verifier_mode
+        return "" if mode == "fresh" else f"verified in the agent's container ({mode})"
+
     def span(self, task):
         return {"harness.verifier.mode": task.harbor.verifier_mode}
 

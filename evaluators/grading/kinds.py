@@ -136,6 +136,11 @@ class Kind:
         with `stations` a batchable attempt takes a turn in a shared grading container."""
         raise NotImplementedError(f"evaluator kind {self.name!r} does not grade")
 
+    def not_regradable(self, task: "Task") -> str:
+        """Why an attempt's kept changes cannot be graded again later (`harness rescore`), or "" when they
+        can: grade_fresh needs nothing but them."""
+        return ""
+
     def span(self, task: "Task") -> dict:
         """Attributes of the attempt's "grade" span."""
         return {"harness.evaluator.kind": self.name}

@@ -1,5 +1,5 @@
 """The pytest evaluator kind: hidden pytest tests, how they are prepared, run in a fresh grading container,
-and how the verdict is read; its [evaluator] settings (protected, import_mode) and its Harbor export.
+and how the verdict is read; its [evaluator] settings (protected, import_mode) and its export.
 
 The verdict comes only from a JUnit XML file at a path the harness chose, in a folder only the test runner
 (root) can reach (a folder of random name inside root-only /grader), parsed here on the host and checked

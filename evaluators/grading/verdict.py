@@ -1,11 +1,11 @@
 """The verdict rules of every evaluator kind, in one standard-library-only module: the host graders import it,
-and `harness tasks export --format harbor` copies this very file into each exported task as
+and `harness tasks export` copies this very file into each exported task as
 tests/harness/verdict.py, where tests/test.sh runs it (`python3 -I verdict.py KIND ...`, the end of this file)
 to print the reward. Nothing here may import beyond the standard library.
 
 - pytest: the JUnit report against the exact set of test ids, with canaries that must fail (pytest_verdict)
 - answer: an answer file's text against the expected value (answer_verdict, answer_matches)
-- script and Harbor: the number a verifier wrote (parse_reward, parse_number, parse_reward_json,
+- script and reward files: the numbers a verifier wrote (parse_reward, parse_number, parse_reward_json,
   reward_files_verdict)
 Every reader is bounded (size, JSON depth, regex time) and says what was wrong rather than raise.
 """
@@ -50,8 +50,8 @@ class Verdict:
     tests: list = field(default_factory=list)  # per test (id, outcome, message): results.schema.TestOutcome
     detail: str = ""
     seconds: float = 0.0
-    output: str = ""  # the verifier's own output, head and tail (Harbor: test.sh's stdout and stderr)
-    files: dict[str, bytes] = field(default_factory=dict)  # kept with the attempt (Harbor: /logs/verifier/*)
+    output: str = ""  # the verifier's own output, head and tail (a test.sh's stdout and stderr)
+    files: dict[str, bytes] = field(default_factory=dict)  # kept with the attempt (what the verifier left)
 
 
 def passed(reward: float, detail: str = "") -> Verdict:
@@ -340,8 +340,8 @@ def reward_files_verdict(
     tail: str = "",
     max_bytes: int = 1 << 20,
 ) -> Verdict:
-    """The verdict from Harbor's reward files in the folder `where`: reward.json (named numbers) wins over
-    reward.txt (one number), as in Harbor's verifier. Every named reward is recorded in the detail; the task's
+    """The verdict from a verifier's reward files in the folder `where`: reward.json (named numbers) wins over
+    reward.txt (one number). Every named reward is recorded in the detail; the task's
     reward is "reward" when present, else the only value, else the mean of them all. Solved means a task
     reward of at least 1."""
     if reward_json is not None:
