@@ -424,7 +424,7 @@ def install_phase_probes():
     """Wraps the product's phase functions (once per process)."""
     import agent.sandbox.container as container_mod
     import agent.sandbox.pool as pool_mod
-    import evaluators.grade as grade_mod
+    import evaluators.grading.grade as grade_mod
     import evaluators.runner as runner_mod
     from agent.sandbox.served import ServedSandbox as Sandbox
     from results.store import RunStore
@@ -475,9 +475,9 @@ def install_phase_probes():
     Sandbox.mark_baseline = _timed_async(Sandbox.mark_baseline, "agent: baseline listing")
     Sandbox.changes = _timed_async(Sandbox.changes, "agent: change capture")
     Sandbox.exec = _timed_async(Sandbox.exec, lambda: f"{role()}: each command (exec)")
-    grade_mod._run = _timed_async(grade_mod._run, "grading: verifier + candidate proxy")
-    grade_mod._read = _timed_async(grade_mod._read, "grading: verdict read")
-    grade_mod._mkdirs = _timed_async(grade_mod._mkdirs, "grading: grader folders")
+    grade_mod.run = _timed_async(grade_mod.run, "grading: verifier + candidate proxy")
+    grade_mod.read = _timed_async(grade_mod.read, "grading: verdict read")
+    grade_mod.mkdirs = _timed_async(grade_mod.mkdirs, "grading: grader folders")
     grade_mod.pids_events = _timed_async(grade_mod.pids_events, "grading: pid-limit counters")
     grade_mod.GradingStations._wipe = _timed_async(
         grade_mod.GradingStations._wipe, "grading: wipe + check between turns (batch)"
@@ -593,7 +593,7 @@ def mini_rate(image: str, n: int, concurrency: int) -> float:
 def verdicts_unchanged(suite: str, repeats: int, concurrency: int, batch: int) -> bool:
     """The suite's validation (oracle and untouched workspace, evaluators/validate.py) graded with batch
     grading off and on: every verdict (reason and reward) must be the same."""
-    from evaluators.grade import batchable
+    from evaluators.grading.grade import batchable
     from evaluators.validate import validate
     from tasks.loader import load_suite
 

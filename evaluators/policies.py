@@ -14,7 +14,7 @@ from agent.loop import LoopResult, run_loop
 from agent.models import model_for_attempt
 from agent.models.base import Model, waiting
 from agent.sandbox import Sandbox
-from results.errors import OracleFailed
+from evaluators.grading import kinds
 from tasks.model import Task
 
 # A policy acts in the sandbox; it returns the loop's result (or None for oracle/null).
@@ -22,16 +22,9 @@ Policy = Callable[[Task, Sandbox], Awaitable[Optional[LoopResult]]]
 
 
 async def oracle_policy(task: Task, sb: Sandbox) -> None:
-    """Runs the task's solution/solve.sh in /workspace, as the agent would."""
-    if task.harbor is not None:  # Harbor's oracle: /solution, the image's WORKDIR, [solution.env]
-        from evaluators import harbor_kind
-
-        return await harbor_kind.oracle(task, sb)
-    await sb.put_files(task.solution_files, dest="/tmp/oracle")
-    r = await sb.exec("bash /tmp/oracle/solve.sh", timeout=task.agent.timeout_sec)
-    await sb.exec("rm -rf /tmp/oracle", timeout=30)
-    if r.exit_code != 0:
-        raise OracleFailed(f"solve.sh exited {r.exit_code}: {r.output[-300:]}")
+    """Runs the task's own solution as its evaluator kind says (evaluators/grading/kinds.py; by default
+    solution/solve.sh in /workspace, as the agent would)."""
+    await kinds.of(task).oracle(task, sb)
 
 
 async def null_policy(task: Task, sb: Sandbox) -> None:

@@ -2,7 +2,7 @@
 in fresh containers, without calling the model; the result is a new run folder.
 
 Each attempt's final changes are in the source run folder (Attempt.changes, results/store.py). They go
-through the same grading as in `eval` (evaluators/grade.py: tamper check, fresh container, hidden tests).
+through the same grading as in `eval` (evaluators/grading: tamper check, fresh container, hidden tests).
 The new run's manifest says where it came from (config.rescore): the source run, each task's grading hash
 before (from the records) and after (Task.grading_hash of the tasks loaded now), and every verdict that
 changed. What cannot be graded again keeps its recorded verdict and is listed there too: attempts of a run
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from agent.sandbox import Changes, SandboxPool
-from evaluators.grade import grade
+from evaluators.grading import kinds
+from evaluators.grading.grade import grade
 from evaluators.runner import INFRA_RETRIES, now
 from evaluators.task_images import build_images
 from results.errors import InfraError, UserError
@@ -44,9 +45,7 @@ def _why_not(attempt: Attempt, task: Optional[Task]) -> str:
         return "infrastructure error (nothing to grade)"
     if attempt.changes is None:
         return "changes not kept (a run written before they were)"
-    if task.harbor is not None and task.harbor.verifier_mode != "fresh":
-        return f"verified in the agent's container ({task.harbor.verifier_mode})"
-    return ""
+    return kinds.of(task).not_regradable(task)  # Harbor: verified in the agent's container (now gone)
 
 
 async def rescore_run(

@@ -23,8 +23,9 @@ from agent.loop import LoopResult
 from agent.models import get_model
 from agent.models.base import Model
 from agent.protocol import TOOLS
-from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxPool, SandboxUnresponsive, prune
-from evaluators.grade import GradingStations, batchable, grade
+from agent.sandbox import Changes, FilesNotWritten, SandboxPool, SandboxUnresponsive, prune
+from evaluators.grading import kinds
+from evaluators.grading.grade import GradingStations, batchable, grade
 from evaluators.policies import Policy, loop_policy
 from evaluators.progress import Progress, attempt_name
 from evaluators.task_images import build_images
@@ -67,15 +68,12 @@ async def run_attempt(
     rec.started_at = started
     result: Optional[LoopResult] = None
     verdict = None
-    harbor = None
+    kind = kinds.of(task)  # what the attempt's sandbox is, what runs in it around the policy, what grades
     kept: dict[str, bytes] = {}
-    if task.harbor is not None:  # Harbor's runtime contract and verifier modes (evaluators/harbor_kind.py)
-        from evaluators import harbor_kind as harbor
-    limits = harbor.limits(task) if harbor else Limits.for_task(task.environment)
     dur, t = rec.durations, time.monotonic()
     async with contextlib.AsyncExitStack() as stack:  # the sandbox is released when the block ends
         with telemetry.span("sandbox acquire", {"harness.sandbox.image": image}) as span:
-            sb = await stack.enter_async_context(pool.sandbox(image, limits, task=task.id))
+            sb = await stack.enter_async_context(pool.sandbox(image, kind.limits(task), task=task.id))
             warm = getattr(sb, "warm_start", None)  # None: a pool that does not say (k8s)
             span.set({"harness.sandbox.warm": warm})
         dur.acquire, t = time.monotonic() - t, time.monotonic()
@@ -85,13 +83,12 @@ async def run_attempt(
             await sb.put_files(task.workspace_files, executable=task.executable_files)
         except FilesNotWritten as e:  # nothing of the agent's yet: the task's files, or the engine
             raise InfraError(str(e)) from None
-        if harbor:
-            await harbor.prepare(task, sb)
+        await kind.prepare(task, sb)
         await sb.mark_baseline()
         dur.setup, t = time.monotonic() - t, time.monotonic()
-        if harbor and task.harbor.steps:  # a multi-step Harbor task: the agent and a verifier per step
-            with telemetry.span("grade", {"harness.verifier.mode": task.harbor.verifier_mode}) as span:
-                verdict, result, kept, changes = await harbor.run_steps(task, policy, sb, pool, image)
+        if kind.has_steps(task):  # the agent and a verifier per step
+            with telemetry.span("grade", kind.span(task)) as span:
+                verdict, result, kept, changes = await kind.run_steps(task, policy, sb, pool, image)
                 span.set(_verdict_attrs(verdict))
             dur.agent = time.monotonic() - t
         else:
@@ -99,16 +96,10 @@ async def run_attempt(
                 result = await policy(task, sb)
             except OracleFailed as e:
                 rec.error = str(e)
-            if harbor:  # the agent's processes end (not in shared mode); artifacts are collected
-                kept = await harbor.after_agent(task, sb)
+            kept = await kind.after_agent(task, sb)
             dur.agent, t = time.monotonic() - t, time.monotonic()
             with telemetry.span("capture changes") as span:
-                if harbor:  # its processes live on: one of them may end the container while it is captured
-                    changes = await harbor.capture(sb)
-                elif sb.dead:
-                    changes = Changes(rejected=["the sandbox died before its changes could be captured"])
-                else:
-                    changes = await sb.changes()
+                changes = await kind.capture(task, sb)
                 span.set(
                     {
                         "harness.changes.files": len(changes.paths),
@@ -116,17 +107,11 @@ async def run_attempt(
                     }
                 )
             dur.capture = time.monotonic() - t
-            if (
-                harbor
-            ):  # tamper checks, then (snapshot, shared) verification while the agent's container lives
-                with telemetry.span("grade", {"harness.verifier.mode": task.harbor.verifier_mode}) as span:
-                    verdict = await harbor.verify_agent(task, sb, pool, changes)
+            if kind.in_place:  # e.g. tamper checks, then verification while the agent's sandbox lives
+                with telemetry.span("grade", kind.span(task)) as span:
+                    verdict = await kind.verify_in_place(task, sb, pool, changes)
                     if verdict is not None:
                         span.set(_verdict_attrs(verdict))
-    if harbor and verdict is None:  # fresh mode
-        with telemetry.span("grade", {"harness.verifier.mode": "fresh"}) as span:
-            verdict = await harbor.grade_fresh(task, changes, pool, image, kept)
-            span.set(_verdict_attrs(verdict))
     if result is not None:
         rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
         rec.n_steps = len(result.steps)
@@ -153,8 +138,8 @@ async def run_attempt(
     if changes.rejected and not verdict:
         rec.detail += "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
     if verdict is None:
-        with telemetry.span("grade", {"harness.evaluator.kind": task.evaluator.kind}) as span:
-            verdict = await grade(task, changes, pool, image, stations)
+        with telemetry.span("grade", kind.span(task)) as span:
+            verdict = await grade(task, changes, pool, image, stations, kept)
             span.set(_verdict_attrs(verdict))
     rec.reward, rec.solved, rec.reason, rec.tests = (
         verdict.reward,
@@ -164,9 +149,9 @@ async def run_attempt(
     )
     rec.status = "solved" if verdict.solved else "failed"
     rec.detail = (rec.detail + verdict.detail)[:1000]
-    if harbor:  # what explains the verdict: test.sh's output in the record, files in the run folder
-        rec.verifier_output = verdict.output
-        rec.keep_files({**kept, **verdict.files})
+    # what explains the verdict: the verifier's output in the record, the files it left in the run folder
+    rec.verifier_output = verdict.output
+    rec.keep_files({**kept, **verdict.files})
     rec.durations.evaluation = verdict.seconds
     rec.durations.total = time.monotonic() - t0
     rec.finished_at = now()
@@ -182,11 +167,9 @@ def _verdict_attrs(verdict) -> dict:
 
 
 def containers_per_attempt(task: Task) -> int:
-    """Sandboxes one attempt takes from the pool: the agent's, and a grading container unless the verdict
-    is read on the host (answers) or in the agent's own container (Harbor's snapshot and shared modes)."""
-    if task.harbor is not None:
-        return 1 + (task.harbor.verifier_mode == "fresh")
-    return 1 + (task.evaluator.kind != "answer")
+    """Sandboxes one attempt takes from the pool (its kind says: the agent's, and a grading container unless
+    the verdict is read on the host or in the agent's own container)."""
+    return kinds.of(task).containers(task)
 
 
 def expected_containers(todo: list[Task], stations: Optional[GradingStations], concurrency: int) -> int:
@@ -364,7 +347,7 @@ async def run_eval(
 ) -> Path:
     """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
     With `batch_grading` N > 1, up to N attempts of one image share a fresh grading container, each as its
-    own user (evaluators/grade.GradingStations; the tasks that may: grade.batchable).
+    own user (evaluators/grading/grade.GradingStations; the tasks that may: grade.batchable).
     With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
     sandbox="k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
     from results.manifest import Manifest

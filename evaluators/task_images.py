@@ -1,12 +1,12 @@
-"""The images a list of tasks runs in: each distinct build context is built once (Harbor tasks: the
-task's image and its verifier's)."""
+"""The images a list of tasks runs in: each distinct build context is built once, as the task's evaluator kind
+builds it (evaluators/grading/kinds.py: the task's image, and any its verifier needs)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from agent.sandbox import content_hash
-from agent.sandbox.images import harbor_task_image, harbor_verifier_image, task_image
+from evaluators.grading import kinds
 from results.errors import UserError
 from tasks.model import Task
 
@@ -22,20 +22,11 @@ async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
             t.dockerfile or "",
             *[p + "\0" for p in sorted(t.build_context)],
             *[t.build_context[p] for p in sorted(t.build_context)],
-            repr(
-                t.harbor
-                and (t.harbor.docker_image, t.harbor.verifier_docker_image, t.harbor.verifier_dockerfile)
-            ),
+            kinds.of(t).image_key(t),
         )
         if key not in cache:
             try:
-                if t.harbor is not None:
-                    cache[key] = await asyncio.to_thread(harbor_task_image, t, log)
-                    await asyncio.to_thread(
-                        harbor_verifier_image, t, log
-                    )  # built now, found by grading later
-                else:
-                    cache[key] = await asyncio.to_thread(task_image, t.dockerfile, t.build_context, log)
+                cache[key] = await asyncio.to_thread(kinds.of(t).build_image, t, log)
             except UserError as e:
                 where = f"{t.path}/environment/Dockerfile" if t.path else f"task {t.id}"
                 raise UserError(f"{where}: {e}") from None

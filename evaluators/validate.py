@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from agent.sandbox import Sandbox, SandboxPool
-from evaluators.grade import GradingStations
+from evaluators.grading.grade import GradingStations
 from evaluators.policies import null_policy, oracle_policy
 from evaluators.runner import run_attempt
 from evaluators.task_images import build_images

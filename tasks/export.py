@@ -11,7 +11,8 @@ Each task becomes OUT/<id>/ with:
   solution/         solve.sh and its helpers (Harbor runs /solution/solve.sh in the WORKDIR, /workspace)
   tests/test.sh     runs the hidden tests (pytest, an answer check, or our test.sh) and writes
                     /logs/verifier/reward.txt; tests/harness/ holds the hidden files, the expected test ids
-                    and which are canaries (evaluators/hidden_tests.py), and verdict.py (stdlib only)
+                    and which are canaries (evaluators/grading/hidden_tests.py), and verdict.py (our
+                    evaluators/grading/verdict.py as it is: stdlib only)
 """
 
 from __future__ import annotations
@@ -20,17 +21,12 @@ import json
 import shutil
 from pathlib import Path
 
-from evaluators import pytest_kind
-from evaluators.grade import AS_CANDIDATE
-from evaluators.hidden_tests import expected_ids, is_canary
-from results.errors import UserError
+from evaluators.grading import kinds, verdict
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
-# The exported pytest run imports the candidate directly (our grader's process-boundary proxy needs the
-# harness's own grading container); the workspace goes at the END of sys.path, so it cannot shadow anything.
-EXPORT_CONFTEST = b"import sys\nsys.path.append('/workspace')\n"
-
+# The exported tests/test.sh, byte for byte: {kind} is the task's evaluator kind's own lines, which run its
+# hidden checks and set $reward (evaluators/grading/kinds.Kind.export).
 TEST_SH = """#!/bin/bash
 # Exported by harness: runs the hidden checks as the sandbox user, decides as root, writes the reward.
 set -u
@@ -40,118 +36,10 @@ H=/tests/harness
 as_sandbox() { if command -v runuser >/dev/null; then runuser -u sandbox -- "$@"; else "$@"; fi; }
 cd /workspace
 reward=0
-case "$(cat $H/kind)" in
-  pytest)
-    as_sandbox env -i PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \\
-      PYTHONDONTWRITEBYTECODE=1 timeout -s KILL {timeout} /usr/bin/python3 -I -m pytest -p no:cacheprovider \\
-      -c $H/grader/pytest.ini --rootdir=$H/grader --confcutdir=$H/grader -o junit_family=xunit2 \\
-      --junitxml="$R/report.xml" -q $H/grader/tests
-    code=$?
-    reward=$(/usr/bin/python3 -I $H/verdict.py pytest "$R/report.xml" "$code")
-    ;;
-  answer)
-    reward=$(/usr/bin/python3 -I $H/verdict.py answer)
-    ;;
-  script)
-    # as in harness: test.sh runs as root and starts the candidate's code with `as-candidate CMD...`
-    S=$(mktemp -d); chmod 0700 "$S"
-    env -i PATH=$H/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace REWARD_FILE="$S/reward.txt" \\
-      timeout -s KILL {timeout} bash $H/script/test.sh
-    reward=$(/usr/bin/python3 -I $H/verdict.py script "$S/reward.txt")
-    ;;
-esac
-mkdir -p /logs/verifier
+{kind}mkdir -p /logs/verifier
 echo "$reward" > /logs/verifier/reward.txt
 echo "reward $reward"
-"""  # noqa: E501 -- the exported tests/test.sh, byte for byte
-
-VERDICT_PY = r'''"""Decides the reward of an exported harness task (see harness evaluators/pytest_kind.py and grade.py)."""
-import json
-import math
-import re
-import sys
-import xml.etree.ElementTree as ET
-
-H = "/tests/harness"
-
-
-def pytest_reward(report_path, exit_code):
-    expected = set(json.load(open(H + "/expected.json")))
-    canaries = set(json.load(open(H + "/canaries.json")))  # which of those are canaries, decided by harness
-    canary = lambda i: i in canaries
-    try:
-        data = open(report_path, "rb").read()
-        if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-            return 0.0
-        root = ET.fromstring(data)
-    except (OSError, ET.ParseError):
-        return 0.0
-    outcomes = {}
-    for case in root.iter("testcase"):
-        base = (case.get("classname", "") + "." + case.get("name", "")).split("[", 1)[0]
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = child.tag
-                break
-        if outcomes.get(base, "passed") == "passed":
-            outcomes[base] = outcome
-    if set(outcomes) != expected:
-        return 0.0
-    if any(outcomes[i] != "failure" for i in expected if canary(i)):
-        return 0.0
-    if any(canary(i) for i in expected) and exit_code != 1:
-        return 0.0
-    real = [i for i in expected if not canary(i)]
-    if any(outcomes[i] == "skipped" for i in real):
-        return 0.0
-    return sum(outcomes[i] == "passed" for i in real) / max(len(real), 1)
-
-
-def answer_reward():
-    spec = json.load(open(H + "/answer.json"))
-    try:
-        got = open("/workspace/" + spec["answer_file"], encoding="utf-8", errors="replace").read()
-    except OSError:
-        return 0.0
-    expected, mode, tol = spec["expected"], spec["mode"], spec["tolerance"]
-    if mode == "exact":
-        return float(got.rstrip("\n") == str(expected))
-    if mode == "normalized":
-        norm = lambda s: " ".join(str(s).split()).lower()
-        return float(norm(got) == norm(expected))
-    if mode == "regex":
-        return float(re.fullmatch(str(expected), got.strip(), flags=re.DOTALL) is not None)
-    if mode == "numeric":
-        try:
-            value = float(got.strip().replace(",", ""))
-        except ValueError:
-            return 0.0
-        return float(math.isfinite(value) and abs(value - float(expected)) <= tol * max(1.0, abs(float(expected))))
-    if mode == "json":
-        try:
-            return float(json.loads(got) == (json.loads(expected) if isinstance(expected, str) else expected))
-        except ValueError:
-            return 0.0
-    return 0.0
-
-
-def script_reward(path):
-    try:
-        value = float(open(path).read().strip())
-    except (OSError, ValueError):
-        return 0.0
-    return value if math.isfinite(value) and 0.0 <= value <= 1.0 else 0.0
-
-
-kind = sys.argv[1]
-if kind == "pytest":
-    print(pytest_reward(sys.argv[2], int(sys.argv[3])))
-elif kind == "answer":
-    print(answer_reward())
-else:
-    print(script_reward(sys.argv[2]))
-'''  # noqa: E501 -- the exported tests/harness/verdict.py, byte for byte
+"""
 
 
 def _toml_value(v) -> str:
@@ -219,15 +107,17 @@ def dockerfile(task: Task) -> str:
 
 
 def export_task(task: Task, out: Path) -> Path:
+    lines, harness_files = kinds.of(task).export(task)  # UserError for a kind that cannot be exported
     root = out / task.id
     if root.exists():
         shutil.rmtree(root)
+    test_sh = TEST_SH.replace("{kind}", lines).replace("{timeout}", str(int(task.verifier_timeout_sec)))
     files: dict[str, bytes] = {
         "task.toml": task_toml(task).encode(),
         "instruction.md": task.instruction.encode(),
         "environment/Dockerfile": dockerfile(task).encode(),
-        "tests/test.sh": TEST_SH.replace("{timeout}", str(int(task.verifier_timeout_sec))).encode(),
-        "tests/harness/verdict.py": VERDICT_PY.encode(),
+        "tests/test.sh": test_sh.encode(),
+        "tests/harness/verdict.py": Path(verdict.__file__).read_bytes(),
         "tests/harness/kind": task.evaluator.kind.encode(),
     }
     if task.dockerfile:
@@ -235,30 +125,7 @@ def export_task(task: Task, out: Path) -> Path:
     else:
         files.update({f"environment/workspace/{p}": d for p, d in task.workspace_files.items()})
     files.update({f"solution/{p}": d for p, d in task.solution_files.items()})
-    ev = task.evaluator
-    if ev.kind == "pytest":
-        files["tests/harness/grader/conftest.py"] = EXPORT_CONFTEST
-        files["tests/harness/grader/pytest.ini"] = pytest_kind.GRADER_INI
-        files.update({f"tests/harness/grader/tests/{p}": d for p, d in task.test_files.items()})
-        expected = sorted(expected_ids(task.test_files))
-        files["tests/harness/expected.json"] = json.dumps(expected).encode()
-        files["tests/harness/canaries.json"] = json.dumps([i for i in expected if is_canary(i)]).encode()
-    elif ev.kind == "answer":
-        files["tests/harness/answer.json"] = json.dumps(
-            {
-                "answer_file": ev.answer_file,
-                "mode": ev.mode,
-                "expected": ev.expected,
-                "tolerance": ev.tolerance,
-            }
-        ).encode()
-    elif ev.kind == "script":
-        files.update({f"tests/harness/script/{p}": d for p, d in task.test_files.items()})
-        files["tests/harness/bin/as-candidate"] = AS_CANDIDATE
-    else:
-        raise UserError(
-            f"task {task.id}: a {ev.kind} task is already in Harbor's format (copy its folder instead)"
-        )
+    files.update({f"tests/harness/{p}": d for p, d in harness_files.items()})
     for rel, data in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)

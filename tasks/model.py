@@ -41,7 +41,14 @@ class Environment:
 
 @dataclass(frozen=True)
 class EvaluatorConfig:
-    kind: str = "pytest"  # a kind registered in evaluators/kinds.py: pytest | answer | script | harbor
+    """A task's [evaluator] settings, as its kind's parser read them (evaluators/grading/kinds.py). The fields
+    below are the built-in kinds' (their repr is part of the task hashes that runs written before resume
+    against); a kind added later keeps its own settings dataclass in `settings`, hashed only when set, so
+    adding one changes no other task's hash and touches no field here."""
+
+    kind: str = (
+        "pytest"  # a kind registered in evaluators/grading/kinds.py: pytest | answer | script | harbor
+    )
     # answer: where the agent writes its answer, how to compare, against what
     answer_file: str = "answer.txt"
     mode: str = "exact"  # exact | normalized | regex | numeric | json
@@ -52,6 +59,11 @@ class EvaluatorConfig:
     # pytest: "proxy" (the candidate's modules run in their own process, as the sandbox user; plain values
     # cross) or "direct" (imported into the test process: the opt-out; canaries are then the only defence)
     import_mode: str = "proxy"
+    settings: Any = field(default=None, repr=False)  # a frozen dataclass of a later kind's own settings
+
+    def hashed(self) -> tuple:
+        """What the task hashes see of these settings (as they were before `settings` existed, when unset)."""
+        return (self,) if self.settings is None else (self, self.settings)
 
 
 @dataclass
@@ -87,7 +99,7 @@ class Task:
                     self.version,
                     self.instruction,
                     self.dockerfile,
-                    self.evaluator,
+                    *self.evaluator.hashed(),
                     self.environment,
                     self.agent,
                 )
@@ -102,7 +114,9 @@ class Task:
     def grading_hash(self) -> str:
         """Hash of what a verdict depends on besides the agent's changes: the hidden tests, the evaluator,
         the environment and the starting files. Rescore, resume and compare use it to see a task changed."""
-        h = hashlib.sha256(repr((self.dockerfile, self.evaluator, self.environment, self.harbor)).encode())
+        h = hashlib.sha256(
+            repr((self.dockerfile, *self.evaluator.hashed(), self.environment, self.harbor)).encode()
+        )
         for group in (self.test_files, self.workspace_files, self.build_context):
             for name in sorted(group):
                 h.update(name.encode() + b"\0" + group[name] + b"\0")

@@ -33,7 +33,7 @@ OUR_KEYS = {
     "agent": {"timeout_sec", "max_steps", "command_timeout_sec"},
     "verifier": {"timeout_sec", "isolation"},
     "environment": {"cpus", "memory_mb", "storage_mb", "allow_internet", "pids", "memory", "storage"},
-    "evaluator": evaluator_table.KEYS,
+    "evaluator": set(),  # the registered kinds' keys, as registered when the task is read
 }
 HARBOR_IGNORED = {
     "metadata": {
@@ -97,7 +97,8 @@ def build_task(files: dict[str, bytes], *, where: Where, default_id: str, path: 
     for table in OUR_KEYS:
         if table in data and not isinstance(data[table], dict):
             raise UserError(f"{loc}: [{table}] must be a table")
-        check_keys(data.get(table, {}), OUR_KEYS[table], HARBOR_IGNORED[table], loc, f"[{table}] ")
+        ours = evaluator_table.all_keys() if table == "evaluator" else OUR_KEYS[table]
+        check_keys(data.get(table, {}), ours, HARBOR_IGNORED[table], loc, f"[{table}] ")
 
     meta = data.get("metadata", {})
     version = data.get("version", "1")

@@ -17,7 +17,7 @@ PACKAGES = ("agent", "evaluators", "tasks", "lora", "results")
 # the fourth layer, so neither imports the other; both use the sandbox below them.
 LAYERS: list[tuple[str, list[str]]] = [
     ("vocabulary", ["results.schema", "results.errors"]),  # and the packages' own __init__ (docstrings)
-    ("records", ["results", "tasks.model"]),
+    ("records", ["results", "tasks.model", "tasks.fields"]),  # tasks.fields: value checks the kinds use too
     ("sandbox", ["agent.sandbox"]),
     (
         "agent and graders",
@@ -28,13 +28,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "agent.models",
             "agent.protocol",
             "agent.serve",
-            "evaluators.grade",
-            "evaluators.pytest_kind",
-            "evaluators.harbor_kind",
-            "evaluators.tamper",
-            "evaluators.grader",
-            "evaluators.hidden_tests",
-            "evaluators.kinds",
+            "evaluators.grading",  # every evaluator kind, the verdict rules, the in-container grader/
         ],
     ),
     (
@@ -145,8 +139,12 @@ def test_imports_go_one_way():
     [
         ("results.errors", "from results.store import open_run", "the vocabulary imports nothing of ours"),
         ("results.store", "from evaluators.runner import run_eval", "goes up or across"),
-        ("agent.loop", "from evaluators.grade import grade", "goes up or across"),  # across: agent -> grader
-        ("evaluators.grade", "import agent.loop", "goes up or across"),  # across: grader -> agent
+        (
+            "agent.loop",
+            "from evaluators.grading.grade import grade",
+            "goes up or across",
+        ),  # across: agent -> grader
+        ("evaluators.grading.grade", "import agent.loop", "goes up or across"),  # across: grader -> agent
         (
             "agent.sandbox",
             "def f():\n    from agent.models import get_model",

@@ -1,10 +1,10 @@
-"""Batch grading (evaluators/grade.GradingStations) through run_eval: attempts of one image take turns in
-shared grading containers, each as its own user, and every verdict is what it would be alone."""
+"""Batch grading (evaluators/grading/grade.GradingStations) through run_eval: attempts of one image take
+turns in shared grading containers, each as its own user, and every verdict is what it would be alone."""
 
 import asyncio
 import json
 
-from evaluators.grade import FIRST_BATCH_UID, GradingStations
+from evaluators.grading.grade import FIRST_BATCH_UID, GradingStations
 from evaluators.runner import run_eval
 from evaluators.selftest.fixtures import CORRECT, SUBMIT, WRONG, add_task, bash, write
 from results.store import RunReader

@@ -1,4 +1,4 @@
-"""The candidate proxy (evaluators/grader/candidate.py) in a real grading container: hidden tests that
+"""The candidate proxy (evaluators/grading/grader/candidate.py) in a real grading container: hidden tests that
 import the candidate see what they would see in-process for plain values, objects, exceptions, callbacks
 and packages, while nothing of the test runner is within the candidate's reach."""
 
@@ -15,10 +15,10 @@ import textwrap
 import pytest
 
 from agent.sandbox import Changes, SandboxPool
-from evaluators.grade import grade
-from evaluators.grader import candidate
-from evaluators.hidden_tests import is_canary
-from evaluators.pytest_kind import prepare
+from evaluators.grading.grade import grade
+from evaluators.grading.grader import candidate
+from evaluators.grading.hidden_tests import is_canary
+from evaluators.grading.pytest_kind import prepare
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
 

@@ -6,10 +6,11 @@ import textwrap
 import pytest
 
 from agent.sandbox import Changes, SandboxPool
-from evaluators.grade import answer_matches, grade
-from evaluators.hidden_tests import expected_ids
+from evaluators.grading.grade import grade
+from evaluators.grading.hidden_tests import expected_ids
+from evaluators.grading.verdict import answer_matches
+from evaluators.grading.verdict import pytest_verdict as verdict
 from evaluators.policies import null_policy
-from evaluators.pytest_kind import verdict
 from evaluators.runner import run_attempt
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
@@ -263,7 +264,7 @@ def test_script_candidate_cannot_forge_the_reward(image):
 
 
 def test_answer_parsers_are_bounded(monkeypatch):
-    from evaluators import grade as grade_mod
+    from evaluators.grading import verdict as grade_mod
 
     assert not answer_matches("[" * 200_000 + "]" * 200_000, [[]], "json")
     assert answer_matches("[[1]]", [[1]], "json") and grade_mod.json_depth('{"a": "[[[["}') == 1
@@ -276,22 +277,25 @@ def test_answer_parsers_are_bounded(monkeypatch):
 
 
 def test_grade_dispatches_through_the_kind_registry(monkeypatch):
-    import inspect
     import types
 
-    from evaluators import grade as grade_mod
-    from evaluators import kinds
+    from evaluators.grading import kinds
+    from evaluators.grading.verdict import Verdict
 
-    assert list(kinds.KINDS) == ["pytest", "answer", "script", "harbor"]
-    assert all(inspect.iscoroutinefunction(kinds.grader(k)) for k in kinds.KINDS)
+    assert list(kinds.MODULES) == ["pytest", "answer", "script", "harbor"]
+    assert kinds.task_toml_kinds() == ("pytest", "answer", "script")
+    assert [kinds.get(k).name for k in kinds.MODULES] == list(kinds.MODULES)
 
-    async def grade_magic(task, changes, pool, image):
-        return grade_mod.Verdict(0.5, False, "fail", detail=f"magic {task.id} {image}")
+    class Magic(kinds.Kind):
+        name = "magic"
 
-    monkeypatch.setitem(sys.modules, "magic_kind", types.SimpleNamespace(grade_magic=grade_magic))
-    monkeypatch.setitem(
-        kinds.KINDS, "magic", kinds.Kind("magic", "magic_kind:grade_magic", in_task_toml=True)
-    )
+        async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
+            return Verdict(0.5, False, "fail", detail=f"magic {task.id} {image}")
+
+    monkeypatch.setitem(sys.modules, "magic_kind", types.SimpleNamespace(KIND=Magic()))
+    monkeypatch.setattr(kinds, "MODULES", dict(kinds.MODULES))
+    monkeypatch.setattr(kinds, "IN_TASK_TOML", list(kinds.IN_TASK_TOML))
+    kinds.register("magic", "magic_kind")
     v = run(grade(make_task(evaluator=EvaluatorConfig(kind="magic")), Changes(), None, "img"))
     assert (v.reward, v.reason, v.detail) == (0.5, "fail", "magic add img")
     v = run(grade(make_task(evaluator=EvaluatorConfig(kind="unregistered")), Changes(), None, "img"))
@@ -299,12 +303,12 @@ def test_grade_dispatches_through_the_kind_registry(monkeypatch):
 
 
 def test_an_exception_while_grading_is_that_attempts_failure(image, monkeypatch):
-    from evaluators import grade as grade_mod
+    from evaluators.grading import pytest_kind
 
     async def broken(*args):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(grade_mod, "grade_pytest", broken)  # the "pytest" kind's registered grade function
+    monkeypatch.setattr(pytest_kind.KIND, "grade_fresh", broken)  # the "pytest" kind's grading
     v = grade_files({"solution.py": CORRECT}, make_task(), image)
     assert (v.solved, v.reward, v.reason) == (False, 0.0, "grader_error") and "RecursionError" in v.detail
 

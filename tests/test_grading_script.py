@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent.sandbox import Changes, SandboxPool
-from evaluators.grade import grade
+from evaluators.grading.grade import grade
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
 

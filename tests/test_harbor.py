@@ -6,17 +6,20 @@ tests build their images locally: tasks FROM our base image, and a Python-less D
 
 import dataclasses
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agent.sandbox import SandboxPool
-from evaluators import harbor_kind
+from evaluators.grading import harbor_kind
 from evaluators.policies import null_policy, oracle_policy
 from evaluators.runner import run_attempt
 from evaluators.task_images import build_images
 from evaluators.validate import validate
 from results.errors import UserError
+from tasks.export import export_task
 from tasks.loader import load_suite
 from tasks.task_folder import load_task
 from tests.conftest import run
@@ -181,6 +184,34 @@ def test_verifier_modes_map_from_harbor(tmp_path, fragment, mode):
     assert (
         load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment)).harbor.verifier_mode == mode
     )
+
+
+def test_the_harbor_kind_decides_what_its_modes_need(tmp_path):
+    """Sandboxes per attempt, verification in place, and whether `harness rescore` can grade the kept changes
+    again: the kind's, by the task's verifier mode (the runner and rescore ask, never test for Harbor)."""
+    from evaluators.grading import kinds
+    from evaluators.rescore import _why_not
+    from results.schema import Attempt
+
+    seen = []
+    for i, (fragment, mode) in enumerate(
+        [
+            ("", "shared"),
+            ('[verifier]\nisolation = "fresh"\n', "fresh"),
+            ('[verifier]\nisolation = "snapshot"\n', "snapshot"),
+        ]
+    ):
+        task = load_task(harbor_task(tmp_path / str(i), 'schema_version = "1.4"\n' + fragment))
+        kind = kinds.of(task)
+        attempt = Attempt.model_construct(status="failed", changes=object())
+        seen.append(
+            (task.harbor.verifier_mode, kind.containers(task), kind.in_place, _why_not(attempt, task))
+        )
+    assert seen == [
+        ("shared", 1, True, "verified in the agent's container (shared)"),
+        ("fresh", 2, True, ""),
+        ("snapshot", 1, True, "verified in the agent's container (snapshot)"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -402,6 +433,36 @@ def test_export_round_trip_keeps_what_defines_a_task(tmp_path):
         assert b.build_context == {f"workspace/{p}": d for p, d in t.workspace_files.items()}
         assert b.dockerfile.startswith("FROM harness/base:latest") and b.harbor.agent_user == "sandbox"
         assert b.harbor.workdir == "/workspace" and "test.sh" in b.test_files
+
+
+def test_exported_verdict_is_our_verdict_module_byte_for_byte(tmp_path):
+    """The exported task's verdict.py is evaluators/grading/verdict.py itself, which imports only the
+    standard library, and runs on its own (python -I: none of our packages reachable)."""
+    import ast
+
+    from evaluators.grading import verdict
+
+    source = Path(verdict.__file__).read_bytes()
+    for t in _one_of_each_kind():
+        root = export_task(t, tmp_path / "out")
+        assert (root / "tests" / "harness" / "verdict.py").read_bytes() == source
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    program = root / "tests" / "harness" / "verdict.py"
+    for written, printed in ((b"0.5\n", "0.5"), (b"nan", "0.0"), (b"2", "0.0")):
+        (tmp_path / "reward.txt").write_bytes(written)
+        r = subprocess.run(
+            [sys.executable, "-I", str(program), "script", str(tmp_path / "reward.txt")],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert (r.returncode, r.stdout.strip()) == (0, printed), r.stderr
 
 
 def _one_of_each_kind():

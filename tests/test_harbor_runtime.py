@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import SandboxPool
-from evaluators import harbor_kind
+from evaluators.grading import harbor_kind
 from evaluators.policies import oracle_policy
 from evaluators.runner import run_attempt
 from evaluators.task_images import build_images
@@ -436,7 +436,7 @@ def test_multi_step_tasks_run_each_step_in_the_same_container(image, tmp_path):
     ],
 )
 def test_working_folder_shadowing_rule(changed, original, imports, instruction, expected):
-    from evaluators.tamper import harbor_tamper_reason
+    from evaluators.grading.tamper import harbor_tamper_reason
 
     why = harbor_tamper_reason(changed, original, imports, instruction)
     assert (expected in why) if expected else why == "", why
@@ -465,7 +465,7 @@ def test_working_folder_shadowing_rule(changed, original, imports, instruction, 
     ],
 )
 def test_toolchain_rule(diff, present, expected):
-    from evaluators.tamper import toolchain_reason
+    from evaluators.grading.tamper import toolchain_reason
 
     why = toolchain_reason(diff, present)
     assert (expected in why) if expected else why == "", why

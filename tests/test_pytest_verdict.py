@@ -1,4 +1,5 @@
-"""evaluators/pytest_kind.verdict: the verdict read from a JUnit report fails closed on anything unexpected.
+"""evaluators/grading/verdict.pytest_verdict: the verdict read from a JUnit report fails closed on anything
+unexpected.
 
 Reports are written here by hand (each case one literal), plus one written by real pytest (the judge of what
 a real report looks like: parametrised ids, classes, skips). Expected verdicts are literals.
@@ -11,8 +12,8 @@ import sys
 
 import pytest
 
-from evaluators.hidden_tests import expected_ids
-from evaluators.pytest_kind import verdict
+from evaluators.grading.hidden_tests import expected_ids
+from evaluators.grading.verdict import pytest_verdict as verdict
 
 EXPECTED = {"tests.test_a.test_one", "tests.test_a.test_two", "tests.test_a.test_canary_impossible"}
 OK, FAIL, ERROR, SKIP = (

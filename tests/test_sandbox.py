@@ -277,22 +277,17 @@ def test_a_command_runs_as_the_user_number_it_names_never_root(image):
     assert out == {10005: "10005", 0: "10001", True: "10001", "agent": "10001"}
 
 
-def test_exec_raw_still_answers_the_old_reply_dict_until_its_callers_move(image):
-    """exec_raw (REMOVE with its last callers, evaluators/grade.py and harbor_kind.py) gives what the command
-    server's reply used to be, decoded: the same fields as exec()'s ExecResult streams."""
+def test_exec_gives_both_streams_capped_and_a_spawn_error(image):
+    """exec's typed result: each stream's head, tail and the bytes cut between them; a program that does
+    not exist is a spawn error with exit code 127."""
 
     async def body(sb):
         argv = ["sh", "-c", "printf o; printf e >&2; head -c 5000 /dev/zero; exit 3"]
-        return await sb.exec_raw(argv, cap=1000), await sb.exec(argv, cap=1000), await sb.exec_raw(["nope-x"])
+        return await sb.exec(argv, cap=1000), await sb.exec(["nope-x"])
 
-    raw, typed, missing = run(one_sandbox(image, body))
-    assert raw["exit_code"] == typed.exit_code == 3
-    assert (raw["out_head"], raw["out_tail"], raw["out_dropped"]) == (
-        typed.out.head,
-        typed.out.tail,
-        5001 - 1000,
-    )
-    assert raw["out_head"].startswith(b"o") and len(raw["out_head"]) == 500
-    assert (raw["err_head"], raw["err_tail"], raw["err_dropped"]) == (b"e", b"", 0)
-    assert raw["timed_out"] is False and raw["oom"] is False and raw["duration"] >= 0
-    assert "spawn_error" not in raw and missing["spawn_error"] is True and missing["exit_code"] == 127
+    typed, missing = run(one_sandbox(image, body))
+    assert typed.exit_code == 3 and typed.out.dropped == 5001 - 1000
+    assert typed.out.head.startswith(b"o") and len(typed.out.head) == 500 and len(typed.out.tail) == 500
+    assert (typed.err.head, typed.err.tail, typed.err.dropped) == (b"e", b"", 0)
+    assert typed.timed_out is False and typed.oom is False and typed.duration >= 0 and not typed.spawn_error
+    assert missing.spawn_error is True and missing.exit_code == 127

@@ -227,12 +227,11 @@ def test_every_sandbox_class_has_the_contracts_methods_with_its_signatures(cls):
 NATIVE_ONLY = {"mkdirs", "write_file", "read_file", "remove", "kinds", "list_files", "kill_all", "image_user"}
 BEYOND_THE_CONTRACT = {
     # container: commit/diff (Docker only); kept_files: its own bookkeeping set on the sandbox object
-    "evaluators/harbor_kind.py": NATIVE_ONLY | {"container", "_baseline", "exec_raw", "kept_files", "limits"},
-    "evaluators/grade.py": {"exec_raw"},  # REMOVE: exec() returns ExecResult (r.out.data, r.err.tail, ...)
+    "evaluators/grading/harbor_kind.py": NATIVE_ONLY | {"container", "capture", "kept_files", "limits"},
 }
 POOL_BEYOND = {
-    "evaluators/grade.py": {"add_reclaimer"},  # batch grading: the Docker pool only (run_eval checks)
-    "evaluators/harbor_kind.py": {"pool_id"},  # the labels of a committed snapshot image: Docker only
+    "evaluators/grading/grade.py": {"add_reclaimer"},  # batch grading: the Docker pool only (run_eval checks)
+    "evaluators/grading/harbor_kind.py": {"pool_id"},  # the labels of a committed snapshot image: Docker only
 }
 
 
@@ -253,7 +252,7 @@ def _modules():
     for folder in ("agent", "evaluators"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if not rel.startswith(("agent/sandbox/", "evaluators/grader/", "evaluators/selftest/")):
+            if not rel.startswith(("agent/sandbox/", "evaluators/grading/grader/", "evaluators/selftest/")):
                 yield rel, path
 
 

@@ -1,11 +1,11 @@
-"""evaluators/tamper.tamper_reason: what an agent may not add or change, and what it may (no false
+"""evaluators/grading/tamper.tamper_reason: what an agent may not add or change, and what it may (no false
 positives)."""
 
 from __future__ import annotations
 
 import pytest
 
-from evaluators.tamper import tamper_reason
+from evaluators.grading.tamper import tamper_reason
 
 ORIGINAL = ["solution.py", "tests/test_public.py", "data/input.csv", "pkg/__init__.py", "README.md"]
 

@@ -1,6 +1,6 @@
 """The built-in suite: its size and coverage. Every task's oracle and null agent are graded by the real
 grader in real containers in tests/test_validate_suites.py (`suite`, slow); here, the answer tasks (graded on
-the host by evaluators.grade.grade itself, no container needed) are checked the same way in seconds.
+the host by evaluators.grading.grade.grade itself, no container needed) are checked the same way in seconds.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import Changes
-from evaluators.grade import answer_matches, grade
+from evaluators.grading.grade import grade
+from evaluators.grading.verdict import answer_matches
 from tasks.loader import load_suite
 from tasks.model import DOMAINS
 

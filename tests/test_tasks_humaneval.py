@@ -1,8 +1,8 @@
 """tasks/humaneval.py: the import writes 164 loadable tasks, and its out-of-process proxy grades honest
 solutions while the usual reward hacks (always-equal objects, patched pytest reports, early exits) do not
 pass.
-Solutions are graded by the real grader (evaluators.grade.grade) in real containers; every oracle of the
-import is checked by tests/test_validate_suites.py."""
+Solutions are graded by the real grader (evaluators.grading.grade.grade) in real containers; every oracle of
+the import is checked by tests/test_validate_suites.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import Changes, SandboxPool
-from evaluators.grade import grade
+from evaluators.grading.grade import grade
 from results.errors import UserError
 from tasks.humaneval import MARKER, import_humaneval, read_problems
 from tasks.loader import load_suite

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.hidden_tests import expected_ids, is_canary
+from evaluators.grading.hidden_tests import expected_ids, is_canary
 from results.errors import UserError
 from tasks import loader
 from tasks.family import load_family
@@ -191,17 +191,49 @@ def test_syntax_error_in_hidden_tests_names_file_and_line(tmp_path):
 
 
 def test_evaluator_kinds_are_the_registered_ones(tmp_path, monkeypatch):
-    from evaluators import kinds
+    import dataclasses
+    import sys
+    import types
+
+    from evaluators.grading import kinds
+    from tasks.model import EvaluatorConfig
 
     task_folder(tmp_path / "x", TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"'))
     monkeypatch.chdir(tmp_path)
     assert error_of(load_task, "x") == (
         'x/task.toml: [evaluator] kind must be one of pytest, answer, script (got "magic")'
     )  # harbor is registered, but no task.toml names it
-    monkeypatch.setitem(
-        kinds.KINDS, "magic", kinds.Kind("magic", "some.module:grade_magic", in_task_toml=True)
+
+    @dataclasses.dataclass(frozen=True)
+    class MagicSettings:
+        threshold: float
+
+    class Magic(kinds.Kind):  # a new kind with settings of its own: its module...
+        name = "magic"
+        keys = frozenset({"kind", "threshold"})
+
+        def settings(self, table, tests, loc, where):
+            if not isinstance(table.get("threshold"), float):
+                raise UserError(f"{loc}: [evaluator] threshold must be a number")
+            return EvaluatorConfig(kind=self.name, settings=MagicSettings(table["threshold"]))
+
+    task_folder(tmp_path / "y")
+    before = load_task(tmp_path / "y").content_hash()
+    monkeypatch.setitem(sys.modules, "magic_kind", types.SimpleNamespace(KIND=Magic()))
+    monkeypatch.setattr(kinds, "MODULES", dict(kinds.MODULES))
+    monkeypatch.setattr(kinds, "IN_TASK_TOML", list(kinds.IN_TASK_TOML))
+    kinds.register("magic", "magic_kind")  # ...and this one line
+    assert "threshold must be a number" in error_of(load_task, "x")
+    (tmp_path / "x" / "task.toml").write_text(
+        TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"\nthreshold = 0.5')
     )
-    assert load_task("x").evaluator.kind == "magic"  # one registration is all a new kind needs to load
+    task = load_task("x")
+    assert (task.evaluator.kind, task.evaluator.settings) == ("magic", MagicSettings(0.5))
+    (tmp_path / "x" / "task.toml").write_text(
+        TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"\nthreshold = 0.6')
+    )
+    assert load_task("x").grading_hash() != task.grading_hash()  # its settings are part of the task's hashes
+    assert load_task(tmp_path / "y").content_hash() == before  # and no other task's hash moved
 
 
 def test_script_task_needs_test_sh(tmp_path):

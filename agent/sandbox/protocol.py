@@ -86,23 +86,6 @@ class ExecResult:
             return self.stdout.rstrip("\n") + "\n" + self.stderr
         return self.stdout or self.stderr
 
-    def as_reply(self) -> dict:
-        """The command server's reply dict of old (exec_raw's). REMOVE with exec_raw once its callers
-        (evaluators/grade.py, evaluators/harbor_kind.py) read ExecResult."""
-        return {
-            "exit_code": self.exit_code,
-            "out_head": self.out.head,
-            "out_tail": self.out.tail,
-            "out_dropped": self.out.dropped,
-            "err_head": self.err.head,
-            "err_tail": self.err.tail,
-            "err_dropped": self.err.dropped,
-            "duration": self.duration,
-            "timed_out": self.timed_out,
-            "oom": self.oom,
-            **({"spawn_error": True} if self.spawn_error else {}),
-        }
-
 
 @runtime_checkable
 class Sandbox(Protocol):

@@ -95,11 +95,6 @@ class ServedSandbox:
         """The Docker container (for the Docker-only callers: commit, diff, inspect); None on other hosts."""
         return getattr(self.host, "container", None)
 
-    @property
-    def _baseline(self) -> Optional[dict]:
-        """The baseline listing. REMOVE: read by evaluators/harbor_kind.py (use sb.capture.baseline)."""
-        return self.capture.baseline
-
     def wait_ready(self, timeout: float = 30.0):
         self.channel.wait_ready(timeout)
 
@@ -149,22 +144,6 @@ class ServedSandbox:
             oom=reply["oom"],
             spawn_error=bool(reply.get("spawn_error")),
         )
-
-    async def exec_raw(
-        self,
-        cmd: str | list[str],
-        *,
-        timeout: float = 60.0,
-        cap: int = OUTPUT_CAP,
-        user: str | int = "agent",
-        cwd: str = WORKSPACE,
-        env: Optional[dict] = None,
-        stdin: Optional[bytes] = None,
-    ) -> dict:
-        """REMOVE once evaluators/grade.py and evaluators/harbor_kind.py call exec(): the old reply dict
-        (out_head/out_tail/out_dropped/err_*, bytes), made from exec()'s ExecResult."""
-        r = await self.exec(cmd, timeout, user=user, cwd=cwd, env=env, stdin=stdin, cap=cap)
-        return r.as_reply()
 
     # -- files -----------------------------------------------------------------------------------------
     async def put_files(

@@ -109,7 +109,7 @@ class Command:
         argv = req["argv"] if "argv" in req else ["/bin/bash", "-c", req["cmd"]]
         user = req.get("user")
         as_root = user == "root"
-        # a number: that user (batch grading gives each attempt its own, evaluators/grade.py); never root
+        # a number: that user (batch grading gives each attempt its own: evaluators/grading); never root
         uid = user if isinstance(user, int) and not isinstance(user, bool) and user > 0 else AGENT_UID
         self.stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") else None
         self.proc = subprocess.Popen(

@@ -1,5 +1,5 @@
-"""Cross-attempt cases: with batch grading (evaluators/grade.GradingStations) attempts of one image take
-turns in one grading container. Each case runs four attempts of the add task in one run, graded in that
+"""Cross-attempt cases: with batch grading (evaluators/grading/grade.GradingStations) attempts of one image
+take turns in one grading container. Each case runs four attempts of the add task in one run, graded in that
 order in one container: a leaky honest attempt (it copies its solution into every folder it can write and
 leaves a process behind), the attack, then a wrong and an honest attempt. Nothing an attempt does may reach
 another's verdict: the leaky one and the honest one score 1, the wrong one 0, the attack what its check says.

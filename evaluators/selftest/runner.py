@@ -234,7 +234,7 @@ class Runner:
 
     def run(self, case: Case) -> Row:
         from agent.sandbox import prune  # not at the top: --list imports nothing heavy
-        from evaluators.grade import GradingStations
+        from evaluators.grading.grade import GradingStations
 
         if case.group == "apply":
             return self.run_apply(case)

@@ -1,12 +1,12 @@
 """Hidden pytest tests: their ids and which of them are canaries. The one owner of both, for the task loader
 (a pytest task must define tests and a canary), the grader (the exact set of ids the report must hold) and the
-Harbor export. Cheap to import (ast only): the loader runs for every `harness tasks list`. No function here is
-named test_*, so that a test module may import them without pytest collecting them.
+export (tasks/export.py). Cheap to import (ast only): the loader runs for every `harness tasks list`. No
+function here is named test_*, so that a test module may import them without pytest collecting them.
 
 An id is dotted, as pytest's JUnit report writes it: tests.<file as module>.<function> or
 tests.<file as module>.<TestClass>.<method>; the cases of a parametrised test share their function's id.
 Records keep the ids with the task's own names; the grader renames every test function at random
-(evaluators/pytest_kind.py), and `task_id` turns its ids back into the task's.
+(evaluators/grading/pytest_kind.py), and `task_id` turns its ids back into the task's.
 """
 
 from __future__ import annotations
@@ -14,8 +14,12 @@ from __future__ import annotations
 import ast
 from typing import Iterator, Optional
 
-CANARY_PREFIX = "test_canary"
-IMPORT_MODES = ("proxy", "direct")  # how the hidden tests reach the candidate's modules (evaluators/grader)
+from evaluators.grading.verdict import CANARY_PREFIX, is_canary, task_id  # noqa: F401 -- owned there (stdlib, exported)
+
+IMPORT_MODES = (
+    "proxy",
+    "direct",
+)  # how the hidden tests reach the candidate's modules (evaluators/grading/grader)
 
 
 def is_test_file(path: str) -> bool:
@@ -63,16 +67,3 @@ def expected_ids(test_files: dict[str, bytes]) -> set[str]:
         if is_test_file(path):
             ids.update(make_id(path, cls, node.name) for cls, node in collected_functions(parse(path, data)))
     return ids
-
-
-def is_canary(test_id: str) -> bool:
-    """A canary must FAIL for every honest candidate (see tasks/model.py). By the task's own name: only for
-    ids as the task wrote them (the grader's renamed ids are mapped with task_id first; see
-    pytest_kind.Prepared)."""
-    return test_id.split("[", 1)[0].rsplit(".", 1)[-1].startswith(CANARY_PREFIX)
-
-
-def task_id(grader_id: str, names: dict[str, str]) -> str:
-    """The task's own id of an id the grader reported: `names` maps the renamed ones back
-    (pytest_kind.prepare)."""
-    return names.get(grader_id, grader_id)

@@ -16,9 +16,9 @@ hidden tests at /tests, as the verifier's user, with [verifier] env, in one of t
 In every mode the hidden tests enter a container only after the agent has finished, and /tests and
 /logs/verifier are emptied and recreated (/logs/verifier writable by the verifier's user only) just before
 test.sh runs, so no reward file the agent planted survives; every file operation is the static helper's own
-(never the container's sh/tar/ls). Stricter than Harbor (evaluators/tamper.py): working-folder files that
-shadow what the verifier imports or runs, and in snapshot/shared mode changes to its toolchain (docker diff),
-score 0 as `tamper`. Remaining limits (Harbor's contract, README "Harbor tasks"): in shared mode the
+(never the container's sh/tar/ls). Stricter than Harbor (evaluators/grading/tamper.py): working-folder files
+that shadow what the verifier imports or runs, and in snapshot/shared mode changes to its toolchain (docker
+diff), score 0 as `tamper`. Remaining limits (Harbor's contract, README "Harbor tasks"): in shared mode the
 agent's processes run alongside test.sh and can change what it sees; in snapshot and shared modes test.sh
 runs on the filesystem the agent left.
 """
@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from typing import Optional
 
 import docker.errors
 
-from agent.sandbox import Changes, Limits, SandboxDied, SandboxPool
+from agent.sandbox import Changes, ExecResult, Limits, SandboxDied, SandboxPool
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
-from evaluators.tamper import PROGRAM_DIRS, dpkg_sums
-from results.errors import InfraError, OracleFailed
+from evaluators.grading import verdict as rules
+from evaluators.grading.kinds import Kind
+from evaluators.grading.tamper import PROGRAM_DIRS, dpkg_sums
+from evaluators.grading.verdict import Verdict
+from results.errors import InfraError, OracleFailed, UserError
 from results.schema import clip
 
 REWARD_DIR = "/logs/verifier"
@@ -104,12 +106,10 @@ async def oracle(task, sb: NativeSandbox):
         task.solution_files, dest="/solution", user="root", executable=_scripts(task.solution_files)
     )
     env = {"DEBIAN_FRONTEND": "noninteractive", **dict(task.harbor.solution_env)}
-    r = await _run_script(sb, "/solution/solve.sh", task.agent.timeout_sec, env=env, user="agent")
-    kept_files(sb)["agent/oracle.txt"] = r["output"]
-    if r["exit_code"] != 0:
-        raise OracleFailed(
-            f"solve.sh exited {r['exit_code']}: {r['output'][-300:].decode('utf-8', 'replace')}"
-        )
+    r, output = await _run_script(sb, "/solution/solve.sh", task.agent.timeout_sec, env=env, user="agent")
+    kept_files(sb)["agent/oracle.txt"] = output
+    if r.exit_code != 0:
+        raise OracleFailed(f"solve.sh exited {r.exit_code}: {output[-300:].decode('utf-8', 'replace')}")
 
 
 def kept_files(sb) -> dict[str, bytes]:
@@ -155,7 +155,7 @@ async def capture(sb: NativeSandbox) -> Changes:
 async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[str]) -> Optional[str]:
     """Ours, stricter than Harbor: working-folder files that shadow what the verifier runs (every mode), and
     in snapshot/shared mode changes to the verifier's toolchain as the engine sees them (docker diff)."""
-    from evaluators.tamper import (
+    from evaluators.grading.tamper import (
         changed_toolchain,
         harbor_tamper_reason,
         shadow_candidates,
@@ -261,8 +261,6 @@ async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: s
     Returns (verdict, the merged loop result or None, the kept files, the last step's changes)."""
     import dataclasses
 
-    from evaluators.grade import Verdict
-
     verdicts, results, kept = [], [], {}
     changes = Changes()
     errors = []
@@ -325,9 +323,7 @@ async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: s
 async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Changes):
     """After the capture, before the agent's container is released: the tamper checks, then verification in
     snapshot and shared mode. None in fresh mode without tampering (graded after the release)."""
-    from evaluators.grade import Verdict
-
-    original = set(sb._baseline or {}) | set(task.workspace_files)
+    original = set(sb.capture.baseline or {}) | set(task.workspace_files)
     why = await check_tamper(task, sb, changes, original)
     if why:
         return Verdict(0.0, False, "tamper", detail=why)
@@ -338,8 +334,6 @@ async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Chan
 
 async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     """snapshot and shared modes, while the agent's container still exists. Returns a grade.Verdict."""
-    from evaluators.grade import Verdict
-
     t0 = time.monotonic()
     mode = task.harbor.verifier_mode
     if mode == "shared" and not sb.dead:
@@ -409,8 +403,6 @@ async def run_verifier(task, sb: NativeSandbox):
     its output and what it left in /logs/verifier. Everything here is done by the static helper itself
     (agent/sandbox/helper.c): whatever the agent did to the container's programs and folders, this either
     grades or says why not."""
-    from evaluators.grade import Verdict
-
     spec = task.harbor
     user = spec.verifier_user or sb.image_user
     try:
@@ -425,14 +417,13 @@ async def run_verifier(task, sb: NativeSandbox):
     timeout = task.verifier_timeout_sec
     refused = await pids_refused(sb)
     try:
-        r = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
+        r, out = await _run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
     except SandboxDied as e:  # the code under test or a process the agent left ended the container
         if await asyncio.to_thread(sb.death_cause) == "oom":
             return Verdict(0.0, False, "oom", detail="the memory limit was used up while test.sh ran")
         return Verdict(
             0.0, False, "no_report", detail=f"the container stopped while test.sh ran ({e}); nothing was read"
         )
-    out = r["output"]
     files = {"verifier/test-stdout.txt": out}
     budget = [KEEP_BYTES]
     try:
@@ -441,10 +432,10 @@ async def run_verifier(task, sb: NativeSandbox):
         left = {}
     files.update(left)
     text = out.decode("utf-8", "replace")
-    if r["timed_out"]:
+    if r.timed_out:
         note = await pid_limit_note(sb, refused, "the code under test")
         v = Verdict(0.0, False, "timeout", detail=f"test.sh ran out of time ({timeout:.0f}s){note}")
-    elif r.get("spawn_error"):
+    elif r.spawn_error:
         v = Verdict(0.0, False, "no_report", detail=f"test.sh could not start: {text[-300:]}")
     else:
         v = verdict(left.get("verifier/reward.txt"), left.get("verifier/reward.json"), text[-400:])
@@ -484,19 +475,18 @@ async def pid_limit_note(sb: NativeSandbox, before: Optional[int], who: str) -> 
     )
 
 
-async def _run_script(sb: NativeSandbox, script: str, timeout: float, env: dict, user: str) -> dict:
+async def _run_script(
+    sb: NativeSandbox, script: str, timeout: float, env: dict, user: str
+) -> tuple[ExecResult, bytes]:
     """Runs a task script as Harbor does (`bash -c "(script) > log 2>&1"`: by its #! line, bash for one
-    without), with stdout and stderr together; `sh` where the image has no bash. Returns the helper's reply
-    with "output" (head and tail, bytes)."""
+    without), with stdout and stderr together; `sh` where the image has no bash. Returns the result and its
+    output (head and tail, bytes)."""
     for shell in ("bash", "sh"):
-        r = await sb.exec_raw(
-            [shell, "-c", f"{script} 2>&1"], timeout=timeout, cap=OUTPUT_CAP, user=user, env=env
-        )
-        if not (r.get("spawn_error") and r["exit_code"] == 127 and shell == "bash"):
+        r = await sb.exec([shell, "-c", f"{script} 2>&1"], timeout, cap=OUTPUT_CAP, user=user, env=env)
+        if not (r.spawn_error and r.exit_code == 127 and shell == "bash"):
             break
-    cut = f"\n[... {r['out_dropped']} bytes of output cut here ...]\n".encode() if r["out_dropped"] else b""
-    r["output"] = r["out_head"] + cut + r["out_tail"] + r["err_head"] + r["err_tail"]
-    return r
+    cut = f"\n[... {r.out.dropped} bytes of output cut here ...]\n".encode() if r.out.dropped else b""
+    return r, r.out.head + cut + r.out.tail + r.err.data
 
 
 async def _collect(sb: NativeSandbox, path: str, prefix: str, budget: list[int]) -> dict[str, bytes]:
@@ -528,35 +518,76 @@ async def _collect(sb: NativeSandbox, path: str, prefix: str, budget: list[int])
 
 
 def verdict(reward_txt: Optional[bytes], reward_json: Optional[bytes], tail: str = ""):
-    """The verdict from Harbor's reward files: reward.json (named numbers) wins over reward.txt (one
-    number), as in Harbor's verifier.
-    Every named reward is recorded in the detail; the task's reward is "reward" when present, else the only
-    value, else the mean of them all. Solved means a task reward of at least 1."""
-    from evaluators.grade import Verdict, parse_number, parse_reward_json
-
-    if reward_json is not None:
-        rewards = parse_reward_json(reward_json, max_bytes=MAX_REWARD_BYTES)
-    elif reward_txt is not None:
-        value = parse_number(reward_txt, "reward.txt")
-        rewards = value if isinstance(value, str) else {"reward": value}
-    else:
-        return Verdict(
-            0.0,
-            False,
-            "no_report",
-            detail=f"test.sh wrote neither {REWARD_DIR}/reward.txt nor reward.json; output: {tail}",
-        )
-    if isinstance(rewards, str):  # what was wrong with the file, bounded and without a traceback
-        return Verdict(0.0, False, "no_report", detail=rewards)
-    key = "reward" if "reward" in rewards else (next(iter(rewards)) if len(rewards) == 1 else None)
-    value = rewards[key] if key else sum(v / len(rewards) for v in rewards.values())  # no overflow
-    reward = min(max(value, 0.0), 1.0)
-    which = f"task reward = {key!r}" if key else "task reward = mean of all"
-    detail = f"rewards {json.dumps(rewards, sort_keys=True)}; {which}"
-    return Verdict(reward, reward >= 1.0, "pass" if reward >= 1.0 else "fail", detail=detail)
+    """The verdict from Harbor's reward files (evaluators/grading/verdict.py, reward_files_verdict)."""
+    return rules.reward_files_verdict(reward_txt, reward_json, REWARD_DIR, tail, max_bytes=MAX_REWARD_BYTES)
 
 
 def _scripts(files: dict[str, bytes]) -> list[str]:
     """Which files get the executable bit (task folders are read as bytes, without modes): scripts by name or
     by a #! line, as they would be in a checkout."""
     return [p for p, d in files.items() if p.endswith(".sh") or d.startswith(b"#!")]
+
+
+class HarborKind(Kind):
+    """Harbor's runtime contract and verifier modes (this module's docstring): the task's own limits, users
+    and working folder, its environment prepared and health-checked, its oracle, its steps, the artifacts
+    collected after the agent, and verification in place (snapshot, shared) or fresh."""
+
+    name = "harbor"
+    in_place = True
+
+    def limits(self, task):
+        return limits(task)
+
+    def containers(self, task):
+        return 1 + (task.harbor.verifier_mode == "fresh")  # snapshot and shared verify in the agent's own
+
+    async def prepare(self, task, sb):
+        await prepare(task, sb)
+
+    async def oracle(self, task, sb):
+        await oracle(task, sb)
+
+    def has_steps(self, task):
+        return bool(task.harbor.steps)
+
+    async def run_steps(self, task, policy, sb, pool, image):
+        return await run_steps(task, policy, sb, pool, image)
+
+    async def after_agent(self, task, sb):
+        return await after_agent(task, sb)
+
+    async def capture(self, task, sb):
+        return await capture(sb)  # its processes live on: one of them may end the container meanwhile
+
+    async def verify_in_place(self, task, sb, pool, changes):
+        return await verify_agent(task, sb, pool, changes)
+
+    async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
+        return await grade_fresh(task, changes, pool, image, kept)
+
+    def not_regradable(self, task):
+        mode = task.harbor.verifier_mode
+        return "" if mode == "fresh" else f"verified in the agent's container ({mode})"
+
+    def span(self, task):
+        return {"harness.verifier.mode": task.harbor.verifier_mode}
+
+    def image_key(self, task):
+        spec = task.harbor
+        return repr((spec.docker_image, spec.verifier_docker_image, spec.verifier_dockerfile))
+
+    def build_image(self, task, log):
+        from agent.sandbox.images import harbor_task_image, harbor_verifier_image
+
+        image = harbor_task_image(task, log)
+        harbor_verifier_image(task, log)  # built now, found by grading later
+        return image
+
+    def export(self, task):
+        raise UserError(
+            f"task {task.id}: a harbor task is already in Harbor's format (copy its folder instead)"
+        )
+
+
+KIND = HarborKind()

@@ -1,0 +1,309 @@
+"""The grading protocol: no code under test decides its own verdict.
+
+1. The caller captured the agent's changes (Sandbox.changes) and destroyed its sandbox.
+2. Changes to test hooks, pytest config, shadowing modules or visible tests -> 0, `tamper`.
+3. A FRESH container from the same image: pristine workspace + the changes. The test runner runs as
+   root; the candidate's code runs as the sandbox user (10001): through the proxy in
+   evaluators/grading/grader/candidate.py for Python imports, as that user for processes the tests start.
+   Hidden tests, the report and the reward file sit in /grader (root-only, mode 0700): the candidate can
+   neither read nor write them. Every process of the candidate is killed before the verdict is read.
+4. The verdict is read on the host (evaluators/grading/verdict.py).
+Each evaluator kind is one module registered in evaluators/grading/kinds.py; this module is what the kinds
+that grade in a fresh container share: the grading container (or a turn in a shared one, GradingStations),
+the grader's private folder, running the verifier as root, reading what it wrote.
+Anything that goes wrong while grading one attempt is that attempt's failed verdict with a reason; only
+the Docker engine failing is an infrastructure error (InfraError, retried by the runner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+
+from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxDied, SandboxPool
+from evaluators.grading import kinds
+from evaluators.grading import verdict as rules
+from evaluators.grading.pytest_kind import GRADER
+from evaluators.grading.script_kind import CANDIDATE_UID
+from evaluators.grading.tamper import tamper_reason
+from evaluators.grading.verdict import Verdict
+from results.errors import InfraError
+from tasks.model import Task
+
+
+async def grade(
+    task: Task,
+    changes: Changes,
+    pool: SandboxPool,
+    image: str,
+    stations: "GradingStations | None" = None,
+    kept: dict[str, bytes] | None = None,
+) -> Verdict:
+    """Grades one attempt from its captured changes with its kind's grade_fresh (evaluators/grading/kinds.py).
+    Raises only InfraError (the engine failed); everything else is a verdict. With `stations` (batch grading)
+    an attempt that can share a grading container with others of its image (batchable()) is graded in one."""
+    started = time.monotonic()
+    try:
+        kind = kinds.of(task)
+        shared = stations if stations is not None and kind.batchable(task) else None
+        v = await kind.grade_fresh(task, changes, pool, image, kept, shared)
+    except InfraError:
+        raise
+    except FilesNotWritten as e:  # a live sandbox refused the files (their names or contents): the attempt's
+        v = Verdict(0.0, False, "rebuild_failed", detail=str(e)[:500])
+    except Exception as e:
+        v = Verdict(0.0, False, "grader_error", detail=f"{type(e).__name__}: {str(e)[:500]}")
+    v.seconds = time.monotonic() - started
+    return v
+
+
+def batchable(task: Task) -> bool:
+    """Whether an attempt of this task may be graded in a grading container shared with other attempts (its
+    kind decides: only pytest with the candidate behind the proxy and no network)."""
+    try:
+        return kinds.of(task).batchable(task)
+    except KeyError:  # an unregistered kind: graded alone (its verdict says why it cannot be)
+        return False
+
+
+def private_folder() -> str:
+    """Where one grading keeps its hidden files: an unguessable name inside root-only /grader, so that no
+    link the candidate's code makes can point at them."""
+    return f"{GRADER}/{secrets.token_hex(12)}"
+
+
+def tamper(task: Task, changes: Changes) -> str:
+    changed = {**changes.files, **{p: None for p in changes.deleted}}
+    return tamper_reason(changed, task.workspace_files, task.evaluator.protected)
+
+
+class grading_sandbox:
+    """A fresh container with the pristine workspace plus the changes, written as the candidate user `uid`:
+    a container of its own, or with `stations` a turn in a shared grading container (GradingStations)."""
+
+    def __init__(self, task, changes, pool, image, stations=None):
+        self.task, self.changes, self.pool, self.image = task, changes, pool, image
+        self.stations = stations
+        self.uid = CANDIDATE_UID
+        self.not_written = ""  # for the record: files of the changes that this container could not hold
+
+    async def __aenter__(self):
+        limits = Limits.for_task(self.task.environment)
+        if self.stations is not None:
+            self.cm = self.stations.turn(self.image, limits, self.task.id)
+        else:
+            self.cm = self.pool.sandbox(self.image, limits, task=self.task.id)
+        got = await self.cm.__aenter__()
+        sb, self.uid = got if self.stations is not None else (got, CANDIDATE_UID)
+        try:
+            workspace = {p: d for p, d in self.task.workspace_files.items() if p not in self.changes.deleted}
+            workspace.update(self.changes.files)
+            refused = await sb.put_files(
+                workspace,
+                executable=(set(self.task.executable_files) - set(self.changes.files))
+                | self.changes.executable,
+                user="agent" if self.uid == CANDIDATE_UID else self.uid,
+            )
+        except BaseException:
+            await self.cm.__aexit__(None, None, None)
+            raise
+        # Capture applies the same rule (agent.sandbox.changes.unwritable), so this stays empty unless the
+        # grading container's folder differs; then the attempt is graded without them, and the record says so.
+        self.not_written = f"not written back: {'; '.join(refused)[:300]}\n" if refused else ""
+        return sb
+
+    async def __aexit__(self, *exc):
+        return await self.cm.__aexit__(*exc)
+
+
+# Between two attempts in one grading container: the attempt's user removes its files (it alone may, in the
+# sticky /tmp and /dev/shm), root removes the rest (in the grader's folders), the user again (its folders
+# emptied by root), then the container must hold nothing of it: no file in any folder a candidate can write,
+# no process but tini and the command server (which killed every other one when the verdict's command
+# ended), no System V IPC object. Anything left retires the container instead of reusing it.
+_WIPE = (
+    'u=$1; as_u() { setpriv --reuid="$u" --regid="$u" --clear-groups -- "$@"; }\n'
+    "dirs='/workspace /tmp /dev/shm /dev/mqueue /grader'\n"
+    'wipe=\'for d in \'"$dirs"\'; do [ -w "$d" ] || continue; '
+    'rm -rf -- "$d"/* "$d"/.[!.]* "$d"/..?* 2>/dev/null; done; true\'\n'
+    'as_u sh -c "$wipe"; sh -c "$wipe"; as_u sh -c "$wipe"\n'
+    'for d in $dirs; do for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do\n'
+    '  if [ -e "$e" ] || [ -L "$e" ]; then echo "left behind: $e" >&2; exit 3; fi; done; done\n'
+    "for p in /proc/[0-9]*; do pid=${p#/proc/}; case $pid in 1|$PPID|$$) ;; *)\n"
+    '  if [ -e "$p" ]; then echo "process left: $pid" >&2; exit 3; fi;; esac; done\n'
+    "for f in /proc/sysvipc/shm /proc/sysvipc/sem /proc/sysvipc/msg; do n=0; [ -r $f ] || continue\n"
+    "  while IFS= read -r line; do n=$((n+1)); done < $f\n"
+    '  if [ $n -gt 1 ]; then echo "System V IPC left in $f" >&2; exit 3; fi; done\n'
+)
+FIRST_BATCH_UID = CANDIDATE_UID + 1  # the container's own user (10001) owns /workspace: no attempt runs as it
+
+
+class GradingStations:
+    """Batch grading: one fresh grading container (from the pool: never an agent's) grades up to `batch`
+    attempts of one image and limits, one after another, each as its own user (10002, 10003, ...): its
+    workspace written as that user, its hidden tests in a private folder of root-only /grader, every process
+    killed before its verdict is read (the command server does so when the verifier's command ends), and
+    everything it left removed and checked gone before the next attempt's turn (_WIPE). Attempts take turns
+    because the tests name /workspace, one path a container has once. Several containers grade at once."""
+
+    shared_turns = 0  # turns served by a container that graded another attempt before (for the self-test)
+
+    def __init__(self, pool: SandboxPool, batch: int, max_containers: int = 0):
+        """At most `max_containers` grading containers at once (0: no bound): an attempt whose grading finds
+        them all busy waits for a turn, rather than start one more container of its own."""
+        self.pool, self.batch, self.max_containers = pool, max(1, batch), max(0, max_containers)
+        self._idle: dict[tuple, list] = {}  # (image, limits) -> [[sandbox, turns used]]
+        self._count = 0  # grading containers made and not yet released
+        self._cond: asyncio.Condition | None = None
+        pool.add_reclaimer(self._take_idle)  # a full pool destroys an idle one rather than wait
+
+    def _take_idle(self):
+        """An idle grading container, given up (for the pool, which destroys it)."""
+        for idle in self._idle.values():
+            if idle:
+                self._count -= 1
+                asyncio.ensure_future(self._notify())
+                return idle.pop(0)[0]
+        return None
+
+    async def _notify(self):
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def _station(self, key: tuple):
+        """[sandbox, turns used] of an idle grading container of `key`, or None: make one (room was taken)."""
+        self._cond = self._cond or asyncio.Condition()
+        async with self._cond:
+            while True:
+                idle = self._idle.setdefault(key, [])
+                if idle:
+                    return idle.pop()
+                if not self.max_containers or self._count < self.max_containers:
+                    self._count += 1
+                    return None
+                other = self._take_idle()  # all the room is idle containers of other images: retire one
+                if other is not None:
+                    await self.pool.release(other)
+                    continue
+                await self._cond.wait()
+
+    async def _done(self, station, reuse: bool):
+        if reuse:
+            self._idle.setdefault(station[2], []).append(station)
+        else:
+            self._count -= 1
+            await self.pool.release(station[0])
+        await self._notify()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, image: str, limits: Limits, task: str):
+        """(sandbox, uid) for one attempt; the container is this attempt's alone until the block ends."""
+        key = (image, limits)
+        station = await self._station(key)
+        if station is None:
+            try:
+                sb = await self.pool.acquire(image, limits, task=task)
+            except BaseException:
+                self._count -= 1
+                await self._notify()
+                raise
+            station = [sb, 0, key]
+            try:  # the container's user owns /workspace: open it to the attempts' users
+                r = await sb.exec(["chmod", "0777", "/workspace"], 10, cwd="/")
+                if r.exit_code != 0:
+                    raise InfraError(f"could not open /workspace for batch grading: {r['err_head'][:200]!r}")
+            except BaseException:
+                await self._done(station, False)
+                raise
+        sb, used = station[0], station[1]
+        GradingStations.shared_turns += used > 0
+        uid = FIRST_BATCH_UID + used
+        station[1] += 1
+        clean = False
+        try:
+            yield sb, uid
+            clean = await self._wipe(sb, uid)
+        finally:
+            await self._done(station, clean and station[1] < self.batch and not sb.dead)
+
+    async def _wipe(self, sb, uid: int) -> bool:
+        try:
+            r = await sb.exec(["sh", "-c", _WIPE, "_", str(uid)], 60, user="root", cwd="/")
+        except Exception:
+            return False
+        return r.exit_code == 0
+
+
+async def mkdirs(sb, *paths: str):
+    """Makes /grader root-only (Docker does not always apply a tmpfs mount's mode to its folder: checked)
+    and the folders the verifier needs, before anything is written there."""
+    script = f'chmod 0700 {GRADER} && [ "$(stat -c %a {GRADER})" = 700 ] && mkdir -p "$@"'
+    r = await sb.exec(["sh", "-c", script, "_", *paths], 10, user="root", cwd="/")
+    if r.exit_code != 0:
+        raise InfraError(f"could not prepare the grader's folders: {r['err_head'][:200]!r}")
+
+
+async def run(sb, argv, timeout, env, cwd):
+    """Runs the verifier as root; a grading container that the candidate's code killed (memory) is the
+    candidate's failure, any other death an infrastructure error (retried by the runner)."""
+    try:
+        return await sb.exec(argv, timeout + 5, env=env, cap=16 << 10, user="root", cwd=cwd)
+    except SandboxDied:
+        if await death_cause(sb) == "oom":
+            return Verdict(
+                0.0, False, "oom", detail="the code under test used the memory limit up while graded"
+            )
+        raise
+
+
+async def pids_events(sb) -> int | None:
+    """How often a fork in the sandbox failed on its pid limit so far (the pids cgroup's `max` event count,
+    cgroup v2 or v1), or None where the kernel does not say."""
+    script = "cat /sys/fs/cgroup/pids.events 2>/dev/null || cat /sys/fs/cgroup/pids/pids.events"
+    try:
+        r = await sb.exec(["sh", "-c", script], 10, user="root", cwd="/")
+    except Exception:  # a sandbox that died shows when the report is read
+        return None
+    for line in r.out.head.decode("ascii", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "max" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+async def pid_limit_note(sb, before: int | None, task: Task) -> str:
+    """For a run that timed out: whether the code under test was at the sandbox's pid limit meanwhile
+    (forks failed), the usual reason why code that forks a lot never finishes."""
+    after = await pids_events(sb)
+    if before is None or after is None or after <= before:
+        return ""
+    return (
+        f"meanwhile the code under test reached the sandbox's limit of {task.environment.pids} processes "
+        f"({after - before} forks refused)"
+    )
+
+
+async def death_cause(sb) -> str | None:
+    import asyncio
+
+    return await asyncio.to_thread(sb.death_cause)
+
+
+async def read(sb, path: str, max_bytes: int = rules.MAX_REPORT_BYTES) -> bytes | None:
+    """Reads one file the harness created in the grading container, or None. A file over `max_bytes`
+    comes back as its first max_bytes + 1 bytes, so that the verdict can say it is too large (not absent)."""
+    directory, name = path.rsplit("/", 1)
+    try:
+        files = await sb.get_files([name], root=directory, max_bytes=max_bytes)
+    except SandboxDied:
+        raise
+    except InfraError:  # over the bound
+        r = await sb.exec(
+            ["head", "-c", str(max_bytes + 1), "--", path], 30, cap=max_bytes + 1, user="root", cwd="/"
+        )
+        return r.out.data or None
+    except Exception:
+        return None
+    return files.get(name)

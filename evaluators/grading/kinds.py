@@ -1,0 +1,171 @@
+"""Evaluator kinds: the one registry of the ways an attempt can be graded, and what a kind decides.
+
+A kind is one module under evaluators/grading/ holding one `Kind` subclass instance named KIND; it owns its
+[evaluator] settings (`keys` and `settings`, the parser the task loader calls), its sandbox needs (`limits`,
+`containers`, `batchable`), the attempt's hooks (`prepare`, `oracle`, `has_steps`/`run_steps`,
+`after_agent`, `capture`, `verify_in_place`), its grading (`grade_fresh`), its images (`image_key`,
+`build_image`) and its export to Harbor's format (`export`). The defaults below are an ordinary kind's: the
+agent works in /workspace of a sandbox of the task's limits, its changes are captured and the sandbox
+released, then a fresh grading container (or none) grades. evaluators/runner.py, evaluators/policies.py,
+evaluators/task_images.py, tasks/export.py and the task loader ask the task's kind and never test for one by
+name.
+
+Adding a kind: write evaluators/grading/<name>_kind.py with `KIND = MyKind()` and register it below (one
+line). Kind modules are imported on first use; those a task.toml names must stay cheap to import (the
+standard library, ids, verdict rules): `harness tasks list` parses their settings without paying for the
+sandbox or Docker's client, which their hooks import when they run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Optional
+
+from results.errors import OracleFailed, UserError
+
+if TYPE_CHECKING:
+    from agent.sandbox import Changes, Limits, Sandbox, SandboxPool
+    from evaluators.grading.verdict import Verdict
+    from tasks.model import EvaluatorConfig, Task
+
+MODULES: dict[str, str] = {}  # kind name -> its module, in registration order (the order messages list them)
+IN_TASK_TOML: list[str] = []  # the kinds a task.toml may name in [evaluator] kind (others: the task's layout)
+
+
+def register(name: str, module: str, *, in_task_toml: bool = True) -> None:
+    if name in MODULES:
+        raise ValueError(f"evaluator kind {name!r} is registered twice")
+    MODULES[name] = module
+    if in_task_toml:
+        IN_TASK_TOML.append(name)
+
+
+def get(name: str) -> "Kind":
+    """The registered kind of that name (KeyError for another)."""
+    return importlib.import_module(MODULES[name]).KIND
+
+
+def of(task: "Task") -> "Kind":
+    """The kind that grades `task`."""
+    return get(task.evaluator.kind)
+
+
+def task_toml_kinds() -> tuple[str, ...]:
+    """The kinds a task.toml may name in [evaluator] kind."""
+    return tuple(IN_TASK_TOML)
+
+
+class Kind:
+    name = ""
+    keys: frozenset[str] = frozenset({"kind"})  # the [evaluator] keys it reads
+    in_place = False  # verify_in_place may decide while the agent's sandbox still exists
+
+    # ------------------------------------------------------------------------------------------ settings
+    def settings(self, table: dict, tests: dict[str, bytes], loc: str, where) -> "EvaluatorConfig":
+        """The [evaluator] table (keys already checked against `keys`) of the task.toml at `loc`, checked
+        against the task's hidden `tests`; UserError naming the file, the field and the fix."""
+        from tasks.model import EvaluatorConfig
+
+        return EvaluatorConfig(kind=self.name)
+
+    # ----------------------------------------------------------------------------------- sandbox needs
+    def limits(self, task: "Task") -> "Limits":
+        """The agent's sandbox."""
+        from agent.sandbox import Limits
+
+        return Limits.for_task(task.environment)
+
+    def containers(self, task: "Task") -> int:
+        """Sandboxes one attempt takes from the pool: the agent's, and a grading container."""
+        return 2
+
+    def batchable(self, task: "Task") -> bool:
+        """Whether an attempt may be graded in a grading container shared with other attempts
+        (evaluators/grading/grade.GradingStations)."""
+        return False
+
+    # ----------------------------------------------------------------------------------------- attempt
+    async def prepare(self, task: "Task", sb: "Sandbox") -> None:
+        """In the agent's sandbox, after the starting files and before the baseline."""
+
+    async def oracle(self, task: "Task", sb: "Sandbox") -> None:
+        """The task's own solution: solution/solve.sh run in /workspace, as the agent would."""
+        await sb.put_files(task.solution_files, dest="/tmp/oracle")
+        r = await sb.exec("bash /tmp/oracle/solve.sh", timeout=task.agent.timeout_sec)
+        await sb.exec("rm -rf /tmp/oracle", timeout=30)
+        if r.exit_code != 0:
+            raise OracleFailed(f"solve.sh exited {r.exit_code}: {r.output[-300:]}")
+
+    def has_steps(self, task: "Task") -> bool:
+        """Whether the task runs in several steps (run_steps), each with its agent and its verifier."""
+        return False
+
+    async def run_steps(self, task: "Task", policy, sb: "Sandbox", pool: "SandboxPool", image: str):
+        """With has_steps: every step, agent and verifier, in the one sandbox; returns (verdict, the merged
+        loop result or None, the kept files, the last step's changes)."""
+        raise NotImplementedError(f"evaluator kind {self.name!r} has no steps")
+
+    async def after_agent(self, task: "Task", sb: "Sandbox") -> dict[str, bytes]:
+        """When the policy is done, in its sandbox: the files the attempt keeps."""
+        return {}
+
+    async def capture(self, task: "Task", sb: "Sandbox") -> "Changes":
+        """The changes of the agent's sandbox."""
+        from agent.sandbox import Changes
+
+        if sb.dead:
+            return Changes(rejected=["the sandbox died before its changes could be captured"])
+        return await sb.changes()
+
+    async def verify_in_place(
+        self, task: "Task", sb: "Sandbox", pool: "SandboxPool", changes: "Changes"
+    ) -> Optional["Verdict"]:
+        """With `in_place`: a verdict decided while the agent's sandbox exists, or None (grade_fresh)."""
+        return None
+
+    async def grade_fresh(
+        self,
+        task: "Task",
+        changes: "Changes",
+        pool: "SandboxPool",
+        image: str,
+        kept: Optional[dict[str, bytes]] = None,
+        stations: Any = None,
+    ) -> "Verdict":
+        """The verdict after the agent's sandbox is gone, from its captured changes (and the files it kept);
+        with `stations` a batchable attempt takes a turn in a shared grading container."""
+        raise NotImplementedError(f"evaluator kind {self.name!r} does not grade")
+
+    def not_regradable(self, task: "Task") -> str:
+        """Why an attempt's kept changes cannot be graded again later (`harness rescore`), or "" when they
+        can: grade_fresh needs nothing but them."""
+        return ""
+
+    def span(self, task: "Task") -> dict:
+        """Attributes of the attempt's "grade" span."""
+        return {"harness.evaluator.kind": self.name}
+
+    # ---------------------------------------------------------------------------------------- images
+    def image_key(self, task: "Task") -> str:
+        """What, besides the build context, tells the task's image apart (evaluators/task_images.py)."""
+        return repr(None)
+
+    def build_image(self, task: "Task", log) -> str:
+        """Builds (or finds) the image the task's attempts run in; returns its id."""
+        from agent.sandbox.images import task_image
+
+        return task_image(task.dockerfile, task.build_context, log)
+
+    # ---------------------------------------------------------------------------------------- export
+    def export(self, task: "Task") -> tuple[str, dict[str, bytes]]:
+        """For `harness tasks export --format harbor` (tasks/export.py): the lines of the exported
+        tests/test.sh that set $reward, and the files under tests/harness/ (besides verdict.py)."""
+        raise UserError(f"task {task.id}: a {self.name} task cannot be exported to Harbor's format")
+
+
+register("pytest", "evaluators.grading.pytest_kind")
+register("answer", "evaluators.grading.answer_kind")
+register("script", "evaluators.grading.script_kind")
+# Harbor tasks have no [evaluator]: a tests/test.sh writing /logs/verifier/reward.txt selects it
+# (tasks/harbor.py)
+register("harbor", "evaluators.grading.harbor_kind", in_task_toml=False)
