@@ -16,6 +16,7 @@ from agent.models import get_model
 from agent.protocol import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
 from agent.sandbox import ExecResult, SandboxDied, SandboxPool
 from agent.sandbox.protocol import LoopSandbox
+from evaluators.config import EvalConfig
 from evaluators.policies import loop_policy
 from evaluators.runner import attempt_with_retries, run_attempt, run_eval
 from tests.conftest import run
@@ -367,7 +368,11 @@ def test_run_eval_records_every_attempt_and_resume_runs_nothing_twice(image, tmp
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"add": [WRITE_CORRECT, SUBMIT]}))
     out = tmp_path / "run"
-    run(run_eval(f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, progress=False))
+    run(
+        run_eval(
+            EvalConfig(model=f"replay:{script}", samples=3, out=out, concurrency=3), tasks, progress=False
+        )
+    )
     lines = (out / "attempts.jsonl").read_text().splitlines()
     recs = [json.loads(line) for line in lines]
     assert len(recs) == 3 and all(r["solved"] for r in recs), [
@@ -375,7 +380,7 @@ def test_run_eval_records_every_attempt_and_resume_runs_nothing_twice(image, tmp
     ]
     run(
         run_eval(
-            f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, resume=True, progress=False
+            EvalConfig(model=f"replay:{script}", samples=3, resume=out, concurrency=3), tasks, progress=False
         )
     )
     assert len((out / "attempts.jsonl").read_text().splitlines()) == 3
@@ -404,13 +409,14 @@ def test_each_sample_and_step_gets_its_own_seed_and_a_rerun_the_same(image, tmp_
         model = Recorder()
         run(
             run_eval(
-                "recorder",
+                EvalConfig(
+                    model="recorder",
+                    samples=3,
+                    out=out,
+                    concurrency=1,
+                    loop=LoopConfig(temperature=0.7, seed=5),
+                ),
                 [make_task()],
-                samples=3,
-                temperature=0.7,
-                seed=5,
-                out_dir=out,
-                concurrency=1,
                 progress=False,
                 model_obj=model,
             )
