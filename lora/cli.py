@@ -55,21 +55,21 @@ def register(subparsers) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lora.config import PRESETS, config_from
     from lora.train import run
 
-    model = args.model or PRESETS.get(args.preset or "", {}).get("model")
-    tasks = args.tasks or PRESETS.get(args.preset or "", {}).get("tasks")
-    out = args.out
-    if out is None and model and tasks:
-        out = "runs/train/" + re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model}-{tasks}")
-    given = given_fields(args, TrainConfig)
-    given["out"] = out
-    cfg = config_from(
-        args.preset,
-        **given,
-        sft=given_fields(args, SFTConfig),
-    )
+    cfg = train_config_from(args)
     telemetry.apply_options(args, "harness-train")
     run(cfg)
     return 0
+
+
+def train_config_from(args: argparse.Namespace):
+    """The TrainConfig `harness train`'s options ask for: the preset's settings, then the flags given."""
+    from lora.config import PRESETS, config_from
+
+    given = given_fields(args, TrainConfig)
+    preset = PRESETS.get(args.preset or "", {})
+    model, tasks = given.get("model") or preset.get("model"), given.get("tasks") or preset.get("tasks")
+    if given.get("out") is None and model and tasks:
+        given["out"] = "runs/train/" + re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model}-{tasks}")
+    return config_from(args.preset, **given, sft=given_fields(args, SFTConfig))
