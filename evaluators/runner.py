@@ -524,24 +524,29 @@ async def _on_this_machine(cfg: EvalConfig, todo: list, Pool, images, store, the
             if bar:
                 bar.update(rec)
 
-        jobs = [asyncio.ensure_future(one(t, s)) for t, s in todo]
-        try:
-            await asyncio.gather(*jobs)
-        except BaseException:
-            flying = bar.in_flight() if bar else []
-            if bar:
-                bar.close()  # the display ends: the messages follow on lines of their own
-            if flying:
-                print(
-                    f"harness eval: {len(flying)} attempts in flight were not recorded;\n"
-                    "  --resume runs them again from the start",
-                    file=sys.stderr,
-                )
-            for j in jobs:
-                j.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.gather(*jobs, return_exceptions=True)
-            raise
+        await _all_or_none([asyncio.ensure_future(one(t, s)) for t, s in todo], bar)
+
+
+async def _all_or_none(jobs: list, bar: Optional[Progress]) -> None:
+    """Waits for every attempt; when one raises (or the run is interrupted), says which attempts in flight
+    were not recorded, cancels the others and raises."""
+    try:
+        await asyncio.gather(*jobs)
+    except BaseException:
+        flying = bar.in_flight() if bar else []
+        if bar:
+            bar.close()  # the display ends: the messages follow on lines of their own
+        if flying:
+            print(
+                f"harness eval: {len(flying)} attempts in flight were not recorded;\n"
+                "  --resume runs them again from the start",
+                file=sys.stderr,
+            )
+        for j in jobs:
+            j.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*jobs, return_exceptions=True)
+        raise
 
 
 def resume_note(out_dir: Path, recorded: int, todo: int) -> str:
