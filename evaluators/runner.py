@@ -421,7 +421,8 @@ async def sandbox_backend(cfg: EvalConfig, tasks: list[Task], stage: Callable[[s
     if cfg.sandbox == "k8s":
         from agent.sandbox.k8s import k8s_images, k8s_pool
 
-        return k8s_pool(cfg.sandbox_options), k8s_images(tasks, cfg.sandbox_options)
+        images = k8s_images(tasks, cfg.sandbox_options)  # a missing registry image first, then the kubeconfig
+        return k8s_pool(cfg.sandbox_options), images
     stage(f"building the images of {len(tasks)} tasks")
     images = await build_images(tasks)
     await asyncio.to_thread(prune, None, True)  # containers left by harness processes that died (kill -9)
