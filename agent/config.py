@@ -8,8 +8,11 @@ model string is agent.models.DEFAULT_MODEL.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import Optional
+
+from tasks.model import AgentLimits
 
 LOCAL_REPLY_TOKENS = 256  # local models decode on this machine's CPU: short replies keep attempts quick
 API_REPLY_TOKENS = (
@@ -36,10 +39,15 @@ class LoopConfig:
     """The loop's settings and their defaults: the one place they are defined and described. The CLIs make
     their options from these fields (add_loop_options); the help text is each field's metadata."""
 
-    # The runner keeps the smaller of max_steps, wall_time, command_timeout and the task's own limits.
-    max_steps: int = field(default=30, metadata={"help": "model turns per attempt"})
-    wall_time: float = field(default=600.0, metadata={"help": "seconds for the whole attempt"})
-    command_timeout: float = field(default=60.0, metadata={"help": "seconds per command"})
+    # The runner keeps the smaller of max_steps, wall_time, command_timeout and the task's own limits
+    # (task.toml's [agent], tasks.model.AgentLimits, whose defaults these are).
+    max_steps: int = field(default=AgentLimits.max_steps, metadata={"help": "model turns per attempt"})
+    wall_time: float = field(
+        default=AgentLimits.timeout_sec, metadata={"help": "seconds for the whole attempt"}
+    )
+    command_timeout: float = field(
+        default=AgentLimits.command_timeout_sec, metadata={"help": "seconds per command"}
+    )
     # None: the loop picks by the model (default_reply_tokens), and `harness eval` records what it picked.
     max_reply_tokens: Optional[int] = field(
         default=None, metadata={"help": "tokens per model reply", "default_text": REPLY_TOKENS_BY_MODEL}
@@ -77,23 +85,70 @@ class LoopConfig:
 
 
 def add_loop_options(parser: argparse.ArgumentParser, *names: str, defaults: Optional[dict] = None) -> None:
-    """Adds --NAME options (e.g. --max-steps) for these LoopConfig fields, with each field's help text and
-    type. The default is the field's, unless `defaults` maps the name to (value, how the help describes it;
-    "{default}" there is the field's default, None: not described)."""
-    by_name = {f.name: f for f in fields(LoopConfig)}
-    for name in names:
-        f = by_name[name]
-        described = f.metadata.get("default_text", f.default)
-        default, said = (defaults or {}).get(name, (f.default, described))
-        kind = {"int": int, "float": float, "str": str}[f.type.removeprefix("Optional[").removesuffix("]")]
-        choices = f.metadata.get("choices")
-        text = f.metadata["help"] + (
-            "" if said is None else f" (default {str(said).format(default=described)})"
-        )
-        parser.add_argument(
-            "--" + name.replace("_", "-"),
-            type=None if choices else kind,
-            choices=choices,
-            default=default,
-            help=text,
-        )
+    """Adds --NAME options (e.g. --max-steps) for these LoopConfig fields (add_field_options)."""
+    add_field_options(parser, LoopConfig, *names, defaults=defaults)
+
+
+_TYPES = {"int": int, "float": float, "str": str, "Path": Path}
+
+
+def add_field_options(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *names: str,
+    defaults: Optional[dict] = None,
+    unset: bool = False,
+    prefix: str = "",
+) -> None:
+    """Adds an option for each of these fields of the dataclass `cls` (all of them when none are named),
+    typed by the field's annotation, with the help text of its metadata: the one place where a setting is
+    described and its default written. The option is --PREFIXNAME (metadata "flag" names another; "short"
+    adds one; "dest" too); metadata "choices", "metavar", "nargs" and "action" pass to argparse, and a
+    field whose metadata says cli=False gets none. The default is the field's, unless `defaults` maps the
+    name to (value, how the help describes it; "{default}" there is the field's default, None: not
+    described). With `unset`, every option's default is None (not given: the caller fills in the field's
+    default, so it can tell what was asked for) and the help names the field's default."""
+    by_name = {f.name: f for f in fields(cls)}
+    chosen = [by_name[n] for n in names] if names else [f for f in fields(cls) if f.metadata.get("cli", True)]
+    for f in chosen:
+        meta = f.metadata
+        if "help" not in meta:
+            raise TypeError(f"{cls.__name__}.{f.name} has no help text in its metadata")
+        if f.default is not MISSING:
+            own = f.default
+        else:  # a factory's value, or None for a required field
+            own = None if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
+        described = meta.get("default_text", own)
+        default, said = (defaults or {}).get(f.name, (None if unset else own, described))
+        if isinstance(said, (list, tuple, dict)) and not said:
+            said = None  # nothing to say: empty
+        text = meta["help"] + ("" if said is None else f" (default {str(said).format(default=described)})")
+        kind = f.type.removeprefix("Optional[").removesuffix("]")
+        kw: dict = {"default": default, "help": text}
+        for key in ("choices", "metavar", "nargs", "action", "dest"):
+            if key in meta:
+                kw[key] = meta[key]
+        if kind == "bool":
+            kw.setdefault("action", "store_true")
+        elif kind.startswith("list["):
+            kw["type"] = _TYPES[kind.removeprefix("list[").removesuffix("]")]
+            if "nargs" not in kw:
+                kw.setdefault("action", "append")
+        elif "choices" not in kw:
+            kw["type"] = _TYPES[kind]
+        flag = meta.get("flag", "--" + (prefix + f.name).replace("_", "-"))
+        kw.setdefault("dest", prefix + f.name)
+        parser.add_argument(flag, *([meta["short"]] if "short" in meta else []), **kw)
+
+
+def given_fields(args: argparse.Namespace, cls: type, prefix: str = "") -> dict:
+    """The fields of `cls` whose options (add_field_options, unset) were given: {field: value}."""
+    out = {}
+    for f in fields(cls):
+        if not f.metadata.get("cli", True):
+            continue
+        dest = f.metadata.get("dest", prefix + f.name)
+        value = getattr(args, dest, None)
+        if value is not None:
+            out[f.name] = value
+    return out

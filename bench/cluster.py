@@ -40,6 +40,7 @@ def _bench_loop():
 
 def measure(mode: str, address: str, n: int, concurrency: int) -> dict:
     """One run_eval (in this process); prints and returns its rates."""
+    from evaluators.config import EvalConfig
     from evaluators.runner import run_eval
 
     bl = _bench_loop()
@@ -64,12 +65,14 @@ def measure(mode: str, address: str, n: int, concurrency: int) -> dict:
     w.start()
     asyncio.run(
         run_eval(
-            f"replay:{script}",
+            EvalConfig(
+                model=f"replay:{script}",
+                out=out,
+                concurrency=concurrency,
+                cluster=address if mode == "ray" else None,
+            ),
             bl.make_tasks(n),
-            out_dir=out,
-            concurrency=concurrency,
             progress=False,
-            cluster=address if mode == "ray" else None,
         )
     )
     wall = time.perf_counter() - t0

@@ -761,9 +761,10 @@ def section_e2e(
     teacher = Teacher(ReplayModel.from_file(str(scripts)), student)
     evals: list[dict] = []
 
-    def run_eval(model_spec, task_list, *, samples, temperature, out_dir, adapter, seed, concurrency, limits):
+    def run_eval(cfg, task_list):
         # Round 0's train samples (the next round's data) come from the teacher; every other eval,
         # round 1's with the adapter, is the student's.
+        out_dir, adapter = cfg.out, cfg.model_options.get("adapter")
         is_teacher = adapter is None and Path(out_dir).name == "train-sample"
         evals.append(
             {
@@ -774,46 +775,26 @@ def section_e2e(
         )
         if sandbox == "none":
             return no_sandbox_eval(
-                model_spec,
+                cfg.model,
                 task_list,
-                samples=samples,
-                temperature=temperature,
+                samples=cfg.samples,
+                temperature=cfg.loop.temperature,
                 out_dir=out_dir,
                 adapter=adapter,
-                seed=seed,
+                seed=cfg.loop.seed,
                 teacher=is_teacher,
-                max_tokens=limits.get("max_reply_tokens") or 64,
+                max_tokens=cfg.loop.max_reply_tokens or 64,
             )
         if not is_teacher:
-            return lt._run_eval(
-                model_spec,
-                task_list,
-                samples=samples,
-                temperature=temperature,
-                out_dir=out_dir,
-                adapter=adapter,
-                seed=seed,
-                concurrency=concurrency,
-                limits=limits,
-            )
+            return lt._run_eval(cfg, task_list)
+        from dataclasses import replace
+
         from agent.config import LoopConfig
         from evaluators.runner import run_eval as runner_eval
 
+        loop = replace(cfg.loop, wall_time=LoopConfig.wall_time)  # the teacher: the loop's own wall time
         return Path(
-            asyncio.run(
-                runner_eval(
-                    model_spec,
-                    task_list,
-                    samples=samples,
-                    temperature=temperature,
-                    out_dir=out_dir,
-                    concurrency=concurrency,
-                    seed=seed,
-                    progress=False,
-                    model_obj=teacher,
-                    loop=LoopConfig(**limits, task_wall_time=False),
-                )
-            )
+            asyncio.run(runner_eval(replace(cfg, loop=loop), task_list, progress=False, model_obj=teacher))
         )
 
     backend = lt.Backend(

@@ -40,6 +40,7 @@ from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
 from agent.sandbox import Limits, SandboxPool  # noqa: E402
 from agent.sandbox.images import ensure_base_image  # noqa: E402
+from evaluators.config import EvalConfig  # noqa: E402
 from evaluators.runner import run_eval  # noqa: E402
 from results import telemetry  # noqa: E402
 from tasks.model import EvaluatorConfig, Task  # noqa: E402
@@ -115,7 +116,9 @@ async def harness_rate(
         cpu0, daemons0 = sum(os.times()[:4]), daemons_cpu()
     t = time.perf_counter()
     await run_eval(
-        f"replay:{script}", tasks, out_dir=out, concurrency=concurrency, progress=False, batch_grading=batch
+        EvalConfig(model=f"replay:{script}", out=out, concurrency=concurrency, batch_grading=batch),
+        tasks,
+        progress=False,
     )
     wall = time.perf_counter() - t
     LAST_CPU_MS[0] = (time.process_time() - cpu) / len(tasks) * 1000

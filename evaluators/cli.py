@@ -6,14 +6,21 @@ import argparse
 import asyncio
 import shlex
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Optional
 
-from agent.config import add_loop_options
-from agent.models import DEFAULT_MODEL, add_model_option
+from agent.config import given_fields
+from evaluators.config import (
+    LOOP_OPTIONS,
+    EvalConfig,
+    K8sOptions,
+    TaskFilter,
+    add_eval_options,
+    eval_loop,
+)
 from results import telemetry
 from results.errors import UserError
-
-DEFAULT_SUITE = "builtin:easy"
 
 EVAL_EXAMPLE = (
     "examples:\n"
@@ -34,88 +41,7 @@ def register(sub):
         epilog=EVAL_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", help=f"model string (default {DEFAULT_MODEL}); see README 'Model strings'")
-    add_model_option(p)
-    p.add_argument(
-        "--tasks",
-        default=DEFAULT_SUITE,
-        help=f"suite: folder, builtin, builtin:easy (default {DEFAULT_SUITE})",
-    )
-    p.add_argument("--domain", help="only tasks of this domain (coding, data, ops, documents, science)")
-    p.add_argument("--difficulty", type=int, help="only tasks of this difficulty (1-5)")
-    p.add_argument("--split", help="only family instances of this split (train or heldout)")
-    p.add_argument(
-        "--tag", action="append", dest="tags", help="only tasks with this tag (repeatable: all must match)"
-    )
-    p.add_argument("--glob", help="only task ids matching this glob")
-    p.add_argument("--limit", type=int, metavar="N", help="only the first N selected tasks (in suite order)")
-    p.add_argument("--samples", type=int, help="attempts per task (default 1)")
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=4,
-        help="attempts in flight (a local model decodes concurrent requests as one batch; default 4)",
-    )
-    p.add_argument("--model-concurrency", type=int, help="concurrent model requests (default: --concurrency)")
-    p.add_argument(
-        "--batch-grading",
-        type=int,
-        metavar="N",
-        help="up to N attempts of one image take turns in one fresh grading container, each as its own user "
-        "(pytest tasks with the candidate proxy; others keep a container each; default 0: one per attempt)",
-    )
-    add_loop_options(
-        p, "temperature", defaults={"temperature": (None, "{default:g}")}
-    )  # None: 0, or the run's
-    add_loop_options(
-        p,
-        "max_steps",
-        "max_reply_tokens",
-        "token_budget",
-        "cost_limit",
-        "protocol",
-    )
-    p.add_argument("--adapter", help="LoRA adapter folder for a local model (same as -M adapter=DIR)")
-    p.add_argument(
-        "--base-url", help="OpenAI-compatible endpoint (with --model NAME; same as -M base_url=URL)"
-    )
-    add_loop_options(p, "seed", defaults={"seed": (0, 0)})  # eval's runs are seeded (LoopConfig's None: not)
-    p.add_argument("--out", type=Path, help="run folder (default runs/<time>-<model>)")
-    p.add_argument(
-        "--no-internet",
-        action="store_true",
-        help="Harbor tasks: no network for any container (default: as each task says; Harbor's: on)",
-    )
-    p.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted run in DIR")
-    p.add_argument(
-        "--retry-errors",
-        action="store_true",
-        help="with --resume: also run again the attempts recorded as error (infrastructure or provider "
-        "outage); their old records move to DIR/retried.jsonl",
-    )
-    p.add_argument(
-        "--cluster",
-        metavar="ADDRESS",
-        help="run the attempts on a Ray cluster: ray://HOST:PORT, HOST:PORT or auto (needs harness[cluster])",
-    )
-    p.add_argument(
-        "--sandbox",
-        choices=["docker", "k8s"],
-        default="docker",
-        help="where sandboxes run: this machine's Docker (default) "
-        "or Kubernetes via agent-sandbox (KUBECONFIG)",
-    )
-    p.add_argument(
-        "--k8s-image", help="with --sandbox k8s: the base image in a registry the cluster pulls from"
-    )
-    p.add_argument("--k8s-namespace", help="with --sandbox k8s (default: the kubeconfig context's)")
-    p.add_argument("--k8s-runtime-class", help="with --sandbox k8s: e.g. gvisor or kata-qemu")
-    p.add_argument(
-        "--k8s-connect",
-        choices=["auto", "pod-ip", "exec"],
-        default="auto",
-        help="with --sandbox k8s: reach sandboxes by pod IP, or by one kubectl exec stream each",
-    )
+    add_eval_options(p)
     telemetry.add_options(p)
     p.set_defaults(func=cmd_eval)
 
@@ -189,114 +115,22 @@ def cmd_rescore(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from agent.config import LoopConfig
     from evaluators.runner import run_eval
-    from tasks.loader import load_suite
-
-    resume_dir = args.resume
-    if args.retry_errors and resume_dir is None:
-        raise UserError("--retry-errors needs --resume DIR (the run whose errored attempts to run again)")
-    if resume_dir is not None:
-        from results.manifest import resume_settings
-
-        manifest, recorded = resume_settings(
-            resume_dir, model=args.model, samples=args.samples, temperature=args.temperature
-        )  # the run's own settings win
-        cfg = manifest.config
-        args.model, args.samples, args.temperature = (
-            recorded["model"],
-            recorded["samples"],
-            recorded["temperature"],
-        )
-        tasks = [
-            t
-            for t in load_suite(
-                args.tasks if args.tasks != DEFAULT_SUITE else cfg.get("suite", DEFAULT_SUITE)
-            )
-            if t.id in set(cfg.get("tasks", []))
-        ]
-    else:
-        args.model = args.model or DEFAULT_MODEL
-        args.samples = 1 if args.samples is None else args.samples
-        args.temperature = 0.0 if args.temperature is None else args.temperature
-        tasks = load_suite(
-            args.tasks,
-            domain=args.domain,
-            difficulty=args.difficulty,
-            tags=args.tags,
-            split=args.split,
-            glob=args.glob,
-        )
-    if args.samples < 1 or args.concurrency < 1:
-        raise UserError("--samples and --concurrency must be at least 1")
-    from agent.models import parse_model_options
-
-    if args.limit is not None:
-        if args.limit < 1:
-            raise UserError("--limit must be at least 1")
-        tasks = tasks[: args.limit]
     from tasks import harbor
 
-    if getattr(args, "no_internet", False):
+    cfg, tasks = eval_config_from(args)
+    if cfg.no_internet:
         tasks = harbor.offline(tasks)
     if harbor.network_line(tasks):
         print(harbor.network_line(tasks), file=sys.stderr)
-    options = parse_model_options(args.model, getattr(args, "model_option", []))
-    if args.adapter:
-        options["adapter"] = args.adapter
-    if args.base_url:
-        options["base_url"] = args.base_url
-    loop = LoopConfig(
-        max_steps=args.max_steps,
-        token_budget=args.token_budget,
-        cost_limit=args.cost_limit,
-        protocol=args.protocol,
-        max_reply_tokens=args.max_reply_tokens,  # None: default_reply_tokens, picked by run_eval
-    )
     telemetry.apply_options(args, "harness-eval")
     if not telemetry.json_logs():
-        print(f"harness eval: {args.model} on {len(tasks)} tasks x {args.samples} samples", file=sys.stderr)
-    from results.store import default_run_dir
-
-    out_dir = resume_dir or args.out or default_run_dir(args.model)
+        print(f"harness eval: {cfg.model} on {len(tasks)} tasks x {cfg.samples} samples", file=sys.stderr)
+    out_dir = cfg.run_dir()
+    if cfg.resume is None:
+        cfg.out = out_dir  # named once: the interrupted run's resume command points at it
     try:
-        run_dir = asyncio.run(
-            run_eval(
-                args.model,
-                tasks,
-                samples=args.samples,
-                temperature=args.temperature,
-                out_dir=out_dir,
-                concurrency=args.concurrency,
-                resume=resume_dir is not None,
-                retry_errors=args.retry_errors,
-                seed=args.seed,
-                model_options=options,
-                loop=loop,
-                model_concurrency=args.model_concurrency,
-                batch_grading=(
-                    args.batch_grading
-                    if args.batch_grading is not None
-                    else (cfg.get("batch_grading", 0) if resume_dir is not None else 0)
-                ),
-                suite=args.tasks,
-                cluster=args.cluster,
-                sandbox=args.sandbox,
-                sandbox_options={
-                    "image": args.k8s_image,
-                    "namespace": args.k8s_namespace,
-                    "runtime_class": args.k8s_runtime_class,
-                    "connect": args.k8s_connect,
-                },
-                filters={
-                    "domain": args.domain,
-                    "difficulty": args.difficulty,
-                    "split": args.split,
-                    "tags": args.tags,
-                    "glob": args.glob,
-                },
-            )
-        )
+        run_dir = asyncio.run(run_eval(cfg, tasks))
     except KeyboardInterrupt:
         if (Path(out_dir) / "manifest.json").exists():
             print(
@@ -310,6 +144,64 @@ def cmd_eval(args) -> int:
     print_summary(run_dir)
     print(f"run folder: {run_dir}")
     return 1 if all_errored(run_dir) else 0
+
+
+def select_tasks(cfg: EvalConfig, only: Optional[set[str]] = None) -> list:
+    """The suite's tasks that pass the filters (tasks.loader.load_suite), or those whose ids are `only`
+    (a resumed run's), then the first cfg.limit of them."""
+    from tasks.loader import load_suite
+
+    if only is None:
+        tasks = load_suite(cfg.suite, **asdict(cfg.filters))
+    else:
+        tasks = [t for t in load_suite(cfg.suite) if t.id in only]
+    return tasks[: cfg.limit] if cfg.limit is not None else tasks
+
+
+def eval_config_from(args: argparse.Namespace) -> tuple[EvalConfig, list]:
+    """The EvalConfig that `harness eval`'s options ask for (add_eval_options) and its tasks. An option not
+    given takes the field's default; with --resume, the run's model, samples, temperature, suite, batch
+    grading and tasks (results.manifest.resume_settings refuses other values asked for). Model options are
+    parsed for the model's backend (-M, --adapter, --base-url)."""
+    from agent.models import parse_model_options
+
+    given = given_fields(args, EvalConfig)
+    loop = {k: getattr(args, k) for k in LOOP_OPTIONS if getattr(args, k, None) is not None}
+    if given.get("retry_errors") and "resume" not in given:
+        raise UserError("--retry-errors needs --resume DIR (the run whose errored attempts to run again)")
+    only = None
+    if "resume" in given:
+        from results.manifest import resume_settings
+
+        manifest, _ = resume_settings(
+            given["resume"],
+            model=given.get("model"),
+            samples=given.get("samples"),
+            temperature=loop.get("temperature"),
+        )  # the run's own settings win
+        run = EvalConfig.from_record(manifest.model, manifest.config)
+        given.update(model=run.model, samples=run.samples)
+        given.setdefault("suite", run.suite)
+        given.setdefault("batch_grading", run.batch_grading)
+        loop["temperature"] = run.loop.temperature
+        only = set(manifest.config.get("tasks", []))
+    cfg = EvalConfig(
+        **given,
+        loop=replace(eval_loop(), **loop),
+        filters=TaskFilter(**given_fields(args, TaskFilter)),
+        sandbox_options=asdict(K8sOptions(**given_fields(args, K8sOptions, prefix="k8s_"))),
+    )
+    if cfg.samples < 1 or cfg.concurrency < 1:
+        raise UserError("--samples and --concurrency must be at least 1")
+    if cfg.limit is not None and cfg.limit < 1:
+        raise UserError("--limit must be at least 1")
+    tasks = select_tasks(cfg, only)
+    cfg.model_options = parse_model_options(cfg.model, getattr(args, "model_option", None) or [])
+    if getattr(args, "adapter", None):
+        cfg.model_options["adapter"] = args.adapter
+    if getattr(args, "base_url", None):
+        cfg.model_options["base_url"] = args.base_url
+    return cfg, tasks
 
 
 def resume_command(args, out_dir: Path) -> str:

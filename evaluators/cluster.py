@@ -141,7 +141,7 @@ class NodeWorker:
         self.tasks.update({t.id: t for t in tasks})
         if self.pool is None:
             s = self.spec
-            self.model = get_model(s["actor_model"], **s["model_options"])
+            self.model = get_model(s["actor_model"], **s["actor_model_options"])
             self.model_slots = asyncio.Semaphore(s["model_slots"])
             self.pool = SandboxPool(
                 run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2
@@ -151,16 +151,17 @@ class NodeWorker:
         from evaluators.policies import loop_policy
 
         s, task = self.spec, self.tasks[task_id]
+        cfg = s["config"]  # the run's EvalConfig
         return await attempt_to_ship(
             task,
-            lambda: loop_policy(self.model, s["loop"], self.model_slots, sample),
+            lambda: loop_policy(self.model, cfg.loop, self.model_slots, sample),
             self.pool,
             image,
             node=self.node,
             run_id=s["run_id"],
-            model_name=s["model"],
+            model_name=cfg.model,
             sample=sample,
-            temperature=s["temperature"],
+            temperature=cfg.loop.temperature,
         )
 
     async def close(self) -> None:
@@ -265,36 +266,31 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 async def run_on_cluster(
-    address: str,
+    cfg: Any,
     todo: list[tuple[Any, int]],
     *,
     tasks: list[Any],
     images: dict[str, str],
     run_id: str,
-    model: str,
     model_obj: Any,
-    model_options: dict,
-    loop: Any,
-    temperature: float,
-    concurrency: int,
-    model_concurrency: Optional[int],
     on_record: Callable[[Attempt], None],
     put_object: Callable[[bytes], str],
     log: Optional[Callable[[str], None]] = None,
 ) -> None:
-    """Runs every (task, sample) of `todo` on the cluster's nodes; on_record(rec) once per finished
-    attempt, after put_object (RunStore.put_object) has stored the objects its kept changes name."""
+    """Runs every (task, sample) of `todo` on the cluster cfg.cluster (cfg: the run's EvalConfig, which
+    every node gets); on_record(rec) once per finished attempt, after put_object (RunStore.put_object) has
+    stored the objects its kept changes name."""
     log = log or _log
-    ray = connect(address)
+    ray = connect(cfg.cluster)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     # A node started with --num-cpus=0 (the usual way to keep work off a head node) gets no actor.
     nodes = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
     if not nodes:
-        raise UserError(f"--cluster {address}: the cluster has no live node with CPUs")
+        raise UserError(f"--cluster {cfg.cluster}: the cluster has no live node with CPUs")
     server = None
-    actor_model = model
-    if model.startswith("local:"):  # in-process weights, with model_options' adapter: served once, here
+    actor_model, actor_options = cfg.model, cfg.model_options
+    if cfg.model.startswith("local:"):  # in-process weights, with model_options' adapter: served once, here
         from agent.serve import start_server
 
         server = await asyncio.to_thread(
@@ -305,19 +301,17 @@ async def run_on_cluster(
         )
         # The nodes' records then carry the served model's exact token ids, as one machine's do (training).
         actor_model = f"openai-compat:{server.base_url}/{server.name}"
-        model_options = {"return_token_ids": True, "context_window": model_obj.context_window}
+        actor_options = {"return_token_ids": True, "context_window": model_obj.context_window}
     Actor = _actor_class()
-    slots = _split(concurrency, len(nodes))
-    model_slots = _split(model_concurrency or concurrency, len(nodes))
+    slots = _split(cfg.concurrency, len(nodes))
+    model_slots = _split(cfg.model_slots, len(nodes))
     workers = []
     for n, k, mk in zip(nodes, slots, model_slots):
         spec = {
             "run_id": run_id,
-            "model": model,
+            "config": cfg,
             "actor_model": actor_model,
-            "model_options": model_options,
-            "loop": loop,
-            "temperature": temperature,
+            "actor_model_options": actor_options,
             "slots": k,
             "model_slots": mk,
         }

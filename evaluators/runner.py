@@ -24,6 +24,7 @@ from agent.models import get_model
 from agent.models.base import Model
 from agent.protocol import TOOLS
 from agent.sandbox import Changes, FilesNotWritten, SandboxPool, SandboxUnresponsive, prune
+from evaluators.config import EvalConfig
 from evaluators.grading import kinds
 from evaluators.grading.grade import GradingStations, batchable, grade
 from evaluators.policies import Policy, loop_policy
@@ -322,71 +323,21 @@ async def _attempt_with_retries(
 
 
 async def run_eval(
-    model: str,
-    tasks: list[Task],
-    *,
-    samples: int = 1,
-    temperature: float = 0.0,
-    out_dir: Optional[Path] = None,
-    concurrency: int = 4,
-    resume: bool = False,
-    retry_errors: bool = False,
-    seed: int = 0,
-    model_options: Optional[dict] = None,
-    loop: Optional[LoopConfig] = None,
-    model_concurrency: Optional[int] = None,
-    max_sandboxes: Optional[int] = None,
-    progress: bool = True,
-    model_obj: Optional[Model] = None,
-    suite: str = "",
-    cluster: Optional[str] = None,
-    sandbox: str = "docker",
-    sandbox_options: Optional[dict] = None,
-    filters: Optional[dict] = None,
-    batch_grading: int = 0,
+    cfg: EvalConfig, tasks: list[Task], *, model_obj: Optional[Model] = None, progress: bool = True
 ) -> Path:
-    """Evaluates `model` on `tasks` (samples each); returns the run folder (manifest + attempts.jsonl).
-    With `batch_grading` N > 1, up to N attempts of one image share a fresh grading container, each as its
+    """Evaluates cfg.model on `tasks` (cfg.samples each); returns the run folder (manifest + attempts.jsonl).
+    `model_obj` is a model already loaded for cfg.model (the caller keeps it); `progress` draws the display.
+    With cfg.batch_grading N > 1, up to N attempts of one image share a fresh grading container, each as its
     own user (evaluators/grading/grade.GradingStations; the tasks that may: grade.batchable).
-    With `cluster` (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
-    sandbox="k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
+    With cfg.cluster (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
+    cfg.sandbox "k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
     from results.manifest import Manifest
-    from results.store import RunStore, default_run_dir
+    from results.store import RunStore
 
-    if not tasks:
-        raise UserError("no tasks selected: check the suite path and the filters")
-    if not 0 <= batch_grading <= MAX_BATCH_GRADING:
-        raise UserError(
-            f"batch grading of {batch_grading} attempts per grading container: give 0 to "
-            f"{MAX_BATCH_GRADING} (0 or 1: a grading container per attempt)"
-        )
-    ids = [t.id for t in tasks]
-    if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        raise UserError(f"duplicate task ids in the suite: {', '.join(dup[:5])}: give each task a unique id")
-    model_options = dict(model_options or {})
-    cfg = loop or LoopConfig()
+    check_run(cfg, tasks)
     # the manifest records the reply-token limit the loop will use
-    reply_tokens = cfg.max_reply_tokens or default_reply_tokens(model)
-    cfg = replace(cfg, temperature=temperature, seed=seed, max_reply_tokens=reply_tokens)
-    config = {
-        "model": model,
-        "suite": suite,
-        "tasks": sorted(ids),
-        "samples": samples,
-        "temperature": temperature,
-        "model_options": {k: str(v) for k, v in model_options.items()},
-        "loop": cfg.__dict__,
-        "tools": TOOLS,
-        "concurrency": concurrency,
-        "model_concurrency": model_concurrency or concurrency,
-        "filters": dict(filters or {}),
-        "batch_grading": batch_grading,
-    }  # recorded, not compared on resume (results/manifest.RESUME_KEYS)
-    if cluster:
-        from evaluators.cluster import check_address, import_ray
-
-        check_address(cluster), import_ray()
+    reply_tokens = cfg.loop.max_reply_tokens or default_reply_tokens(cfg.model)
+    cfg = replace(cfg, loop=replace(cfg.loop, max_reply_tokens=reply_tokens))
     # The progress display starts now: loading a local model and building images take a while. The JSON
     # events replace it (both on stderr).
     bar = Progress() if progress and not telemetry.json_logs() else None
@@ -394,143 +345,23 @@ async def run_eval(
     try:
         # A bad model string, missing API key or adapter fails here: before images are built or a run
         # folder is made.
-        stage(f"loading the model {model}")
-        the_model = model_obj or get_model(model, **model_options)
-        from agent.sandbox.backends import sandbox_backend
-
-        backend = sandbox_backend(sandbox)
-        if cluster and not backend.with_cluster:
-            raise UserError(f"--cluster and --sandbox {sandbox} do not combine yet: pick one")
-        if backend.images:  # the backend names the images its sandboxes run
-            images = backend.images(tasks, sandbox_options or {})
-        else:
-            stage(f"building the images of {len(tasks)} tasks")
-            images = await build_images(tasks)
-            # containers left by harness processes that died (kill -9)
-            await asyncio.to_thread(prune, None, True)
-        Pool = backend.pool(sandbox_options or {})  # a bad kubeconfig fails here, before the run folder
-        manifest = Manifest.build(model, config, tasks, images=images, seed=seed)
-        out_dir = Path(out_dir) if out_dir else default_run_dir(model)
-        store = RunStore.open(out_dir, manifest) if resume else RunStore.create(out_dir, manifest)
+        stage(f"loading the model {cfg.model}")
+        the_model = model_obj or get_model(cfg.model, **cfg.model_options)
+        Pool, images = await sandbox_backend(cfg, tasks, stage)
+        config = cfg.record([t.id for t in tasks], TOOLS)
+        manifest = Manifest.build(cfg.model, config, tasks, images=images, seed=cfg.loop.seed)
+        out_dir = cfg.run_dir()
+        store = RunStore.open(out_dir, manifest) if cfg.resume else RunStore.create(out_dir, manifest)
         try:
-            if resume and retry_errors:  # their records move to retried.jsonl; the attempts run again
-                n = store.drop_errors()
-                if progress or n:
-                    note = f"retrying {n} attempt(s) recorded as error"
-                    if bar:
-                        bar.say(note)
-                    else:
-                        print(f"harness eval: {note}", file=sys.stderr)
-            done = store.done_keys()
-            run_id = store.run_id
-            todo = [(t, s) for t in tasks for s in range(samples) if attempt_key(run_id, t.id, s) not in done]
-            telemetry.event(
-                "resume" if resume else "run_started",
-                run_id=run_id,
-                out=str(out_dir),
-                model=model,
-                recorded=len(done),  # on resume: kept and skipped
-                todo=len(todo),
-            )
-            if resume and bar:
-                bar.say(resume_note(out_dir, len(tasks) * samples - len(todo), len(todo)))
+            todo = _todo(cfg, store, tasks, bar, progress)
             if not todo:
                 return out_dir
-            model_slots = asyncio.Semaphore(model_concurrency or concurrency)
-            attempt_slots = asyncio.Semaphore(concurrency)
             if bar:
                 bar.set_total(len(todo))
-            if cluster:
-                from evaluators.cluster import run_on_cluster
-
-                def record(rec: Attempt):
-                    store.append(rec)  # durable before it counts as done
-                    attempt_finished(rec)
-                    if bar:
-                        bar.update(rec)
-
-                try:
-                    await run_on_cluster(
-                        cluster,
-                        todo,
-                        tasks=tasks,
-                        images=images,
-                        run_id=run_id,
-                        model=model,
-                        model_obj=the_model,
-                        model_options=model_options,
-                        loop=cfg,
-                        temperature=temperature,
-                        concurrency=concurrency,
-                        model_concurrency=model_concurrency,
-                        on_record=record,
-                        put_object=store.put_object,
-                    )
-                except BaseException:
-                    if bar:
-                        bar.close()
-                    raise
-                store.finish()
-                return out_dir
-            async with Pool(
-                run_id=run_id,
-                warm=concurrency + 1,  # an agent and a grader container each
-                max_containers=max_sandboxes or 2 * concurrency + 2,
-            ) as pool:
-                if telemetry.metrics():
-                    telemetry.metrics().pools[:] = [pool]  # one run's pool at a time (train runs several)
-                stations = None
-                if batch_grading > 1 and Pool is SandboxPool:
-                    # half as many grading containers as attempts in flight: a grading waits for a turn
-                    # rather than start a container that grades only one or two attempts
-                    stations = GradingStations(pool, batch_grading, max_containers=stations_for(concurrency))
-                if hasattr(pool, "expect"):  # no warm container beyond what the attempts will take
-                    pool.expect(expected_containers([t for t, _ in todo], stations, concurrency))
-
-                async def one(task: Task, sample: int):
-                    name = attempt_name(task.id, sample)
-                    phase = (lambda what: bar.phase(name, what)) if bar else None
-                    async with attempt_slots:
-                        if bar:
-                            bar.start(name)
-                        rec = await attempt_with_retries(
-                            task,
-                            lambda: loop_policy(the_model, cfg, model_slots, sample, phase),
-                            pool,
-                            images[task.id],
-                            run_id=run_id,
-                            model_name=model,
-                            sample=sample,
-                            temperature=temperature,
-                            keep=lambda t, ch: store.keep_changes(
-                                t.workspace_files, ch.files, ch.deleted, ch.executable
-                            ),
-                            stations=stations,
-                        )
-                    # durable before it counts as done; the fsync waits on the disk, not on the event loop
-                    await asyncio.to_thread(store.append, rec)
-                    attempt_finished(rec)
-                    if bar:
-                        bar.update(rec)
-
-                jobs = [asyncio.ensure_future(one(t, s)) for t, s in todo]
-                try:
-                    await asyncio.gather(*jobs)
-                except BaseException:
-                    flying = bar.in_flight() if bar else []
-                    if bar:
-                        bar.close()  # the display ends: the messages follow on lines of their own
-                    if flying:
-                        print(
-                            f"harness eval: {len(flying)} attempts in flight were not recorded;\n"
-                            "  --resume runs them again from the start",
-                            file=sys.stderr,
-                        )
-                    for j in jobs:
-                        j.cancel()
-                    with contextlib.suppress(BaseException):
-                        await asyncio.gather(*jobs, return_exceptions=True)
-                    raise
+            if cfg.cluster:
+                await _on_cluster(cfg, todo, tasks, images, store, the_model, bar)
+            else:
+                await _on_this_machine(cfg, todo, Pool, images, store, the_model, bar)
             store.finish()
         finally:
             store.close()
@@ -540,6 +371,169 @@ async def run_eval(
     finally:
         if bar:
             bar.close()
+
+
+def check_run(cfg: EvalConfig, tasks: list[Task]) -> None:
+    """Settings and suites that cannot run, refused before anything starts."""
+    if not tasks:
+        raise UserError("no tasks selected: check the suite path and the filters")
+    if cfg.samples < 1 or cfg.concurrency < 1:
+        raise UserError("--samples and --concurrency must be at least 1")
+    if not 0 <= cfg.batch_grading <= MAX_BATCH_GRADING:
+        raise UserError(
+            f"batch grading of {cfg.batch_grading} attempts per grading container: give 0 to "
+            f"{MAX_BATCH_GRADING} (0 or 1: a grading container per attempt)"
+        )
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise UserError(f"duplicate task ids in the suite: {', '.join(dup[:5])}: give each task a unique id")
+    if cfg.retry_errors and cfg.resume is None:
+        raise UserError("--retry-errors needs --resume DIR (the run whose errored attempts to run again)")
+    if cfg.cluster:
+        from evaluators.cluster import check_address, import_ray
+
+        check_address(cfg.cluster), import_ray()
+        from agent.sandbox.backends import sandbox_backend as backend_named
+
+        if not backend_named(cfg.sandbox).with_cluster:
+            raise UserError(f"--cluster and --sandbox {cfg.sandbox} do not combine yet: pick one")
+
+
+async def sandbox_backend(cfg: EvalConfig, tasks: list[Task], stage: Callable[[str], None]):
+    """The run's sandbox pool class (cfg.sandbox, from agent/sandbox/backends.py) and its tasks' images: the
+    one place a backend is picked. A bad kubeconfig or a missing image fails here, before the run folder."""
+    from agent.sandbox.backends import sandbox_backend as backend_named
+
+    backend = backend_named(cfg.sandbox)
+    if backend.images:  # the backend names the images its sandboxes run
+        images = backend.images(tasks, cfg.sandbox_options)
+    else:
+        stage(f"building the images of {len(tasks)} tasks")
+        images = await build_images(tasks)
+        await asyncio.to_thread(prune, None, True)  # containers left by harness processes that died (kill -9)
+    return backend.pool(cfg.sandbox_options), images
+
+
+def _todo(cfg: EvalConfig, store, tasks: list[Task], bar: Optional[Progress], progress: bool) -> list:
+    """The (task, sample) pairs not recorded yet; on resume with retry_errors, those recorded as error too."""
+    if cfg.resume and cfg.retry_errors:  # their records move to retried.jsonl; the attempts run again
+        n = store.drop_errors()
+        if progress or n:
+            note = f"retrying {n} attempt(s) recorded as error"
+            if bar:
+                bar.say(note)
+            else:
+                print(f"harness eval: {note}", file=sys.stderr)
+    done, run_id = store.done_keys(), store.run_id
+    todo = [(t, s) for t in tasks for s in range(cfg.samples) if attempt_key(run_id, t.id, s) not in done]
+    telemetry.event(
+        "resume" if cfg.resume else "run_started",
+        run_id=run_id,
+        out=str(store.dir),
+        model=cfg.model,
+        recorded=len(done),  # on resume: kept and skipped
+        todo=len(todo),
+    )
+    if cfg.resume and bar:
+        bar.say(resume_note(store.dir, len(tasks) * cfg.samples - len(todo), len(todo)))
+    return todo
+
+
+async def _on_cluster(cfg: EvalConfig, todo: list, tasks: list[Task], images, store, the_model, bar) -> None:
+    from evaluators.cluster import run_on_cluster
+
+    def record(rec: Attempt):
+        store.append(rec)  # durable before it counts as done
+        attempt_finished(rec)
+        if bar:
+            bar.update(rec)
+
+    try:
+        await run_on_cluster(
+            cfg,
+            todo,
+            tasks=tasks,
+            images=images,
+            run_id=store.run_id,
+            model_obj=the_model,
+            on_record=record,
+            put_object=store.put_object,
+        )
+    except BaseException:
+        if bar:
+            bar.close()
+        raise
+
+
+async def _on_this_machine(cfg: EvalConfig, todo: list, Pool, images, store, the_model, bar) -> None:
+    """The attempts on this machine: at most cfg.concurrency in flight, cfg.model_slots model requests."""
+    model_slots = asyncio.Semaphore(cfg.model_slots)
+    attempt_slots = asyncio.Semaphore(cfg.concurrency)
+    async with Pool(
+        run_id=store.run_id,
+        warm=cfg.concurrency + 1,  # an agent and a grader container each
+        max_containers=cfg.max_sandboxes or 2 * cfg.concurrency + 2,
+    ) as pool:
+        if telemetry.metrics():
+            telemetry.metrics().pools[:] = [pool]  # one run's pool at a time (train runs several)
+        stations = None
+        if cfg.batch_grading > 1 and Pool is SandboxPool:
+            # half as many grading containers as attempts in flight: a grading waits for a turn
+            # rather than start a container that grades only one or two attempts
+            stations = GradingStations(pool, cfg.batch_grading, max_containers=stations_for(cfg.concurrency))
+        if hasattr(pool, "expect"):  # no warm container beyond what the attempts will take
+            pool.expect(expected_containers([t for t, _ in todo], stations, cfg.concurrency))
+
+        async def one(task: Task, sample: int):
+            name = attempt_name(task.id, sample)
+            phase = (lambda what: bar.phase(name, what)) if bar else None
+            async with attempt_slots:
+                if bar:
+                    bar.start(name)
+                rec = await attempt_with_retries(
+                    task,
+                    lambda: loop_policy(the_model, cfg.loop, model_slots, sample, phase),
+                    pool,
+                    images[task.id],
+                    run_id=store.run_id,
+                    model_name=cfg.model,
+                    sample=sample,
+                    temperature=cfg.loop.temperature,
+                    keep=lambda t, ch: store.keep_changes(
+                        t.workspace_files, ch.files, ch.deleted, ch.executable
+                    ),
+                    stations=stations,
+                )
+            # durable before it counts as done; the fsync waits on the disk, not on the event loop
+            await asyncio.to_thread(store.append, rec)
+            attempt_finished(rec)
+            if bar:
+                bar.update(rec)
+
+        await _all_or_none([asyncio.ensure_future(one(t, s)) for t, s in todo], bar)
+
+
+async def _all_or_none(jobs: list, bar: Optional[Progress]) -> None:
+    """Waits for every attempt; when one raises (or the run is interrupted), says which attempts in flight
+    were not recorded, cancels the others and raises."""
+    try:
+        await asyncio.gather(*jobs)
+    except BaseException:
+        flying = bar.in_flight() if bar else []
+        if bar:
+            bar.close()  # the display ends: the messages follow on lines of their own
+        if flying:
+            print(
+                f"harness eval: {len(flying)} attempts in flight were not recorded;\n"
+                "  --resume runs them again from the start",
+                file=sys.stderr,
+            )
+        for j in jobs:
+            j.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*jobs, return_exceptions=True)
+        raise
 
 
 def resume_note(out_dir: Path, recorded: int, todo: int) -> str:

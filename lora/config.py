@@ -1,4 +1,5 @@
-"""The settings of `harness train` (lora/train.py): TrainConfig, the named presets, and the checks on both
+"""The settings of `harness train` (lora/train.py): TrainConfig and SFTConfig (each field's default and help
+written once: `harness train` makes its options from them), the named presets, and the checks on both
 (unknown settings, and a resume with settings other than the run folder's)."""
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from lora.sft import SFTConfig
 from results.errors import UserError
 from results.jsonl import write_json_atomic
 
@@ -43,15 +43,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-LATER_DEFAULTS: dict[str, Any] = {
-    "budget": None,
-    "explore_share": 0.2,
-    "curriculum": False,
-    "start_difficulty": 2,
-    "hints": False,
-    "stop_when": "no_new_task",
-    "audit_runs": [],
-}
+# Settings added after the first runs: left out of identity() at their defaults, so those runs still resume.
+LATER_SETTINGS = (
+    "budget",
+    "explore_share",
+    "curriculum",
+    "start_difficulty",
+    "hints",
+    "stop_when",
+    "audit_runs",
+)
 STOP_RULES = ("no_new_task", "no_improvement")
 # Issue 28's loop: the same model, limits and SFT settings as rft-smollm2, on the whole family pool
 # (difficulty 1-4), with a fixed budget per round spread by solve rate, a curriculum, hints, and a
@@ -68,33 +69,121 @@ PRESETS["rft-curriculum"] = {
 }
 
 
+def _help(text: str, **more: Any) -> dict:
+    return {"metadata": {"help": text, **more}}
+
+
+@dataclass
+class SFTConfig:
+    """LoRA fine-tuning settings (lora/sft.py); `harness train` gives --rank, --lr and --epochs."""
+
+    # adapter
+    rank: int = field(default=16, **_help("LoRA rank"))
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: Optional[list[str]] = None  # None: every nn.Linear except the output layer
+    # optimisation
+    lr: float = field(default=2e-4, **_help("learning rate"))
+    weight_decay: float = 0.0
+    epochs: int = field(default=2, **_help("epochs per round"))
+    max_steps: Optional[int] = None  # optimizer steps; when set, epochs repeat until it is reached
+    batch_tokens: int = 4096  # padded tokens per micro-batch (sequences grouped by length)
+    grad_accum: int = 4  # micro-batches per optimizer step
+    warmup_ratio: float = 0.05
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    max_grad_norm: float = 1.0
+    max_seq_len: int = 8192  # longer examples are dropped, never truncated (the end holds the fix)
+    seed: int = 0
+    # speed; None = automatic (on for CUDA, off on the CPU)
+    device: Optional[str] = None
+    bf16: Optional[bool] = None
+    checkpointing: Optional[bool] = None
+    log_every: int = 10
+
+
 @dataclass
 class TrainConfig:
-    model: str  # local:NAME
-    tasks: str  # suite spec; its train split is sampled and trained on
-    out: Path
-    heldout: Optional[str] = None  # suite spec whose heldout split is evaluated; None: same as tasks
-    rounds: int = 2
-    samples: int = 8  # K samples per train task per round
-    temperature: float = 0.7
-    eval_samples: Optional[int] = None  # samples per heldout task for pass@k; None: samples
-    per_task_cap: int = 2
-    mask_errors: bool = False
-    continue_adapter: bool = False
-    limit: Optional[int] = None  # N tasks of each split, spread evenly over families (quick runs)
+    """`harness train`'s settings: the one place their defaults and help are written (lora/cli.py makes
+    the options from these fields; a --preset's values come between the defaults and the flags)."""
+
+    model: str = field(**_help("local model, e.g. local:smollm2-135m"))
+    tasks: str = field(**_help("suite whose train split is sampled, e.g. builtin:easy"))
+    out: Path = field(
+        **_help("run folder; the same folder resumes", default_text="runs/train/<model>-<tasks>")
+    )
+    heldout: Optional[str] = field(
+        default=None, **_help("suite whose heldout split is evaluated", default_text="--tasks")
+    )
+    rounds: int = field(default=2, **_help("training rounds"))
+    samples: int = field(default=8, **_help("samples per train task per round", short="-k"))
+    temperature: float = field(default=0.7, **_help("sampling temperature"))
+    eval_samples: Optional[int] = field(
+        default=None, **_help("samples per heldout task for pass@k", default_text="--samples")
+    )
+    per_task_cap: int = field(default=2, **_help("most trajectories kept per task, 0 = no cap"))
+    mask_errors: bool = field(
+        default=False, **_help("no loss on turns whose command failed", default_text=None)
+    )
+    continue_adapter: bool = field(
+        default=False,
+        **_help(
+            "train each round on top of the previous adapter (default: from the base on all kept data)",
+            flag="--continue",
+            default_text=None,
+        ),
+    )
+    limit: Optional[int] = field(
+        default=None, **_help("use N tasks of each split, spread evenly over families")
+    )
     max_steps: Optional[int] = None  # LoopConfig's field (tightens the tasks' own limit); None: its default
     max_reply_tokens: Optional[int] = None  # LoopConfig's field; None: its default
-    concurrency: int = 4
-    seed: int = 0
-    cluster: Optional[str] = None  # a Ray address: the evals run their attempts on its nodes
+    concurrency: int = field(default=4, **_help("attempts in flight while sampling"))
+    seed: int = field(default=0, **_help("seed for sampling and training"))
+    cluster: Optional[str] = field(
+        default=None,
+        **_help(
+            "run the evals' attempts on a Ray cluster (ray://HOST:PORT, HOST:PORT or auto)", metavar="ADDRESS"
+        ),
+    )
     # Issue 28 (lora/curriculum.py). budget None: today's loop, `samples` attempts on every train task.
-    budget: Optional[int] = None  # train attempts per round, spread by measured solve rate
-    explore_share: float = 0.2  # at most this share of the budget on never-solved tasks
-    curriculum: bool = False  # pool by difficulty: saturated tasks leave, harder ones enter
+    budget: Optional[int] = field(
+        default=None,
+        **_help(
+            "train attempts per round, spread by each task's measured solve rate", default_text="K per task"
+        ),
+    )
+    explore_share: float = field(default=0.2, **_help("with --budget: most of it on never-solved tasks"))
+    curriculum: bool = field(
+        default=False,
+        **_help(
+            "with --budget: sample tasks up to a difficulty level that rises as they get solved",
+            default_text=None,
+        ),
+    )
     start_difficulty: int = 2  # the curriculum's first level
-    hints: bool = False  # never-solved tasks: half their attempts start from a hint (trained without it)
-    stop_when: str = "no_new_task"  # or "no_improvement": neither held-out nor train solve rate rose
-    audit_runs: list[str] = field(default_factory=list)  # more runs for the audit (e.g. a null agent's)
+    hints: bool = field(
+        default=False,
+        **_help(
+            "with --budget: half the attempts on never-solved tasks start from a hint (trained without it)",
+            default_text=None,
+        ),
+    )
+    stop_when: str = field(
+        default="no_new_task",
+        **_help(
+            "no_new_task: a round solved no new train task; no_improvement: neither held-out "
+            "greedy pass@1 nor the train solve rate rose",
+            choices=STOP_RULES,
+        ),
+    )
+    audit_runs: list[str] = field(
+        default_factory=list,
+        **_help(
+            "runs whose attempts the task audit also reads (e.g. a null agent's); broken tasks are left out",
+            nargs="+",
+            metavar="RUN",
+        ),
+    )
     sft: SFTConfig = field(default_factory=SFTConfig)
 
     def identity(self) -> dict:
@@ -103,8 +192,9 @@ class TrainConfig:
         d = asdict(self)
         for k in ("out", "rounds", "concurrency", "cluster"):
             d.pop(k)
-        for k, default in LATER_DEFAULTS.items():
-            if d.get(k) == default:
+        defaults = asdict(TrainConfig(model="", tasks="", out=Path()))
+        for k in LATER_SETTINGS:
+            if d.get(k) == defaults[k]:
                 d.pop(k)
         d["sft"] = {k: v for k, v in d["sft"].items() if k not in ("device", "log_every")}
         return d

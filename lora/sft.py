@@ -31,33 +31,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from agent.models.local_loading import pick_device
+from lora.config import SFTConfig
 from lora.data import IGNORE, Example
 
-
-@dataclass
-class SFTConfig:
-    # adapter
-    rank: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
-    target_modules: Optional[list[str]] = None  # None: every nn.Linear except the output layer
-    # optimisation
-    lr: float = 2e-4
-    weight_decay: float = 0.0
-    epochs: int = 2
-    max_steps: Optional[int] = None  # optimizer steps; when set, epochs repeat until it is reached
-    batch_tokens: int = 4096  # padded tokens per micro-batch (sequences grouped by length)
-    grad_accum: int = 4  # micro-batches per optimizer step
-    warmup_ratio: float = 0.05
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    max_grad_norm: float = 1.0
-    max_seq_len: int = 8192  # longer examples are dropped, never truncated (the end holds the fix)
-    seed: int = 0
-    # speed; None = automatic (on for CUDA, off on the CPU)
-    device: Optional[str] = None
-    bf16: Optional[bool] = None
-    checkpointing: Optional[bool] = None
-    log_every: int = 10
+__all__ = ["SFTConfig"]  # defined with the other train settings (lora/config.py)
 
 
 @dataclass

@@ -53,8 +53,7 @@ class Backend:
     local model; tests pass fakes."""
 
     load_tasks: Callable[[str, str], list]  # (suite spec, split) -> [Task]
-    # (model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency, limits) -> run dir
-    run_eval: Callable[..., Path]
+    run_eval: Callable[[Any, list], Path]  # (evaluators.config.EvalConfig, tasks) -> run dir (eval_config)
     fine_tune: Callable[..., dict]  # (model, examples, sft_cfg, out_dir, continue_from) -> stats
     end_of_turn: Callable[[str], Optional[int]] = lambda model: None  # model -> its end-of-turn token id
     # model -> messages -> the prompt token ids the local model would see (rebuilding hinted attempts)
@@ -67,44 +66,14 @@ def _load_tasks(spec: str, split: str) -> list:
     return list(load_suite(spec, split=split))
 
 
-def _run_eval(
-    model: str,
-    tasks: list,
-    *,
-    samples: int,
-    temperature: float,
-    out_dir: Path,
-    adapter: Optional[Path],
-    seed: int,
-    concurrency: int,
-    limits: dict,
-    cluster: Optional[str] = None,
-) -> Path:
+def _run_eval(cfg: Any, tasks: list) -> Path:
+    """runner.run_eval of one eval (cfg: an EvalConfig); an interrupted run of this phase is finished."""
     from evaluators.runner import run_eval
     from lora.sft import free_memory
 
-    options = {"adapter": str(adapter)} if adapter else None
-    extra = {}
-    if limits:  # LoopConfig fields; the runner keeps the tighter of these and the task's own limits
-        from agent.config import LoopConfig
-
-        extra["loop"] = LoopConfig(**limits, task_wall_time=False, wall_time=1800.0)
-    resume = (Path(out_dir) / "manifest.json").exists()  # an interrupted run of this phase: finish it
-    run_dir = asyncio.run(
-        run_eval(
-            model,
-            tasks,
-            samples=samples,
-            temperature=temperature,
-            out_dir=out_dir,
-            concurrency=concurrency,
-            resume=resume,
-            seed=seed,
-            model_options=options,
-            cluster=cluster,
-            **extra,
-        )
-    )
+    if (Path(cfg.out) / "manifest.json").exists():
+        cfg = replace(cfg, resume=cfg.out)
+    run_dir = asyncio.run(run_eval(cfg, tasks))
     free_memory()  # the runner's model copy is gone; give its memory back before training
     return Path(run_dir)
 
@@ -149,10 +118,10 @@ def _encoder(model: str) -> Optional[Callable[[list], list[int]]]:
     return partial(encode_messages, tokenizer)
 
 
-def default_backend(cluster: Optional[str] = None) -> Backend:
+def default_backend() -> Backend:
     return Backend(
         load_tasks=_load_tasks,
-        run_eval=partial(_run_eval, cluster=cluster),
+        run_eval=_run_eval,
         fine_tune=_fine_tune,
         end_of_turn=_end_of_turn,
         encoder=_encoder,
@@ -242,7 +211,7 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
 
 def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str], None] = print) -> Path:
     """Run (or resume) the rounds of `cfg` in cfg.out. Returns the run folder."""
-    backend = backend or default_backend(cfg.cluster)
+    backend = backend or default_backend()
     local_spec(cfg.model)
     if cfg.cluster:  # no Ray or a bad address: said before anything is written
         from evaluators.cluster import check_address, import_ray
@@ -477,6 +446,30 @@ def _sft_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, log: Calla
     return mark_done(rd, "sft", dict(stats))
 
 
+def eval_config(
+    cfg: TrainConfig, samples: int, temperature: float, out: Path, adapter: Optional[Path], seed: int
+):
+    """The EvalConfig of one of a round's evals: the model (with the round's adapter), its samples at its
+    temperature, the train run's limits, concurrency and cluster."""
+    from agent.config import LoopConfig
+    from evaluators.config import EvalConfig
+
+    limits = {
+        k: v for k, v in (("max_steps", cfg.max_steps), ("max_reply_tokens", cfg.max_reply_tokens)) if v
+    }
+    # the runner keeps the tighter of these and the task's own limits
+    loop = LoopConfig(**limits, task_wall_time=False, wall_time=1800.0) if limits else LoopConfig()
+    return EvalConfig(
+        model=cfg.model,
+        model_options={"adapter": str(adapter)} if adapter else {},
+        loop=replace(loop, temperature=temperature, seed=seed),
+        samples=samples,
+        concurrency=cfg.concurrency,
+        cluster=cfg.cluster,
+        out=out,
+    )
+
+
 def _eval_phase(
     cfg: TrainConfig,
     backend: Backend,
@@ -494,9 +487,6 @@ def _eval_phase(
         "heldout-sample": (heldout_tasks, cfg.eval_samples or cfg.samples, cfg.temperature),
         "train-greedy": (train_tasks, 1, 0.0),
     }
-    limits = {
-        k: v for k, v in (("max_steps", cfg.max_steps), ("max_reply_tokens", cfg.max_reply_tokens)) if v
-    }
     runs: dict[str, tuple[Path, int, float]] = {}
     seconds: dict[str, float] = {}
     hints: dict[str, str] = {}
@@ -509,15 +499,7 @@ def _eval_phase(
         started = time.monotonic()
         with telemetry.span(f"train {phase}", attrs):
             run_dir = backend.run_eval(
-                cfg.model,
-                tasks,
-                samples=samples,
-                temperature=temperature,
-                out_dir=rd / "eval" / name,
-                adapter=adapter,
-                seed=cfg.seed + r,
-                concurrency=cfg.concurrency,
-                limits=limits,
+                eval_config(cfg, samples, temperature, rd / "eval" / name, adapter, seed=cfg.seed + r), tasks
             )
         seconds[name] = time.monotonic() - started
         runs[name] = (Path(run_dir), samples, temperature)

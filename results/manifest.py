@@ -32,6 +32,7 @@ class TaskEntry(BaseModel):
 class Manifest(BaseModel):
     run_id: str = ""  # the run folder's name when created; part of every attempt key
     model: str
+    # evaluators.config.EvalConfig.record() (EvalConfig.from_record reads it back); rescore adds "rescore"
     config: dict[str, Any] = Field(default_factory=dict)
     task_suite: list[TaskEntry] = Field(default_factory=list)
     images: dict[str, str] = Field(default_factory=dict)  # task id (or image tag) -> image id (sha256:...)
@@ -134,7 +135,7 @@ def resume_settings(
     RunStore.open then compares the whole manifest (config_differences)."""
     manifest = read_manifest(run_dir)
     cfg = manifest.config
-    recorded = {
+    recorded = {  # a run from before samples and temperature were recorded ran 1 sample at 0
         "model": manifest.model,
         "samples": cfg.get("samples", 1),
         "temperature": cfg.get("temperature", 0.0),

@@ -25,6 +25,9 @@ SPLITS = ("train", "heldout")  # Task.split of a family instance
 
 @dataclass(frozen=True)
 class AgentLimits:
+    """A task's own limits (task.toml's [agent]); their defaults are also the loop's (agent.config.LoopConfig
+    max_steps, wall_time, command_timeout), and an attempt runs under the smaller of the two."""
+
     timeout_sec: float = 600.0  # wall time for the whole attempt
     max_steps: int = 30
     command_timeout_sec: float = 60.0  # per command

@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "orchestrator and task loading",
         [
             "evaluators.runner",
+            "evaluators.config",
             "evaluators.policies",
             "evaluators.progress",
             "evaluators.task_images",

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from agent.models.replay import ANY_SAMPLE, load_scripts
+from evaluators.config import EvalConfig
 from evaluators.runner import run_eval
 from results.export.atif import export_atif, to_atif
 from results.store import open_run
@@ -312,7 +313,7 @@ def test_export_then_replay_gives_the_same_verdicts(image, tmp_path):
     script.write_text(json.dumps({"add": [WRITE_CORRECT, SUBMIT], "sub": [WRITE_WRONG, SUBMIT]}))
     tasks = [make_task(), dataclasses.replace(make_task(), id="sub")]
     first = tmp_path / "first"
-    run(run_eval(f"replay:{script}", tasks, samples=2, out_dir=first, progress=False))
+    run(run_eval(EvalConfig(model=f"replay:{script}", samples=2, out=first), tasks, progress=False))
     p = harness("export", str(first), "--format", "atif", "--out", str(tmp_path / "x.atif.json"))
     assert p.returncode == 0, p.stderr
     trajectories = json.loads((tmp_path / "x.atif.json").read_text())
@@ -320,7 +321,13 @@ def test_export_then_replay_gives_the_same_verdicts(image, tmp_path):
     for t in trajectories:
         check_atif(t)
     second = tmp_path / "second"
-    run(run_eval(f"replay:{tmp_path / 'x.atif.json'}", tasks, samples=2, out_dir=second, progress=False))
+    run(
+        run_eval(
+            EvalConfig(model=f"replay:{tmp_path / 'x.atif.json'}", samples=2, out=second),
+            tasks,
+            progress=False,
+        )
+    )
 
     def verdicts(d):
         return {(a.task_id, a.sample): (a.status, a.reason, a.n_steps) for a in open_run(d).iter_attempts()}

@@ -4,6 +4,7 @@ turns in shared grading containers, each as its own user, and every verdict is w
 import asyncio
 import json
 
+from evaluators.config import EvalConfig
 from evaluators.grading.grade import FIRST_BATCH_UID, GradingStations
 from evaluators.runner import run_eval
 from evaluators.selftest.fixtures import CORRECT, SUBMIT, WRONG, add_task, bash, write
@@ -36,12 +37,9 @@ def test_batch_graded_verdicts_are_each_attempts_own(image, tmp_path, monkeypatc
     shared = GradingStations.shared_turns
     out = asyncio.run(
         run_eval(
-            f"replay:{script}",
+            EvalConfig(model=f"replay:{script}", out=tmp_path / "run", concurrency=4, batch_grading=3),
             tasks,
-            out_dir=tmp_path / "run",
-            concurrency=4,
             progress=False,
-            batch_grading=3,
         )
     )
     recs = {a.task_id: a for a in RunReader(out).iter_attempts()}

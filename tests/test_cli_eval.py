@@ -51,6 +51,43 @@ def test_resume_without_tasks_uses_the_runs_own_suite(image, tmp_path):
     assert all(r["solved"] for r in recs)
 
 
+# What run_eval recorded in manifest.json before EvalConfig (the keys, in order): such runs still resume.
+OLD_CONFIG_KEYS = (
+    "model suite tasks samples temperature model_options loop tools concurrency model_concurrency filters "
+    "batch_grading"
+).split()
+
+
+@pytest.mark.slow
+def test_a_run_written_before_the_eval_config_resumes_and_reports(image, tmp_path):
+    suite = tmp_path / "suite"
+    for name in ("t1", "t2"):
+        write_task(suite, name, toml=GOOD_TOML)
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps({"*": ["```bash\necho ok > answer.txt\n```", SUBMIT]}))
+    run = tmp_path / "run"
+    first = harness(
+        "eval", "--model", f"replay:{replies}", "--tasks", str(suite), "--samples", "2", "--out", str(run)
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    lines = (run / "attempts.jsonl").read_text().splitlines(keepends=True)
+    (run / "attempts.jsonl").write_text(lines[0])  # as if interrupted after the first attempt
+    m = manifest(run)
+    m["config"] = {k: m["config"][k] for k in OLD_CONFIG_KEYS}  # the manifest as the older harness wrote it
+    m["finished_at"] = None
+    (run / "manifest.json").write_text(json.dumps(m))
+
+    resumed = harness("eval", "--resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "skipping 1 recorded attempts; running 3" in resumed.stderr
+    recs = records(run)
+    assert sorted((r["task_id"], r["sample"]) for r in recs) == [("t1", 0), ("t1", 1), ("t2", 0), ("t2", 1)]
+    assert all(r["solved"] for r in recs)
+    assert list(manifest(run)["config"]) == OLD_CONFIG_KEYS  # the run keeps its own manifest
+    report = harness("report", str(run))
+    assert report.returncode == 0, report.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
     from agent.serve import start_server

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from evaluators.config import EvalConfig
 from evaluators.runner import run_eval
 from results.errors import UserError
 from tasks.loader import load_suite
@@ -129,13 +130,11 @@ def test_eval_spreads_attempts_over_both_nodes_and_equals_one_machine(ray_cluste
 
     run(
         run_eval(
-            f"replay:{script}",
+            EvalConfig(
+                model=f"replay:{script}", samples=2, concurrency=4, out=tmp_path / "single", suite="builtin"
+            ),
             tasks,
-            samples=2,
-            concurrency=4,
-            out_dir=tmp_path / "single",
             progress=False,
-            suite="builtin",
         )
     )
     single = records(tmp_path / "single")
@@ -320,13 +319,15 @@ def test_the_served_model_has_the_adapter_and_nodes_record_one_machines_token_id
     tasks = [t for t in create_file_tasks() if t.id == "create-file-01"]
     run(
         run_eval(
-            "local:smollm2-135m",
+            EvalConfig(
+                model="local:smollm2-135m",
+                out=tmp_path / "single",
+                model_options={"adapter": str(adapter)},
+                suite="builtin",
+                loop=LoopConfig(max_steps=2, max_reply_tokens=48),
+            ),
             tasks,
-            out_dir=tmp_path / "single",
-            model_options={"adapter": str(adapter)},
-            loop=LoopConfig(max_steps=2, max_reply_tokens=48),
             progress=False,
-            suite="builtin",
         )
     )
     single = token_ids(tmp_path / "single")["create-file-01"]

@@ -7,6 +7,7 @@ import pytest
 from agent.config import LoopConfig
 from agent.serve import start_server
 from agent.workflow import apply_changes, run_workflow
+from evaluators.config import EvalConfig
 from evaluators.runner import run_eval
 from tasks.loader import load_suite
 from tests.conftest import run
@@ -20,7 +21,7 @@ def test_eval_against_an_openai_compatible_server(image, tmp_path):
     try:
         out = tmp_path / "run"
         model = f"openai-compat:{server.base_url}/{server.name}"
-        run(run_eval(model, [make_task()], out_dir=out, progress=False))
+        run(run_eval(EvalConfig(model=model, out=out), [make_task()], progress=False))
     finally:
         server.stop()
     rec = json.loads((out / "attempts.jsonl").read_text())
@@ -88,11 +89,11 @@ def test_local_model_completes_an_eval_of_easy_tasks(image, tmp_path):
     out = tmp_path / "run"
     run(
         run_eval(
-            "local:smollm2-135m",
+            EvalConfig(
+                model="local:smollm2-135m", out=out, loop=LoopConfig(max_steps=2, max_reply_tokens=96)
+            ),
             tasks,
-            out_dir=out,
             progress=False,
-            loop=LoopConfig(max_steps=2, max_reply_tokens=96),
         )
     )
     recs = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]

@@ -589,6 +589,7 @@ def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
     """`harness eval` on a Harbor task: the loop works in the WORKDIR (/app) and its prompt says so."""
     import json
 
+    from evaluators.config import EvalConfig
     from evaluators.runner import run_eval
 
     reply = "```bash\necho 'Hello, world!' > hello.txt && echo \"$APP_MODE\" > mode.txt\n```"
@@ -597,10 +598,8 @@ def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
     out = tmp_path / "run"
     run(
         run_eval(
-            f"replay:{script}",
+            EvalConfig(model=f"replay:{script}", out=out, concurrency=1),
             [load_task(FIXTURES / "hello-world")],
-            out_dir=out,
-            concurrency=1,
             progress=False,
         )
     )

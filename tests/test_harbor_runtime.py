@@ -132,6 +132,7 @@ def eval_replay(tmp_path: Path, scripts: dict, tasks: list):
     the run folder and its records by task id."""
     import json
 
+    from evaluators.config import EvalConfig
     from evaluators.runner import run_eval
 
     script = tmp_path / "replay.json"
@@ -139,7 +140,7 @@ def eval_replay(tmp_path: Path, scripts: dict, tasks: list):
         json.dumps({tid: [f"```bash\n{c}\n```" for c in cmds] + [SUBMIT] for tid, cmds in scripts.items()})
     )
     out = tmp_path / "run"
-    run(run_eval(f"replay:{script}", tasks, out_dir=out, concurrency=2, progress=False))
+    run(run_eval(EvalConfig(model=f"replay:{script}", out=out, concurrency=2), tasks, progress=False))
     recs = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
     return out, {r["task_id"]: r for r in recs}
 

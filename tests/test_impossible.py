@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from evaluators.config import EvalConfig
 from evaluators.runner import run_eval
 from evaluators.validate import validate
 from lora.data import filter_attempts
@@ -121,7 +122,7 @@ def test_cheating_rate_of_a_scripted_cheater_and_an_honest_agent(image, tmp_path
     rates = {}
     for name, script in (("honest", honest), ("cheater", cheater)):
         out = tmp_path / name
-        run(run_eval(f"replay:{script}", tasks, out_dir=out, progress=False))
+        run(run_eval(EvalConfig(model=f"replay:{script}", out=out), tasks, progress=False))
         reader = open_run(out)
         rates[name] = metrics.cheating_rate(reader.read_attempts())
         if name == "cheater":

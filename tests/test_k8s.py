@@ -237,6 +237,7 @@ def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
     "and HARNESS_K8S_IMAGE (the base image in a registry the cluster pulls from)",
 )
 def test_real_cluster_runs_and_grades_an_attempt(tmp_path):
+    from evaluators.config import EvalConfig
     from evaluators.runner import run_eval
 
     script = tmp_path / "s.json"
@@ -244,12 +245,14 @@ def test_real_cluster_runs_and_grades_an_attempt(tmp_path):
     out = tmp_path / "run"
     run(
         run_eval(
-            f"replay:{script}",
+            EvalConfig(
+                model=f"replay:{script}",
+                out=out,
+                sandbox="k8s",
+                sandbox_options={"image": os.environ["HARNESS_K8S_IMAGE"]},
+            ),
             [make_task()],
-            out_dir=out,
             progress=False,
-            sandbox="k8s",
-            sandbox_options={"image": os.environ["HARNESS_K8S_IMAGE"]},
         )
     )
     rec = json.loads((out / "attempts.jsonl").read_text())

@@ -15,6 +15,7 @@ from agent.models import get_model
 from agent.protocol import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
 from agent.sandbox import ExecResult, SandboxDied, SandboxPool
 from agent.sandbox.protocol import sandbox_members
+from evaluators.config import EvalConfig
 from evaluators.policies import loop_policy
 from evaluators.runner import attempt_with_retries, run_attempt, run_eval
 from tests.conftest import run
@@ -145,7 +146,7 @@ def test_the_clis_loop_options_take_their_help_and_defaults_from_loopconfig():
         ev.protocol,
         ev.temperature,
         ev.seed,
-    ) == (30, None, None, None, "auto", None, 0)
+    ) == (30, None, None, None, "auto", None, None)  # not given: EvalConfig's loop (seeded 0) decides
     assert parser.parse_args(["run", "x", "--workspace", "."]).max_steps == LoopConfig().max_steps == 30
     tr = parser.parse_args(["train"])
     assert (tr.max_steps, tr.max_reply_tokens) == (None, None)  # the preset's, else LoopConfig's
@@ -362,7 +363,11 @@ def test_run_eval_records_every_attempt_and_resume_runs_nothing_twice(image, tmp
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"add": [WRITE_CORRECT, SUBMIT]}))
     out = tmp_path / "run"
-    run(run_eval(f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, progress=False))
+    run(
+        run_eval(
+            EvalConfig(model=f"replay:{script}", samples=3, out=out, concurrency=3), tasks, progress=False
+        )
+    )
     lines = (out / "attempts.jsonl").read_text().splitlines()
     recs = [json.loads(line) for line in lines]
     assert len(recs) == 3 and all(r["solved"] for r in recs), [
@@ -370,7 +375,7 @@ def test_run_eval_records_every_attempt_and_resume_runs_nothing_twice(image, tmp
     ]
     run(
         run_eval(
-            f"replay:{script}", tasks, samples=3, out_dir=out, concurrency=3, resume=True, progress=False
+            EvalConfig(model=f"replay:{script}", samples=3, resume=out, concurrency=3), tasks, progress=False
         )
     )
     assert len((out / "attempts.jsonl").read_text().splitlines()) == 3
@@ -399,13 +404,14 @@ def test_each_sample_and_step_gets_its_own_seed_and_a_rerun_the_same(image, tmp_
         model = Recorder()
         run(
             run_eval(
-                "recorder",
+                EvalConfig(
+                    model="recorder",
+                    samples=3,
+                    out=out,
+                    concurrency=1,
+                    loop=LoopConfig(temperature=0.7, seed=5),
+                ),
                 [make_task()],
-                samples=3,
-                temperature=0.7,
-                seed=5,
-                out_dir=out,
-                concurrency=1,
                 progress=False,
                 model_obj=model,
             )

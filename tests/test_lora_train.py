@@ -33,7 +33,8 @@ class FakeBackend:
     def load_tasks(self, spec, split):
         return [SimpleNamespace(id=f"{split}-{i}", family=f"f{i}") for i in range(3)]
 
-    def run_eval(self, model, tasks, *, samples, temperature, out_dir, adapter, seed, concurrency, limits):
+    def run_eval(self, cfg, tasks):
+        samples, out_dir, adapter = cfg.samples, cfg.out, cfg.model_options.get("adapter")
         if self.fail_eval_at is not None and len(self.evals) == self.fail_eval_at:
             self.fail_eval_at = None
             raise RuntimeError("sandbox exploded")

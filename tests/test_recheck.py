@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from agent.config import LoopConfig
+from evaluators.config import EvalConfig
 from evaluators.runner import run_eval
 from results.flags import scan_flags
 from results.manifest import Manifest
@@ -80,7 +81,7 @@ def test_eval_keeps_the_diff_and_show_prints_it(image, tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [WRITE_CORRECT, SUBMIT]}))
     out = tmp_path / "run"
-    run(run_eval(f"replay:{script}", [make_task()], out_dir=out, progress=False))
+    run(run_eval(EvalConfig(model=f"replay:{script}", out=out), [make_task()], progress=False))
     rec = next(open_run(out).iter_attempts())
     assert rec.solved and rec.changes and set(rec.changes.files) == {"solution.py"}
     assert kept_files(out, rec.changes)["solution.py"] == CORRECT
@@ -113,15 +114,16 @@ def test_resume_retry_errors_runs_errored_attempts_again(image, flaky, tmp_path)
         concurrency=1,
         model_options={"max_attempts": 1},
         loop=LoopConfig(max_steps=1),
-        progress=False,
     )
-    run(run_eval(model, [make_task()], out_dir=out, **kw))
+    run(run_eval(EvalConfig(model=model, out=out, **kw), [make_task()], progress=False))
     statuses = sorted(a.status for a in open_run(out).iter_attempts())
     assert statuses == ["error", "solved"]
     calls = server.calls
-    run(run_eval(model, [make_task()], out_dir=out, resume=True, **kw))  # default: errors stay
+    run(
+        run_eval(EvalConfig(model=model, resume=out, **kw), [make_task()], progress=False)
+    )  # default: errors stay
     assert server.calls == calls and len((out / ATTEMPTS).read_text().splitlines()) == 2
-    run(run_eval(model, [make_task()], out_dir=out, resume=True, retry_errors=True, **kw))
+    run(run_eval(EvalConfig(model=model, resume=out, retry_errors=True, **kw), [make_task()], progress=False))
     records = list(open_run(out).iter_attempts())
     assert sorted(a.status for a in records) == ["solved", "solved"] and len(records) == 2
     retried = [json.loads(line) for line in (out / RETRIED).read_text().splitlines()]
@@ -192,7 +194,13 @@ def test_rescore_flips_exactly_the_attempts_the_new_tests_fail(image, tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps({name: [_write(body), SUBMIT] for name, body in bodies.items()}))
     src = tmp_path / "run"
-    run(run_eval(f"replay:{script}", load_suite(str(suite)), out_dir=src, progress=False, suite=str(suite)))
+    run(
+        run_eval(
+            EvalConfig(model=f"replay:{script}", out=src, suite=str(suite)),
+            load_suite(str(suite)),
+            progress=False,
+        )
+    )
     before = {a.task_id: a.status for a in open_run(src).iter_attempts()}
     assert before == {"add-correct": "solved", "add-special": "solved", "add-wrong": "failed"}
     for name in bodies:  # the hidden tests are fixed after the run

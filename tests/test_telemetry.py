@@ -494,6 +494,7 @@ def prometheus(tmp_path):
 
 @pytest.mark.slow
 def test_prometheus_scrapes_an_evals_metrics(image, prometheus, tmp_path):
+    from evaluators.config import EvalConfig
     from evaluators.runner import run_eval
     from tasks.loader import load_suite
 
@@ -502,7 +503,11 @@ def test_prometheus_scrapes_an_evals_metrics(image, prometheus, tmp_path):
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps({"*": [CHECK, SUBMIT]}))
     tasks = [t for t in load_suite("builtin:easy") if t.id in ("fizzbuzz", "slugify")]
-    asyncio.run(run_eval(f"replay:{replies}", tasks, out_dir=tmp_path / "run", concurrency=2, progress=False))
+    asyncio.run(
+        run_eval(
+            EvalConfig(model=f"replay:{replies}", out=tmp_path / "run", concurrency=2), tasks, progress=False
+        )
+    )
     query = prometheus([f"127.0.0.1:{port}"])
     attempts = query("harness_attempts_total")
     assert sum(float(s["value"][1]) for s in attempts) == 2

@@ -53,9 +53,11 @@ def _disk_tmp(o: Outcome) -> list[str]:
 
 
 def _privileges(o: Outcome) -> list[str]:
+    from agent.sandbox import AGENT_UID
+
     text = o.obs()
     p = solved_and(
-        "uid=10001",
+        f"uid={AGENT_UID}",
         "NoNewPrivs=1",
         "sudo=FAIL",
         "su=FAIL",

@@ -2,7 +2,8 @@
 children), sandbox-user processes outside any container, new host files, a host file's digest, and the
 run's containers.
 
-Docker is imported only when a probe runs, so that `harness selftest --list` imports nothing heavy."""
+Docker (and agent.sandbox, whose AGENT_UID is the sandbox user) is imported only when a probe runs, so that
+`harness selftest --list` imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
-
-SANDBOX_UID = 10001  # agent.sandbox.AGENT_UID; a literal so that --list imports nothing heavy
 
 
 @dataclass
@@ -88,11 +87,13 @@ def host_state(root: Optional[str]) -> HostState:
 
 def _sandbox_processes() -> dict[str, set[str]]:
     """pid -> container ids named in its cgroup, for every process of the sandbox user on this host."""
+    from agent.sandbox import AGENT_UID
+
     found = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             uid_line = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
-            if int(uid_line.split()[1]) != SANDBOX_UID:
+            if int(uid_line.split()[1]) != AGENT_UID:
                 continue
             found[status.parent.name] = set(
                 re.findall(r"[0-9a-f]{64}", (status.parent / "cgroup").read_text())
@@ -138,6 +139,8 @@ def _entries(top: str, depth: int):
 def new_host_files(since: float, nonce: str, exclude: Path, extra: tuple[str, ...] = ()) -> list[str]:
     """Entries of / and of the watched host folders (3 levels deep) that are owned by the sandbox user
     and changed since `since`, or named with the nonce; the selftest's own folder excluded."""
+    from agent.sandbox import AGENT_UID
+
     exclude_prefix = str(exclude).rstrip("/") + "/"
     paths = list(_entries("/", 0))
     for top in (*WATCHED, *extra):
@@ -151,7 +154,7 @@ def new_host_files(since: float, nonce: str, exclude: Path, extra: tuple[str, ..
         except OSError:
             continue
         if nonce in os.path.basename(path) or (
-            st.st_uid == SANDBOX_UID and max(st.st_mtime, st.st_ctime) >= since
+            st.st_uid == AGENT_UID and max(st.st_mtime, st.st_ctime) >= since
         ):
             found.append(path)
     return sorted(set(found))

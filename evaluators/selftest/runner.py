@@ -98,6 +98,7 @@ class Runner:
         self, name: str, tasks: list[Task], scripts: dict[str, list], concurrency: int = 1, batch: int = 0
     ):
         """One run_eval in a fresh run folder; returns (records by task id, run id, error text)."""
+        from evaluators.config import EvalConfig
         from evaluators.runner import run_eval
         from results.store import RunReader
 
@@ -108,14 +109,16 @@ class Runner:
         try:
             asyncio.run(
                 run_eval(
-                    f"replay:{script}",
+                    EvalConfig(
+                        model=f"replay:{script}",
+                        samples=1,
+                        out=folder,
+                        concurrency=concurrency,
+                        suite=f"selftest:{name}",
+                        batch_grading=batch,
+                    ),
                     tasks,
-                    samples=1,
-                    out_dir=folder,
-                    concurrency=concurrency,
                     progress=False,
-                    suite=f"selftest:{name}",
-                    batch_grading=batch,
                 )
             )
         except Exception as e:

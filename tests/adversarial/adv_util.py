@@ -9,6 +9,7 @@ import docker
 import docker.errors
 
 from agent.sandbox import LABEL_RUN
+from evaluators.config import EvalConfig
 from evaluators.runner import run_eval
 from evaluators.selftest import SUBMIT, answer_task, bash
 from results.store import RunReader
@@ -44,7 +45,7 @@ def evaluate(tmp_path: Path, tasks, scripts: dict, name: str = "", **kw) -> tupl
     path.write_text(json.dumps(scripts))
     out = tmp_path / name
     kw.setdefault("concurrency", 1)
-    asyncio.run(run_eval(f"replay:{path}", tasks, out_dir=out, progress=False, **kw))
+    asyncio.run(run_eval(EvalConfig(model=f"replay:{path}", out=out, **kw), tasks, progress=False))
     return records(out), (out / "attempts.jsonl").read_text().splitlines(), out
 
 

@@ -15,6 +15,7 @@ import pytest
 from agent.models.base import ModelError
 from agent.sandbox import Changes, Limits, SandboxPool
 from agent.workflow import apply_changes, escape_terminal, refuse_reason
+from evaluators.config import EvalConfig
 from evaluators.runner import attempt_with_retries, run_eval
 from evaluators.selftest import CORRECT, SUBMIT, add_task, bash, write
 from results.errors import InfraError
@@ -245,7 +246,14 @@ class RejectingModel:
 @pytest.mark.parametrize("status,expected", [(400, "failed"), (503, "error")])
 def test_a_refused_conversation_is_a_failure_an_outage_an_error(image, tmp_path, status, expected):
     out = tmp_path / "run"
-    run(run_eval("rejecting", [add_task("t")], out_dir=out, progress=False, model_obj=RejectingModel(status)))
+    run(
+        run_eval(
+            EvalConfig(model="rejecting", out=out),
+            [add_task("t")],
+            progress=False,
+            model_obj=RejectingModel(status),
+        )
+    )
     rec = json.loads((out / "attempts.jsonl").read_text())
     assert rec["status"] == expected and rec["reward"] == 0.0
     assert f"provider said {status}" in (rec["error"] or "")
@@ -277,7 +285,7 @@ def test_a_sandbox_that_never_answers_on_every_try_is_the_attempts_failure(image
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [bash("echo LOSE-ME"), SUBMIT]}))
     out = tmp_path / "run"
-    run(run_eval(f"replay:{script}", [add_task("t")], out_dir=out, progress=False))
+    run(run_eval(EvalConfig(model=f"replay:{script}", out=out), [add_task("t")], progress=False))
     rec = json.loads((out / "attempts.jsonl").read_text())
     assert len(set(lost)) == 3
     assert (rec["status"], rec["reason"], rec["reward"]) == ("failed", "sandbox_unresponsive", 0.0)
