@@ -21,6 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
+from agent import AGENT_UID
 from evaluators.grading import kinds, verdict
 from tasks.model import Task
 
@@ -98,7 +99,7 @@ def dockerfile(task: Task) -> str:
         return task.dockerfile
     out = [f"FROM {BASE_IMAGE}", "WORKDIR /workspace"]
     if task.workspace_files:
-        out.append("COPY --chown=10001:10001 workspace/ /workspace/")
+        out.append(f"COPY --chown={AGENT_UID}:{AGENT_UID} workspace/ /workspace/")
     if task.executable_files:
         out.append(
             "RUN chmod +x " + " ".join(json.dumps(f"/workspace/{p}") for p in sorted(task.executable_files))

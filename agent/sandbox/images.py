@@ -23,12 +23,12 @@ from typing import Optional
 
 import docker.errors
 
+from agent import AGENT_UID  # re-exported: what every sandbox image provides
 from agent.sandbox.client import docker_client
 from results.errors import UserError
 
 # What every sandbox image provides, and the containers rely on (container.py, k8s/manifests.py):
-AGENT_UID = 10001  # a uid no host account uses: per-uid limits are shared across the host
-WORKSPACE = "/workspace"  # the agent's working folder, owned by AGENT_UID
+WORKSPACE = "/workspace"  # the agent's working folder, owned by AGENT_UID (agent/__init__.py)
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 BASE_REPO = "harness/base"

@@ -4,11 +4,12 @@ code cannot reach the reward file."""
 
 from __future__ import annotations
 
+from agent import AGENT_UID
 from evaluators.grading import verdict as rules
 from evaluators.grading.kinds import Kind
 from results.errors import UserError
 
-CANDIDATE_UID = 10001  # agent.sandbox.AGENT_UID
+CANDIDATE_UID = AGENT_UID  # the candidate's code runs as the sandbox user
 # On test.sh's PATH: runs the candidate's code as the candidate user with a clean environment.
 AS_CANDIDATE = (
     f"#!/bin/sh\n# Runs a command as the candidate user, with a clean environment.\n"

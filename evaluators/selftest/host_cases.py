@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from agent import AGENT_UID
 from evaluators.selftest.case import Case, Outcome, has, solved_and, status_is, zero_reward
 from evaluators.selftest.fixtures import SUBMIT, bash
 
@@ -53,8 +54,6 @@ def _disk_tmp(o: Outcome) -> list[str]:
 
 
 def _privileges(o: Outcome) -> list[str]:
-    from agent.sandbox import AGENT_UID
-
     text = o.obs()
     p = solved_and(
         f"uid={AGENT_UID}",

@@ -2,7 +2,7 @@
 children), sandbox-user processes outside any container, new host files, a host file's digest, and the
 run's containers.
 
-Docker (and agent.sandbox, whose AGENT_UID is the sandbox user) is imported only when a probe runs, so that
+Docker (and agent.sandbox) is imported only when a probe runs, so that
 `harness selftest --list` imports nothing heavy."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from agent import AGENT_UID
 
 
 @dataclass
@@ -87,7 +89,6 @@ def host_state(root: Optional[str]) -> HostState:
 
 def _sandbox_processes() -> dict[str, set[str]]:
     """pid -> container ids named in its cgroup, for every process of the sandbox user on this host."""
-    from agent.sandbox import AGENT_UID
 
     found = {}
     for status in Path("/proc").glob("[0-9]*/status"):
@@ -139,7 +140,6 @@ def _entries(top: str, depth: int):
 def new_host_files(since: float, nonce: str, exclude: Path, extra: tuple[str, ...] = ()) -> list[str]:
     """Entries of / and of the watched host folders (3 levels deep) that are owned by the sandbox user
     and changed since `since`, or named with the nonce; the selftest's own folder excluded."""
-    from agent.sandbox import AGENT_UID
 
     exclude_prefix = str(exclude).rstrip("/") + "/"
     paths = list(_entries("/", 0))
