@@ -40,8 +40,8 @@ def _bench_loop():
 
 def measure(mode: str, address: str, n: int, concurrency: int) -> dict:
     """One run_eval (in this process); prints and returns its rates."""
-    from evaluators.config import EvalConfig
-    from evaluators.runner import run_eval
+    from evaluators.run.config import EvalConfig
+    from evaluators.run.runner import run_eval
 
     bl = _bench_loop()
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))

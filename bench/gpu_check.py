@@ -790,7 +790,7 @@ def section_e2e(
         from dataclasses import replace
 
         from agent.config import LoopConfig
-        from evaluators.runner import run_eval as runner_eval
+        from evaluators.run.runner import run_eval as runner_eval
 
         loop = replace(cfg.loop, wall_time=LoopConfig.wall_time)  # the teacher: the loop's own wall time
         return Path(

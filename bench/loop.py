@@ -40,8 +40,8 @@ from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
 from agent.sandbox import Limits, SandboxPool  # noqa: E402
 from agent.sandbox.images import ensure_base_image  # noqa: E402
-from evaluators.config import EvalConfig  # noqa: E402
-from evaluators.runner import run_eval  # noqa: E402
+from evaluators.run.config import EvalConfig  # noqa: E402
+from evaluators.run.runner import run_eval  # noqa: E402
 from results import telemetry  # noqa: E402
 from tasks.model import EvaluatorConfig, Task  # noqa: E402
 
@@ -428,7 +428,7 @@ def install_phase_probes():
     import agent.sandbox.container as container_mod
     import agent.sandbox.pool as pool_mod
     import evaluators.grading.grade as grade_mod
-    import evaluators.runner as runner_mod
+    import evaluators.run.runner as runner_mod
     from agent.sandbox.served import ServedSandbox as Sandbox
     from results.store import RunStore
 

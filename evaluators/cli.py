@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from agent.config import given_fields
-from evaluators.config import (
+from evaluators.run.config import (
     LOOP_OPTIONS,
     EvalConfig,
     K8sOptions,
@@ -115,7 +115,7 @@ def cmd_rescore(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from evaluators.runner import run_eval
+    from evaluators.run.runner import run_eval
     from tasks import harbor
 
     cfg, tasks = eval_config_from(args)

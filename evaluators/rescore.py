@@ -20,8 +20,8 @@ from typing import Optional
 from agent.sandbox import Changes, SandboxPool
 from evaluators.grading import kinds
 from evaluators.grading.grade import grade
-from evaluators.runner import INFRA_RETRIES, now
-from evaluators.task_images import build_images
+from evaluators.run.runner import INFRA_RETRIES, now
+from evaluators.run.task_images import build_images
 from results.errors import InfraError, UserError
 from results.manifest import Manifest
 from results.schema import Attempt, KeptChanges, attempt_key

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from agent.sandbox import Sandbox, SandboxPool
 from evaluators.grading.grade import GradingStations
-from evaluators.policies import null_policy, oracle_policy
-from evaluators.runner import run_attempt
-from evaluators.task_images import build_images
+from evaluators.run.policies import null_policy, oracle_policy
+from evaluators.run.runner import run_attempt
+from evaluators.run.task_images import build_images
 from tasks.model import Task
 
 

@@ -53,7 +53,9 @@ class Backend:
     local model; tests pass fakes."""
 
     load_tasks: Callable[[str, str], list]  # (suite spec, split) -> [Task]
-    run_eval: Callable[[Any, list], Path]  # (evaluators.config.EvalConfig, tasks) -> run dir (eval_config)
+    run_eval: Callable[
+        [Any, list], Path
+    ]  # (evaluators.run.config.EvalConfig, tasks) -> run dir (eval_config)
     fine_tune: Callable[..., dict]  # (model, examples, sft_cfg, out_dir, continue_from) -> stats
     end_of_turn: Callable[[str], Optional[int]] = lambda model: None  # model -> its end-of-turn token id
     # model -> messages -> the prompt token ids the local model would see (rebuilding hinted attempts)
@@ -68,7 +70,7 @@ def _load_tasks(spec: str, split: str) -> list:
 
 def _run_eval(cfg: Any, tasks: list) -> Path:
     """runner.run_eval of one eval (cfg: an EvalConfig); an interrupted run of this phase is finished."""
-    from evaluators.runner import run_eval
+    from evaluators.run.runner import run_eval
     from lora.sft import free_memory
 
     if (Path(cfg.out) / "manifest.json").exists():
@@ -214,7 +216,7 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
     backend = backend or default_backend()
     local_spec(cfg.model)
     if cfg.cluster:  # no Ray or a bad address: said before anything is written
-        from evaluators.cluster import check_address, import_ray
+        from evaluators.run.cluster import check_address, import_ray
 
         check_address(cfg.cluster), import_ray()
     out = Path(cfg.out)
@@ -452,7 +454,7 @@ def eval_config(
     """The EvalConfig of one of a round's evals: the model (with the round's adapter), its samples at its
     temperature, the train run's limits, concurrency and cluster."""
     from agent.config import LoopConfig
-    from evaluators.config import EvalConfig
+    from evaluators.run.config import EvalConfig
 
     limits = {
         k: v for k, v in (("max_steps", cfg.max_steps), ("max_reply_tokens", cfg.max_reply_tokens)) if v

@@ -32,7 +32,7 @@ class TaskEntry(BaseModel):
 class Manifest(BaseModel):
     run_id: str = ""  # the run folder's name when created; part of every attempt key
     model: str
-    # evaluators.config.EvalConfig.record() (EvalConfig.from_record reads it back); rescore adds "rescore"
+    # evaluators.run.config.EvalConfig.record() (EvalConfig.from_record reads it back); rescore adds "rescore"
     config: dict[str, Any] = Field(default_factory=dict)
     task_suite: list[TaskEntry] = Field(default_factory=list)
     images: dict[str, str] = Field(default_factory=dict)  # task id (or image tag) -> image id (sha256:...)

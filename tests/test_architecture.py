@@ -19,44 +19,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("vocabulary", ["results.schema", "results.errors"]),  # and the packages' own __init__ (docstrings)
     ("records", ["results", "tasks.model", "tasks.fields"]),  # tasks.fields: value checks the kinds use too
     ("sandbox", ["agent.sandbox"]),
-    (
-        "agent and graders",
-        [
-            "agent.config",
-            "agent.exits",
-            "agent.loop",
-            "agent.models",
-            "agent.protocol",
-            "agent.serve",
-            "evaluators.grading",  # every evaluator kind, the verdict rules, the in-container grader/
-        ],
-    ),
-    (
-        "orchestrator and task loading",
-        [
-            "evaluators.runner",
-            "evaluators.config",
-            "evaluators.policies",
-            "evaluators.progress",
-            "evaluators.task_images",
-            "evaluators.cluster",
-            "tasks",
-        ],
-    ),
-    (
-        "commands",
-        [
-            "evaluators.validate",
-            "evaluators.rescore",
-            "evaluators.selftest",
-            "agent.workflow",
-            "lora.config",
-            "lora.curriculum",
-            "lora.data",
-            "lora.sft",
-            "lora.train",
-        ],
-    ),
+    ("agent and graders", ["agent", "evaluators.grading"]),  # the loop, models, serve; every evaluator kind
+    ("orchestrator and task loading", ["evaluators.run", "tasks"]),
+    ("commands", ["evaluators", "agent.workflow", "lora"]),  # validate, rescore, selftest; harness run; train
     (
         "entry",
         ["harness", "agent.cli", "agent.serve.cli", "evaluators.cli", "tasks.cli", "results.cli", "lora.cli"],
@@ -139,7 +104,7 @@ def test_imports_go_one_way():
     "victim, source, expected",
     [
         ("results.errors", "from results.store import open_run", "the vocabulary imports nothing of ours"),
-        ("results.store", "from evaluators.runner import run_eval", "goes up or across"),
+        ("results.store", "from evaluators.run.runner import run_eval", "goes up or across"),
         (
             "agent.loop",
             "from evaluators.grading.grade import grade",

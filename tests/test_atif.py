@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from agent.models.replay import ANY_SAMPLE, load_scripts
-from evaluators.config import EvalConfig
-from evaluators.runner import run_eval
+from evaluators.run.config import EvalConfig
+from evaluators.run.runner import run_eval
 from results.export.atif import export_atif, to_atif
 from results.store import open_run
 from results.synthetic import make_attempt

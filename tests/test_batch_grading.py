@@ -4,9 +4,9 @@ turns in shared grading containers, each as its own user, and every verdict is w
 import asyncio
 import json
 
-from evaluators.config import EvalConfig
 from evaluators.grading.grade import FIRST_BATCH_UID, GradingStations
-from evaluators.runner import run_eval
+from evaluators.run.config import EvalConfig
+from evaluators.run.runner import run_eval
 from evaluators.selftest.fixtures import CORRECT, SUBMIT, WRONG, add_task, bash, write
 from results.store import RunReader
 

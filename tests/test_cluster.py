@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.config import EvalConfig
-from evaluators.runner import run_eval
+from evaluators.run.config import EvalConfig
+from evaluators.run.runner import run_eval
 from results.errors import UserError
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run
@@ -181,7 +181,7 @@ def test_a_node_lost_mid_run_loses_and_duplicates_nothing(ray_cluster, tmp_path)
 
 
 def test_cluster_address_and_missing_ray_are_one_line_errors(monkeypatch):
-    from evaluators import cluster
+    from evaluators.run import cluster
 
     with pytest.raises(UserError, match="ray://HOST:PORT"):
         cluster.check_address("http://head:6379")
@@ -210,7 +210,7 @@ def test_a_node_without_an_image_gets_it_by_docker_load(image):
 
     from agent.sandbox import docker_client
     from agent.sandbox.images import base_tag
-    from evaluators.cluster import NodeWorker, _save_image
+    from evaluators.run.cluster import NodeWorker, _save_image
 
     client = docker_client()
     dockerfile = f"FROM {base_tag()}\nLABEL harness.test={secrets.token_hex(8)}\n".encode()
@@ -428,10 +428,10 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
     import pickle
 
     from agent.sandbox import SandboxPool
-    from evaluators.cluster import attempt_to_ship, received
-    from evaluators.policies import oracle_policy
-    from evaluators.runner import attempt_with_retries
-    from evaluators.task_images import build_images
+    from evaluators.run.cluster import attempt_to_ship, received
+    from evaluators.run.policies import oracle_policy
+    from evaluators.run.runner import attempt_with_retries
+    from evaluators.run.task_images import build_images
     from results.manifest import Manifest
     from results.schema import Attempt
     from results.store import RunStore, kept_diff, load_attempts

@@ -15,7 +15,7 @@ import harness
 from agent.config import LoopConfig
 from agent.models import DEFAULT_MODEL
 from evaluators.cli import eval_config_from
-from evaluators.config import DEFAULT_SUITE, EvalConfig, K8sOptions, TaskFilter
+from evaluators.run.config import DEFAULT_SUITE, EvalConfig, K8sOptions, TaskFilter
 from lora.cli import train_config_from
 from lora.config import SFTConfig, TrainConfig
 from results.errors import UserError

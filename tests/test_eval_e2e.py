@@ -7,8 +7,8 @@ import pytest
 from agent.config import LoopConfig
 from agent.serve import start_server
 from agent.workflow import apply_changes, run_workflow
-from evaluators.config import EvalConfig
-from evaluators.runner import run_eval
+from evaluators.run.config import EvalConfig
+from evaluators.run.runner import run_eval
 from tasks.loader import load_suite
 from tests.conftest import run
 from tests.helpers import SUBMIT, WRITE_CORRECT, harness, make_task

@@ -14,9 +14,9 @@ import pytest
 
 from agent.sandbox import SandboxPool
 from evaluators.grading import harbor_kind
-from evaluators.policies import null_policy, oracle_policy
-from evaluators.runner import run_attempt
-from evaluators.task_images import build_images
+from evaluators.run.policies import null_policy, oracle_policy
+from evaluators.run.runner import run_attempt
+from evaluators.run.task_images import build_images
 from evaluators.validate import validate
 from results.errors import UserError
 from tasks.export import export_task
@@ -589,8 +589,8 @@ def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
     """`harness eval` on a Harbor task: the loop works in the WORKDIR (/app) and its prompt says so."""
     import json
 
-    from evaluators.config import EvalConfig
-    from evaluators.runner import run_eval
+    from evaluators.run.config import EvalConfig
+    from evaluators.run.runner import run_eval
 
     reply = "```bash\necho 'Hello, world!' > hello.txt && echo \"$APP_MODE\" > mode.txt\n```"
     script = tmp_path / "s.json"

@@ -14,9 +14,9 @@ import pytest
 
 from agent.sandbox import SandboxPool
 from evaluators.grading import harbor_kind
-from evaluators.policies import oracle_policy
-from evaluators.runner import run_attempt
-from evaluators.task_images import build_images
+from evaluators.run.policies import oracle_policy
+from evaluators.run.runner import run_attempt
+from evaluators.run.task_images import build_images
 from tasks import harbor
 from tasks.task_folder import load_task
 from tests.conftest import run
@@ -132,8 +132,8 @@ def eval_replay(tmp_path: Path, scripts: dict, tasks: list):
     the run folder and its records by task id."""
     import json
 
-    from evaluators.config import EvalConfig
-    from evaluators.runner import run_eval
+    from evaluators.run.config import EvalConfig
+    from evaluators.run.runner import run_eval
 
     script = tmp_path / "replay.json"
     script.write_text(

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from evaluators.config import EvalConfig
-from evaluators.runner import run_eval
+from evaluators.run.config import EvalConfig
+from evaluators.run.runner import run_eval
 from evaluators.validate import validate
 from lora.data import filter_attempts
 from results import metrics

@@ -21,8 +21,8 @@ from agent.sandbox.k8s import (
     render_template,
     render_warm_pool,
 )
-from evaluators.policies import loop_policy
-from evaluators.runner import run_attempt
+from evaluators.run.policies import loop_policy
+from evaluators.run.runner import run_attempt
 from results.errors import UserError
 from tests.conftest import ROOT, run
 from tests.helpers import SUBMIT, WRITE_CORRECT, make_task
@@ -237,8 +237,8 @@ def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
     "and HARNESS_K8S_IMAGE (the base image in a registry the cluster pulls from)",
 )
 def test_real_cluster_runs_and_grades_an_attempt(tmp_path):
-    from evaluators.config import EvalConfig
-    from evaluators.runner import run_eval
+    from evaluators.run.config import EvalConfig
+    from evaluators.run.runner import run_eval
 
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [WRITE_CORRECT, SUBMIT]}))

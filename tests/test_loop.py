@@ -15,9 +15,9 @@ from agent.models import get_model
 from agent.protocol import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
 from agent.sandbox import ExecResult, SandboxDied, SandboxPool
 from agent.sandbox.protocol import sandbox_members
-from evaluators.config import EvalConfig
-from evaluators.policies import loop_policy
-from evaluators.runner import attempt_with_retries, run_attempt, run_eval
+from evaluators.run.config import EvalConfig
+from evaluators.run.policies import loop_policy
+from evaluators.run.runner import attempt_with_retries, run_attempt, run_eval
 from tests.conftest import run
 from tests.helpers import SUBMIT, WRITE_CORRECT, WRITE_WRONG, FakePool, FakeSandbox, make_task
 

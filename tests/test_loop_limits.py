@@ -16,7 +16,7 @@ from agent.models.base import Completion
 from agent.models.openai_compat import OpenAICompatModel
 from agent.protocol import TOOLS
 from agent.sandbox import ExecResult
-from evaluators.policies import loop_policy
+from evaluators.run.policies import loop_policy
 from tasks.model import AgentLimits
 from tests.helpers import FakeSandbox, make_task
 

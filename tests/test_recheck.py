@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from agent.config import LoopConfig
-from evaluators.config import EvalConfig
-from evaluators.runner import run_eval
+from evaluators.run.config import EvalConfig
+from evaluators.run.runner import run_eval
 from results.flags import scan_flags
 from results.manifest import Manifest
 from results.schema import Action, Attempt, Step

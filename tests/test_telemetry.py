@@ -209,8 +209,8 @@ def test_the_record_of_a_timeout_before_the_first_reply(image, tmp_path):
     """The issue's case: the wall-time limit ends the model's first call. The record says where the time
     went (model time, not 0.0 s) and why, beside the grader's own reason."""
     from agent.sandbox import SandboxPool
-    from evaluators.policies import loop_policy
-    from evaluators.runner import run_attempt
+    from evaluators.run.policies import loop_policy
+    from evaluators.run.runner import run_attempt
     from tests.helpers import make_task
 
     async def go():
@@ -494,8 +494,8 @@ def prometheus(tmp_path):
 
 @pytest.mark.slow
 def test_prometheus_scrapes_an_evals_metrics(image, prometheus, tmp_path):
-    from evaluators.config import EvalConfig
-    from evaluators.runner import run_eval
+    from evaluators.run.config import EvalConfig
+    from evaluators.run.runner import run_eval
     from tasks.loader import load_suite
 
     port = free_port()

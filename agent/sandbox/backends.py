@@ -30,7 +30,7 @@ class Backend:
     # Pool(run_id=, warm=, max_containers=). Bad settings (a kubeconfig, ...) fail here, before a run folder.
     pool: Callable[[dict], Callable[..., object]]
     # (tasks, options) -> task id -> the image its sandboxes run. None: each task's own image, built on this
-    # host's Docker engine (evaluators/task_images.py).
+    # host's Docker engine (evaluators/run/task_images.py).
     images: Optional[Callable[[list, dict], dict[str, str]]] = None
     with_cluster: bool = True  # combines with `--cluster` (a Ray cluster of Docker hosts)
 

@@ -77,9 +77,10 @@ def start_server(
     """Serve a Model (or a spec for get_model, with options) in background threads; port 0 picks a free one.
     `adapters` {name: folder} serves LoRA adapters of a local spec beside the base model, each chosen by
     the request's `model`. `stop_after_block`: a local model's chat replies end after their first complete
-    ``` block, as its own complete() does for the agent loop (evaluators/cluster.py serves the loop's model
-    so, and its nodes get the replies and token ids one machine would). Returns Server(base_url, model, name,
-    stop, models). `access_log` gets one line per request (default: the logger agent.serve.handler, INFO)."""
+    ``` block, as its own complete() does for the agent loop (evaluators/run/cluster.py serves the loop's
+    model so, and its nodes get the replies and token ids one machine would). Returns Server(base_url, model,
+    name, stop, models). `access_log` gets one line per request (default: the logger agent.serve.handler,
+    INFO)."""
     made = []
     if isinstance(model, str):
         spec = model

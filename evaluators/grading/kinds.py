@@ -6,9 +6,8 @@ A kind is one module under evaluators/grading/ holding one `Kind` subclass insta
 `after_agent`, `capture`, `verify_in_place`), its grading (`grade_fresh`), its images (`image_key`,
 `build_image`) and its export to Harbor's format (`export`). The defaults below are an ordinary kind's: the
 agent works in /workspace of a sandbox of the task's limits, its changes are captured and the sandbox
-released, then a fresh grading container (or none) grades. evaluators/runner.py, evaluators/policies.py,
-evaluators/task_images.py, tasks/export.py and the task loader ask the task's kind and never test for one by
-name.
+released, then a fresh grading container (or none) grades. evaluators/run/ (runner.py, policies.py,
+task_images.py), tasks/export.py and the task loader ask the task's kind and never test for one by name.
 
 Adding a kind: write evaluators/grading/<name>_kind.py with `KIND = MyKind()` and register it below (one
 line). Kind modules are imported on first use; those a task.toml names must stay cheap to import (the
@@ -147,7 +146,7 @@ class Kind:
 
     # ---------------------------------------------------------------------------------------- images
     def image_key(self, task: "Task") -> str:
-        """What, besides the build context, tells the task's image apart (evaluators/task_images.py)."""
+        """What, besides the build context, tells the task's image apart (evaluators/run/task_images.py)."""
         return repr(None)
 
     def build_image(self, task: "Task", log) -> str:

@@ -1,7 +1,7 @@
 """Adversarial self-test: a scripted agent attacks the installed harness, and we check the outcome.
 
 Each case is a replay script (agent/models/replay.py) whose shell commands perform one attack inside a
-real sandbox, through the real loop (evaluators.runner.run_eval: sandbox -> loop -> capture -> kill ->
+real sandbox, through the real loop (evaluators.run.runner.run_eval: sandbox -> loop -> capture -> kill ->
 fresh grading container -> verdict -> record). After each case the host is checked too.
 
 Conditions every case must meet (besides its own expectation):

@@ -98,8 +98,8 @@ class Runner:
         self, name: str, tasks: list[Task], scripts: dict[str, list], concurrency: int = 1, batch: int = 0
     ):
         """One run_eval in a fresh run folder; returns (records by task id, run id, error text)."""
-        from evaluators.config import EvalConfig
-        from evaluators.runner import run_eval
+        from evaluators.run.config import EvalConfig
+        from evaluators.run.runner import run_eval
         from results.store import RunReader
 
         folder = self.workdir / f"st-{self.nonce}-{name}"

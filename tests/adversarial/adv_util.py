@@ -9,8 +9,8 @@ import docker
 import docker.errors
 
 from agent.sandbox import LABEL_RUN
-from evaluators.config import EvalConfig
-from evaluators.runner import run_eval
+from evaluators.run.config import EvalConfig
+from evaluators.run.runner import run_eval
 from evaluators.selftest import SUBMIT, answer_task, bash
 from results.store import RunReader
 

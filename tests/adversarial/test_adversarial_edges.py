@@ -409,7 +409,7 @@ def test_the_static_helpers_walk_lists_what_it_cannot_capture_and_keeps_the_rest
     """Harbor sandboxes list changes with agent/sandbox/helper.c, not capture.py: the same answers. A tree
     2,000 levels deep and a path over PATH_MAX are listed as not captured (never skipped without a word,
     never the end of the helper); a file 200 levels deep and the plain one are captured."""
-    from evaluators.task_images import build_images
+    from evaluators.run.task_images import build_images
     from tests.test_harbor_runtime import harbor_task
 
     task = harbor_task(tmp_path, name="walk")

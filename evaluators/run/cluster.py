@@ -36,7 +36,7 @@ from results.errors import InfraError, UserError
 from results.schema import Attempt
 from results.store import RunStore
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this file: evaluators/run/cluster.py)
 INSTALL_HINT = "pip install 'harness[cluster]' (ray==2.60.0) on the driver and on every node"
 _ADDRESS = re.compile(r"^(auto|ray://[^\s:/]+:\d+|[^\s:/]+:\d+)$")
 
@@ -148,7 +148,7 @@ class NodeWorker:
             )
 
     async def attempt(self, task_id: str, sample: int, image: str) -> dict[str, Any]:
-        from evaluators.policies import loop_policy
+        from evaluators.run.policies import loop_policy
 
         s, task = self.spec, self.tasks[task_id]
         cfg = s["config"]  # the run's EvalConfig
@@ -189,7 +189,7 @@ class HeldObjects:
 
 async def attempt_to_ship(task, make_policy, pool, image: str, *, node: str, **kw) -> dict[str, Any]:
     """One attempt on a node (runner.attempt_with_retries, its changes kept by HeldObjects), as shipped()."""
-    from evaluators.runner import attempt_with_retries
+    from evaluators.run.runner import attempt_with_retries
 
     held = HeldObjects()
     rec = await attempt_with_retries(

@@ -1,6 +1,6 @@
 """Runs many attempts concurrently and records each one as it finishes.
 
-One attempt: fresh sandbox -> starting files -> a policy acts (evaluators/policies.py: the agent loop,
+One attempt: fresh sandbox -> starting files -> a policy acts (evaluators/run/policies.py: the agent loop,
 the oracle, or nothing) -> changes captured -> sandbox destroyed -> graded in a fresh container -> one record.
 Model calls and sandbox work overlap under asyncio; separate limits bound concurrent attempts,
 model requests and containers.
@@ -24,12 +24,12 @@ from agent.models import get_model
 from agent.models.base import Model
 from agent.protocol import TOOLS
 from agent.sandbox import Changes, FilesNotWritten, SandboxPool, SandboxUnresponsive, prune
-from evaluators.config import EvalConfig
 from evaluators.grading import kinds
 from evaluators.grading.grade import GradingStations, batchable, grade
-from evaluators.policies import Policy, loop_policy
-from evaluators.progress import Progress, attempt_name
-from evaluators.task_images import build_images
+from evaluators.run.config import EvalConfig
+from evaluators.run.policies import Policy, loop_policy
+from evaluators.run.progress import Progress, attempt_name
+from evaluators.run.task_images import build_images
 from results import telemetry
 from results.errors import InfraError, OracleFailed, UserError
 from results.flags import scan_flags
@@ -329,7 +329,7 @@ async def run_eval(
     `model_obj` is a model already loaded for cfg.model (the caller keeps it); `progress` draws the display.
     With cfg.batch_grading N > 1, up to N attempts of one image share a fresh grading container, each as its
     own user (evaluators/grading/grade.GradingStations; the tasks that may: grade.batchable).
-    With cfg.cluster (a Ray address, evaluators/cluster.py) the attempts run on the cluster's nodes; with
+    With cfg.cluster (a Ray address, evaluators/run/cluster.py) the attempts run on the cluster's nodes; with
     cfg.sandbox "k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
     from results.manifest import Manifest
     from results.store import RunStore
@@ -391,7 +391,7 @@ def check_run(cfg: EvalConfig, tasks: list[Task]) -> None:
     if cfg.retry_errors and cfg.resume is None:
         raise UserError("--retry-errors needs --resume DIR (the run whose errored attempts to run again)")
     if cfg.cluster:
-        from evaluators.cluster import check_address, import_ray
+        from evaluators.run.cluster import check_address, import_ray
 
         check_address(cfg.cluster), import_ray()
         from agent.sandbox.backends import sandbox_backend as backend_named
@@ -441,7 +441,7 @@ def _todo(cfg: EvalConfig, store, tasks: list[Task], bar: Optional[Progress], pr
 
 
 async def _on_cluster(cfg: EvalConfig, todo: list, tasks: list[Task], images, store, the_model, bar) -> None:
-    from evaluators.cluster import run_on_cluster
+    from evaluators.run.cluster import run_on_cluster
 
     def record(rec: Attempt):
         store.append(rec)  # durable before it counts as done
