@@ -3,7 +3,7 @@
 The model acts (a shell command, a file write, or submit), the action runs in the sandbox, the
 real output goes back, until the model submits or a limit ends the attempt. Two protocols:
 native tool calls, or text (one ```bash block per reply) for models without tool support; what the
-model is told and how its replies are read is agent/protocol.py.
+model is told and how its replies are read is agent/prompt_format.py.
 Each step is query (ask the model), execute (run its actions, build the observation) and the limit
 checks; whatever ends the attempt raises a LoopExit (agent/exits.py) whose `reason` is the recorded
 exit_reason.
@@ -32,14 +32,14 @@ from agent.exits import (
 )
 from agent.models.base import WAITING, Completion, Model, ModelError, Waiting
 from agent.models.retry import ContextLengthError
-from agent.protocol import TOOLS, opening_messages, parse_text_reply, parse_tool_calls, prompt
+from agent.prompt_format import TOOLS, opening_messages, parse_text_reply, parse_tool_calls, prompt
 from results import telemetry
 from results.schema import Action, Step, clip
 
 # The sandbox package (Docker SDK) is imported where a sandbox is used (see _Loop.execute), so that the
 # CLIs and the server import the loop on machines without it.
 if TYPE_CHECKING:
-    from agent.sandbox.protocol import Sandbox
+    from agent.sandbox.contract import Sandbox
 
 
 @dataclass

@@ -648,7 +648,7 @@ def first_turn(instruction: str) -> list[dict]:
     """The loop's opening messages for the text protocol, for the no-sandbox evals (agent.loop imports the
     sandbox package only where a sandbox is used, so a bare GPU machine without the Docker SDK has it)."""
     from agent.loop import clean
-    from agent.protocol import opening_messages
+    from agent.prompt_format import opening_messages
 
     return clean(opening_messages(instruction, use_tools=False))
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from agent.config import LoopConfig  # noqa: E402
 from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
-from agent.sandbox import Limits, SandboxPool  # noqa: E402
+from agent.sandbox import DockerPool, Limits  # noqa: E402
 from agent.sandbox.images import ensure_base_image  # noqa: E402
 from evaluators.run.config import EvalConfig  # noqa: E402
 from evaluators.run.runner import run_eval  # noqa: E402
@@ -80,7 +80,7 @@ async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
     script.write_text(json.dumps({"*": [reply(c) for c in COMMANDS] + [reply("submit")]}))
     model = get_model(f"replay:{script}")
     wall = execs = steps = 0.0
-    async with SandboxPool(warm=0) as pool:
+    async with DockerPool(warm=0) as pool:
         async with pool.sandbox(image, Limits()) as sb:
             for _ in range(reps):
                 t = time.perf_counter()
@@ -459,7 +459,7 @@ def install_phase_probes():
 
     Sandbox.kill = kill
 
-    orig_acquire = pool_mod.SandboxPool.acquire
+    orig_acquire = pool_mod.DockerPool.acquire
 
     async def acquire(self, *a, **kw):
         t = time.perf_counter()
@@ -469,7 +469,7 @@ def install_phase_probes():
             PHASES.roles[sb.id] = role()
         return sb
 
-    pool_mod.SandboxPool.acquire = acquire
+    pool_mod.DockerPool.acquire = acquire
 
     def put_phase():
         return "agent: starting files" if role() == "agent" else "grading: workspace rebuild + grader files"
@@ -485,8 +485,8 @@ def install_phase_probes():
     grade_mod.GradingStations._wipe = _timed_async(
         grade_mod.GradingStations._wipe, "grading: wipe + check between turns (batch)"
     )
-    orig_release = pool_mod.SandboxPool.release
-    pool_mod.SandboxPool.release = _timed_async(orig_release, lambda: f"{role()}: release (hand-off)")
+    orig_release = pool_mod.DockerPool.release
+    pool_mod.DockerPool.release = _timed_async(orig_release, lambda: f"{role()}: release (hand-off)")
 
     orig_grade = runner_mod.grade
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.sandbox import Limits, SandboxPool, create_sandbox
+from agent.sandbox import DockerPool, Limits, SandboxPool, create_sandbox
 from agent.sandbox.images import ensure_base_image
 
 
@@ -91,7 +91,7 @@ async def exec_idle_vs_refilling(pool: SandboxPool, sb, image: str, limits: Limi
 async def harness_side(image: str, n: int) -> dict:
     res = {}
     limits = Limits()
-    async with SandboxPool(run_id="bench", warm=1, max_containers=4) as pool:
+    async with DockerPool(run_id="bench", warm=1, max_containers=4) as pool:
         acquires = []
         for _ in range(n // 2):
             for _ in range(200):  # let the pool refill: we time the warm path
@@ -163,7 +163,7 @@ async def python_less_side(image: str, minbase: str, n: int) -> dict:
 
     native = Limits(native=NativeSpec(user="nobody"))
     res: dict = {"python": [], "native": []}
-    async with SandboxPool(run_id="bench", warm=0, max_containers=4) as pool:
+    async with DockerPool(run_id="bench", warm=0, max_containers=4) as pool:
         async with pool.sandbox(image, Limits()) as py, pool.sandbox(minbase, native) as nat:
             probe = await nat.exec("command -v python3 || echo none", 10)
             assert probe.stdout.strip() == "none", "the minbase image has a python3"

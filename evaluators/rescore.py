@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from agent.sandbox import Changes, SandboxPool
+from agent.sandbox import Changes, DockerPool
 from evaluators.grading import kinds
 from evaluators.grading.grade import grade
 from evaluators.run.runner import INFRA_RETRIES, now
@@ -96,7 +96,7 @@ async def rescore_run(
     kept_old: list[dict] = []
     try:
         slots = asyncio.Semaphore(concurrency)
-        async with SandboxPool(run_id=store.run_id, warm=concurrency, max_containers=concurrency + 2) as pool:
+        async with DockerPool(run_id=store.run_id, warm=concurrency, max_containers=concurrency + 2) as pool:
 
             async def one(old: Attempt) -> None:
                 task = tasks.get(old.task_id)

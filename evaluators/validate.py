@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from agent.sandbox import Sandbox, SandboxPool
+from agent.sandbox import DockerPool, Sandbox, SandboxPool
 from evaluators.grading.grade import GradingStations
 from evaluators.run.policies import null_policy, oracle_policy
 from evaluators.run.runner import run_attempt
@@ -120,7 +120,7 @@ async def validate(
     """With batch_grading N > 1 the attempts are graded as `harness eval --batch-grading N` grades them."""
     images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
     slots = asyncio.Semaphore(concurrency)
-    async with SandboxPool(
+    async with DockerPool(
         run_id=f"validate-{int(time.time())}", warm=2, max_containers=concurrency * (repeats + 1) + 2
     ) as pool:
         stations = GradingStations(pool, batch_grading) if batch_grading > 1 else None

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from agent.sandbox import Changes, ExecResult, SandboxDied, Stream
-from agent.sandbox.protocol import OUTPUT_CAP, pooled
+from agent.sandbox.contract import OUTPUT_CAP, pooled
 from evaluators.selftest import fixtures
 from results.errors import InfraError
 from tasks.model import Task
@@ -214,7 +214,7 @@ class FlakyServer:
         self.httpd.server_close()
 
 
-# -- an in-memory sandbox (the agent/sandbox/protocol.py Sandbox contract) -----------------------------
+# -- an in-memory sandbox (the agent/sandbox/contract.py Sandbox contract) -----------------------------
 def _capped(data: bytes, cap: int) -> Stream:
     """A stream kept as the command server keeps it (server.py Capped): the first and last cap/2 bytes."""
     half = max(cap // 2, 1)

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from agent.sandbox import Changes, SandboxPool
+from agent.sandbox import Changes, DockerPool
 from evaluators.grading.grade import grade
 from evaluators.grading.grader import candidate
 from evaluators.grading.hidden_tests import is_canary
@@ -253,7 +253,7 @@ def task(import_mode: str = "proxy") -> Task:
 
 def grade_files(files: dict, t: Task, image: str):
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await grade(t, Changes(files=files), pool, image)
 
     return run(main())

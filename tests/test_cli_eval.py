@@ -211,9 +211,9 @@ def test_images_build_prints_the_tag_and_the_engines_image_id():
 
 ORPHAN = """
 import asyncio, os, sys
-from agent.sandbox import Limits, SandboxPool
+from agent.sandbox import Limits, DockerPool, SandboxPool
 async def main():
-    pool = SandboxPool(run_id=sys.argv[2], warm=0)
+    pool = DockerPool(run_id=sys.argv[2], warm=0)
     await pool.acquire(sys.argv[1], Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16))
     print("created", flush=True)
 asyncio.run(main())

@@ -427,7 +427,7 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
     stores gives the same `changes`, diff and verifier files as a run on one machine."""
     import pickle
 
-    from agent.sandbox import SandboxPool
+    from agent.sandbox import DockerPool
     from evaluators.run.cluster import attempt_to_ship, received
     from evaluators.run.policies import oracle_policy
     from evaluators.run.runner import attempt_with_retries
@@ -450,7 +450,7 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
 
     async def go():
         images = await build_images([task], log=lambda m: None)
-        async with SandboxPool(run_id="ship-test", warm=0) as pool:
+        async with DockerPool(run_id="ship-test", warm=0) as pool:
             raw = await attempt_to_ship(task, lambda: oracle_policy, pool, images[task.id], node="n1", **kw)
             with RunStore.create(single, Manifest(model="t")) as store:
                 one = await attempt_with_retries(

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from agent.sandbox import Changes, SandboxPool
+from agent.sandbox import Changes, DockerPool
 from evaluators.grading.grade import grade
 from evaluators.grading.hidden_tests import expected_ids
 from evaluators.grading.verdict import answer_matches
@@ -113,7 +113,7 @@ HACKS = {
 
 def grade_files(files: dict, task: Task, image: str):
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await grade(task, Changes(files=files), pool, image)
 
     return run(main())
@@ -192,7 +192,7 @@ def test_timeout_in_hidden_tests_scores_zero(image):
 
 def test_null_agent_is_not_solved(image):
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await run_attempt(make_task(), null_policy, pool, image, run_id="t", model_name="null")
 
     rec = run(main())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.sandbox import Changes, SandboxPool
+from agent.sandbox import Changes, DockerPool
 from evaluators.grading.grade import grade
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
@@ -25,7 +25,7 @@ def script_task(test_sh: str, timeout: float = 30) -> Task:
 
 def grade_script(test_sh: str, image: str, files: dict | None = None, timeout: float = 30):
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await grade(script_task(test_sh, timeout), Changes(files=files or {}), pool, image)
 
     return run(main())

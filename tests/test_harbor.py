@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import SandboxPool
+from agent.sandbox import DockerPool
 from evaluators.grading import harbor_kind
 from evaluators.run.policies import null_policy, oracle_policy
 from evaluators.run.runner import run_attempt
@@ -320,7 +320,7 @@ def test_fixture_corpus_validates(minbase):
 def _attempt(task, policy=oracle_policy):
     async def go():
         images = await build_images([task], log=lambda m: None)
-        async with SandboxPool(run_id="harbor-test", warm=0) as pool:
+        async with DockerPool(run_id="harbor-test", warm=0) as pool:
             return await run_attempt(
                 task, policy, pool, images[task.id], run_id="harbor-test", model_name="t"
             )
@@ -516,7 +516,7 @@ def test_change_capture_in_a_python_less_image(minbase):
     from agent.sandbox.native import NativeSpec
 
     async def go():
-        async with SandboxPool(run_id="harbor-test", warm=0) as pool:
+        async with DockerPool(run_id="harbor-test", warm=0) as pool:
             async with pool.sandbox(minbase, Limits(native=NativeSpec())) as sb:
                 assert sb.workdir == "/app"
                 assert (await sb.exec("command -v python3 python || echo none", 10)).stdout.strip() == "none"
@@ -559,7 +559,7 @@ def test_harbor_sandbox_keeps_the_hardening(image, tmp_path):
     )
 
     async def go():
-        async with SandboxPool(run_id="harbor-test", warm=0) as pool:
+        async with DockerPool(run_id="harbor-test", warm=0) as pool:
             async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
                 r = await sb.exec(
                     "id -u; ls /sys/class/net; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status;"
@@ -672,7 +672,7 @@ def test_public_network_mode_gives_an_interface(image, tmp_path):
     )
 
     async def go():
-        async with SandboxPool(run_id="harbor-test", warm=0) as pool:
+        async with DockerPool(run_id="harbor-test", warm=0) as pool:
             async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
                 return (await sb.exec("ls /sys/class/net", 10)).stdout.split()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import SandboxPool
+from agent.sandbox import DockerPool
 from evaluators.grading import harbor_kind
 from evaluators.run.policies import oracle_policy
 from evaluators.run.runner import run_attempt
@@ -49,7 +49,7 @@ def harbor_task(
 def attempt(task, policy=oracle_policy):
     async def go():
         images = await build_images([task], log=lambda m: None)
-        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+        async with DockerPool(run_id="harbor-rt-test", warm=0) as pool:
             return await run_attempt(
                 task, policy, pool, images[task.id], run_id="harbor-rt-test", model_name="t"
             )
@@ -73,7 +73,7 @@ def test_a_commands_environment_is_what_docker_exec_gives(image, tmp_path, user)
 
     async def go():
         images = await build_images([task], log=lambda m: None)
-        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+        async with DockerPool(run_id="harbor-rt-test", warm=0) as pool:
             async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
                 ours = await sb.exec(["env"], timeout=10, user=user)
                 theirs = sb.container.exec_run(["env"], user=user)
@@ -477,7 +477,7 @@ def test_a_timeout_kills_the_commands_group_and_what_was_left_running_ends_with_
 
     async def go():
         images = await build_images([task], log=lambda m: None)
-        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+        async with DockerPool(run_id="harbor-rt-test", warm=0) as pool:
             async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
                 left = await sb.exec("setsid sleep 300 > /dev/null 2>&1 & echo started", timeout=10)
                 slow = await sb.exec("sleep 301 & sleep 302", timeout=1)

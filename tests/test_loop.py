@@ -12,9 +12,9 @@ import pytest
 from agent.config import LoopConfig, default_reply_tokens
 from agent.loop import LoopResult
 from agent.models import get_model
-from agent.protocol import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
-from agent.sandbox import ExecResult, SandboxDied, SandboxPool
-from agent.sandbox.protocol import sandbox_members
+from agent.prompt_format import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
+from agent.sandbox import DockerPool, ExecResult, SandboxDied
+from agent.sandbox.contract import sandbox_members
 from evaluators.run.config import EvalConfig
 from evaluators.run.policies import loop_policy
 from evaluators.run.runner import attempt_with_retries, run_attempt, run_eval
@@ -45,7 +45,7 @@ def attempt(replies, image, tmp_path, cfg=None, task=None, **model_kw):
     model = replay(replies, tmp_path, **model_kw)
 
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await run_attempt(
                 task or make_task(),
                 loop_policy(model, cfg or LoopConfig(), asyncio.Semaphore(1), 0),
@@ -77,11 +77,11 @@ def test_every_prompt_template_uses_exactly_the_variables_the_loop_gives_it():
 
 
 def test_a_misspelt_template_variable_fails_naming_the_file_and_the_variable(tmp_path, monkeypatch):
-    import agent.protocol
+    import agent.prompt_format
 
     (tmp_path / "observation.md").write_text("exit code: $exit_code\n$outptu\n")
     (tmp_path / "timeout.md").write_text("did not finish within $timeout seconds and costs $5\n$output")
-    monkeypatch.setattr(agent.protocol, "PROMPTS", tmp_path)
+    monkeypatch.setattr(agent.prompt_format, "PROMPTS", tmp_path)
     with pytest.raises(PromptError, match=r"observation\.md: unknown variable \$outptu, \$output missing"):
         prompt("observation", exit_code=0, output="hello")
     with pytest.raises(PromptError, match=r"timeout\.md: a \$ that is not a variable"):
@@ -89,14 +89,14 @@ def test_a_misspelt_template_variable_fails_naming_the_file_and_the_variable(tmp
 
 
 def test_the_loop_uses_only_the_sandbox_contract():
-    """The loop's sandbox is typed with agent/sandbox/protocol.py's Sandbox, and every attribute it touches on
+    """The loop's sandbox is typed with agent/sandbox/contract.py's Sandbox, and every attribute it touches on
     one is a member of it (tests/test_sandbox_contract.py checks that every sandbox implements them)."""
     import ast
 
     import agent.loop
 
     source = Path(agent.loop.__file__).read_text()
-    assert "from agent.sandbox.protocol import Sandbox" in source
+    assert "from agent.sandbox.contract import Sandbox" in source
     used = {
         n.attr
         for n in ast.walk(ast.parse(source))

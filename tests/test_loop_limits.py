@@ -14,7 +14,7 @@ from agent.loop import run_loop
 from agent.models import RetryPolicy
 from agent.models.base import Completion
 from agent.models.openai_compat import OpenAICompatModel
-from agent.protocol import TOOLS
+from agent.prompt_format import TOOLS
 from agent.sandbox import ExecResult
 from evaluators.run.policies import loop_policy
 from tasks.model import AgentLimits

@@ -8,7 +8,7 @@ import uuid
 import docker
 
 import agent.sandbox.pool as pool_module
-from agent.sandbox import LABEL_RUN, Limits, SandboxPool, prune
+from agent.sandbox import LABEL_RUN, DockerPool, Limits, prune
 from tests.conftest import run
 
 SMALL = Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
@@ -20,7 +20,7 @@ def containers(run_id):
 
 
 async def one_sandbox(image, body, limits=SMALL):
-    async with SandboxPool(warm=0) as pool:
+    async with DockerPool(warm=0) as pool:
         async with pool.sandbox(image, limits) as sb:
             return await body(sb)
 
@@ -126,7 +126,7 @@ def test_workspace_size_is_limited(image):
 
 def test_fresh_state_per_attempt(image):
     async def main():
-        async with SandboxPool(warm=1) as pool:
+        async with DockerPool(warm=1) as pool:
             async with pool.sandbox(image, SMALL) as sb:
                 await sb.exec("echo secret > /workspace/left.txt; echo x > /tmp/left.txt", 10)
             await asyncio.sleep(0.5)
@@ -155,7 +155,7 @@ def test_pool_under_concurrent_users_leaks_nothing(image):
     run_id = "t-" + uuid.uuid4().hex[:8]
 
     async def main():
-        async with SandboxPool(run_id=run_id, warm=2, max_containers=6) as pool:
+        async with DockerPool(run_id=run_id, warm=2, max_containers=6) as pool:
 
             async def user(i):
                 for _ in range(2):
@@ -183,7 +183,7 @@ def test_warm_acquire_takes_a_ready_container_and_creates_none(image, monkeypatc
     monkeypatch.setattr(pool_module, "create_sandbox", counting_create)
 
     async def main():
-        async with SandboxPool(warm=1) as pool:
+        async with DockerPool(warm=1) as pool:
             first = await pool.acquire(image, SMALL)  # cold: created for this call; the pool then refills
             await pool.release(first)
             for _ in range(600):  # until the refill exists (a bound on waiting, not a speed assertion)
@@ -204,7 +204,7 @@ def test_prune_removes_leftovers(image):
     run_id = "t-" + uuid.uuid4().hex[:8]
 
     async def leave_one():
-        pool = SandboxPool(run_id=run_id, warm=0)
+        pool = DockerPool(run_id=run_id, warm=0)
         await pool.acquire(image, SMALL)  # never released: a leftover
 
     run(leave_one())
@@ -227,7 +227,7 @@ def test_pool_makes_no_warm_container_past_the_expected_acquires(image, monkeypa
     monkeypatch.setattr(pool_module, "create_sandbox", counting_create)
 
     async def main():
-        async with SandboxPool(warm=3, max_containers=6) as pool:
+        async with DockerPool(warm=3, max_containers=6) as pool:
             pool.expect(2)
             first = await pool.acquire(image, SMALL)  # cold; then at most one warm (one acquire left)
             await pool.release(first)
@@ -249,7 +249,7 @@ def test_a_full_pool_reclaims_a_sandbox_kept_idle_for_reuse(image):
     full: acquire() destroys it instead of waiting for ever."""
 
     async def main():
-        async with SandboxPool(warm=0, max_containers=1) as pool:
+        async with DockerPool(warm=0, max_containers=1) as pool:
             kept = [await pool.acquire(image, SMALL)]
             pool.add_reclaimer(lambda: kept.pop() if kept else None)
             other = await asyncio.wait_for(pool.acquire(image, SMALL), 120)
@@ -265,7 +265,7 @@ def test_a_command_runs_as_the_user_number_it_names_never_root(image):
     """Batch grading runs each attempt as its own user: a number picks it; 0 (or a bool) is not root."""
 
     async def main():
-        async with SandboxPool(warm=0, max_containers=1) as pool:
+        async with DockerPool(warm=0, max_containers=1) as pool:
             async with pool.sandbox(image, SMALL) as sb:
                 out = {}
                 for user in (10005, 0, True, "agent"):

@@ -1,4 +1,4 @@
-"""The sandbox contract (agent/sandbox/protocol.py), run against every backend as Inspect's sandbox self-check
+"""The sandbox contract (agent/sandbox/contract.py), run against every backend as Inspect's sandbox self-check
 runs against every SandboxEnvironment: Docker (our image and server), native (the static helper on a plain
 Debian image without python3), Kubernetes (the fake cluster of tests/k8s_fake.py: real HTTP, real pods as
 containers) and the in-memory FakeSandbox the loop's tests use. Each behaviour is checked the same way on
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import BACKENDS, Limits, SandboxDied, sandbox_backend
-from agent.sandbox.protocol import Sandbox, SandboxPool, sandbox_members
+from agent.sandbox.contract import Sandbox, SandboxPool, sandbox_members
 from results.errors import InfraError, UserError
 from tests.conftest import ROOT, run
 from tests.helpers import FakePool, FakeSandbox
@@ -274,7 +274,7 @@ def test_the_users_of_a_sandbox_touch_only_the_contract():
             problems.append(f"{rel}: {sorted(extra)} on a pool")
     # the loop, run_attempt, the graders, validate, workflow: the scan sees them
     assert seen_sandbox_users >= 5
-    assert not problems, "members outside agent/sandbox/protocol.py:\n" + "\n".join(problems)
+    assert not problems, "members outside agent/sandbox/contract.py:\n" + "\n".join(problems)
 
 
 def test_the_scan_catches_a_member_outside_the_contract(tmp_path):

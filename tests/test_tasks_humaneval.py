@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import Changes, SandboxPool
+from agent.sandbox import Changes, DockerPool
 from evaluators.grading.grade import grade
 from results.errors import UserError
 from tasks.humaneval import MARKER, import_humaneval, read_problems
@@ -66,7 +66,7 @@ def test_reimport_replaces_only_its_own_folder(tmp_path):
 
 def grade_solution(task, text: str, image: str):
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await grade(task, Changes(files={"solution.py": text.encode()}), pool, image)
 
     return run(main())

@@ -208,13 +208,13 @@ def test_timeout_before_the_first_reply_counts_model_time(tmp_path):
 def test_the_record_of_a_timeout_before_the_first_reply(image, tmp_path):
     """The issue's case: the wall-time limit ends the model's first call. The record says where the time
     went (model time, not 0.0 s) and why, beside the grader's own reason."""
-    from agent.sandbox import SandboxPool
+    from agent.sandbox import DockerPool
     from evaluators.run.policies import loop_policy
     from evaluators.run.runner import run_attempt
     from tests.helpers import make_task
 
     async def go():
-        async with SandboxPool(warm=0, max_containers=3) as pool:
+        async with DockerPool(warm=0, max_containers=3) as pool:
             policy = loop_policy(_Silent(), LoopConfig(wall_time=1), asyncio.Semaphore(1), 0)
             return await run_attempt(make_task(), policy, pool, image, run_id="r", model_name="openai/slow")
 

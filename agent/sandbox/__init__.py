@@ -1,4 +1,4 @@
-"""The one sandbox API: the Sandbox and SandboxPool contract (protocol.py), its one implementation over a
+"""The one sandbox API: the Sandbox and SandboxPool contract (contract.py), its one implementation over a
 command server (served.py), and the backends that make sandboxes, chosen by name (backends.py): Docker (a
 hardened, single-use container; a warm pool of them) and Kubernetes (k8s/).
 
@@ -6,13 +6,13 @@ Each sandbox's main process is agent/sandbox/server.py (a ~1 ms command runner o
 attached stdin/stdout), so commands need neither `docker exec` nor a network. Every sandbox is
 used for one attempt only, then destroyed: nothing written in one attempt is seen by the next.
 
-    pool = SandboxPool(run_id="r1")        # the Docker backend's pool (DockerPool)
+    pool = DockerPool(run_id="r1")        # the Docker backend's pool (DockerPool)
     async with pool.sandbox(image, Limits()) as sb:
         await sb.put_files({"a.txt": b"hi"})
         r = await sb.exec("cat a.txt", timeout=10)
 
 One concept per module:
-    protocol.py   the contract: Sandbox, SandboxPool, ExecResult and Stream (typed command results)
+    contract.py   the contract: Sandbox, SandboxPool, ExecResult and Stream (typed command results)
     backends.py   the backends by name ("docker", "k8s"): a new one is a module and a line there
     served.py     ServedSandbox, the one Sandbox implementation: a command server on a Host (the backend's)
     client.py     the Docker client, and retries of the engine's transient errors
@@ -34,11 +34,11 @@ from agent.sandbox.changes import CAPTURE_SOURCE, CaptureError, Changes
 from agent.sandbox.cleanup import prune
 from agent.sandbox.client import docker_client, docker_retry
 from agent.sandbox.container import Limits, create_sandbox
+from agent.sandbox.contract import ExecResult, Sandbox, SandboxPool, Stream
 from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE, content_hash
 from agent.sandbox.labels import LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK
 from agent.sandbox.network import create_network, remove_network
-from agent.sandbox.pool import DockerPool, SandboxPool
-from agent.sandbox.protocol import ExecResult, Sandbox, Stream
+from agent.sandbox.pool import DockerPool
 from agent.sandbox.served import FilesNotWritten, ServedSandbox
 from agent.sandbox.transport import SERVER_SOURCE, SandboxDied, SandboxUnresponsive
 

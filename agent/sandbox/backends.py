@@ -1,7 +1,7 @@
 """Sandbox backends by name (`harness eval --sandbox NAME`): where the sandboxes of a run are made.
 
 A backend is one module that defines BACKEND (a Backend: its pool, and the images its sandboxes run) and one
-line in BACKENDS below; its sandboxes and pool implement agent/sandbox/protocol.py, and
+line in BACKENDS below; its sandboxes and pool implement agent/sandbox/contract.py, and
 tests/test_sandbox_contract.py runs the contract's behaviours against it. Modules are imported on first
 use, so a backend's client (Kubernetes' REST calls, ...) costs nothing to a run that does not choose it.
 

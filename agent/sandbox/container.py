@@ -136,7 +136,7 @@ def create_sandbox(
     network: Optional[str] = None,
 ) -> ServedSandbox:
     """Creates, attaches and starts one hardened container (blocking: call from a thread). A networked
-    sandbox joins `network` (its pool's own, see SandboxPool.network_for); others have only lo."""
+    sandbox joins `network` (its pool's own, see DockerPool.network_for); others have only lo."""
     if limits.native is not None:  # the static helper: any image, Harbor's runtime contract
         from agent.sandbox.native import create_native
 

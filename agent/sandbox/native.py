@@ -1,7 +1,7 @@
 """Sandboxes for any image: the static command server, and the Harbor runtime contract.
 
 Our own tasks run agent/sandbox/server.py on the image's python3 (agent/sandbox/container.py). A sandbox
-whose Limits carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines protocol,
+whose Limits carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines wire format,
 compiled `gcc -static` once per host (cached by source hash) and bind-mounted read-only at
 /.harness-helper, so the image needs no interpreter (a Debian minbase, a busybox-only image, ...). It also
 walks the working folder for change capture ("op": "snapshot") and kills every process but itself

@@ -13,13 +13,13 @@ from typing import Callable, Optional
 from agent.sandbox.backends import Backend
 from agent.sandbox.cleanup import prune, prune_at_exit
 from agent.sandbox.container import Limits, create_sandbox
+from agent.sandbox.contract import pooled
 from agent.sandbox.network import create_network
-from agent.sandbox.protocol import pooled
 from agent.sandbox.served import ServedSandbox
 
 
 class DockerPool:
-    """The Docker backend's SandboxPool (agent/sandbox/protocol.py). Keeps `warm` started sandboxes per
+    """The Docker backend's SandboxPool (agent/sandbox/contract.py). Keeps `warm` started sandboxes per
     (image, limits) ready; acquire() takes one in milliseconds, release() destroys it and the pool refills
     in the background. At most `max_containers` exist at once (warm + in use)."""
 
@@ -207,6 +207,4 @@ class DockerPool:
         await self.close()
 
 
-# The name its constructors use (evaluators/, bench/, tests); the pool contract is protocol.SandboxPool.
-SandboxPool = DockerPool
 BACKEND = Backend("docker", pool=lambda options: DockerPool)  # agent/sandbox/backends.py

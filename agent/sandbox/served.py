@@ -1,4 +1,4 @@
-"""The one implementation of the Sandbox contract (agent/sandbox/protocol.py): a command server (server.py,
+"""The one implementation of the Sandbox contract (agent/sandbox/contract.py): a command server (server.py,
 or the static helper of native.py) reached over a CommandChannel, inside something a backend made.
 
 What differs between backends is only where the server runs, so that is the one part a backend provides,
@@ -25,8 +25,8 @@ from agent.sandbox.changes import (
     shown,
     unwritable,
 )
+from agent.sandbox.contract import OUTPUT_CAP, ExecResult, Stream
 from agent.sandbox.images import WORKSPACE
-from agent.sandbox.protocol import OUTPUT_CAP, ExecResult, Stream
 from agent.sandbox.transport import CommandChannel, SandboxDied
 from results.errors import InfraError
 

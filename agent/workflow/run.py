@@ -12,7 +12,7 @@ from typing import Iterable, Optional
 from agent.config import DEFAULT_MAX_COPY_MB, LoopConfig
 from agent.loop import run_loop
 from agent.models import get_model
-from agent.sandbox import Changes, Limits, SandboxPool
+from agent.sandbox import Changes, DockerPool, Limits
 from agent.sandbox.images import ensure_base_image
 from agent.workflow.apply import plan_changes
 from agent.workflow.paths import CI_GLOBS, _read_original
@@ -60,7 +60,7 @@ async def run_workflow(
         memory_mb=max(limits.memory_mb, mb + 1024),  # the workspace is a tmpfs: its pages count as memory
     )
     max_files = len(sel.files) + 5000
-    async with SandboxPool(warm=0, max_containers=2) as pool:
+    async with DockerPool(warm=0, max_containers=2) as pool:
         async with pool.sandbox(image, limits, task="workflow") as sb:
             await _copy_in(sb, _batches(sel), sel.executable)
             await sb.mark_baseline(max_files=max_files)

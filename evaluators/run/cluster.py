@@ -136,16 +136,14 @@ class NodeWorker:
     async def start(self, tasks: list[Any]) -> None:
         """Takes the task specs and warms the pool and the model, inside the actor's event loop."""
         from agent.models import get_model
-        from agent.sandbox import SandboxPool
+        from agent.sandbox import DockerPool
 
         self.tasks.update({t.id: t for t in tasks})
         if self.pool is None:
             s = self.spec
             self.model = get_model(s["actor_model"], **s["actor_model_options"])
             self.model_slots = asyncio.Semaphore(s["model_slots"])
-            self.pool = SandboxPool(
-                run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2
-            )
+            self.pool = DockerPool(run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2)
 
     async def attempt(self, task_id: str, sample: int, image: str) -> dict[str, Any]:
         from evaluators.run.policies import loop_policy

@@ -22,8 +22,8 @@ from agent.config import LoopConfig, default_reply_tokens
 from agent.loop import LoopResult
 from agent.models import get_model
 from agent.models.base import Model
-from agent.protocol import TOOLS
-from agent.sandbox import Changes, FilesNotWritten, SandboxPool, SandboxUnresponsive, prune
+from agent.prompt_format import TOOLS
+from agent.sandbox import Changes, DockerPool, FilesNotWritten, SandboxPool, SandboxUnresponsive, prune
 from evaluators.grading import kinds
 from evaluators.grading.grade import GradingStations, batchable, grade
 from evaluators.run.config import EvalConfig
@@ -478,7 +478,7 @@ async def _on_this_machine(cfg: EvalConfig, todo: list, Pool, images, store, the
         if telemetry.metrics():
             telemetry.metrics().pools[:] = [pool]  # one run's pool at a time (train runs several)
         stations = None
-        if cfg.batch_grading > 1 and Pool is SandboxPool:
+        if cfg.batch_grading > 1 and Pool is DockerPool:
             # half as many grading containers as attempts in flight: a grading waits for a turn
             # rather than start a container that grades only one or two attempts
             stations = GradingStations(pool, cfg.batch_grading, max_containers=stations_for(cfg.concurrency))
@@ -559,7 +559,7 @@ async def run_task(
     images = await build_images([task])
     the_model = get_model(model, **(model_options or {}))
     cfg = cfg or LoopConfig(temperature=temperature)
-    async with SandboxPool(warm=0, max_containers=3) as pool:
+    async with DockerPool(warm=0, max_containers=3) as pool:
         return await run_attempt(
             task,
             loop_policy(the_model, cfg, asyncio.Semaphore(1), sample),

@@ -145,7 +145,7 @@ def test_cli_lists_and_runs_a_case(image):
 
 def test_catalogue_is_json_safe(tmp_path):
     """Every script is a list of replies the replay model accepts (strings with exactly one bash block)."""
-    from agent.protocol import parse_text_reply
+    from agent.prompt_format import parse_text_reply
 
     ctx = selftest.Ctx("abcd1234", tmp_path)
     for case in selftest.CATALOGUE:

@@ -11,7 +11,7 @@ import hashlib
 
 import pytest
 
-from agent.sandbox import Changes, Limits, SandboxPool
+from agent.sandbox import Changes, DockerPool, Limits
 from agent.sandbox.changes import PATH_MAX, unwritable
 from evaluators.grading import harbor_kind
 from evaluators.grading.grade import grade
@@ -87,7 +87,7 @@ def test_capture_and_rebuild_agree(image):
     )
 
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             async with pool.sandbox(image, Limits()) as a:
                 await a.put_files({"solution.py": b"x"})
                 await a.mark_baseline()
@@ -124,7 +124,7 @@ def test_put_files_leaves_out_names_no_container_holds(image):
     }
 
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             async with pool.sandbox(image, Limits()) as sb:
                 refused = await sb.put_files(files)
                 listed = await sb.snapshot()
@@ -141,7 +141,7 @@ def test_tar_refusing_the_files_is_the_attempts_failure_not_an_error(image):
     reason, never an InfraError (capture never yields such a set; the grader holds anyway)."""
 
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await grade(
                 add_task("t"),
                 Changes(files={"solution.py": CORRECT.encode(), "solution.py/x": b""}),
@@ -159,7 +159,7 @@ def test_a_timeout_at_the_pid_limit_says_so(image):
     task = dataclasses.replace(add_task("t"), verifier_timeout_sec=8)
 
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await grade(
                 task, Changes(files={"solution.py": (CORRECT + FORK_WORKERS).encode()}), pool, image
             )
@@ -175,7 +175,7 @@ def test_a_timeout_without_forks_says_nothing_of_the_pid_limit(image):
     hang = CORRECT + "import time\ntime.sleep(60)\n"
 
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await grade(task, Changes(files={"solution.py": hang.encode()}), pool, image)
 
     v = run(main())
@@ -431,7 +431,7 @@ def test_the_static_helpers_walk_lists_what_it_cannot_capture_and_keeps_the_rest
 
     async def go():
         images = await build_images([task], log=lambda m: None)
-        async with SandboxPool(run_id="harbor-rt-test", warm=0) as pool:
+        async with DockerPool(run_id="harbor-rt-test", warm=0) as pool:
             async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
                 await sb.mark_baseline()
                 r = await sb.exec(["python3", "-c", make], timeout=60)
@@ -458,7 +458,7 @@ def test_changes_larger_than_the_grading_workspace_are_rebuild_failed(image):
     files = {"solution.py": CORRECT.encode(), "sparse.bin": bytes(3 << 20)}
 
     async def main():
-        async with SandboxPool(warm=0) as pool:
+        async with DockerPool(warm=0) as pool:
             return await grade(task, Changes(files=files), pool, image)
 
     v = run(main())

@@ -14,7 +14,7 @@ import pytest
 import requests
 from docker.models.containers import ContainerCollection
 
-from agent.sandbox import LABEL_RUN, Limits, SandboxPool, ServedSandbox, prune
+from agent.sandbox import LABEL_RUN, DockerPool, Limits, ServedSandbox, prune
 from agent.sandbox.transport import CommandChannel
 from evaluators.run.runner import INFRA_RETRIES
 from tests.adversarial.adv_util import containers_of, evaluate, script, task, unique
@@ -205,10 +205,10 @@ def test_closing_a_pool_spares_other_pools_with_the_same_run_id(image):
     run_id = unique("shared")
 
     async def main():
-        other = SandboxPool(run_id=run_id, warm=0)
+        other = DockerPool(run_id=run_id, warm=0)
         try:
             sb = await other.acquire(image, LIMITS)
-            async with SandboxPool(run_id=run_id, warm=0) as pool:
+            async with DockerPool(run_id=run_id, warm=0) as pool:
                 async with pool.sandbox(image, LIMITS) as mine:
                     await mine.exec("true", 10)
             return (await sb.exec("echo alive", 10)).stdout.strip()
@@ -223,7 +223,7 @@ def test_prune_tolerates_containers_that_vanish_meanwhile(image, monkeypatch):
     run_id = unique("vanish")
 
     async def leave_two():
-        pool = SandboxPool(run_id=run_id, warm=0)
+        pool = DockerPool(run_id=run_id, warm=0)
         await pool.acquire(image, LIMITS)
         await pool.acquire(image, LIMITS)  # never released: leftovers for prune
 

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 from agent.sandbox.backends import Backend
 from agent.sandbox.container import Limits
+from agent.sandbox.contract import pooled
 from agent.sandbox.images import content_hash
 from agent.sandbox.k8s.api import K8sApi
 from agent.sandbox.k8s.manifests import (
@@ -28,7 +29,6 @@ from agent.sandbox.k8s.manifests import (
 )
 from agent.sandbox.k8s.sandbox import K8sPod, kubectl_exec
 from agent.sandbox.labels import LABEL_POOL, LABEL_RUN
-from agent.sandbox.protocol import pooled
 from agent.sandbox.served import ServedSandbox
 from agent.sandbox.transport import SandboxDied
 from results.errors import InfraError, UserError
@@ -157,7 +157,7 @@ class K8sSandboxPool:
         theirs.close()
         return mine, helper
 
-    # the SandboxPool contract (agent/sandbox/protocol.py) --------------------------------------------
+    # the SandboxPool contract (agent/sandbox/contract.py) --------------------------------------------
     async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> ServedSandbox:
         if self._closed:
             raise InfraError("the k8s sandbox pool is closed")
