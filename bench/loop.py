@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from agent.config import LoopConfig  # noqa: E402
 from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
-from agent.sandbox import DockerPool, Limits  # noqa: E402
+from agent.sandbox import DockerPool, SandboxSpec  # noqa: E402
 from agent.sandbox.images import ensure_base_image  # noqa: E402
 from evaluators.run.config import EvalConfig  # noqa: E402
 from evaluators.run.runner import run_eval  # noqa: E402
@@ -81,7 +81,7 @@ async def overhead_per_step(image: str, reps: int = 30) -> tuple[float, float]:
     model = get_model(f"replay:{script}")
     wall = execs = steps = 0.0
     async with DockerPool(warm=0) as pool:
-        async with pool.sandbox(image, Limits()) as sb:
+        async with pool.sandbox(image, SandboxSpec()) as sb:
             for _ in range(reps):
                 t = time.perf_counter()
                 res = await run_loop(model.for_task("x"), sb, "bench", LoopConfig())

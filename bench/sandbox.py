@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.sandbox import DockerPool, Limits, SandboxPool, create_sandbox
+from agent.sandbox import DockerPool, SandboxPool, SandboxSpec, create_sandbox
 from agent.sandbox.images import ensure_base_image
 
 
@@ -60,7 +60,7 @@ async def quiesce(pool: SandboxPool):
     raise RuntimeError("the pool's refill did not finish in 30 s")
 
 
-async def exec_idle_vs_refilling(pool: SandboxPool, sb, image: str, limits: Limits, rounds: int) -> dict:
+async def exec_idle_vs_refilling(pool: SandboxPool, sb, image: str, limits: SandboxSpec, rounds: int) -> dict:
     """exec `true` (argv) round trips on one sandbox, in alternating blocks: while the pool refills (another
     sandbox taken and released, so a warm container is being created and one removed, as after each
     acquire and release of a run), then as many with nothing in flight. Interleaved round by round, so the
@@ -90,7 +90,7 @@ async def exec_idle_vs_refilling(pool: SandboxPool, sb, image: str, limits: Limi
 
 async def harness_side(image: str, n: int) -> dict:
     res = {}
-    limits = Limits()
+    limits = SandboxSpec()
     async with DockerPool(run_id="bench", warm=1, max_containers=4) as pool:
         acquires = []
         for _ in range(n // 2):
@@ -131,7 +131,7 @@ def create_destroy_rate(image: str, n: int = 8) -> float:
     cycle = []
     for _ in range(max(1, n)):
         t = time.perf_counter()
-        sb = create_sandbox(image, Limits(), "bench")
+        sb = create_sandbox(image, SandboxSpec(), "bench")
         sb.kill()
         cycle.append(time.perf_counter() - t)
     return 1 / statistics.median(cycle)
@@ -161,10 +161,10 @@ async def python_less_side(image: str, minbase: str, n: int) -> dict:
     interleaved."""
     from agent.sandbox.native import NativeSpec
 
-    native = Limits(native=NativeSpec(user="nobody"))
+    native = SandboxSpec(native=NativeSpec(user="nobody"))
     res: dict = {"python": [], "native": []}
     async with DockerPool(run_id="bench", warm=0, max_containers=4) as pool:
-        async with pool.sandbox(image, Limits()) as py, pool.sandbox(minbase, native) as nat:
+        async with pool.sandbox(image, SandboxSpec()) as py, pool.sandbox(minbase, native) as nat:
             probe = await nat.exec("command -v python3 || echo none", 10)
             assert probe.stdout.strip() == "none", "the minbase image has a python3"
             for _ in range(n * 5):

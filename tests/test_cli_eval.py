@@ -211,10 +211,10 @@ def test_images_build_prints_the_tag_and_the_engines_image_id():
 
 ORPHAN = """
 import asyncio, os, sys
-from agent.sandbox import Limits, DockerPool, SandboxPool
+from agent.sandbox import SandboxSpec, DockerPool, SandboxPool
 async def main():
     pool = DockerPool(run_id=sys.argv[2], warm=0)
-    await pool.acquire(sys.argv[1], Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16))
+    await pool.acquire(sys.argv[1], SandboxSpec(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16))
     print("created", flush=True)
 asyncio.run(main())
 os._exit(0)  # dies without cleaning up: its container is an orphan

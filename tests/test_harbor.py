@@ -512,12 +512,12 @@ def test_bench_sandbox_smoke_prints_the_python_less_figure(minbase):
 
 def test_change_capture_in_a_python_less_image(minbase):
     """The static helper walks the working folder itself: added, modified, deleted, executable, symlinks."""
-    from agent.sandbox import Limits
+    from agent.sandbox import SandboxSpec
     from agent.sandbox.native import NativeSpec
 
     async def go():
         async with DockerPool(run_id="harbor-test", warm=0) as pool:
-            async with pool.sandbox(minbase, Limits(native=NativeSpec())) as sb:
+            async with pool.sandbox(minbase, SandboxSpec(native=NativeSpec())) as sb:
                 assert sb.workdir == "/app"
                 assert (await sb.exec("command -v python3 python || echo none", 10)).stdout.strip() == "none"
                 await sb.put_files({"keep.txt": b"k\n", "edit.txt": b"old\n", "gone.txt": b"x\n"})
@@ -650,10 +650,10 @@ def test_snapshot_images_are_pruned_with_their_run(image):
     """A commit left behind by a crash between commit and removal goes with the run's containers."""
     import docker.errors
 
-    from agent.sandbox import Limits, create_sandbox, docker_client, prune
+    from agent.sandbox import SandboxSpec, create_sandbox, docker_client, prune
     from agent.sandbox.native import NativeSpec, commit
 
-    sb = create_sandbox(image, Limits(native=NativeSpec()), "harbor-prune-test")
+    sb = create_sandbox(image, SandboxSpec(native=NativeSpec()), "harbor-prune-test")
     try:
         snap = commit(sb, "harbor-prune-test")
     finally:

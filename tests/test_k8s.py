@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from agent.sandbox import SERVER_SOURCE, Limits
+from agent.sandbox import SERVER_SOURCE, SandboxSpec
 from agent.sandbox.k8s import (
     EXEC_SERVER,
     LAUNCHER,
@@ -47,7 +47,7 @@ def test_rendered_manifests_match_the_goldens():
     golden = json.loads((ROOT / "tests/golden/k8s_manifests.json").read_text())
     image = "registry.example/harness/base:abc"
     assert (
-        _sources_named(render_template("harness-t1", "evals", image, Limits(), "TOKEN", LABELS))
+        _sources_named(render_template("harness-t1", "evals", image, SandboxSpec(), "TOKEN", LABELS))
         == golden["template"]
     )
     assert (
@@ -56,7 +56,7 @@ def test_rendered_manifests_match_the_goldens():
                 "harness-t2",
                 "evals",
                 image,
-                Limits(network=True, cpus=2, memory_mb=2048),
+                SandboxSpec(network=True, cpus=2, memory_mb=2048),
                 "TOKEN",
                 LABELS,
                 runtime_class="gvisor",
@@ -71,7 +71,7 @@ def test_rendered_manifests_match_the_goldens():
 
 def test_the_hardening_is_in_the_pod_spec():
     """Independent of the golden file: the properties the Docker sandbox has, named one by one."""
-    tpl = render_template("t", "ns", "img", Limits(memory_mb=512, cpus=0.5), "TOKEN", LABELS)
+    tpl = render_template("t", "ns", "img", SandboxSpec(memory_mb=512, cpus=0.5), "TOKEN", LABELS)
     spec = tpl["spec"]["podTemplate"]["spec"]
     c = spec["containers"][0]
     sc = c["securityContext"]
@@ -85,7 +85,9 @@ def test_the_hardening_is_in_the_pod_spec():
     assert spec["automountServiceAccountToken"] is False and "runtimeClassName" not in spec
     assert tpl["spec"]["networkPolicy"]["egress"] == []  # deny all egress
     assert all(v["emptyDir"]["medium"] == "Memory" and v["emptyDir"]["sizeLimit"] for v in spec["volumes"])
-    open_net = render_template("t", "ns", "img", Limits(network=True), "T", LABELS, runtime_class="kata-qemu")
+    open_net = render_template(
+        "t", "ns", "img", SandboxSpec(network=True), "T", LABELS, runtime_class="kata-qemu"
+    )
     assert open_net["spec"]["networkPolicy"]["egress"] == [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]
     assert open_net["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "kata-qemu"
 
@@ -124,7 +126,7 @@ def test_a_claimed_sandbox_runs_commands_hardened_and_is_deleted_after(fake_clus
     async def go():
         async with _pool(fake_cluster, tmp_path) as pool:
             assert pool.api.namespace == "evals" and pool.api.http.headers["Authorization"] == "Bearer t0ken"
-            async with pool.sandbox(image, Limits()) as sb:
+            async with pool.sandbox(image, SandboxSpec()) as sb:
                 assert (await sb.exec("id -u")).stdout.strip() == "10001"
                 assert (
                     await sb.exec("env | grep -cE '^HARNESS_(TOKEN|SERVER|LAUNCHER|PORT)=' || true")
@@ -193,7 +195,7 @@ def test_the_exec_stream_fallback_runs_the_same_server(fake_cluster, image, tmp_
 
     async def go():
         async with _pool(fake_cluster, tmp_path, connect="exec", exec_argv=argv) as pool:
-            async with pool.sandbox(image, Limits()) as sb:
+            async with pool.sandbox(image, SandboxSpec()) as sb:
                 assert sb.host.helper is not None  # the exec stream, not a TCP connection
                 assert (await sb.exec("id -u; echo $HARNESS_TOKEN")).stdout.split() == ["10001"]
                 await sb.put_files({"x.txt": b"data"})
@@ -211,7 +213,7 @@ def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
     env = {**os.environ, "KUBECONFIG": fake_cluster.kubeconfig(tmp_path / "kubeconfig")}
     labels = {"harness.run": "r-dead", "harness.pool": "deadbeef"}
     fake_cluster.create(
-        "sandboxtemplates", render_template("harness-dead", "evals", image, Limits(), "T", labels)
+        "sandboxtemplates", render_template("harness-dead", "evals", image, SandboxSpec(), "T", labels)
     )
     fake_cluster.create(
         "sandboxwarmpools", render_warm_pool("harness-dead", "evals", "harness-dead", 2, labels)

@@ -8,10 +8,10 @@ import uuid
 import docker
 
 import agent.sandbox.pool as pool_module
-from agent.sandbox import LABEL_RUN, DockerPool, Limits, prune
+from agent.sandbox import LABEL_RUN, DockerPool, SandboxSpec, prune
 from tests.conftest import run
 
-SMALL = Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
+SMALL = SandboxSpec(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
 
 
 def containers(run_id):

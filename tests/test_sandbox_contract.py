@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import BACKENDS, Limits, SandboxDied, sandbox_backend
+from agent.sandbox import BACKENDS, SandboxDied, SandboxSpec, sandbox_backend
 from agent.sandbox.contract import Sandbox, SandboxPool, sandbox_members
 from results.errors import InfraError, UserError
 from tests.conftest import ROOT, run
 from tests.helpers import FakePool, FakeSandbox
 
-SMALL = Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
+SMALL = SandboxSpec(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
 KINDS = ["docker", "native", "k8s", "fake"]  # every backend, the static helper, and the fake
 
 
@@ -40,7 +40,7 @@ def open_sandbox(request, tmp_path, monkeypatch):
 
         if shutil.which("debootstrap") is None:
             pytest.skip("debootstrap is not installed (make setup installs it)")
-        limits = Limits(memory_mb=256, pids=64, native=NativeSpec(workdir="/contract"))
+        limits = SandboxSpec(memory_mb=256, pids=64, native=NativeSpec(workdir="/contract"))
         return _pooled(
             sandbox_backend("docker").pool({})(warm=0), ensure_minbase_image(log=lambda m: None), limits
         )
@@ -55,7 +55,7 @@ def open_sandbox(request, tmp_path, monkeypatch):
     return _pooled(sandbox_backend("docker").pool({})(warm=0), image, SMALL)
 
 
-def _pooled(pool: SandboxPool, image: str, limits: Limits):
+def _pooled(pool: SandboxPool, image: str, limits: SandboxSpec):
     @contextlib.asynccontextmanager
     async def open_one():
         assert isinstance(pool, SandboxPool)  # every member of the pool contract

@@ -7,7 +7,7 @@ attached stdin/stdout), so commands need neither `docker exec` nor a network. Ev
 used for one attempt only, then destroyed: nothing written in one attempt is seen by the next.
 
     pool = DockerPool(run_id="r1")        # the Docker backend's pool (DockerPool)
-    async with pool.sandbox(image, Limits()) as sb:
+    async with pool.sandbox(image, SandboxSpec()) as sb:
         await sb.put_files({"a.txt": b"hi"})
         r = await sb.exec("cat a.txt", timeout=10)
 
@@ -19,7 +19,7 @@ One concept per module:
     labels.py     the labels on what we make (run, pool, process, task), for cleanup
     transport.py  CommandChannel: request/reply with the command server, framing, the watchdog, SandboxDied
     changes.py    Changes, and change capture (agent/sandbox/capture.py inside, the diff outside)
-    container.py  Limits, container creation and hardening, the Docker Host (DockerContainer)
+    container.py  SandboxSpec, container creation and hardening, the Docker Host (DockerContainer)
     pool.py       DockerPool: warm containers per (image, limits), bounded, single use
     network.py    per-pool networks of networked tasks, and their firewall rule
     cleanup.py    prune(): containers, networks and images of a run, a pool or a dead process
@@ -33,7 +33,7 @@ from agent.sandbox.backends import BACKENDS, Backend, sandbox_backend
 from agent.sandbox.changes import CAPTURE_SOURCE, CaptureError, Changes
 from agent.sandbox.cleanup import prune
 from agent.sandbox.client import docker_client, docker_retry
-from agent.sandbox.container import Limits, create_sandbox
+from agent.sandbox.container import SandboxSpec, create_sandbox
 from agent.sandbox.contract import ExecResult, Sandbox, SandboxPool, Stream
 from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE, content_hash
 from agent.sandbox.labels import LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK
@@ -62,7 +62,7 @@ __all__ = [
     "Changes",
     "ExecResult",
     "FilesNotWritten",
-    "Limits",
+    "SandboxSpec",
     "Sandbox",
     "SandboxDied",
     "SandboxPool",

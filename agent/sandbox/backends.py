@@ -6,7 +6,7 @@ tests/test_sandbox_contract.py runs the contract's behaviours against it. Module
 use, so a backend's client (Kubernetes' REST calls, ...) costs nothing to a run that does not choose it.
 
 Harbor-native sandboxes (native.py: any image, the static helper) are not a backend of their own: a task's
-Limits carry a NativeSpec and the Docker backend makes them.
+SandboxSpec carry a NativeSpec and the Docker backend makes them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Docker backend's sandbox: a hardened, single-use container whose main process is the command server.
 
-Limits says how hard and how big; create_sandbox() makes, attaches and starts the container with them and
+SandboxSpec says how hard and how big; create_sandbox() makes, attaches and starts the container with them and
 returns a ServedSandbox (served.py: the one Sandbox implementation) on a DockerContainer host. Commands
 travel over the attached stdin/stdout (transport.py)."""
 
@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Limits:
-    """Hardening and resource limits; every field can be overridden per task."""
+class SandboxSpec:
+    """What a sandbox is made with: its hardening and resource limits (every field can be overridden per
+    task), and for a Harbor image the static helper's spec."""
 
     memory_mb: int = 1024  # swap is set equal: no swap
     cpus: float = 1.0
@@ -46,7 +47,7 @@ class Limits:
     )
 
     @classmethod
-    def for_task(cls, env) -> "Limits":
+    def for_task(cls, env) -> "SandboxSpec":
         """From a task's [environment] table (tasks.model.Environment)."""
         # A task written on a bigger machine still runs here: Docker refuses more CPUs than the host has.
         return cls(
@@ -58,7 +59,9 @@ class Limits:
         )
 
 
-def hardened(limits: Limits, run_id: str, task: str, pool_id: str, network: Optional[str]) -> dict[str, Any]:
+def hardened(
+    limits: SandboxSpec, run_id: str, task: str, pool_id: str, network: Optional[str]
+) -> dict[str, Any]:
     """The container settings every sandbox shares (ours and native.py's): root only for the command
     server, no new privileges, the task's resource limits, no network unless the task asks, harness labels,
     open files / largest file / no core dumps, and no logs on the host's disk."""
@@ -120,7 +123,7 @@ class DockerContainer:
             self.container.remove(force=True)
 
 
-def served_container(container, image: str, limits: Limits, cls=ServedSandbox, **kw) -> ServedSandbox:
+def served_container(container, image: str, limits: SandboxSpec, cls=ServedSandbox, **kw) -> ServedSandbox:
     """A sandbox on a created (not yet started) container: attached before it starts, so that the server's
     first words are not lost."""
     host = DockerContainer(container)
@@ -129,7 +132,7 @@ def served_container(container, image: str, limits: Limits, cls=ServedSandbox, *
 
 def create_sandbox(
     image: str,
-    limits: Limits,
+    limits: SandboxSpec,
     run_id: str,
     task: str = "pool",
     pool_id: str = "",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # only for the annotations
     from agent.sandbox.changes import Changes
-    from agent.sandbox.container import Limits
+    from agent.sandbox.container import SandboxSpec
 
 OUTPUT_CAP = 64 * 1024  # bytes kept per stream of one command by default (head and tail)
 
@@ -154,12 +154,12 @@ class SandboxPool(Protocol):
     run_id: str
 
     def sandbox(
-        self, image: str, limits: "Limits" = ..., task: str = "pool"
+        self, image: str, limits: "SandboxSpec" = ..., task: str = "pool"
     ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
         """`async with pool.sandbox(image, limits, task=...) as sb:` a fresh sandbox, destroyed after."""
         ...
 
-    async def acquire(self, image: str, limits: "Limits" = ..., task: str = "pool") -> Sandbox: ...
+    async def acquire(self, image: str, limits: "SandboxSpec" = ..., task: str = "pool") -> Sandbox: ...
 
     async def release(self, sb: Sandbox) -> None: ...
 

@@ -1,7 +1,7 @@
 """Sandboxes for any image: the static command server, and the Harbor runtime contract.
 
 Our own tasks run agent/sandbox/server.py on the image's python3 (agent/sandbox/container.py). A sandbox
-whose Limits carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines wire format,
+whose SandboxSpec carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines wire format,
 compiled `gcc -static` once per host (cached by source hash) and bind-mounted read-only at
 /.harness-helper, so the image needs no interpreter (a Debian minbase, a busybox-only image, ...). It also
 walks the working folder for change capture ("op": "snapshot") and kills every process but itself
@@ -36,7 +36,7 @@ import docker.errors
 
 from agent.sandbox.changes import CaptureError
 from agent.sandbox.client import docker_client, docker_retry
-from agent.sandbox.container import Limits, hardened, served_container
+from agent.sandbox.container import SandboxSpec, hardened, served_container
 from agent.sandbox.images import WORKSPACE
 from agent.sandbox.labels import owner_labels
 from agent.sandbox.served import ServedSandbox
@@ -231,7 +231,7 @@ def _image_config(client, image: str) -> dict:
 
 def create_native(
     image: str,
-    limits: Limits,
+    limits: SandboxSpec,
     run_id: str,
     task: str = "pool",
     pool_id: str = "",

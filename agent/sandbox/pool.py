@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from agent.sandbox.backends import Backend
 from agent.sandbox.cleanup import prune, prune_at_exit
-from agent.sandbox.container import Limits, create_sandbox
+from agent.sandbox.container import SandboxSpec, create_sandbox
 from agent.sandbox.contract import pooled
 from agent.sandbox.network import create_network
 from agent.sandbox.served import ServedSandbox
@@ -60,7 +60,7 @@ class DockerPool:
     def _in_thread(self, fn, *args):
         return asyncio.get_running_loop().run_in_executor(self._engine, functools.partial(fn, *args))
 
-    async def network_for(self, limits: Limits) -> Optional[str]:
+    async def network_for(self, limits: SandboxSpec) -> Optional[str]:
         """The pool's own network, made on first use by a networked sandbox; None for the others."""
         if not limits.network:
             return None
@@ -75,7 +75,9 @@ class DockerPool:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> ServedSandbox:
+    async def acquire(
+        self, image: str, limits: SandboxSpec = SandboxSpec(), task: str = "pool"
+    ) -> ServedSandbox:
         key = (image, limits)
         cond = self._condition()
         if self._demand is not None:
@@ -141,7 +143,7 @@ class DockerPool:
                 self._condition().notify_all()
             self._refill(sb.pool_key)
 
-    def sandbox(self, image: str, limits: Limits = Limits(), task: str = "pool"):
+    def sandbox(self, image: str, limits: SandboxSpec = SandboxSpec(), task: str = "pool"):
         return pooled(self, image, limits, task)
 
     def _refill(self, key):

@@ -12,7 +12,7 @@ from typing import Iterable, Optional
 from agent.config import DEFAULT_MAX_COPY_MB, LoopConfig
 from agent.loop import run_loop
 from agent.models import get_model
-from agent.sandbox import Changes, DockerPool, Limits
+from agent.sandbox import Changes, DockerPool, SandboxSpec
 from agent.sandbox.images import ensure_base_image
 from agent.workflow.apply import plan_changes
 from agent.workflow.paths import CI_GLOBS, _read_original
@@ -30,7 +30,7 @@ async def run_workflow(
     *,
     verify: list[str] = (),
     cfg: Optional[LoopConfig] = None,
-    limits: Limits = Limits(),
+    limits: SandboxSpec = SandboxSpec(),
     image: Optional[str] = None,
     model_options: Optional[dict] = None,
     include: Iterable[str] = (),

@@ -22,7 +22,7 @@ import contextlib
 import secrets
 import time
 
-from agent.sandbox import Changes, FilesNotWritten, Limits, SandboxDied, SandboxPool
+from agent.sandbox import Changes, FilesNotWritten, SandboxDied, SandboxPool, SandboxSpec
 from evaluators.grading import kinds
 from evaluators.grading import verdict as rules
 from evaluators.grading.pytest_kind import GRADER
@@ -90,7 +90,7 @@ class grading_sandbox:
         self.not_written = ""  # for the record: files of the changes that this container could not hold
 
     async def __aenter__(self):
-        limits = Limits.for_task(self.task.environment)
+        limits = SandboxSpec.for_task(self.task.environment)
         if self.stations is not None:
             self.cm = self.stations.turn(self.image, limits, self.task.id)
         else:
@@ -198,7 +198,7 @@ class GradingStations:
         await self._notify()
 
     @contextlib.asynccontextmanager
-    async def turn(self, image: str, limits: Limits, task: str):
+    async def turn(self, image: str, limits: SandboxSpec, task: str):
         """(sandbox, uid) for one attempt; the container is this attempt's alone until the block ends."""
         key = (image, limits)
         station = await self._station(key)

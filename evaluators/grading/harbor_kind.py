@@ -32,7 +32,7 @@ from typing import Optional
 
 import docker.errors
 
-from agent.sandbox import Changes, ExecResult, Limits, SandboxDied, SandboxPool
+from agent.sandbox import Changes, ExecResult, SandboxDied, SandboxPool, SandboxSpec
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
 from evaluators.grading import verdict as rules
 from evaluators.grading.kinds import Kind
@@ -51,12 +51,12 @@ RECORD_OUTPUT_CHARS = 8000  # of that output in the record itself, head and tail
 KEEP_FILES, KEEP_FILE_BYTES, KEEP_BYTES = 200, 1 << 20, 8 << 20  # what one attempt keeps of each folder
 
 
-def limits(task, network: Optional[bool] = None) -> Limits:
+def limits(task, network: Optional[bool] = None) -> SandboxSpec:
     """The sandbox of a Harbor task: our resource limits, Harbor's working folder, users and writable root;
     processes the agent starts live on between its commands (Harbor: one persistent shell session)."""
     spec = task.harbor
-    base = Limits.for_task(task.environment)
-    return Limits(
+    base = SandboxSpec.for_task(task.environment)
+    return SandboxSpec(
         memory_mb=base.memory_mb,
         cpus=base.cpus,
         pids=base.pids,
@@ -67,7 +67,7 @@ def limits(task, network: Optional[bool] = None) -> Limits:
     )
 
 
-def verifier_limits(task) -> Limits:
+def verifier_limits(task) -> SandboxSpec:
     spec = task.harbor
     return limits(task, network=spec.verifier_network)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from results.errors import OracleFailed, UserError
 
 if TYPE_CHECKING:
-    from agent.sandbox import Changes, Limits, Sandbox, SandboxPool
+    from agent.sandbox import Changes, Sandbox, SandboxPool, SandboxSpec
     from evaluators.grading.verdict import Verdict
     from tasks.model import EvaluatorConfig, Task
 
@@ -68,11 +68,11 @@ class Kind:
         return EvaluatorConfig(kind=self.name)
 
     # ----------------------------------------------------------------------------------- sandbox needs
-    def limits(self, task: "Task") -> "Limits":
+    def limits(self, task: "Task") -> "SandboxSpec":
         """The agent's sandbox."""
-        from agent.sandbox import Limits
+        from agent.sandbox import SandboxSpec
 
-        return Limits.for_task(task.environment)
+        return SandboxSpec.for_task(task.environment)
 
     def containers(self, task: "Task") -> int:
         """Sandboxes one attempt takes from the pool: the agent's, and a grading container."""

@@ -11,7 +11,7 @@ import hashlib
 
 import pytest
 
-from agent.sandbox import Changes, DockerPool, Limits
+from agent.sandbox import Changes, DockerPool, SandboxSpec
 from agent.sandbox.changes import PATH_MAX, unwritable
 from evaluators.grading import harbor_kind
 from evaluators.grading.grade import grade
@@ -88,13 +88,13 @@ def test_capture_and_rebuild_agree(image):
 
     async def main():
         async with DockerPool(warm=0) as pool:
-            async with pool.sandbox(image, Limits()) as a:
+            async with pool.sandbox(image, SandboxSpec()) as a:
                 await a.put_files({"solution.py": b"x"})
                 await a.mark_baseline()
                 r = await a.exec(script, timeout=120)
                 assert "ALL-MADE" in r.output, r.output
                 ch = await a.changes()
-            async with pool.sandbox(image, Limits()) as b:
+            async with pool.sandbox(image, SandboxSpec()) as b:
                 refused = await b.put_files(ch.files, executable=ch.executable)
                 rebuilt = await b.snapshot()
         return r.output, ch, refused, rebuilt
@@ -125,7 +125,7 @@ def test_put_files_leaves_out_names_no_container_holds(image):
 
     async def main():
         async with DockerPool(warm=0) as pool:
-            async with pool.sandbox(image, Limits()) as sb:
+            async with pool.sandbox(image, SandboxSpec()) as sb:
                 refused = await sb.put_files(files)
                 listed = await sb.snapshot()
                 outside = await sb.exec("ls / /workspace/..", timeout=10)

@@ -14,7 +14,7 @@ import pytest
 import requests
 from docker.models.containers import ContainerCollection
 
-from agent.sandbox import LABEL_RUN, DockerPool, Limits, ServedSandbox, prune
+from agent.sandbox import LABEL_RUN, DockerPool, SandboxSpec, ServedSandbox, prune
 from agent.sandbox.transport import CommandChannel
 from evaluators.run.runner import INFRA_RETRIES
 from tests.adversarial.adv_util import containers_of, evaluate, script, task, unique
@@ -198,7 +198,7 @@ def test_engine_restart_during_a_run(image, tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------------- pool bookkeeping
 
-LIMITS = Limits(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
+LIMITS = SandboxSpec(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
 
 
 def test_closing_a_pool_spares_other_pools_with_the_same_run_id(image):

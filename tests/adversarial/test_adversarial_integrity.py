@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.models.base import ModelError
-from agent.sandbox import Changes, DockerPool, Limits
+from agent.sandbox import Changes, DockerPool, SandboxSpec
 from agent.workflow import apply_changes, escape_terminal, refuse_reason
 from evaluators.run.config import EvalConfig
 from evaluators.run.runner import attempt_with_retries, run_eval
@@ -158,7 +158,7 @@ def test_networked_sandboxes_reach_neither_each_other_nor_the_host(image):
 
     async def main():
         async with DockerPool(warm=0) as pool:
-            limits = Limits(network=True)
+            limits = SandboxSpec(network=True)
             a = await pool.acquire(image, limits)
             b = await pool.acquire(image, limits)
             try:

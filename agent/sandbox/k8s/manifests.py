@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from agent.sandbox.container import Limits
+from agent.sandbox.container import SandboxSpec
 from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE
 from agent.sandbox.transport import SERVER_SOURCE
 
@@ -51,7 +51,9 @@ exec(compile(source, "sandbox_server", "exec"), {"__name__": "__main__"})
 """
 
 
-def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str] = None) -> dict[str, Any]:
+def pod_spec(
+    image: str, limits: SandboxSpec, token: str, runtime_class: Optional[str] = None
+) -> dict[str, Any]:
     """The hardened pod: what create_sandbox does on Docker, in Kubernetes terms. Commands run as uid
     AGENT_UID (the server drops to it); the server keeps only SETUID/SETGID/KILL/DAC_OVERRIDE; no privilege
     escalation, read-only root, size-limited memory-backed /workspace, /tmp and /grader, CPU and
@@ -128,7 +130,7 @@ def pod_spec(image: str, limits: Limits, token: str, runtime_class: Optional[str
     return spec
 
 
-def network_policy(limits: Limits) -> dict[str, Any]:
+def network_policy(limits: SandboxSpec) -> dict[str, Any]:
     """Ingress: the command server's port only. Egress: none, unless the task allows the internet."""
     egress = [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}] if limits.network else []
     return {"ingress": [{"ports": [{"protocol": "TCP", "port": SERVER_PORT}]}], "egress": egress}
@@ -142,7 +144,7 @@ def render_template(
     name: str,
     namespace: str,
     image: str,
-    limits: Limits,
+    limits: SandboxSpec,
     token: str,
     labels: dict[str, str],
     runtime_class: Optional[str] = None,

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional
 
 from agent.sandbox.backends import Backend
-from agent.sandbox.container import Limits
+from agent.sandbox.container import SandboxSpec
 from agent.sandbox.contract import pooled
 from agent.sandbox.images import content_hash
 from agent.sandbox.k8s.api import K8sApi
@@ -72,7 +72,7 @@ class K8sSandboxPool:
         self._pod_ip_ok: Optional[bool] = None if connect == "auto" else connect == "pod-ip"
 
     # objects ----------------------------------------------------------------------
-    async def _warm_pool(self, image: str, limits: Limits) -> str:
+    async def _warm_pool(self, image: str, limits: SandboxSpec) -> str:
         key = (image, limits)
         async with self._pools_lock:
             if key not in self._pools:
@@ -87,7 +87,7 @@ class K8sSandboxPool:
                 self._pools[key] = name
             return self._pools[key]
 
-    async def _claim(self, image: str, limits: Limits) -> ServedSandbox:
+    async def _claim(self, image: str, limits: SandboxSpec) -> ServedSandbox:
         pool = await self._warm_pool(image, limits)
         name = f"{pool}-{secrets.token_hex(4)}"
         body = render_claim(
@@ -158,7 +158,9 @@ class K8sSandboxPool:
         return mine, helper
 
     # the SandboxPool contract (agent/sandbox/contract.py) --------------------------------------------
-    async def acquire(self, image: str, limits: Limits = Limits(), task: str = "pool") -> ServedSandbox:
+    async def acquire(
+        self, image: str, limits: SandboxSpec = SandboxSpec(), task: str = "pool"
+    ) -> ServedSandbox:
         if self._closed:
             raise InfraError("the k8s sandbox pool is closed")
         await self._slots.acquire()
@@ -182,7 +184,7 @@ class K8sSandboxPool:
         self._slots.release()
         self._spawn(asyncio.to_thread(sb.kill))
 
-    def sandbox(self, image: str, limits: Limits = Limits(), task: str = "pool"):
+    def sandbox(self, image: str, limits: SandboxSpec = SandboxSpec(), task: str = "pool"):
         return pooled(self, image, limits, task)
 
     def expect(self, acquires: int):
