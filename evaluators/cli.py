@@ -20,41 +20,40 @@ from evaluators.run.config import (
     eval_loop,
 )
 from results import telemetry
+from results.commandline import add_command
 from results.errors import UserError
 
-EVAL_EXAMPLE = (
-    "examples:\n"
-    "  harness eval                                            # the embedded local model on builtin:easy\n"
-    "  harness eval --model openai/gpt-4o-mini --tasks builtin --samples 5 --concurrency 8 --limit 20\n"
-    "  harness eval --model openai-compat:http://127.0.0.1:8000/v1/tuned "
-    "-M supports_tools=true -M context_window=8192"
-)
+EVAL_EXAMPLES = [
+    "harness eval                                            # the embedded local model on builtin:easy",
+    "harness eval --model openai/gpt-4o-mini --tasks builtin --samples 5 --concurrency 8 --limit 20",
+    "harness eval --model openai-compat:http://127.0.0.1:8000/v1/tuned "
+    "-M supports_tools=true -M context_window=8192",
+]
 
 
 def register(sub):
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "eval",
         help="evaluate a model on a task suite (no arguments: the embedded default)",
         description="Run the agent on every selected task (x samples) in sandboxes, grade each "
         "attempt with hidden tests, append it to the run folder and print a "
         "summary. Exits 1 when every attempt ended in an infrastructure error.",
-        epilog=EVAL_EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=EVAL_EXAMPLES,
     )
     add_eval_options(p)
     telemetry.add_options(p)
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "rescore",
         help="grade a run's kept changes again with the current task versions (no model calls)",
         description="Grade the stored final changes of every attempt of RUN again, with the current "
         "(or the given) version of each task's hidden tests, in fresh containers, without calling the "
         "model. Writes a new run folder whose manifest names the source run, the task versions before "
         "and after, and the verdicts that changed; `harness compare RUN NEW` shows the flips.",
-        epilog="example:\n  harness rescore runs/A --out runs/A-rescored\n"
-        "  harness compare runs/A runs/A-rescored",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness rescore runs/A --out runs/A-rescored", "harness compare runs/A runs/A-rescored"],
     )
     p.add_argument("run", type=Path, metavar="RUN", help="the run folder to grade again")
     p.add_argument("--tasks", help="suite to take the tasks from (default: the run's own suite)")

@@ -8,18 +8,18 @@ import re
 from agent.config import add_field_options, add_loop_options, given_fields
 from lora.config import SFTConfig, TrainConfig
 from results import telemetry
+from results.commandline import add_command
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "train",
         help="improve a local model on its own solved attempts (rejection sampling + LoRA)",
         description="Each round: sample the train tasks K times, keep solved attempts, "
         "fine-tune a LoRA adapter, evaluate it on heldout and train tasks. "
         "Re-running with the same --out resumes.",
-        epilog="example:\n"
-        "  harness train --model local:smollm2-135m --tasks builtin:easy --rounds 2 --samples 8",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["harness train --model local:smollm2-135m --tasks builtin:easy --rounds 2 --samples 8"],
     )
 
     def add(cls, *names):
