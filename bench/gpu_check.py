@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One prepared check of the training and local-model paths on one GPU (at most 8 minutes), or, with
---cpu, the same code at tiny sizes on the CPU (under a minute; tests/test_bench_gpu_check.py runs it).
+--cpu, the same code at tiny sizes on the CPU (under a minute; tests/bench/test_bench_gpu_check.py runs it).
 
     python bench/gpu_check.py --out gpu.json          # on a machine with one CUDA GPU
     python bench/gpu_check.py --cpu --out smoke.json  # tiny sizes, CPU only (CUDA hidden)

@@ -5,7 +5,7 @@ keys/values) beside the static batching this backend used before (every waiting 
 workload, in one run.
 
     python bench/local_decode.py [--conversations 16] [--turns 4] [--max-tokens 64] [--tool-time 0.3]
-    python bench/local_decode.py --smoke   # 2 conversations x 1 turn, 4 tokens (tests/test_bench_smoke.py)
+    python bench/local_decode.py --smoke   # 2 conversations x 1 turn, 4 tokens (tests/bench/)
     python bench/local_decode.py --long [--attempts 96] [--window 60]   # speed over a long run
     python bench/local_decode.py --long --smoke                         # the same, tiny
 

@@ -3,7 +3,7 @@
     .venv/bin/python bench/loop.py [--tasks 50] [--concurrency 1 2 4 8] [--no-mini] [--smoke]
 
 --smoke: 2 tasks at concurrency 1 and 2, 2 overhead repetitions, 2 grading attempts per mode, without
-mini-swe-agent (which needs installing): seconds; tests/test_bench_smoke.py runs it so it cannot rot.
+mini-swe-agent (which needs installing): seconds; tests/bench/test_bench_smoke.py runs it so it cannot rot.
 
 1. Harness overhead per step: the loop's wall time per step minus the sandbox's own exec time
    (measured by the command server), on one warm sandbox.

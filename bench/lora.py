@@ -5,7 +5,7 @@ write, on synthetic token data, for models built from configs (nothing is downlo
 
     python bench/lora.py                 # CUDA: 135M/0.5B/1.5B x 1k/4k; CPU: 135M x 256/512, a few steps
     python bench/lora.py --sizes 135m --seqs 1024 --steps 20 --json out.json
-    python bench/lora.py --smoke         # the "tiny" model, 2 steps: seconds (tests/test_bench_smoke.py)
+    python bench/lora.py --smoke         # the "tiny" model, 2 steps: seconds (tests/bench/)
 
 Each (size, length, trainer) runs in its own process so peak memory is its own (GPU: max allocated;
 CPU: max resident set, which includes ~0.5 GB of Python + torch).

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="the same pipeline, tiny: checks the benchmark works (tests/test_bench_smoke.py)",
+        help="the same pipeline, tiny: checks the benchmark works (tests/bench/test_bench_smoke.py)",
     )
     args = p.parse_args(argv)
     tiny = dict(SMOKE) if args.smoke else {"limit": args.limit}

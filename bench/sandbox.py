@@ -9,7 +9,7 @@ and one removed, as after every acquire and release of a run), in alternating bl
 printed side by side with their ratio (refilling / idle).
 Then the exec round trip in a Python-less image (Debian minbase, served by the static helper of
 agent/sandbox/native.py) beside today's Python server in the base image, measured interleaved in one run:
-the target is a ratio within 2x. --smoke: a few iterations only (seconds), for tests/test_harbor.py.
+the target is a ratio within 2x. --smoke: a few iterations only (seconds), for tests/tasks/test_harbor.py.
 """
 
 from __future__ import annotations

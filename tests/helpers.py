@@ -224,8 +224,9 @@ def _capped(data: bytes, cap: int) -> Stream:
 
 
 class FakeSandbox:
-    """The Sandbox contract in memory: no Docker, answers in microseconds (tests/test_sandbox_contract.py
-    runs the same behaviours against it as against the real backends).
+    """The Sandbox contract in memory: no Docker, answers in microseconds
+    (tests/agent/sandbox/test_sandbox_contract.py runs the same behaviours against it as against the real
+    backends).
 
     `script` maps a shell command (text) to its answer: output text (exit code 0), an ExecResult, or a list of
     those taken in turn (the last repeats); any other shell text succeeds with no output. An answer whose

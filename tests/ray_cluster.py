@@ -9,7 +9,7 @@ processes this module did not start (`ray stop` would stop every Ray on the mach
 Nothing outlives the process that made the cluster: a reaper process (its own session, so a Ctrl-C or a
 SIGTERM of the test run's process group does not reach it first) waits for that process to end, however
 it ends (stop(), Ctrl-C, SIGTERM, kill -9), and then kills every process in the cluster's namespace.
-Needs root (unshare, nsenter); used by tests/test_cluster.py and bench/cluster.py.
+Needs root (unshare, nsenter); used by tests/evaluators/run/test_cluster.py and bench/cluster.py.
 """
 
 from __future__ import annotations

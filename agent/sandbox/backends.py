@@ -2,8 +2,9 @@
 
 A backend is one module that defines BACKEND (a Backend: its pool, and the images its sandboxes run) and one
 line in BACKENDS below; its sandboxes and pool implement agent/sandbox/contract.py, and
-tests/test_sandbox_contract.py runs the contract's behaviours against it. Modules are imported on first
-use, so a backend's client (Kubernetes' REST calls, ...) costs nothing to a run that does not choose it.
+tests/agent/sandbox/test_sandbox_contract.py runs the contract's behaviours against it. Modules are
+imported on first use, so a backend's client (Kubernetes' REST calls, ...) costs nothing to a run that
+does not choose it.
 
 Harbor-native sandboxes (native.py: any image, the static helper) are not a backend of their own: a task's
 SandboxSpec carry a NativeSpec and the Docker backend makes them.

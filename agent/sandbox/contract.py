@@ -2,7 +2,8 @@
 results their commands return (ExecResult, Stream).
 
 Every user above the sandbox layer (the loop, run_attempt, the graders, `harness run`) goes through these
-members only; tests/test_sandbox_contract.py runs the same behaviours against every backend registered in
+members only; tests/agent/sandbox/test_sandbox_contract.py runs the same behaviours against every
+backend registered in
 agent/sandbox/backends.py and against the in-memory fake (tests/helpers.py FakeSandbox), and checks that
 the attributes those users touch on a sandbox are listed here. This module imports nothing heavy: the loop
 and the fake import it without Docker.

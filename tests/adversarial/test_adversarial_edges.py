@@ -282,13 +282,13 @@ def test_numeric_answers_are_bounded_and_say_why(answer, ok, detail):
 
 def _harbor(tmp_path, test_sh: str, mode: str = "fresh"):
     from tasks.task_folder import load_task
-    from tests.test_harbor import _with_mode, harbor_task
+    from tests.tasks.test_harbor import _with_mode, harbor_task
 
     return _with_mode(load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n', test_sh=test_sh)), mode)
 
 
 def _harbor_attempt(task, policy):
-    from tests.test_harbor import _attempt
+    from tests.tasks.test_harbor import _attempt
 
     return _attempt(task, policy)
 
@@ -309,7 +309,7 @@ def test_a_50_mb_reward_json_is_too_large_not_absent(image, tmp_path):
 def test_a_harbor_test_sh_timeout_says_whether_the_pid_limit_was_reached(image, tmp_path, forks):
     """test.sh that starts 400 processes (the limit refuses forks, bash retries) and one that only sleeps:
     both time out; only the first says the pid limit was reached, with the task's own limit."""
-    from tests.test_harbor_runtime import harbor_task
+    from tests.evaluators.grading.test_harbor_runtime import harbor_task
 
     body = "for i in $(seq 400); do sleep 60 & done; wait\n" if forks else "sleep 60\n"
     task = harbor_task(
@@ -410,7 +410,7 @@ def test_the_static_helpers_walk_lists_what_it_cannot_capture_and_keeps_the_rest
     2,000 levels deep and a path over PATH_MAX are listed as not captured (never skipped without a word,
     never the end of the helper); a file 200 levels deep and the plain one are captured."""
     from evaluators.run.task_images import build_images
-    from tests.test_harbor_runtime import harbor_task
+    from tests.evaluators.grading.test_harbor_runtime import harbor_task
 
     task = harbor_task(tmp_path, name="walk")
     make = (

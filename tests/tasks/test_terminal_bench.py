@@ -137,7 +137,7 @@ def table(output: str) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # .venv/bin/python -m tests.test_terminal_bench  -> prints the table
+if __name__ == "__main__":  # .venv/bin/python -m tests.tasks.test_terminal_bench  -> prints the table
     code, out = _validate(str(CORPUS), *sys.argv[1:])
     print(out)
     print(table(out))

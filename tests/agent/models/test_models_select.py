@@ -182,7 +182,7 @@ def test_a_new_backend_is_one_registration(monkeypatch):
     import agent.models as models
 
     monkeypatch.setattr(models, "BACKENDS", dict(models.BACKENDS))
-    models.register("echo", "tests.test_models_select:echo_backend", {"depth"})
+    models.register("echo", "tests.agent.models.test_models_select:echo_backend", {"depth"})
     model = get_model("echo:abc", depth="3")
     assert model.name == "echo:abc|abc|3"
     assert models.backend_of("echo:x") == "echo" and models.backend_of("nope:x") == "litellm"

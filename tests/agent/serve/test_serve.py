@@ -17,7 +17,7 @@ import pytest
 from agent.models import get_model
 from agent.serve import start_server
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 MSGS = [{"role": "user", "content": "hello"}]
 TOOLS = [
     {

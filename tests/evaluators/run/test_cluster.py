@@ -435,7 +435,7 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
     from results.manifest import Manifest
     from results.schema import Attempt
     from results.store import RunStore, kept_diff, load_attempts
-    from tests.test_harbor_runtime import harbor_task
+    from tests.evaluators.grading.test_harbor_runtime import harbor_task
 
     task = harbor_task(
         tmp_path,

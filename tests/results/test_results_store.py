@@ -21,7 +21,7 @@ from results.manifest import MANIFEST, Manifest, TaskEntry, resume_settings
 from results.store import ATTEMPTS, RunStore, default_run_dir, load_attempts, open_run
 from results.synthetic import make_attempt
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def manifest(**config) -> Manifest:

@@ -90,7 +90,8 @@ def test_a_misspelt_template_variable_fails_naming_the_file_and_the_variable(tmp
 
 def test_the_loop_uses_only_the_sandbox_contract():
     """The loop's sandbox is typed with agent/sandbox/contract.py's Sandbox, and every attribute it touches on
-    one is a member of it (tests/test_sandbox_contract.py checks that every sandbox implements them)."""
+    one is a member of it (tests/agent/sandbox/test_sandbox_contract.py checks that every sandbox
+    implements them)."""
     import ast
 
     import agent.loop
@@ -171,7 +172,7 @@ def test_the_clis_and_the_server_import_the_loop_config_without_the_docker_sdk()
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert proc.stdout.strip() == "ok", proc.stderr[-2000:]
 

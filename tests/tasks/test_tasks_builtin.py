@@ -1,5 +1,6 @@
 """The built-in suite: its size and coverage. Every task's oracle and null agent are graded by the real
-grader in real containers in tests/test_validate_suites.py (`suite`, slow); here, the answer tasks (graded on
+grader in real containers in tests/evaluators/test_validate_suites.py (`suite`, slow); here, the answer
+tasks (graded on
 the host by evaluators.grading.grade.grade itself, no container needed) are checked the same way in seconds.
 """
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 WIDTH = 80
 
 pytestmark = pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux (apt-get install tmux)")

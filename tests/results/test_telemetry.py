@@ -228,7 +228,7 @@ def test_the_record_of_a_timeout_before_the_first_reply(image, tmp_path):
 
 def test_train_spans_per_round_and_phase(tmp_path):
     import lora.train as lt
-    from tests.test_lora_train import FakeBackend, config, improving
+    from tests.lora.test_lora_train import FakeBackend, config, improving
 
     trace = tmp_path / "t.jsonl"
     telemetry.configure_tracing(str(trace))

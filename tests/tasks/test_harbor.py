@@ -25,7 +25,7 @@ from tasks.task_folder import load_task
 from tests.conftest import run
 from tests.helpers import write_files
 
-FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harbor"
 
 
 def harbor_task(
@@ -504,7 +504,7 @@ def test_bench_sandbox_smoke_prints_the_python_less_figure(minbase):
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert out.returncode == 0, out.stderr[-500:]
     assert "exec `true` in a Python-less image (static helper): p50" in out.stdout and "ratio" in out.stdout
@@ -610,8 +610,8 @@ def test_agent_loop_end_to_end_on_a_harbor_task(image, tmp_path):
 
 
 def test_our_tasks_are_graded_fresh_only(tmp_path):
-    from tests.test_tasks_loader import TOML  # task_folder: the loader tests' folder builder
-    from tests.test_tasks_loader import task_folder as make_task
+    from tests.tasks.test_tasks_loader import TOML  # task_folder: the loader tests' folder builder
+    from tests.tasks.test_tasks_loader import task_folder as make_task
 
     assert (
         load_task(

@@ -19,7 +19,7 @@ from agent.models import get_model, parse_model_options
 from agent.models.common import approx_tokens
 from results.errors import UserError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MSGS = [{"role": "user", "content": "hello"}]
 
 

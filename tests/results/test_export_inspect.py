@@ -20,7 +20,7 @@ from results.synthetic import make_attempt, make_run
 
 pytest.importorskip("inspect_ai")  # an optional extra; .ci/setup --test installs it
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TASKS = [("fix-add", "coding", 1), ("sum", "math", 2)]
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from evaluators.selftest import SUBMIT, bash, write
 from evaluators.selftest.apply_cases import tree
+from tests.agent.workflow.test_workflow_apply import git, make_repo
 from tests.helpers import harness
-from tests.test_workflow_apply import git, make_repo
 
 VERIFY = "python3 -m pytest -q tests/test_f.py"
 CORRECT_F = "def f(n):\n    return list(range(1, n + 1))\n"

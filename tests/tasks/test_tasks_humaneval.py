@@ -2,7 +2,7 @@
 solutions while the usual reward hacks (always-equal objects, patched pytest reports, early exits) do not
 pass.
 Solutions are graded by the real grader (evaluators.grading.grade.grade) in real containers; every oracle of
-the import is checked by tests/test_validate_suites.py."""
+the import is checked by tests/evaluators/test_validate_suites.py."""
 
 from __future__ import annotations
 
