@@ -115,3 +115,8 @@ class Model(Protocol):
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         """Approximate prompt size, used to keep the conversation within context_window."""
         ...
+
+
+class GrammarError(ValueError):
+    """A JSON schema the constrained decoder cannot enforce (the local model's submit json_schema). Here, not
+    in local.py, so that `serve`'s handler names it without importing torch."""

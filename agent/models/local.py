@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from agent.models.base import WAITING, Completion
+from agent.models.base import WAITING, Completion, GrammarError
 from agent.models.common import apply_prices, message_text
 from agent.models.local_decoding import (
     Batch,
@@ -33,10 +33,6 @@ from agent.models.local_loading import DEFAULT_LOCAL_MODEL, END_OF_TURN, check_a
 from agent.models.options import ModelOptions
 from agent.models.retry import ContextLengthError
 from results.errors import UserError
-
-
-class GrammarError(ValueError):
-    """A JSON schema the constrained decoder cannot enforce (LocalModel.submit json_schema)."""
 
 
 class LocalModel:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Optional
 
 from agent.models import ContextLengthError, Model, ModelError
-from agent.models.local import GrammarError
+from agent.models.base import GrammarError
 from agent.serve.choices import choose_tool
 from agent.serve.local_replies import LocalReplies
 from agent.serve.other_replies import OtherReplies
