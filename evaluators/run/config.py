@@ -17,7 +17,7 @@ from agent.config import LoopConfig, add_field_options, add_loop_options
 from agent.models import DEFAULT_MODEL
 
 DEFAULT_SUITE = "builtin:easy"
-SANDBOXES = ("docker", "k8s")  # where sandboxes run (agent.sandbox, agent.sandbox.k8s)
+SANDBOXES = ("docker", "k8s")  # agent/sandbox/backends.BACKENDS' names, without importing it (a test checks)
 
 
 @dataclass

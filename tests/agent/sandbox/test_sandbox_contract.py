@@ -77,6 +77,14 @@ def test_every_registered_backend_is_in_this_suite():
         sandbox_backend("podman")
 
 
+def test_eval_offers_every_registered_backend():
+    """`harness eval --sandbox`'s choices are the registry's names (written in evaluators/run/config.py so
+    that building the CLI imports no sandbox code)."""
+    from evaluators.run.config import SANDBOXES
+
+    assert list(SANDBOXES) == list(BACKENDS)
+
+
 def test_commands_exit_codes_output_stdin_cwd_and_env(open_sandbox):
     async def go():
         async with open_sandbox() as sb:
