@@ -9,7 +9,7 @@ demo: setup
 test:
 	.ci/setup --test
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 # Format and lint (the rules: pyproject.toml [tool.ruff]); `ruff format .` and `ruff check --fix .` repair most.
 lint:
