@@ -377,6 +377,9 @@ def check_run(cfg: EvalConfig, tasks: list[Task]) -> None:
     """Settings and suites that cannot run, refused before anything starts."""
     if not tasks:
         raise UserError("no tasks selected: check the suite path and the filters")
+    from agent.sandbox.backends import sandbox_backend as backend_named
+
+    backend_named(cfg.sandbox)  # a name no backend registered: one line naming the choices
     if cfg.samples < 1 or cfg.concurrency < 1:
         raise UserError("--samples and --concurrency must be at least 1")
     if not 0 <= cfg.batch_grading <= MAX_BATCH_GRADING:
