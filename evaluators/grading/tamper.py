@@ -34,6 +34,22 @@ def is_visible_test(path: str) -> bool:
     )
 
 
+def machinery_change(name: str, data: Optional[bytes]) -> str:
+    """What a file named `name` with content `data` (None: deleted) would change in how pytest runs, or "":
+    a test-run hook, an import hook, a pytest config (on its own or inside setup.cfg / pyproject.toml)."""
+    if name in HOOK_FILES:
+        return "test-run hook"
+    if name.endswith(".pth"):
+        return ".pth import hook"
+    if name in PYTEST_CONFIGS:
+        return "pytest config"
+    if name == "setup.cfg" and data is not None and b"[tool:pytest]" in data:
+        return "pytest config in setup.cfg"
+    if name == "pyproject.toml" and data is not None and b"[tool.pytest" in data:
+        return "pytest config in pyproject.toml"
+    return ""
+
+
 def tamper_reason(
     changed: dict[str, Optional[bytes]], original: Iterable[str], protected: Iterable[str] = ()
 ) -> str:
@@ -42,18 +58,10 @@ def tamper_reason(
     `original` lists the files the workspace started with (their visible tests are protected)."""
     original = set(original)
     for path, data in sorted(changed.items()):
-        name = path.rsplit("/", 1)[-1]
+        what = machinery_change(path.rsplit("/", 1)[-1], data)
+        if what:
+            return f"changes {path} ({what})"
         top = path.split("/", 1)[0]
-        if name in HOOK_FILES:
-            return f"changes {path} (test-run hook)"
-        if name.endswith(".pth"):
-            return f"changes {path} (.pth import hook)"
-        if name in PYTEST_CONFIGS:
-            return f"changes {path} (pytest config)"
-        if name == "setup.cfg" and data is not None and b"[tool:pytest]" in data:
-            return f"changes {path} (pytest config in setup.cfg)"
-        if name == "pyproject.toml" and data is not None and b"[tool.pytest" in data:
-            return f"changes {path} (pytest config in pyproject.toml)"
         module = top.removesuffix(".py")
         if path.endswith(".py") and module in SHADOWED and path not in original:
             return f"adds {path} (shadows the module {module!r})"
@@ -110,17 +118,9 @@ def harbor_tamper_reason(
     for path, data in sorted(changed.items()):
         if path in original or data is None:
             continue
-        name = path.rsplit("/", 1)[-1]
-        if name in HOOK_FILES:
-            return f"adds {path} (test-run hook)"
-        if name.endswith(".pth"):
-            return f"adds {path} (.pth import hook)"
-        if name in PYTEST_CONFIGS:
-            return f"adds {path} (pytest config)"
-        if name == "setup.cfg" and b"[tool:pytest]" in data:
-            return f"adds {path} (pytest config in setup.cfg)"
-        if name == "pyproject.toml" and b"[tool.pytest" in data:
-            return f"adds {path} (pytest config in pyproject.toml)"
+        what = machinery_change(path.rsplit("/", 1)[-1], data)
+        if what:
+            return f"adds {path} ({what})"
         top = path.split("/", 1)[0]
         module = top.split(".", 1)[0] if "/" not in path else top  # json.py, json.cpython-312-...so, json/
         if (path.endswith(".py") or path.endswith(".so")) and module in shadowable and module not in original:
