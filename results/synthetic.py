@@ -51,30 +51,7 @@ def make_attempt(
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": instruction},
     ]
-    steps: list[Step] = []
-    # The draws from rng stay in this order (call id, action, step figures): a seed gives the same run.
-    for i in range(n_steps):
-        call_id = f"call_{i}_{rng.randrange(10**6)}"
-        last = i == n_steps - 1
-        tool_call_id = call_id if native_tools else None
-        action, args, obs, exit_code = _step_action(i, n_steps, task_id, tool_call_id, observation, rng)
-        raw, tool_calls = _log_step(messages, i, action, args, obs, call_id, native_tools, last)
-        pt, ct = 400 + 150 * i, 30 + rng.randrange(60)
-        steps.append(
-            Step(
-                index=i,
-                raw_output=raw,
-                tool_calls=tool_calls,
-                actions=[action],
-                observation=obs,
-                exit_code=exit_code,
-                model_seconds=0.5 + rng.random(),
-                tool_seconds=0.1 * rng.random(),
-                prompt_tokens=pt,
-                completion_tokens=ct,
-                cost=cost_per_step,
-            )
-        )
+    steps = _steps(messages, task_id, n_steps, native_tools, observation, cost_per_step, rng)
     tests, reason, exit_reason, error, reward = _grading(status, solved, task_id)
     total_model = sum(s.model_seconds for s in steps)
     total_tool = sum(s.tool_seconds for s in steps)
@@ -108,6 +85,43 @@ def make_attempt(
         started_at="2025-01-01T00:00:00Z",
         finished_at="2025-01-01T00:01:00Z",
     )
+
+
+def _steps(
+    messages: list[dict[str, Any]],
+    task_id: str,
+    n_steps: int,
+    native_tools: bool,
+    observation: Optional[str],
+    cost_per_step: float,
+    rng: random.Random,
+) -> list[Step]:
+    """The attempt's steps; each one's turns are appended to messages."""
+    steps: list[Step] = []
+    # The draws from rng stay in this order (call id, action, step figures): a seed gives the same run.
+    for i in range(n_steps):
+        call_id = f"call_{i}_{rng.randrange(10**6)}"
+        last = i == n_steps - 1
+        tool_call_id = call_id if native_tools else None
+        action, args, obs, exit_code = _step_action(i, n_steps, task_id, tool_call_id, observation, rng)
+        raw, tool_calls = _log_step(messages, i, action, args, obs, call_id, native_tools, last)
+        pt, ct = 400 + 150 * i, 30 + rng.randrange(60)
+        steps.append(
+            Step(
+                index=i,
+                raw_output=raw,
+                tool_calls=tool_calls,
+                actions=[action],
+                observation=obs,
+                exit_code=exit_code,
+                model_seconds=0.5 + rng.random(),
+                tool_seconds=0.1 * rng.random(),
+                prompt_tokens=pt,
+                completion_tokens=ct,
+                cost=cost_per_step,
+            )
+        )
+    return steps
 
 
 def _step_action(
