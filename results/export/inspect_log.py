@@ -274,20 +274,7 @@ def _sample(a: Attempt, offered: list[Any], mods: tuple) -> Any:
             metadata={"solved": a.solved},
         )
     )
-    metadata = {
-        "domain": a.domain,
-        "difficulty": a.difficulty,
-        "split": a.split,
-        "status": a.status,
-        "reason": a.reason,
-        "exit_reason": a.exit_reason,
-        "n_steps": a.n_steps,
-        "cost": a.cost,
-        "prompt_tokens": a.prompt_tokens,
-        "completion_tokens": a.completion_tokens,
-        "solved": a.solved,
-        "key": a.key,
-    }
+    metadata = _sample_metadata(a)
     instruction = _instruction(a)
     events, output = _events(
         a,
@@ -317,6 +304,24 @@ def _sample(a: Attempt, offered: list[Any], mods: tuple) -> Any:
         working_time=(a.durations.model + a.durations.sandbox) or None,
         turn_count=len([e for e in events if e.event == "model"]),
     )
+
+
+def _sample_metadata(a: Attempt) -> dict[str, Any]:
+    """The attempt's figures that Inspect has no field for, kept as sample metadata."""
+    return {
+        "domain": a.domain,
+        "difficulty": a.difficulty,
+        "split": a.split,
+        "status": a.status,
+        "reason": a.reason,
+        "exit_reason": a.exit_reason,
+        "n_steps": a.n_steps,
+        "cost": a.cost,
+        "prompt_tokens": a.prompt_tokens,
+        "completion_tokens": a.completion_tokens,
+        "solved": a.solved,
+        "key": a.key,
+    }
 
 
 def _eval_log(
