@@ -275,15 +275,8 @@ def train(
     result.target_tokens = sum(ex.n_targets for ex in usable)
     result.tokens = sum(len(ex.input_ids) for ex in usable)
 
-    # The micro-batch schedule for the whole run: epoch after epoch, regrouped with a new shuffle each time.
-    rng = random.Random(cfg.seed)
-    lengths = [len(ex.input_ids) for ex in usable]
-    schedule = length_grouped_batches(lengths, cfg.batch_tokens, rng)
-    n_micro = cfg.max_steps * cfg.grad_accum if cfg.max_steps else len(schedule) * cfg.epochs
-    while len(schedule) < n_micro:
-        schedule += length_grouped_batches(lengths, cfg.batch_tokens, rng)
-    schedule = schedule[:n_micro]
-    total_steps = math.ceil(n_micro / cfg.grad_accum)
+    schedule = _schedule([len(ex.input_ids) for ex in usable], cfg)
+    total_steps = math.ceil(len(schedule) / cfg.grad_accum)
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
@@ -321,3 +314,14 @@ def train(
     model.eval()
     del optimizer
     return result
+
+
+def _schedule(lengths: list[int], cfg: SFTConfig) -> list[list[int]]:
+    """The micro-batches (indices into the examples) of the whole run: epoch after epoch, regrouped with a
+    new shuffle each time; max_steps * grad_accum of them when max_steps is set."""
+    rng = random.Random(cfg.seed)
+    schedule = length_grouped_batches(lengths, cfg.batch_tokens, rng)
+    n_micro = cfg.max_steps * cfg.grad_accum if cfg.max_steps else len(schedule) * cfg.epochs
+    while len(schedule) < n_micro:
+        schedule += length_grouped_batches(lengths, cfg.batch_tokens, rng)
+    return schedule[:n_micro]

@@ -229,6 +229,31 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
             return out
         stopped.unlink()  # more rounds asked for than the run had: go on
 
+    train_tasks, heldout_tasks = _train_and_heldout(cfg, backend, log)
+    log(
+        f"train: {len(train_tasks)} train tasks, {len(heldout_tasks)} heldout tasks, "
+        f"up to {cfg.rounds} rounds, "
+        + (f"K={cfg.samples}" if cfg.budget is None else f"{cfg.budget} attempts a round by solve rate")
+        + f" at t={cfg.temperature:g}, in {out}"
+    )
+    for r in range(cfg.rounds + 1):
+        if _round(cfg, backend, out, r, train_tasks, heldout_tasks, log):
+            break
+    else:
+        _write_json(
+            stopped,
+            {
+                "round": cfg.rounds,
+                "reason": f"reached the last round ({cfg.rounds})",
+                "rounds_exhausted": True,
+            },
+        )
+    log(summary_table(out))
+    return out
+
+
+def _train_and_heldout(cfg: TrainConfig, backend: Backend, log: Callable[[str], None]) -> tuple[list, list]:
+    """The train and heldout tasks (cfg.limit of each, spread), less the tasks the audit marks broken."""
     train_tasks = spread(backend.load_tasks(cfg.tasks, "train"), cfg.limit)
     heldout_tasks = spread(backend.load_tasks(cfg.heldout or cfg.tasks, "heldout"), cfg.limit)
     if not train_tasks:
@@ -242,65 +267,62 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
             f"train: leaving out {len(broken)} task(s) the audit of --audit-runs marks broken: "
             f"{sorted(broken)}"
         )
-    log(
-        f"train: {len(train_tasks)} train tasks, {len(heldout_tasks)} heldout tasks, "
-        f"up to {cfg.rounds} rounds, "
-        + (f"K={cfg.samples}" if cfg.budget is None else f"{cfg.budget} attempts a round by solve rate")
-        + f" at t={cfg.temperature:g}, in {out}"
-    )
+    return train_tasks, heldout_tasks
 
-    for r in range(cfg.rounds + 1):
-        rd = out / f"round_{r}"
-        adapter: Optional[Path] = None
-        with telemetry.span(
-            f"train round {r}", {"harness.train.round": r, "gen_ai.request.model": cfg.model}
-        ) as rs:
-            if r >= 1:
-                with telemetry.span("train data", {"harness.train.round": r}) as span:
-                    data = phase_done(rd, "data") or _data_phase(
-                        cfg,
-                        out,
-                        r,
-                        backend.end_of_turn(cfg.model),
-                        backend.encoder(cfg.model) if cfg.hints else None,
-                    )
-                    span.set(_flat("harness.data", data))
-                if data.get("stop"):
-                    _write_json(stopped, {"round": r, "reason": data["stop"]})
-                    log(f"train: stopping before round {r}: {data['stop']}")
-                    rs.set({"harness.train.stopped": data["stop"]})
-                    break
-                with telemetry.span("train sft", {"harness.train.round": r}) as span:
-                    sft = phase_done(rd, "sft") or _sft_phase(cfg, backend, out, r, log)
-                    span.set(_flat("harness.sft", sft))
-                if not sft.get("steps"):
-                    _write_json(stopped, {"round": r, "reason": "nothing to train on"})
-                    rs.set({"harness.train.stopped": "nothing to train on"})
-                    break
-                adapter = rd / "adapter"
-            if not phase_done(rd, "eval"):
-                _eval_phase(cfg, backend, out, r, adapter, train_tasks, heldout_tasks, log)
-            if (rd / "metrics.json").exists():
-                rs.set(_flat("harness.metrics", json.loads((rd / "metrics.json").read_text())["metrics"]))
-            telemetry.event("train_round_finished", round=r, out=str(out))
-            if r >= 1 and cfg.stop_when == "no_improvement":
-                why = _no_improvement(out, r)
-                if why:
-                    _write_json(stopped, {"round": r, "reason": why})
-                    log(f"train: stopping after round {r}: {why}")
-                    rs.set({"harness.train.stopped": why})
-                    break
-    else:
-        _write_json(
-            stopped,
-            {
-                "round": cfg.rounds,
-                "reason": f"reached the last round ({cfg.rounds})",
-                "rounds_exhausted": True,
-            },
-        )
-    log(summary_table(out))
-    return out
+
+def _round(
+    cfg: TrainConfig,
+    backend: Backend,
+    out: Path,
+    r: int,
+    train_tasks: list,
+    heldout_tasks: list,
+    log: Callable[[str], None],
+) -> bool:
+    """Round r: (from round 1) data and SFT, then the eval of its adapter (round 0: the base model).
+    A phase already done is not redone. True when the run stops here (stopped.json says why)."""
+    rd = out / f"round_{r}"
+    stopped = out / "stopped.json"
+    adapter: Optional[Path] = None
+    with telemetry.span(
+        f"train round {r}", {"harness.train.round": r, "gen_ai.request.model": cfg.model}
+    ) as rs:
+        if r >= 1:
+            with telemetry.span("train data", {"harness.train.round": r}) as span:
+                data = phase_done(rd, "data") or _data_phase(
+                    cfg,
+                    out,
+                    r,
+                    backend.end_of_turn(cfg.model),
+                    backend.encoder(cfg.model) if cfg.hints else None,
+                )
+                span.set(_flat("harness.data", data))
+            if data.get("stop"):
+                _write_json(stopped, {"round": r, "reason": data["stop"]})
+                log(f"train: stopping before round {r}: {data['stop']}")
+                rs.set({"harness.train.stopped": data["stop"]})
+                return True
+            with telemetry.span("train sft", {"harness.train.round": r}) as span:
+                sft = phase_done(rd, "sft") or _sft_phase(cfg, backend, out, r, log)
+                span.set(_flat("harness.sft", sft))
+            if not sft.get("steps"):
+                _write_json(stopped, {"round": r, "reason": "nothing to train on"})
+                rs.set({"harness.train.stopped": "nothing to train on"})
+                return True
+            adapter = rd / "adapter"
+        if not phase_done(rd, "eval"):
+            _eval_phase(cfg, backend, out, r, adapter, train_tasks, heldout_tasks, log)
+        if (rd / "metrics.json").exists():
+            rs.set(_flat("harness.metrics", json.loads((rd / "metrics.json").read_text())["metrics"]))
+        telemetry.event("train_round_finished", round=r, out=str(out))
+        if r >= 1 and cfg.stop_when == "no_improvement":
+            why = _no_improvement(out, r)
+            if why:
+                _write_json(stopped, {"round": r, "reason": why})
+                log(f"train: stopping after round {r}: {why}")
+                rs.set({"harness.train.stopped": why})
+                return True
+    return False
 
 
 def _flat(prefix: str, info: dict) -> dict:
@@ -372,23 +394,7 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int],
     Hinted attempts are rebuilt without their hint (lora/data.strip_hint) first; tamper verdicts,
     exploit flags and the tasks the audit marks broken never enter."""
     rounds = [r - 1] if cfg.continue_adapter else list(range(r))
-    attempts, hinted_keys, hint_lost = [], set(), 0
-    everything = []
-    for i in rounds:
-        ev = phase_done(out / f"round_{i}", "eval")
-        hints = ev.get("hints", {})
-        for name, run_dir in _train_runs(ev).items():
-            for a in load_attempts(Path(run_dir)):
-                if "hinted" not in name:
-                    everything.append(a)
-                    attempts.append(a)
-                    continue
-                plain = strip_hint(a, hints.get(a.task_id, ""), encode) if encode else None
-                if plain is None:
-                    hint_lost += is_solved(a, strict=True)
-                    continue
-                attempts.append(plain)
-                hinted_keys.add(plain.key)
+    attempts, hinted_keys, hint_lost, everything = _train_attempts(out, rounds, encode)
     broken = _broken_tasks(cfg.audit_runs, everything)  # unhinted attempts only
     kept, stats = filter_attempts(attempts, cfg.per_task_cap, exclude_tasks=broken, hinted=hinted_keys)
     stats.hint_not_rebuilt = hint_lost
@@ -399,7 +405,7 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int],
     write_dataset(rd / "dataset.jsonl", examples)
     tasks = sorted({a.task_id for a in kept})
     unhinted = sorted({a.task_id for a in kept if a.key not in hinted_keys})
-    before: set[str] = set()
+    before: set[str] = set()  # the tasks earlier rounds learnt from
     before_unhinted: set[str] = set()
     for i in range(1, r):
         d = phase_done(out / f"round_{i}", "data")
@@ -432,6 +438,29 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int],
     elif r >= 2 and not new and cfg.stop_when == "no_new_task":
         info["stop"] = f"round {r - 1} solved no new train task"
     return mark_done(rd, "data", info)
+
+
+def _train_attempts(out: Path, rounds: list[int], encode: Any) -> tuple[list, set[str], int, list]:
+    """The train samples of `rounds`: (the attempts to filter, hinted ones rebuilt without their hint;
+    the keys of those; how many solved hinted attempts could not be rebuilt; the unhinted attempts)."""
+    attempts, hinted_keys, hint_lost = [], set(), 0
+    everything = []
+    for i in rounds:
+        ev = phase_done(out / f"round_{i}", "eval")
+        hints = ev.get("hints", {})
+        for name, run_dir in _train_runs(ev).items():
+            for a in load_attempts(Path(run_dir)):
+                if "hinted" not in name:
+                    everything.append(a)
+                    attempts.append(a)
+                    continue
+                plain = strip_hint(a, hints.get(a.task_id, ""), encode) if encode else None
+                if plain is None:
+                    hint_lost += is_solved(a, strict=True)
+                    continue
+                attempts.append(plain)
+                hinted_keys.add(plain.key)
+    return attempts, hinted_keys, hint_lost, everything
 
 
 def _sft_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, log: Callable[[str], None]) -> dict:
@@ -491,8 +520,6 @@ def _eval_phase(
     }
     runs: dict[str, tuple[Path, int, float]] = {}
     seconds: dict[str, float] = {}
-    hints: dict[str, str] = {}
-    allocation = None
 
     def one(name: str, tasks: list, samples: int, temperature: float) -> None:
         log(f"train: round {r}: eval {name} ({len(tasks)} tasks x {samples} at t={temperature:g})")
@@ -508,22 +535,52 @@ def _eval_phase(
 
     for name, (tasks, samples, temperature) in plan.items():
         one(name, tasks, samples, temperature)
+    allocation, hints = _train_samples(cfg, out, r, train_tasks, runs, one, log)
+    _write_round_metrics(out, r, adapter, runs, seconds, allocation)
+    return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}, "hints": hints})
+
+
+def _train_samples(
+    cfg: TrainConfig,
+    out: Path,
+    r: int,
+    train_tasks: list,
+    runs: dict[str, tuple[Path, int, float]],
+    one: Callable[[str, list, int, float], None],
+    log: Callable[[str], None],
+) -> tuple[Optional[Any], dict[str, str]]:
+    """The train samples the next round learns from, run with `one`: K of every task, or with a budget
+    as many per task as its solve rate earns (some with hints). Returns (the allocation, the hints)."""
     if cfg.budget is None:  # today's loop: K samples of every train task (also the next round's samples)
         one("train-sample", train_tasks, cfg.samples, cfg.temperature)
+        return None, {}
+    allocation, hints = _allocate(cfg, out, r, train_tasks, runs["train-greedy"][0], log)
+    by_id = {t.id: t for t in train_tasks}
+    counts = sorted(set(allocation.plain.values()))
+    if counts == [cfg.samples] and not allocation.hinted and len(allocation.plain) == len(train_tasks):
+        one("train-sample", train_tasks, cfg.samples, cfg.temperature)  # uniform: today's run, same name
     else:
-        allocation, hints = _allocate(cfg, out, r, train_tasks, runs["train-greedy"][0], log)
-        by_id = {t.id: t for t in train_tasks}
-        counts = sorted(set(allocation.plain.values()))
-        if counts == [cfg.samples] and not allocation.hinted and len(allocation.plain) == len(train_tasks):
-            one("train-sample", train_tasks, cfg.samples, cfg.temperature)  # uniform: today's run, same name
-        else:
-            for c in counts:
-                group = [by_id[t] for t, n in allocation.plain.items() if n == c]
-                one(f"train-sample-x{c}", group, c, cfg.temperature)
-            for c in sorted(set(allocation.hinted.values())):
-                group = [hinted_task(by_id[t], hints[t]) for t, n in allocation.hinted.items() if n == c]
-                one(f"train-hinted-x{c}", group, c, cfg.temperature)
-        _write_json(rd / "allocation.json", allocation.summary())
+        for c in counts:
+            group = [by_id[t] for t, n in allocation.plain.items() if n == c]
+            one(f"train-sample-x{c}", group, c, cfg.temperature)
+        for c in sorted(set(allocation.hinted.values())):
+            group = [hinted_task(by_id[t], hints[t]) for t, n in allocation.hinted.items() if n == c]
+            one(f"train-hinted-x{c}", group, c, cfg.temperature)
+    _write_json(out / f"round_{r}" / "allocation.json", allocation.summary())
+    return allocation, hints
+
+
+def _write_round_metrics(
+    out: Path,
+    r: int,
+    adapter: Optional[Path],
+    runs: dict[str, tuple[Path, int, float]],
+    seconds: dict[str, float],
+    allocation: Optional[Any],
+) -> None:
+    """round_r/metrics.json (the round's metrics against round 0, each eval's figures, the train
+    successes), the task rates and the rounds table."""
+    rd = out / f"round_{r}"
     base = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"] if r >= 1 else None
     metrics = summarize_runs(runs, base)
     phases = {}
@@ -558,7 +615,6 @@ def _eval_phase(
         },
     )
     append_rounds(out, r, metrics)
-    return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}, "hints": hints})
 
 
 def _allocate(

@@ -12,6 +12,13 @@ from results.store import open_run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_report(subparsers)
+    _register_compare(subparsers)
+    _register_show(subparsers)
+    _register_export(subparsers)
+
+
+def _register_report(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(
         subparsers,
         "report",
@@ -32,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_resampling(p, bootstrap=1000)
     p.set_defaults(func=cmd_report)
 
+
+def _register_compare(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(
         subparsers,
         "compare",
@@ -45,6 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_resampling(p, bootstrap=2000)
     p.set_defaults(func=cmd_compare)
 
+
+def _register_show(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(
         subparsers,
         "show",
@@ -58,6 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", type=int, default=0, help="sample number (default 0)")
     p.set_defaults(func=cmd_show)
 
+
+def _register_export(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(
         subparsers,
         "export",

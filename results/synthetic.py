@@ -51,89 +51,8 @@ def make_attempt(
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": instruction},
     ]
-    commands = [
-        "ls -la",
-        f"cat {task_id}.py",
-        "python -m pytest -q tests/ 2>&1 | tail -5",
-        "grep -n 'def ' *.py",
-    ]
-    steps: list[Step] = []
-    for i in range(n_steps):
-        call_id = f"call_{i}_{rng.randrange(10**6)}"
-        last = i == n_steps - 1
-        if last:
-            action = Action(kind="submit", tool_call_id=call_id if native_tools else None)
-            args: dict[str, Any] = {}
-            obs, exit_code = "Submitted.", None
-        elif i == n_steps - 2 and n_steps > 2:
-            body = f"def solve(x):\n    return x + {rng.randrange(10)}\n"
-            action = Action(
-                kind="write",
-                path=f"{task_id}.py",
-                content=body,
-                tool_call_id=call_id if native_tools else None,
-            )
-            args = {"path": action.path, "content": body}
-            obs, exit_code = f"wrote {len(body)} bytes to {task_id}.py", 0
-        else:
-            cmd = commands[i % len(commands)]
-            action = Action(kind="bash", command=cmd, tool_call_id=call_id if native_tools else None)
-            args = {"command": cmd}
-            exit_code = 0 if rng.random() < 0.8 else 1
-            obs = (
-                observation
-                if observation is not None and i == 0
-                else f"$ {cmd}\n"
-                + "\n".join(f"line {j}: output of {cmd}" for j in range(rng.randrange(1, 6)))
-            )
-        thought = f"Step {i + 1}: I will {action.kind} next."
-        if native_tools:
-            call = _tool_call(call_id, action.kind, args)
-            messages.append({"role": "assistant", "content": thought, "tool_calls": [call]})
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": obs})
-            raw, tool_calls = thought, [call]
-        else:
-            block = (
-                "submit" if last else (action.command or f"cat > {action.path} <<'EOF'\n{action.content}EOF")
-            )
-            raw, tool_calls = f"{thought}\n```bash\n{block}\n```", []
-            messages.append({"role": "assistant", "content": raw})
-            messages.append({"role": "user", "content": f"Observation:\n{obs}"})
-        pt, ct = 400 + 150 * i, 30 + rng.randrange(60)
-        steps.append(
-            Step(
-                index=i,
-                raw_output=raw,
-                tool_calls=tool_calls,
-                actions=[action],
-                observation=obs,
-                exit_code=exit_code,
-                model_seconds=0.5 + rng.random(),
-                tool_seconds=0.1 * rng.random(),
-                prompt_tokens=pt,
-                completion_tokens=ct,
-                cost=cost_per_step,
-            )
-        )
-    if status == "error":
-        tests: list[TestOutcome] = []
-        reason, exit_reason, error, reward = (
-            "",
-            "sandbox_died",
-            "InfraError: container exited (137) during exec",
-            0.0,
-        )
-    else:
-        tests = [
-            TestOutcome(
-                id=f"tests/test_{task_id}.py::test_{j}",
-                outcome="passed" if solved or j == 0 else "failed",
-                message="" if solved or j == 0 else "assert 3 == 4",
-            )
-            for j in range(3)
-        ]
-        reason, exit_reason, error = ("pass" if solved else "fail"), "submitted", None
-        reward = 1.0 if solved else sum(t.outcome == "passed" for t in tests) / len(tests)
+    steps = _steps(messages, task_id, n_steps, native_tools, observation, cost_per_step, rng)
+    tests, reason, exit_reason, error, reward = _grading(status, solved, task_id)
     total_model = sum(s.model_seconds for s in steps)
     total_tool = sum(s.tool_seconds for s in steps)
     return Attempt(
@@ -166,6 +85,120 @@ def make_attempt(
         started_at="2025-01-01T00:00:00Z",
         finished_at="2025-01-01T00:01:00Z",
     )
+
+
+def _steps(
+    messages: list[dict[str, Any]],
+    task_id: str,
+    n_steps: int,
+    native_tools: bool,
+    observation: Optional[str],
+    cost_per_step: float,
+    rng: random.Random,
+) -> list[Step]:
+    """The attempt's steps; each one's turns are appended to messages."""
+    steps: list[Step] = []
+    # The draws from rng stay in this order (call id, action, step figures): a seed gives the same run.
+    for i in range(n_steps):
+        call_id = f"call_{i}_{rng.randrange(10**6)}"
+        last = i == n_steps - 1
+        tool_call_id = call_id if native_tools else None
+        action, args, obs, exit_code = _step_action(i, n_steps, task_id, tool_call_id, observation, rng)
+        raw, tool_calls = _log_step(messages, i, action, args, obs, call_id, native_tools, last)
+        pt, ct = 400 + 150 * i, 30 + rng.randrange(60)
+        steps.append(
+            Step(
+                index=i,
+                raw_output=raw,
+                tool_calls=tool_calls,
+                actions=[action],
+                observation=obs,
+                exit_code=exit_code,
+                model_seconds=0.5 + rng.random(),
+                tool_seconds=0.1 * rng.random(),
+                prompt_tokens=pt,
+                completion_tokens=ct,
+                cost=cost_per_step,
+            )
+        )
+    return steps
+
+
+def _step_action(
+    i: int,
+    n_steps: int,
+    task_id: str,
+    tool_call_id: Optional[str],
+    observation: Optional[str],
+    rng: random.Random,
+) -> tuple[Action, dict[str, Any], str, Optional[int]]:
+    """Step i's action, its tool arguments, observation and exit code: the last submits, the one
+    before writes the fix (with 3+ steps), the others run commands."""
+    if i == n_steps - 1:
+        return Action(kind="submit", tool_call_id=tool_call_id), {}, "Submitted.", None
+    if i == n_steps - 2 and n_steps > 2:
+        body = f"def solve(x):\n    return x + {rng.randrange(10)}\n"
+        action = Action(kind="write", path=f"{task_id}.py", content=body, tool_call_id=tool_call_id)
+        return action, {"path": action.path, "content": body}, f"wrote {len(body)} bytes to {task_id}.py", 0
+    commands = (
+        "ls -la",
+        f"cat {task_id}.py",
+        "python -m pytest -q tests/ 2>&1 | tail -5",
+        "grep -n 'def ' *.py",
+    )
+    cmd = commands[i % len(commands)]
+    action = Action(kind="bash", command=cmd, tool_call_id=tool_call_id)
+    exit_code = 0 if rng.random() < 0.8 else 1
+    obs = (
+        observation
+        if observation is not None and i == 0
+        else f"$ {cmd}\n" + "\n".join(f"line {j}: output of {cmd}" for j in range(rng.randrange(1, 6)))
+    )
+    return action, {"command": cmd}, obs, exit_code
+
+
+def _log_step(
+    messages: list[dict[str, Any]],
+    i: int,
+    action: Action,
+    args: dict[str, Any],
+    obs: str,
+    call_id: str,
+    native_tools: bool,
+    last: bool,
+) -> tuple[str, list]:
+    """Appends the step's reply and observation to the transcript, as native tool calls or as a
+    fenced bash block; returns the step's raw output and tool calls."""
+    thought = f"Step {i + 1}: I will {action.kind} next."
+    if native_tools:
+        call = _tool_call(call_id, action.kind, args)
+        messages.append({"role": "assistant", "content": thought, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": obs})
+        return thought, [call]
+    block = "submit" if last else (action.command or f"cat > {action.path} <<'EOF'\n{action.content}EOF")
+    raw = f"{thought}\n```bash\n{block}\n```"
+    messages.append({"role": "assistant", "content": raw})
+    messages.append({"role": "user", "content": f"Observation:\n{obs}"})
+    return raw, []
+
+
+def _grading(
+    status: str, solved: bool, task_id: str
+) -> tuple[list[TestOutcome], str, str, Optional[str], float]:
+    """(tests, reason, exit reason, error, reward): an infra error has no tests; otherwise 3 tests,
+    all passing when solved, else only the first."""
+    if status == "error":
+        return [], "", "sandbox_died", "InfraError: container exited (137) during exec", 0.0
+    tests = [
+        TestOutcome(
+            id=f"tests/test_{task_id}.py::test_{j}",
+            outcome="passed" if solved or j == 0 else "failed",
+            message="" if solved or j == 0 else "assert 3 == 4",
+        )
+        for j in range(3)
+    ]
+    reward = 1.0 if solved else sum(t.outcome == "passed" for t in tests) / len(tests)
+    return tests, ("pass" if solved else "fail"), "submitted", None, reward
 
 
 TaskSpec = tuple[str, str, int]  # (task id, domain, difficulty)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from results.errors import UserError
 from tasks.fields import Where, check_id, check_keys, display, is_relative, parse_toml, show
@@ -32,6 +33,27 @@ def load_family(path: str | Path) -> list[Task]:
     root = Path(path)
     if root.name == "family.toml":
         root = root.parent
+    ftoml_shown, family_id, troot, instances = _read_family_toml(root)
+    tree = read_tree(troot)
+    shown_troot = display(troot)
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for n, inst in enumerate(instances, 1):
+        label = f"{ftoml_shown}: [[instances]] #{n}"
+        iid, split, text_params = _instance(inst, label, seen)
+
+        def where(f: str, iid: str = iid) -> str:
+            return f"{shown_troot}/{f} (instance {iid})"
+
+        files = _substitute(tree, text_params, where=where, label=f"{label} ({iid})")
+        task = build_task(files, where=where, default_id=iid, path=None)
+        task.id, task.family, task.split = iid, family_id, split
+        tasks.append(task)
+    return tasks
+
+
+def _read_family_toml(root: Path) -> tuple[str, str, Path, list]:
+    """family.toml checked: (its shown path, the family id, the template folder, the [[instances]])."""
     ftoml = root / "family.toml"
     if not ftoml.is_file():
         raise UserError(f"{display(root)}: not a task family (no family.toml)")
@@ -61,40 +83,30 @@ def load_family(path: str | Path) -> list[Task]:
     instances = data.get("instances")
     if not isinstance(instances, list) or not instances:
         raise UserError(f"{ftoml_shown}: no [[instances]] (add at least one with id, split and params)")
+    return ftoml_shown, family_id, troot, instances
 
-    tree = read_tree(troot)
-    shown_troot = display(troot)
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    for n, inst in enumerate(instances, 1):
-        label = f"{ftoml_shown}: [[instances]] #{n}"
-        if not isinstance(inst, dict):
-            raise UserError(f"{label} must be a table with id, split and params")
-        check_keys(inst, {"id", "split", "params"}, set(), label, "")
-        iid = check_id(inst.get("id"), f"{label} id")
-        if iid in seen:
-            raise UserError(f"{label}: duplicate instance id {show(iid)} (instance ids must be unique)")
-        seen.add(iid)
-        split = inst.get("split")
-        if split not in SPLITS:
-            raise UserError(f"{label} ({iid}): split must be one of {', '.join(SPLITS)} (got {show(split)})")
-        params = inst.get("params", {})
-        if not isinstance(params, dict):
-            raise UserError(f'{label} ({iid}): params must be a table, e.g. params = {{ n = "7" }}')
-        text_params: dict[str, str] = {}
-        for k, v in params.items():
-            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                raise UserError(f"{label} ({iid}): params.{k} must be a string or a number (got {show(v)})")
-            text_params[k] = str(v)
 
-        def where(f: str, iid: str = iid) -> str:
-            return f"{shown_troot}/{f} (instance {iid})"
-
-        files = _substitute(tree, text_params, where=where, label=f"{label} ({iid})")
-        task = build_task(files, where=where, default_id=iid, path=None)
-        task.id, task.family, task.split = iid, family_id, split
-        tasks.append(task)
-    return tasks
+def _instance(inst: Any, label: str, seen: set[str]) -> tuple[str, str, dict[str, str]]:
+    """One [[instances]] table checked: (its id, its split, its params as text); its id joins `seen`."""
+    if not isinstance(inst, dict):
+        raise UserError(f"{label} must be a table with id, split and params")
+    check_keys(inst, {"id", "split", "params"}, set(), label, "")
+    iid = check_id(inst.get("id"), f"{label} id")
+    if iid in seen:
+        raise UserError(f"{label}: duplicate instance id {show(iid)} (instance ids must be unique)")
+    seen.add(iid)
+    split = inst.get("split")
+    if split not in SPLITS:
+        raise UserError(f"{label} ({iid}): split must be one of {', '.join(SPLITS)} (got {show(split)})")
+    params = inst.get("params", {})
+    if not isinstance(params, dict):
+        raise UserError(f'{label} ({iid}): params must be a table, e.g. params = {{ n = "7" }}')
+    text_params: dict[str, str] = {}
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise UserError(f"{label} ({iid}): params.{k} must be a string or a number (got {show(v)})")
+        text_params[k] = str(v)
+    return iid, split, text_params
 
 
 def _substitute(

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from results.export.messages import content_text, demonstration_turns
 from results.manifest import current_harness_version
-from results.schema import Attempt
+from results.schema import Attempt, Step
 from results.store import open_run
 
 SCHEMA_VERSION = "ATIF-v1.7"
@@ -56,57 +56,9 @@ def _tool_call(tc: dict[str, Any], index: int, step: int) -> dict[str, Any]:
 
 def to_atif(a: Attempt) -> dict[str, Any]:
     """One attempt as an ATIF trajectory (a dict ready for json.dumps)."""
-    steps: list[dict[str, Any]] = []
-    prompt = _prompt_messages(a)
-    demo = demonstration_turns(prompt)
-    for i, m in enumerate(prompt):
-        role = m.get("role")
-        source = {"system": "system", "user": "user", "assistant": "agent"}.get(str(role))
-        if source is None:
-            continue
-        step: dict[str, Any] = {
-            "step_id": len(steps) + 1,
-            "source": source,
-            "message": content_text(m.get("content")),
-        }
-        if i in demo:
-            step["is_copied_context"] = True
-            if source == "agent":
-                step["llm_call_count"] = 0  # not a call of this attempt's model
-        steps.append(step)
+    steps = _prompt_steps(a)
     for s in a.steps:
-        calls = [_tool_call(tc, k, s.index) for k, tc in enumerate(s.tool_calls)]
-        metrics: dict[str, Any] = {
-            "prompt_tokens": s.prompt_tokens,
-            "completion_tokens": s.completion_tokens,
-            "cost_usd": s.cost,
-        }
-        if s.prompt_ids is not None:
-            metrics["prompt_token_ids"] = list(s.prompt_ids)
-        if s.completion_ids is not None:
-            metrics["completion_token_ids"] = list(s.completion_ids)
-        step = {
-            "step_id": len(steps) + 1,
-            "source": "agent",
-            "model_name": a.model,
-            "message": s.raw_output,
-            "metrics": metrics,
-            "llm_call_count": 1,
-            "extra": {
-                "actions": [x.model_dump(exclude_none=True) for x in s.actions],
-                "exit_code": s.exit_code,
-                "timed_out": s.timed_out,
-            },
-        }
-        if calls:
-            step["tool_calls"] = calls
-        if s.observation or calls:
-            # one result: our observation answers the step's calls together (the first one names it)
-            result: dict[str, Any] = {"content": s.observation}
-            if calls:
-                result["source_call_id"] = calls[0]["tool_call_id"]
-            step["observation"] = {"results": [result]}
-        steps.append(step)
+        steps.append(_agent_step(a, s, step_id=len(steps) + 1))
     if not steps:  # ATIF needs one step at least
         steps.append({"step_id": 1, "source": "system", "message": ""})
     return {
@@ -133,6 +85,65 @@ def to_atif(a: Attempt) -> dict[str, Any]:
             "impossible": a.impossible,
         },
     }
+
+
+def _prompt_steps(a: Attempt) -> list[dict[str, Any]]:
+    """The prompt's system, user and worked-example turns as steps (the example marked copied context)."""
+    steps: list[dict[str, Any]] = []
+    prompt = _prompt_messages(a)
+    demo = demonstration_turns(prompt)
+    for i, m in enumerate(prompt):
+        role = m.get("role")
+        source = {"system": "system", "user": "user", "assistant": "agent"}.get(str(role))
+        if source is None:
+            continue
+        step: dict[str, Any] = {
+            "step_id": len(steps) + 1,
+            "source": source,
+            "message": content_text(m.get("content")),
+        }
+        if i in demo:
+            step["is_copied_context"] = True
+            if source == "agent":
+                step["llm_call_count"] = 0  # not a call of this attempt's model
+        steps.append(step)
+    return steps
+
+
+def _agent_step(a: Attempt, s: Step, step_id: int) -> dict[str, Any]:
+    """One of the attempt's steps: the model's reply, its tool calls, token metrics and observation."""
+    calls = [_tool_call(tc, k, s.index) for k, tc in enumerate(s.tool_calls)]
+    metrics: dict[str, Any] = {
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.completion_tokens,
+        "cost_usd": s.cost,
+    }
+    if s.prompt_ids is not None:
+        metrics["prompt_token_ids"] = list(s.prompt_ids)
+    if s.completion_ids is not None:
+        metrics["completion_token_ids"] = list(s.completion_ids)
+    step: dict[str, Any] = {
+        "step_id": step_id,
+        "source": "agent",
+        "model_name": a.model,
+        "message": s.raw_output,
+        "metrics": metrics,
+        "llm_call_count": 1,
+        "extra": {
+            "actions": [x.model_dump(exclude_none=True) for x in s.actions],
+            "exit_code": s.exit_code,
+            "timed_out": s.timed_out,
+        },
+    }
+    if calls:
+        step["tool_calls"] = calls
+    if s.observation or calls:
+        # one result: our observation answers the step's calls together (the first one names it)
+        result: dict[str, Any] = {"content": s.observation}
+        if calls:
+            result["source_call_id"] = calls[0]["tool_call_id"]
+        step["observation"] = {"results": [result]}
+    return step
 
 
 def export_atif(run_dir: str | Path, out: Optional[str | Path] = None) -> tuple[Path, int]:

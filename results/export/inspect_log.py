@@ -130,51 +130,33 @@ def _events(
     steps: list[Optional[Step]] = list(attempt.steps[: len(replies)])
     steps += [None] * (len(replies) - len(steps))
     results = {m.tool_call_id: m for m in messages if m.role == "tool"}
-    clock, n = 0.0, 0
+    n = 0
 
-    def stamp(**fields: Any) -> dict[str, Any]:
+    def stamp(at: float) -> dict[str, Any]:
+        """Each event's id (numbered in order), its time and its offset into the attempt's work."""
         nonlocal n
         n += 1
-        return {"uuid": _id(attempt.key, "event", n), "working_start": clock, **fields}
+        return {
+            "uuid": _id(attempt.key, "event", n),
+            "working_start": at,
+            "timestamp": _time(start, at) or _now(),
+        }
 
-    out: list[Any] = [
-        event.SampleInitEvent(**stamp(timestamp=_time(start, 0.0) or _now()), sample=sample, state={})
-    ]
-    output = None
+    out: list[Any] = [event.SampleInitEvent(**stamp(0.0), sample=sample, state={})]
+    output, clock = None, 0.0
     for i, step in zip(replies, steps):
-        reply = messages[i]
-        spent = step.model_seconds if step else 0.0
-        output = model.ModelOutput(
-            model=attempt.model,
-            choices=[
-                model.ChatCompletionChoice(
-                    message=reply, stop_reason="tool_calls" if reply.tool_calls else "stop"
-                )
-            ],
-            usage=_usage(model, step.prompt_tokens, step.completion_tokens, step.cost) if step else None,
-            time=spent or None,
+        model_event, output, spent = _model_event(
+            attempt, messages, i, step, offered, start, clock, stamp, mods
         )
-        out.append(
-            event.ModelEvent(
-                **stamp(timestamp=_time(start, clock) or _now()),
-                model=attempt.model,
-                input=messages[:i],
-                tools=offered if reply.tool_calls else [],
-                tool_choice="auto",
-                config=model.GenerateConfig(temperature=attempt.temperature),
-                output=output,
-                completed=_time(start, clock + spent),
-                working_time=spent,
-            )
-        )
+        out.append(model_event)
         clock += spent
-        calls = reply.tool_calls or []
+        calls = messages[i].tool_calls or []
         for call in calls:
             result = results.get(call.id)
             spent = (step.tool_seconds / len(calls)) if step else 0.0
             out.append(
                 event.ToolEvent(
-                    **stamp(timestamp=_time(start, clock) or _now()),
+                    **stamp(clock),
                     id=call.id,
                     function=call.function,
                     arguments=call.arguments,
@@ -188,8 +170,47 @@ def _events(
         if not calls and step:
             clock += step.tool_seconds
     if score is not None:
-        out.append(event.ScoreEvent(**stamp(timestamp=_time(start, clock) or _now()), score=score, target=""))
+        out.append(event.ScoreEvent(**stamp(clock), score=score, target=""))
     return out, output
+
+
+def _model_event(
+    attempt: Attempt,
+    messages: list[Any],
+    i: int,
+    step: Optional[Step],
+    offered: list[Any],
+    start: Optional[datetime],
+    clock: float,
+    stamp: Any,
+    mods: tuple,
+) -> tuple[Any, Any, float]:
+    """(the ModelEvent for reply messages[i], its ModelOutput, the model seconds it took)."""
+    event, model = mods
+    reply = messages[i]
+    spent = step.model_seconds if step else 0.0
+    output = model.ModelOutput(
+        model=attempt.model,
+        choices=[
+            model.ChatCompletionChoice(
+                message=reply, stop_reason="tool_calls" if reply.tool_calls else "stop"
+            )
+        ],
+        usage=_usage(model, step.prompt_tokens, step.completion_tokens, step.cost) if step else None,
+        time=spent or None,
+    )
+    model_event = event.ModelEvent(
+        **stamp(clock),
+        model=attempt.model,
+        input=messages[:i],
+        tools=offered if reply.tool_calls else [],
+        tool_choice="auto",
+        config=model.GenerateConfig(temperature=attempt.temperature),
+        output=output,
+        completed=_time(start, clock + spent),
+        working_time=spent,
+    )
+    return model_event, output, spent
 
 
 def _now() -> str:
@@ -210,85 +231,106 @@ def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tup
     path = Path(out) if out else run.dir / f"{run.run_id or run.dir.name}.eval"
     if path.suffix not in (".eval", ".json"):
         raise UserError(f"{path}: an Inspect log file ends in .eval or .json")
-    manifest = run.manifest
-    offered = _tool_infos(manifest.config.get("tools"), tool)
+    offered = _tool_infos(run.manifest.config.get("tools"), tool)
     samples, scored, solved, rewards, epochs = [], 0, 0, [], 1
     usage: dict[str, Any] = {}
     for a in run.iter_attempts():
         epochs = max(epochs, a.sample + 1)
-        error = None
-        if a.status == "error":
-            error = log.EvalError(message=a.error or "infrastructure error", traceback="", traceback_ansi="")
-        else:
+        if a.status != "error":  # an infrastructure error has no score: it counts in no metric
             scored += 1
             solved += is_solved(a)
             rewards.append(float(a.reward))
-        messages = _messages(a, model, tool)
-        score = (
-            None
-            if error
-            else scorer.Score(
-                value=float(a.reward),
-                answer=a.status,
-                explanation=" ".join(x for x in (a.reason, a.detail) if x),
-                metadata={"solved": a.solved},
-            )
-        )
-        metadata = {
-            "domain": a.domain,
-            "difficulty": a.difficulty,
-            "split": a.split,
-            "status": a.status,
-            "reason": a.reason,
-            "exit_reason": a.exit_reason,
-            "n_steps": a.n_steps,
-            "cost": a.cost,
-            "prompt_tokens": a.prompt_tokens,
-            "completion_tokens": a.completion_tokens,
-            "solved": a.solved,
-            "key": a.key,
-        }
-        instruction = _instruction(a)
-        events, output = _events(
-            a,
-            messages,
-            dataset.Sample(input=instruction, target="", id=a.task_id, metadata=metadata),
-            score,
-            offered,
-            (event, model),
-        )
-        totals = _usage(model, a.prompt_tokens, a.completion_tokens, a.cost)
-        if a.prompt_tokens or a.completion_tokens:
+        sample = _sample(a, offered, (dataset, event, log, model, scorer, tool))
+        if sample.model_usage:
+            totals = sample.model_usage[a.model]
             usage[a.model] = usage[a.model] + totals if a.model in usage else totals
-        samples.append(
-            log.EvalSample(
-                id=a.task_id,
-                epoch=a.sample + 1,
-                uuid=_id(a.key, "sample"),
-                input=instruction,
-                target="",
-                messages=messages,
-                output=output or model.ModelOutput(model=a.model),
-                scores=None if score is None else {"harness": score},
-                metadata=metadata,
-                events=events,
-                model_usage={a.model: totals} if a.prompt_tokens or a.completion_tokens else {},
-                error=error,
-                started_at=a.started_at or None,
-                completed_at=a.finished_at or None,
-                total_time=a.durations.total or None,
-                working_time=(a.durations.model + a.durations.sandbox) or None,
-                turn_count=len([e for e in events if e.event == "model"]),
-            )
-        )
+        samples.append(sample)
     if not samples:
         raise UserError(f"{run.dir}: no attempts to export")
     metrics = {
         "accuracy": log.EvalMetric(name="accuracy", value=solved / scored if scored else 0.0),
         "mean": log.EvalMetric(name="mean", value=sum(rewards) / len(rewards) if rewards else 0.0),
     }
+    eval_log = _eval_log(run, samples, scored, epochs, metrics, usage, log)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log.write_eval_log(eval_log, str(path))
+    return path, len(samples)
+
+
+def _sample(a: Attempt, offered: list[Any], mods: tuple) -> Any:
+    """One attempt as an Inspect EvalSample: its messages, score, metadata, events and usage."""
+    dataset, event, log, model, scorer, tool = mods
+    error = None
+    if a.status == "error":
+        error = log.EvalError(message=a.error or "infrastructure error", traceback="", traceback_ansi="")
+    messages = _messages(a, model, tool)
+    score = (
+        None
+        if error
+        else scorer.Score(
+            value=float(a.reward),
+            answer=a.status,
+            explanation=" ".join(x for x in (a.reason, a.detail) if x),
+            metadata={"solved": a.solved},
+        )
+    )
+    metadata = _sample_metadata(a)
+    instruction = _instruction(a)
+    events, output = _events(
+        a,
+        messages,
+        dataset.Sample(input=instruction, target="", id=a.task_id, metadata=metadata),
+        score,
+        offered,
+        (event, model),
+    )
+    totals = _usage(model, a.prompt_tokens, a.completion_tokens, a.cost)
+    return log.EvalSample(
+        id=a.task_id,
+        epoch=a.sample + 1,
+        uuid=_id(a.key, "sample"),
+        input=instruction,
+        target="",
+        messages=messages,
+        output=output or model.ModelOutput(model=a.model),
+        scores=None if score is None else {"harness": score},
+        metadata=metadata,
+        events=events,
+        model_usage={a.model: totals} if a.prompt_tokens or a.completion_tokens else {},
+        error=error,
+        started_at=a.started_at or None,
+        completed_at=a.finished_at or None,
+        total_time=a.durations.total or None,
+        working_time=(a.durations.model + a.durations.sandbox) or None,
+        turn_count=len([e for e in events if e.event == "model"]),
+    )
+
+
+def _sample_metadata(a: Attempt) -> dict[str, Any]:
+    """The attempt's figures that Inspect has no field for, kept as sample metadata."""
+    return {
+        "domain": a.domain,
+        "difficulty": a.difficulty,
+        "split": a.split,
+        "status": a.status,
+        "reason": a.reason,
+        "exit_reason": a.exit_reason,
+        "n_steps": a.n_steps,
+        "cost": a.cost,
+        "prompt_tokens": a.prompt_tokens,
+        "completion_tokens": a.completion_tokens,
+        "solved": a.solved,
+        "key": a.key,
+    }
+
+
+def _eval_log(
+    run: Any, samples: list[Any], scored: int, epochs: int, metrics: dict, usage: dict, log: Any
+) -> Any:
+    """The EvalLog around the samples: the run's spec (suite, model, config), results and stats."""
+    manifest = run.manifest
     suite = str(manifest.config.get("suite") or "harness")
-    eval_log = log.EvalLog(
+    return log.EvalLog(
         status="success",
         eval=log.EvalSpec(
             created=manifest.started_at or "1970-01-01T00:00:00+00:00",
@@ -312,6 +354,3 @@ def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tup
         ),
         samples=samples,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    log.write_eval_log(eval_log, str(path))
-    return path, len(samples)

@@ -13,6 +13,7 @@ from results.attempts import action_signature, is_solved
 from results.errors import UserError
 from results.export.formats import CONVERTERS, FORMATS
 from results.export.validate import VALIDATORS
+from results.schema import Attempt
 from results.store import open_run
 
 
@@ -61,40 +62,22 @@ def export_run(
     run = open_run(run_dir)
     path = Path(out) if out else run.dir / f"export-{fmt}{'-solved' if only_solved else ''}.jsonl"
     tools = run.manifest.config.get("tools") or None  # the tools offered, if the eval loop recorded them
-    convert, validate = CONVERTERS[fmt], VALIDATORS[fmt]
     result = ExportResult(path)
     seen: set[str] = set()
     kept: list[dict[str, Any]] = []
-
-    def skip(reason: str) -> None:
-        result.skipped[reason] = result.skipped.get(reason, 0) + 1
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             for attempt in run.iter_attempts():
-                if attempt.status == "error":
-                    skip("infra error")
-                    continue
-                if only_solved and not is_solved(attempt):
-                    skip("not solved")
-                    continue
-                if dedupe:
-                    sig = action_signature(attempt)
-                    if sig in seen:
-                        skip("duplicate actions")
-                        continue
-                    seen.add(sig)
-                records = convert(attempt, tools)
-                records = records if isinstance(records, list) else [] if records is None else [records]
-                if not records:
-                    skip("no assistant message")
-                    continue
-                problems = [p for r in records for p in validate(r)]
-                if problems:  # a malformed conversation: never write bad training data
-                    skip("invalid record")
-                    result.first_invalid = result.first_invalid or f"{attempt.key}: {problems[0]}"
+                reason = _left_out(attempt, only_solved, dedupe, seen)
+                records: list[dict[str, Any]] = []
+                if reason is None:
+                    records, reason, problem = _records(attempt, fmt, tools)
+                    if problem:
+                        result.first_invalid = result.first_invalid or f"{attempt.key}: {problem}"
+                if reason is not None:
+                    result.skipped[reason] = result.skipped.get(reason, 0) + 1
                     continue
                 for record in records:
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -108,3 +91,31 @@ def export_run(
         tmp.unlink(missing_ok=True)
         raise
     return result
+
+
+def _left_out(attempt: Attempt, only_solved: bool, dedupe: bool, seen: set[str]) -> Optional[str]:
+    """Why the attempt is not exported (None: it is); with dedupe its actions join `seen`."""
+    if attempt.status == "error":
+        return "infra error"
+    if only_solved and not is_solved(attempt):
+        return "not solved"
+    if dedupe:
+        sig = action_signature(attempt)
+        if sig in seen:
+            return "duplicate actions"
+        seen.add(sig)
+    return None
+
+
+def _records(
+    attempt: Attempt, fmt: str, tools: Any
+) -> tuple[list[dict[str, Any]], Optional[str], Optional[str]]:
+    """(the attempt's records in fmt, why none are written, the first problem of an invalid one)."""
+    records = CONVERTERS[fmt](attempt, tools)
+    records = records if isinstance(records, list) else [] if records is None else [records]
+    if not records:
+        return [], "no assistant message", None
+    problems = [p for r in records for p in VALIDATORS[fmt](r)]
+    if problems:  # a malformed conversation: never write bad training data
+        return [], "invalid record", problems[0]
+    return records, None, None

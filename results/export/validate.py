@@ -17,69 +17,89 @@ def validate_openai(record: Any) -> list[str]:
     extra = set(record) - {"messages", "tools", "parallel_tool_calls"}
     if extra:
         problems.append(f"unexpected top-level keys {sorted(extra)}")
-    tool_names: Optional[set[str]] = None
-    if "tools" in record:
-        tools = record["tools"]
-        if not isinstance(tools, list) or not tools:
-            problems.append("'tools' must be a non-empty list")
-        else:
-            tool_names = set()
-            for t in tools:
-                fn = t.get("function") if isinstance(t, dict) else None
-                if (
-                    not isinstance(t, dict)
-                    or t.get("type") != "function"
-                    or not isinstance(fn, dict)
-                    or not isinstance(fn.get("name"), str)
-                    or not isinstance(fn.get("parameters", {}), dict)
-                ):
-                    problems.append(f"bad tool definition {str(t)[:80]}")
-                else:
-                    tool_names.add(fn["name"])
-    call_ids: set[str] = set()
-    allowed = {"role", "content", "name", "weight", "tool_calls", "tool_call_id"}
+    tool_names = _openai_tool_names(record, problems)
+    call_ids: set[str] = set()  # the calls made so far: a tool message must answer one of them
     for i, m in enumerate(record["messages"]):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            problems.append(f"{where}: role must be one of {ROLES}")
-            continue
-        if set(m) - allowed:
-            problems.append(f"{where}: unexpected keys {sorted(set(m) - allowed)}")
-        content, calls = m.get("content"), m.get("tool_calls")
-        if not (isinstance(content, str) or (content is None and m["role"] == "assistant" and calls)):
-            problems.append(f"{where}: content must be a string")
-        if "weight" in m and m["weight"] not in (0, 1):
-            problems.append(f"{where}: weight must be 0 or 1")
-        if calls is not None:
-            if m["role"] != "assistant" or not isinstance(calls, list) or not calls:
-                problems.append(f"{where}: tool_calls must be a non-empty list on an assistant message")
-                continue
-            for c in calls:
-                fn = c.get("function") if isinstance(c, dict) else None
-                if (
-                    not isinstance(fn, dict)
-                    or c.get("type") != "function"
-                    or not c.get("id")
-                    or not isinstance(fn.get("name"), str)
-                    or not isinstance(fn.get("arguments"), str)
-                ):
-                    problems.append(
-                        f"{where}: tool call needs id, type 'function', function.name, function.arguments"
-                    )
-                    continue
-                try:
-                    json.loads(fn["arguments"])
-                except ValueError:
-                    problems.append(f"{where}: tool call {c['id']} arguments are not JSON")
-                if tool_names is not None and fn["name"] not in tool_names:
-                    problems.append(f"{where}: tool {fn['name']!r} is not in 'tools'")
-                call_ids.add(c["id"])
-        if m["role"] == "tool" and m.get("tool_call_id") not in call_ids:
-            problems.append(f"{where}: tool message answers unknown tool_call_id {m.get('tool_call_id')!r}")
+        problems += _openai_message(f"messages[{i}]", m, tool_names, call_ids)
     if any(m.get("tool_calls") for m in record["messages"] if isinstance(m, dict)) and "tools" not in record:
         problems.append("tool calls present but no 'tools'")
     if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in record["messages"]):
         problems.append("no assistant message to train on")
+    return problems
+
+
+def _openai_tool_names(record: dict, problems: list[str]) -> Optional[set[str]]:
+    """The names 'tools' defines (None without 'tools'); bad definitions go to problems."""
+    if "tools" not in record:
+        return None
+    tools = record["tools"]
+    if not isinstance(tools, list) or not tools:
+        problems.append("'tools' must be a non-empty list")
+        return None
+    tool_names: set[str] = set()
+    for t in tools:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if (
+            not isinstance(t, dict)
+            or t.get("type") != "function"
+            or not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+            or not isinstance(fn.get("parameters", {}), dict)
+        ):
+            problems.append(f"bad tool definition {str(t)[:80]}")
+        else:
+            tool_names.add(fn["name"])
+    return tool_names
+
+
+def _openai_message(where: str, m: Any, tool_names: Optional[set[str]], call_ids: set[str]) -> list[str]:
+    """One message's problems; the ids of its tool calls join call_ids."""
+    allowed = {"role", "content", "name", "weight", "tool_calls", "tool_call_id"}
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        return [f"{where}: role must be one of {ROLES}"]
+    problems = []
+    if set(m) - allowed:
+        problems.append(f"{where}: unexpected keys {sorted(set(m) - allowed)}")
+    content, calls = m.get("content"), m.get("tool_calls")
+    if not (isinstance(content, str) or (content is None and m["role"] == "assistant" and calls)):
+        problems.append(f"{where}: content must be a string")
+    if "weight" in m and m["weight"] not in (0, 1):
+        problems.append(f"{where}: weight must be 0 or 1")
+    if calls is not None:
+        if m["role"] != "assistant" or not isinstance(calls, list) or not calls:
+            problems.append(f"{where}: tool_calls must be a non-empty list on an assistant message")
+            return problems
+        problems += _openai_tool_calls(where, calls, tool_names, call_ids)
+    if m["role"] == "tool" and m.get("tool_call_id") not in call_ids:
+        problems.append(f"{where}: tool message answers unknown tool_call_id {m.get('tool_call_id')!r}")
+    return problems
+
+
+def _openai_tool_calls(
+    where: str, calls: list, tool_names: Optional[set[str]], call_ids: set[str]
+) -> list[str]:
+    """An assistant message's tool calls: well formed, JSON arguments, a tool that 'tools' defines."""
+    problems = []
+    for c in calls:
+        fn = c.get("function") if isinstance(c, dict) else None
+        if (
+            not isinstance(fn, dict)
+            or c.get("type") != "function"
+            or not c.get("id")
+            or not isinstance(fn.get("name"), str)
+            or not isinstance(fn.get("arguments"), str)
+        ):
+            problems.append(
+                f"{where}: tool call needs id, type 'function', function.name, function.arguments"
+            )
+            continue
+        try:
+            json.loads(fn["arguments"])
+        except ValueError:
+            problems.append(f"{where}: tool call {c['id']} arguments are not JSON")
+        if tool_names is not None and fn["name"] not in tool_names:
+            problems.append(f"{where}: tool {fn['name']!r} is not in 'tools'")
+        call_ids.add(c["id"])
     return problems
 
 

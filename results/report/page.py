@@ -148,55 +148,79 @@ def render_attempt(
         parts.append(f"<div class='label'>exploit flags</div><ul class='flags'>{items}</ul>")
     if a.error:
         parts.append(f"<div class='label'>infra error</div><pre class='err'>{e(clip(a.error))}</pre>")
-    start = [m for m in a.messages[:2] if m.get("role") in ("system", "user")]
-    if start:
-        parts.append(
-            "<details><summary>conversation start</summary>"
-            + "".join(
-                f"<div class='label'>{e(str(m.get('role')))}</div>"
-                f"<pre>{e(clip(content_text(m.get('content'))))}</pre>"
-                for m in start
-            )
-            + "</details>"
-        )
-    if a.tests:
-        rows = "".join(
-            f"<tr><td>{e(t.id)}</td><td class='{'passed' if t.outcome == 'passed' else 'failed-t'}'>"
-            f"{e(t.outcome)}</td><td>{e(clip(t.message, 2000))}</td></tr>"
-            for t in a.tests
-        )
-        parts.append(
-            f"<div class='label'>tests</div><table><tr><th>test</th><th>outcome</th><th>message</th></tr>"
-            f"{rows}</table>"
-        )
+    parts.append(_conversation_start(a))
+    parts.append(_tests_table(a))
     parts.extend(_verifier_parts(a, run_dir))
-    if a.steps:
-        parts.append("<ol class='steps' start='1'>")
-        for s in a.steps:
-            exit_code = "-" if s.exit_code is None else str(s.exit_code)
-            parts.append(
-                f"<li><div class='step-h'>step {s.index + 1} · exit code {e(exit_code)}"
-                f"{' · TIMED OUT' if s.timed_out else ''} · {s.prompt_tokens}+{s.completion_tokens} tok"
-                f" · model {s.model_seconds:.1f} s · tool {s.tool_seconds:.1f} s</div>"
-                f"<div class='label'>model output</div><pre class='model'>{e(clip(s.raw_output))}</pre>"
-                f"<div class='label'>action</div><pre class='act'>"
-                f"{e(clip(chr(10).join(_action_text(x) for x in s.actions) or '(no action parsed)'))}</pre>"
-                f"<div class='label'>observation</div><pre>{e(clip(s.observation))}</pre></li>"
-            )
-        parts.append("</ol>")
+    parts.append(_steps_list(a))
     if diff:
-        omitted = a.changes.omitted if a.changes else []
-        note = f" (over the keep cap, not stored: {', '.join(omitted)})" if omitted else ""
-        parts.append(
-            f"<details class='diff'><summary>final diff{e(note)}</summary><pre class='diff'>"
-            + "".join(
-                f"<span class='{_diff_class(line)}'>{e(line)}</span>\n"
-                for line in clip(diff, 4 * TEXT_LIMIT).splitlines()
-            )
-            + "</pre></details>"
-        )
+        parts.append(_final_diff(a, diff))
     parts.append("</div></details>\n")
     return "".join(parts)
+
+
+def _conversation_start(a: Attempt) -> str:
+    """The system prompt and the task, folded ("" without them)."""
+    start = [m for m in a.messages[:2] if m.get("role") in ("system", "user")]
+    if not start:
+        return ""
+    return (
+        "<details><summary>conversation start</summary>"
+        + "".join(
+            f"<div class='label'>{e(str(m.get('role')))}</div>"
+            f"<pre>{e(clip(content_text(m.get('content'))))}</pre>"
+            for m in start
+        )
+        + "</details>"
+    )
+
+
+def _tests_table(a: Attempt) -> str:
+    """The graded tests with their outcomes and messages ("" without tests)."""
+    if not a.tests:
+        return ""
+    rows = "".join(
+        f"<tr><td>{e(t.id)}</td><td class='{'passed' if t.outcome == 'passed' else 'failed-t'}'>"
+        f"{e(t.outcome)}</td><td>{e(clip(t.message, 2000))}</td></tr>"
+        for t in a.tests
+    )
+    return (
+        f"<div class='label'>tests</div><table><tr><th>test</th><th>outcome</th><th>message</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+def _steps_list(a: Attempt) -> str:
+    """Each step: its figures, the model's output, the parsed actions and the observation."""
+    if not a.steps:
+        return ""
+    parts = ["<ol class='steps' start='1'>"]
+    for s in a.steps:
+        exit_code = "-" if s.exit_code is None else str(s.exit_code)
+        parts.append(
+            f"<li><div class='step-h'>step {s.index + 1} · exit code {e(exit_code)}"
+            f"{' · TIMED OUT' if s.timed_out else ''} · {s.prompt_tokens}+{s.completion_tokens} tok"
+            f" · model {s.model_seconds:.1f} s · tool {s.tool_seconds:.1f} s</div>"
+            f"<div class='label'>model output</div><pre class='model'>{e(clip(s.raw_output))}</pre>"
+            f"<div class='label'>action</div><pre class='act'>"
+            f"{e(clip(chr(10).join(_action_text(x) for x in s.actions) or '(no action parsed)'))}</pre>"
+            f"<div class='label'>observation</div><pre>{e(clip(s.observation))}</pre></li>"
+        )
+    parts.append("</ol>")
+    return "".join(parts)
+
+
+def _final_diff(a: Attempt, diff: str) -> str:
+    """The kept diff of the agent's changes, coloured line by line, folded."""
+    omitted = a.changes.omitted if a.changes else []
+    note = f" (over the keep cap, not stored: {', '.join(omitted)})" if omitted else ""
+    return (
+        f"<details class='diff'><summary>final diff{e(note)}</summary><pre class='diff'>"
+        + "".join(
+            f"<span class='{_diff_class(line)}'>{e(line)}</span>\n"
+            for line in clip(diff, 4 * TEXT_LIMIT).splitlines()
+        )
+        + "</pre></details>"
+    )
 
 
 def _diff_class(line: str) -> str:
@@ -233,6 +257,30 @@ def write_html(
     rounds: Sequence[dict[str, Any]],
 ) -> None:
     nonce = secrets.token_urlsafe(16)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        w = f.write
+        w(
+            "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
+            f"style-src 'unsafe-inline'; script-src 'nonce-{nonce}'\">"
+            "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+            f"<title>harness report: {e(', '.join(r.label for r in runs))}</title>"
+            f"<style>\n{CSS}</style></head><body>"
+        )
+        w(_summary(runs, comps, rounds))
+        # Trajectory viewer: streamed from disk, one attempt at a time.
+        w(_trajectory_filters(runs))
+        for run in runs:
+            for i, attempt in enumerate(run.reader.iter_attempts()):
+                diff = kept_diff(run.reader.dir, attempt) if attempt.changes else None
+                w(render_attempt(attempt, run.label, open_=(i == 0), diff=diff, run_dir=Path(run.reader.dir)))
+        w(f"<script nonce='{nonce}'>\n{SCRIPT}</script></body></html>\n")
+    tmp.replace(path)
+
+
+def _plots(runs: Sequence[RunData], rounds: Sequence[dict[str, Any]]) -> list[tuple[str, Optional[str], str]]:
+    """(title, image as a data: URL or None when there is nothing to plot, caption) for each plot."""
     plots: list[tuple[str, Optional[str], str]] = [
         ("Solved rate by domain", plot_by_level(runs, "domain"), ""),
         ("Solved rate by difficulty", plot_by_level(runs, "difficulty"), ""),
@@ -248,69 +296,66 @@ def write_html(
     plots.append(("Per-task solved rate across runs", heat, note))
     if rounds:
         plots.append(("Pass rate by round", plot_rounds(rounds), "shaded: 95% CI"))
-    tasks = sorted({t for r in runs for t in r.df["task_id"].astype(str)})
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        w = f.write
-        w(
-            "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
-            f"style-src 'unsafe-inline'; script-src 'nonce-{nonce}'\">"
-            "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-            f"<title>harness report: {e(', '.join(r.label for r in runs))}</title>"
-            f"<style>\n{CSS}</style></head><body>"
-        )
-        w(
-            "<h1>harness report</h1>"
-            f"<p class='meta'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · "
-            f"{len(runs)} run(s). Rates and pass@k exclude infra errors (status=error); "
-            f"CIs: 95% bootstrap over tasks.</p>"
-        )
-        w(f"<h2>Runs</h2>{html_table(_runs_table(runs))}")
-        w(f"<h2>Overview</h2>{html_table(overview_table(runs))}")
-        w("<h2>Plots</h2><div class='grid'>")
-        for title, img, caption in plots:
-            if img:
-                w(
-                    f"<figure><img src='{img}' alt='{e(title)}'><figcaption>{e(title)}"
-                    f"{(': ' + e(caption)) if caption else ''}</figcaption></figure>"
-                )
-        w("</div>")
-        if rounds:
-            w(f"<h2>By training round</h2>{html_table(rounds_table(rounds))}")
-        if comps:
-            w(
-                f"<h2>Compared with {e(runs[0].label)} (paired by task)</h2>"
-                f"{html_table(comparison_table(comps))}"
+    return plots
+
+
+def _summary(
+    runs: Sequence[RunData],
+    comps: Sequence[tuple[str, str, metrics.Comparison]],
+    rounds: Sequence[dict[str, Any]],
+) -> str:
+    """The report above the trajectories: runs, overview, plots, rounds, comparisons and breakdowns."""
+    parts = [
+        "<h1>harness report</h1>"
+        f"<p class='meta'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · "
+        f"{len(runs)} run(s). Rates and pass@k exclude infra errors (status=error); "
+        f"CIs: 95% bootstrap over tasks.</p>",
+        f"<h2>Runs</h2>{html_table(_runs_table(runs))}",
+        f"<h2>Overview</h2>{html_table(overview_table(runs))}",
+        "<h2>Plots</h2><div class='grid'>",
+    ]
+    for title, img, caption in _plots(runs, rounds):
+        if img:
+            parts.append(
+                f"<figure><img src='{img}' alt='{e(title)}'><figcaption>{e(title)}"
+                f"{(': ' + e(caption)) if caption else ''}</figcaption></figure>"
             )
-            for a, b, c in comps:
-                w(
-                    f"<p><b>{e(b)}</b>: improved: {e(id_list(c.improved, 50))}; "
-                    f"regressed: {e(id_list(c.regressed, 50))}; "
-                    f"test: {e(c.test)}</p>"
-                )
-        for level in ("domain", "difficulty"):
-            w(f"<h2>By {level}</h2>{html_table(level_table(runs, level))}")
-        w(f"<h2>Failure reasons (failed attempts)</h2>{html_table(reasons_table(runs))}")
-        w(f"<h2>Infra errors (status=error, not counted in rates)</h2>{html_table(errors_table(runs))}")
-        w(
-            "<h2>Per task</h2><details><summary>show table</summary>"
-            f"{html_table(level_table(runs, 'task'))}</details>"
+    parts.append("</div>")
+    if rounds:
+        parts.append(f"<h2>By training round</h2>{html_table(rounds_table(rounds))}")
+    if comps:
+        parts.append(
+            f"<h2>Compared with {e(runs[0].label)} (paired by task)</h2>{html_table(comparison_table(comps))}"
         )
-        # Trajectory viewer: streamed from disk, one attempt at a time.
-        w("<h2>Trajectories</h2><div class='filters'>run <select id='f-run'><option value=''>all</option>")
-        w("".join(f"<option value='{e(r.label)}'>{e(r.label)}</option>" for r in runs))
-        w("</select>task <select id='f-task'><option value=''>all</option>")
-        w("".join(f"<option value='{e(t)}'>{e(t)}</option>" for t in tasks))
-        w(
-            "</select>outcome <select id='f-status'><option value=''>all</option>"
-            "<option value='solved'>solved</option>"
-            "<option value='failed'>failed</option><option value='error'>error</option></select>"
-            "<span id='f-count' class='meta'></span></div>"
-        )
-        for run in runs:
-            for i, attempt in enumerate(run.reader.iter_attempts()):
-                diff = kept_diff(run.reader.dir, attempt) if attempt.changes else None
-                w(render_attempt(attempt, run.label, open_=(i == 0), diff=diff, run_dir=Path(run.reader.dir)))
-        w(f"<script nonce='{nonce}'>\n{SCRIPT}</script></body></html>\n")
-    tmp.replace(path)
+        for a, b, c in comps:
+            parts.append(
+                f"<p><b>{e(b)}</b>: improved: {e(id_list(c.improved, 50))}; "
+                f"regressed: {e(id_list(c.regressed, 50))}; "
+                f"test: {e(c.test)}</p>"
+            )
+    for level in ("domain", "difficulty"):
+        parts.append(f"<h2>By {level}</h2>{html_table(level_table(runs, level))}")
+    parts.append(f"<h2>Failure reasons (failed attempts)</h2>{html_table(reasons_table(runs))}")
+    parts.append(
+        f"<h2>Infra errors (status=error, not counted in rates)</h2>{html_table(errors_table(runs))}"
+    )
+    parts.append(
+        "<h2>Per task</h2><details><summary>show table</summary>"
+        f"{html_table(level_table(runs, 'task'))}</details>"
+    )
+    return "".join(parts)
+
+
+def _trajectory_filters(runs: Sequence[RunData]) -> str:
+    """The trajectory viewer's heading and its run / task / outcome filters (SCRIPT applies them)."""
+    tasks = sorted({t for r in runs for t in r.df["task_id"].astype(str)})
+    return (
+        "<h2>Trajectories</h2><div class='filters'>run <select id='f-run'><option value=''>all</option>"
+        + "".join(f"<option value='{e(r.label)}'>{e(r.label)}</option>" for r in runs)
+        + "</select>task <select id='f-task'><option value=''>all</option>"
+        + "".join(f"<option value='{e(t)}'>{e(t)}</option>" for t in tasks)
+        + "</select>outcome <select id='f-status'><option value=''>all</option>"
+        "<option value='solved'>solved</option>"
+        "<option value='failed'>failed</option><option value='error'>error</option></select>"
+        "<span id='f-count' class='meta'></span></div>"
+    )
