@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from agent.sandbox import Sandbox, SandboxPool
+from evaluators.grading import kinds
 from evaluators.grading.grade import GradingStations
 from evaluators.policies import null_policy, oracle_policy
 from evaluators.runner import run_attempt
@@ -136,14 +137,13 @@ async def validate(
 
 
 def main(args) -> int:
-    from tasks import harbor
     from tasks.loader import load_suite
 
     tasks = load_suite(getattr(args, "suite", None) or "builtin")
     if getattr(args, "no_internet", False):
-        tasks = harbor.offline(tasks)
-    if harbor.network_line(tasks):
-        print(harbor.network_line(tasks), file=sys.stderr)
+        tasks = kinds.offline(tasks)
+    for line in kinds.network_lines(tasks):
+        print(line, file=sys.stderr)
     t0 = time.monotonic()
     rows = asyncio.run(validate(tasks, repeats=args.repeats, concurrency=args.concurrency))
     width = max(len(r.task) for r in rows)

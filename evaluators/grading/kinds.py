@@ -4,11 +4,12 @@ A kind is one module under evaluators/grading/ holding one `Kind` subclass insta
 [evaluator] settings (`keys` and `settings`, the parser the task loader calls), its sandbox needs (`limits`,
 `containers`, `batchable`), the attempt's hooks (`prepare`, `oracle`, `has_steps`/`run_steps`,
 `after_agent`, `capture`, `verify_in_place`), its grading (`grade_fresh`), its images (`image_key`,
-`build_image`) and its export to Harbor's format (`export`). The defaults below are an ordinary kind's: the
+`build_image`, `own_image`), its network (`offline`, `network_line`), its impossible variants
+(`variant_tests`) and its export to Harbor's format (`export`). The defaults below are an ordinary kind's: the
 agent works in /workspace of a sandbox of the task's limits, its changes are captured and the sandbox
 released, then a fresh grading container (or none) grades. evaluators/runner.py, evaluators/policies.py,
-evaluators/task_images.py, tasks/export.py and the task loader ask the task's kind and never test for one by
-name.
+evaluators/task_images.py, evaluators/cli.py, evaluators/validate.py, tasks/export.py, tasks/impossible.py
+and the task loader ask the task's kind and never test for one by name.
 
 Adding a kind: write evaluators/grading/<name>_kind.py with `KIND = MyKind()` and register it below (one
 line). Kind modules are imported on first use; those a task.toml names must stay cheap to import (the
@@ -48,6 +49,19 @@ def get(name: str) -> "Kind":
 def of(task: "Task") -> "Kind":
     """The kind that grades `task`."""
     return get(task.evaluator.kind)
+
+
+def offline(tasks: "list[Task]") -> "list[Task]":
+    """--no-internet: every task without network for any of its containers."""
+    return [of(t).offline(t) for t in tasks]
+
+
+def network_lines(tasks: "list[Task]") -> list[str]:
+    """What the run's tasks say about their network, one line per kind that has something to say."""
+    by_kind: dict[str, list] = {}
+    for t in tasks:
+        by_kind.setdefault(t.evaluator.kind, []).append(t)
+    return [line for name, group in by_kind.items() if (line := get(name).network_line(group))]
 
 
 def task_toml_kinds() -> tuple[str, ...]:
@@ -155,6 +169,32 @@ class Kind:
         from agent.sandbox.images import task_image
 
         return task_image(task.dockerfile, task.build_context, log)
+
+    def own_image(self, task: "Task") -> str:
+        """What makes the task's image its own ("" when it runs on the base image): a backend that runs only
+        the base image (--sandbox k8s) refuses such tasks."""
+        return "environment/Dockerfile" if task.dockerfile else ""
+
+    # ---------------------------------------------------------------------------------------- network
+    def offline(self, task: "Task") -> "Task":
+        """--no-internet: the task with no network for any of its containers (an ordinary kind's have none
+        to take away)."""
+        return task
+
+    def network_line(self, tasks: "list[Task]") -> str:
+        """One line for a run: which of `tasks` (all of this kind) have network and why; "" when there is
+        nothing to say."""
+        return ""
+
+    # ---------------------------------------------------------------------------- impossible variants
+    def variant_tests(self, task: "Task") -> tuple[str, list[str]]:
+        """For tasks/impossible.py: the language of the hidden test files whose expected values an impossible
+        variant contradicts ("python" or "shell") and their names; ("", []) when the kind has no variants."""
+        return "", []
+
+    def no_variant(self, task: "Task") -> str:
+        """Why a task of this kind gets no impossible variant (variant_tests is empty)."""
+        return f"evaluator kind {self.name} (its verdict has no expected value in a test file to contradict)"
 
     # ---------------------------------------------------------------------------------------- export
     def export(self, task: "Task") -> tuple[str, dict[str, bytes]]:
