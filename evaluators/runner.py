@@ -408,12 +408,7 @@ async def sandbox_backend(cfg: EvalConfig, tasks: list[Task], stage: Callable[[s
     backend = backend_named(cfg.sandbox)
     if backend.images:  # the backend names the images its sandboxes run: the tasks' own cannot
         images = backend.images(tasks, cfg.sandbox_options)
-        for t in tasks:
-            if own := kinds.of(t).own_image(t):
-                raise UserError(
-                    f"task {t.id} has its own image ({own}): --sandbox {cfg.sandbox} runs only tasks on the "
-                    "base image for now; leave such tasks out (--glob) or run them on Docker"
-                )
+        kinds.refuse_own_images(tasks, cfg.sandbox)
     else:
         stage(f"building the images of {len(tasks)} tasks")
         images = await build_images(tasks)

@@ -51,6 +51,17 @@ def of(task: "Task") -> "Kind":
     return get(task.evaluator.kind)
 
 
+def refuse_own_images(tasks: "list[Task]", sandbox: str) -> None:
+    """For a sandbox backend that runs only the base image (it names the images itself: --sandbox k8s): a
+    UserError for the first task whose kind gives it an image of its own."""
+    for t in tasks:
+        if own := of(t).own_image(t):
+            raise UserError(
+                f"task {t.id} has its own image ({own}): --sandbox {sandbox} runs only tasks on the base "
+                "image for now; leave such tasks out (--glob) or run them on Docker"
+            )
+
+
 def offline(tasks: "list[Task]") -> "list[Task]":
     """--no-internet: every task without network for any of its containers."""
     return [of(t).offline(t) for t in tasks]
