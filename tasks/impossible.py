@@ -195,12 +195,7 @@ def _toml(value: Any) -> str:
 
 
 def task_toml(task: Task) -> str:
-    ev, env, agent = task.evaluator, task.environment, task.agent
-    evaluator = {"kind": ev.kind}
-    if ev.kind == "pytest":
-        evaluator["import_mode"] = ev.import_mode
-        if ev.protected:
-            evaluator["protected"] = list(ev.protected)
+    env, agent = task.environment, task.agent
     tables = {
         "metadata": {
             "id": task.id,
@@ -221,7 +216,7 @@ def task_toml(task: Task) -> str:
             "allow_internet": env.allow_internet,
             "pids": env.pids,
         },
-        "evaluator": evaluator,
+        "evaluator": kinds.of(task).table(task),
     }
     out = [f"version = {_toml(task.version)}"]
     for name, table in tables.items():

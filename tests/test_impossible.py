@@ -172,3 +172,16 @@ def test_which_tasks_get_variants_is_their_kinds_answer():
     assert variant is None and why.startswith("evaluator kind answer ")
     harbor = load_suite(str(ROOT / "tests/fixtures/terminal-bench"))[0]
     assert make_variant(harbor) == (None, "a Harbor-format task (its verifier is not ours to change)")
+
+
+def test_each_kind_writes_the_evaluator_table_it_reads_back():
+    """Kind.table is Kind.settings' inverse: what tasks/impossible.py writes into a task.toml loads back as
+    the same settings, for every built-in task of every kind a task.toml may name."""
+    from evaluators.grading import kinds
+
+    builtin = load_suite("builtin")
+    assert {t.evaluator.kind for t in builtin} == set(kinds.task_toml_kinds())
+    for t in builtin:
+        kind = kinds.of(t)
+        table = kind.table(t)
+        assert kind.settings(table, t.test_files, t.id, lambda f: f) == t.evaluator, t.id

@@ -54,6 +54,16 @@ class AnswerKind(Kind):
             kind=self.name, answer_file=answer_file, mode=mode, expected=expected, tolerance=tolerance
         )
 
+    def table(self, task):
+        ev = task.evaluator
+        return {
+            "kind": self.name,
+            "answer_file": ev.answer_file,
+            "mode": ev.mode,
+            "expected": ev.expected,
+            "tolerance": ev.tolerance,
+        }
+
     def containers(self, task):
         return 1  # decided on the host from the captured bytes
 

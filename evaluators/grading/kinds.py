@@ -1,15 +1,15 @@
 """Evaluator kinds: the one registry of the ways an attempt can be graded, and what a kind decides.
 
 A kind is one module under evaluators/grading/ holding one `Kind` subclass instance named KIND; it owns its
-[evaluator] settings (`keys` and `settings`, the parser the task loader calls), its sandbox needs (`limits`,
-`containers`, `batchable`), the attempt's hooks (`prepare`, `oracle`, `has_steps`/`run_steps`,
-`after_agent`, `capture`, `verify_in_place`), its grading (`grade_fresh`), its images (`image_key`,
-`build_image`, `own_image`), its network (`offline`, `network_line`), its impossible variants
-(`variant_tests`) and its export to Harbor's format (`export`). The defaults below are an ordinary kind's: the
-agent works in /workspace of a sandbox of the task's limits, its changes are captured and the sandbox
-released, then a fresh grading container (or none) grades. evaluators/runner.py, evaluators/policies.py,
-evaluators/task_images.py, evaluators/cli.py, evaluators/validate.py, tasks/export.py, tasks/impossible.py
-and the task loader ask the task's kind and never test for one by name.
+[evaluator] settings (`keys` and `settings`, the parser the task loader calls; `table`, its inverse), its
+sandbox needs (`limits`, `containers`, `batchable`), the attempt's hooks (`prepare`, `oracle`,
+`has_steps`/`run_steps`, `after_agent`, `capture`, `verify_in_place`), its grading (`grade_fresh`), its
+images (`image_key`, `build_image`, `own_image`), its network (`offline`, `network_line`), its impossible
+variants (`variant_tests`, `no_variant`) and its export to Harbor's format (`export`). The defaults below are
+an ordinary kind's: the agent works in /workspace of a sandbox of the task's limits, its changes are captured
+and the sandbox released, then a fresh grading container (or none) grades. evaluators/runner.py,
+evaluators/policies.py, evaluators/task_images.py, evaluators/cli.py, evaluators/validate.py, tasks/export.py,
+tasks/impossible.py and the task loader ask the task's kind and never test for one by name.
 
 Adding a kind: write evaluators/grading/<name>_kind.py with `KIND = MyKind()` and register it below (one
 line). Kind modules are imported on first use; those a task.toml names must stay cheap to import (the
@@ -92,6 +92,11 @@ class Kind:
         from tasks.model import EvaluatorConfig
 
         return EvaluatorConfig(kind=self.name)
+
+    def table(self, task: "Task") -> dict:
+        """The [evaluator] table that `settings` reads back as the task's settings (tasks/impossible.py
+        writes task folders with it)."""
+        return {"kind": self.name}
 
     # ----------------------------------------------------------------------------------- sandbox needs
     def limits(self, task: "Task") -> "Limits":

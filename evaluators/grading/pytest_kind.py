@@ -177,6 +177,14 @@ class PytestKind(Kind):
             )
         return EvaluatorConfig(kind=self.name, protected=tuple(protected), import_mode=import_mode)
 
+    def table(self, task):
+        ev = task.evaluator
+        return {
+            "kind": self.name,
+            "import_mode": ev.import_mode,
+            **({"protected": list(ev.protected)} if ev.protected else {}),
+        }
+
     def batchable(self, task):
         """With the candidate behind the proxy its code never runs as root in the grading container, so
         attempts may share one; `direct` imports it into the root test process, and the network is the
