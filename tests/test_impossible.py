@@ -158,6 +158,7 @@ def test_training_leaves_flagged_and_impossible_attempts_out():
 def test_which_tasks_get_variants_is_their_kinds_answer():
     """Kind.variant_tests: pytest tasks get one in a .py test file, script tasks in test.sh; an answer task
     and a Harbor-format task (its verifier is not ours to change) get none, and say why."""
+    from evaluators.grading.answer_kind import AnswerSettings
     from tasks.model import EvaluatorConfig
 
     script = dataclasses.replace(
@@ -167,7 +168,7 @@ def test_which_tasks_get_variants_is_their_kinds_answer():
     variant, note = make_variant(script)
     assert note.startswith("tests/test.sh ") and variant.test_files["x.py"] == HIDDEN
     assert b"(impossible)" in variant.test_files["test.sh"]
-    answer = make_task(evaluator=EvaluatorConfig(kind="answer", expected="4"))
+    answer = make_task(evaluator=EvaluatorConfig(kind="answer", settings=AnswerSettings(expected="4")))
     variant, why = make_variant(answer)
     assert variant is None and why.startswith("evaluator kind answer ")
     harbor = load_suite(str(ROOT / "tests/fixtures/terminal-bench"))[0]

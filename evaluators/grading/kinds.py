@@ -83,6 +83,7 @@ def task_toml_kinds() -> tuple[str, ...]:
 class Kind:
     name = ""
     keys: frozenset[str] = frozenset({"kind"})  # the [evaluator] keys it reads
+    Settings: Optional[type] = None  # the frozen dataclass of its settings (None: it has none)
     in_place = False  # verify_in_place may decide while the agent's sandbox still exists
 
     # ------------------------------------------------------------------------------------------ settings
@@ -92,6 +93,11 @@ class Kind:
         from tasks.model import EvaluatorConfig
 
         return EvaluatorConfig(kind=self.name)
+
+    def settings_of(self, task: "Task") -> Any:
+        """The task's settings of this kind: what its parser read, or the defaults (Settings())."""
+        got = task.evaluator.settings
+        return got if got is not None or self.Settings is None else self.Settings()
 
     def table(self, task: "Task") -> dict:
         """The [evaluator] table that `settings` reads back as the task's settings (tasks/impossible.py
