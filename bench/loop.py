@@ -40,6 +40,7 @@ from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
 from agent.sandbox import DockerPool, SandboxSpec  # noqa: E402
 from agent.sandbox.images import ensure_base_image  # noqa: E402
+from evaluators.grading.pytest_kind import PytestSettings  # noqa: E402
 from evaluators.run.config import EvalConfig  # noqa: E402
 from evaluators.run.runner import run_eval  # noqa: E402
 from results import telemetry  # noqa: E402
@@ -288,7 +289,7 @@ def grading_tasks(n: int, calls: int, import_mode: str) -> list[Task]:
             instruction="Implement add.",
             workspace_files={"solution.py": b"def add(a, b):\n    return a + b\n"},
             test_files={"test_add.py": hidden},
-            evaluator=EvaluatorConfig(kind="pytest", import_mode=import_mode),
+            evaluator=EvaluatorConfig(kind="pytest", settings=PytestSettings(import_mode=import_mode)),
             solution_files={"solve.sh": b"true\n"},
         )
         for i in range(n)

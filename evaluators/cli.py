@@ -114,14 +114,14 @@ def cmd_rescore(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from evaluators.grading import kinds
     from evaluators.run.runner import run_eval
-    from tasks import harbor
 
     cfg, tasks = eval_config_from(args)
     if cfg.no_internet:
-        tasks = harbor.offline(tasks)
-    if harbor.network_line(tasks):
-        print(harbor.network_line(tasks), file=sys.stderr)
+        tasks = kinds.offline(tasks)
+    for line in kinds.network_lines(tasks):
+        print(line, file=sys.stderr)
     telemetry.apply_options(args, "harness-eval")
     if not telemetry.json_logs():
         print(f"harness eval: {cfg.model} on {len(tasks)} tasks x {cfg.samples} samples", file=sys.stderr)

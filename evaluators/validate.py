@@ -14,7 +14,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from agent.sandbox import DockerPool, Sandbox, SandboxPool
+from agent.sandbox import Sandbox, SandboxPool
+from agent.sandbox.backends import sandbox_backend
+from evaluators.grading import kinds
 from evaluators.grading.grade import GradingStations
 from evaluators.run.policies import null_policy, oracle_policy
 from evaluators.run.runner import run_attempt
@@ -115,12 +117,24 @@ async def validate_task(
 
 
 async def validate(
-    tasks: list[Task], repeats: int = 3, concurrency: int = 4, batch_grading: int = 0
+    tasks: list[Task],
+    repeats: int = 3,
+    concurrency: int = 4,
+    batch_grading: int = 0,
+    sandbox: str = "docker",
+    sandbox_options: dict | None = None,
 ) -> list[Row]:
-    """With batch_grading N > 1 the attempts are graded as `harness eval --batch-grading N` grades them."""
-    images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
+    """With batch_grading N > 1 the attempts are graded as `harness eval --batch-grading N` grades them;
+    `sandbox` names the backend (agent/sandbox/backends.py) whose pool makes the sandboxes."""
+    backend = sandbox_backend(sandbox)
+    if backend.images:  # the backend names the images its sandboxes run
+        images = backend.images(tasks, sandbox_options or {})
+        kinds.refuse_own_images(tasks, sandbox)
+    else:
+        images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
+    pool_class = backend.pool(sandbox_options or {})
     slots = asyncio.Semaphore(concurrency)
-    async with DockerPool(
+    async with pool_class(
         run_id=f"validate-{int(time.time())}", warm=2, max_containers=concurrency * (repeats + 1) + 2
     ) as pool:
         stations = GradingStations(pool, batch_grading) if batch_grading > 1 else None
@@ -136,14 +150,13 @@ async def validate(
 
 
 def main(args) -> int:
-    from tasks import harbor
     from tasks.loader import load_suite
 
     tasks = load_suite(getattr(args, "suite", None) or "builtin")
     if getattr(args, "no_internet", False):
-        tasks = harbor.offline(tasks)
-    if harbor.network_line(tasks):
-        print(harbor.network_line(tasks), file=sys.stderr)
+        tasks = kinds.offline(tasks)
+    for line in kinds.network_lines(tasks):
+        print(line, file=sys.stderr)
     t0 = time.monotonic()
     rows = asyncio.run(validate(tasks, repeats=args.repeats, concurrency=args.concurrency))
     width = max(len(r.task) for r in rows)

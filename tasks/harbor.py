@@ -427,42 +427,6 @@ def _print_warnings(loc: str, warnings: list[str]) -> None:
             print(msg, file=sys.stderr)
 
 
-def offline(tasks: list) -> list:
-    """--no-internet: every Harbor task's containers (the agent's and the verifier's) without network."""
-    import dataclasses
-
-    out = []
-    for t in tasks:
-        if t.harbor is not None and (t.environment.allow_internet or t.harbor.verifier_network):
-            t = dataclasses.replace(
-                t,
-                environment=dataclasses.replace(t.environment, allow_internet=False),
-                harbor=dataclasses.replace(
-                    t.harbor,
-                    verifier_network=False,
-                    network_why="--no-internet (was: " + t.harbor.network_why + ")",
-                ),
-            )
-        out.append(t)
-    return out
-
-
-def network_line(tasks: list) -> str:
-    """One line for a run: which Harbor tasks have network and why ("" without Harbor tasks)."""
-    hb = [t for t in tasks if t.harbor is not None]
-    if not hb:
-        return ""
-    groups: dict[str, list[str]] = {}
-    for t in hb:
-        on = t.environment.allow_internet or t.harbor.verifier_network
-        groups.setdefault(f"{'network' if on else 'no network'}: {t.harbor.network_why}", []).append(t.id)
-    parts = []
-    for why, ids in sorted(groups.items()):
-        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-        parts.append(f"{len(ids)} ({shown}) {why}")
-    return "Harbor tasks: " + "; ".join(parts)
-
-
 # ---------------------------------------------------------------------------------------------- refusals
 
 

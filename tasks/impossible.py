@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
+from evaluators.grading import kinds
 from results.errors import UserError
 from tasks.model import Task
 
@@ -156,21 +157,16 @@ def mutate_script(src: str) -> Optional[tuple[str, str]]:
 
 def make_variant(task: Task) -> tuple[Optional[Task], str]:
     """The impossible variant of `task` and what was changed, or None and why not."""
-    if task.harbor is not None:
-        return None, "a Harbor-format task (its verifier is not ours to change)"
-    kind = task.evaluator.kind
-    if kind not in ("pytest", "script"):
-        return None, f"evaluator kind {kind} (only pytest and script tasks get variants)"
+    lang, names = kinds.of(task).variant_tests(task)
+    if not names:
+        return None, kinds.of(task).no_variant(task)
     files = dict(task.test_files)
-    names = sorted(files) if kind == "pytest" else ["test.sh"]
     for name in names:
-        if kind == "pytest" and not name.endswith(".py"):
-            continue
         try:
             src = files[name].decode("utf-8")
         except (KeyError, UnicodeDecodeError):
             continue
-        got = mutate_python(src) if kind == "pytest" else mutate_script(src)
+        got = mutate_python(src) if lang == "python" else mutate_script(src)
         if got:
             files[name] = got[0].encode("utf-8")
             variant = replace(
@@ -199,12 +195,7 @@ def _toml(value: Any) -> str:
 
 
 def task_toml(task: Task) -> str:
-    ev, env, agent = task.evaluator, task.environment, task.agent
-    evaluator = {"kind": ev.kind}
-    if ev.kind == "pytest":
-        evaluator["import_mode"] = ev.import_mode
-        if ev.protected:
-            evaluator["protected"] = list(ev.protected)
+    env, agent = task.environment, task.agent
     tables = {
         "metadata": {
             "id": task.id,
@@ -225,7 +216,7 @@ def task_toml(task: Task) -> str:
             "allow_internet": env.allow_internet,
             "pids": env.pids,
         },
-        "evaluator": evaluator,
+        "evaluator": kinds.of(task).table(task),
     }
     out = [f"version = {_toml(task.version)}"]
     for name, table in tables.items():

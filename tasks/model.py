@@ -15,7 +15,7 @@ On disk (Harbor / Terminal-Bench 2 layout):
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,29 +44,51 @@ class Environment:
 
 @dataclass(frozen=True)
 class EvaluatorConfig:
-    """A task's [evaluator] settings, as its kind's parser read them (evaluators/grading/kinds.py). The fields
-    below are the built-in kinds' (their repr is part of the task hashes that runs written before resume
-    against); a kind added later keeps its own settings dataclass in `settings`, hashed only when set, so
-    adding one changes no other task's hash and touches no field here."""
+    """A task's [evaluator] settings, as its kind's parser read them (evaluators/grading/kinds.py): the kind's
+    name and its own frozen settings dataclass (e.g. evaluators/grading/answer_kind.AnswerSettings); None
+    stands for that kind's defaults."""
 
     kind: str = (
         "pytest"  # a kind registered in evaluators/grading/kinds.py: pytest | answer | script | harbor
     )
-    # answer: where the agent writes its answer, how to compare, against what
-    answer_file: str = "answer.txt"
-    mode: str = "exact"  # exact | normalized | regex | numeric | json
-    expected: Any = None
-    tolerance: float = 1e-6
-    # pytest: extra paths (globs, relative to /workspace) the agent must not change; changes score 0 as tamper
-    protected: tuple[str, ...] = ()
-    # pytest: "proxy" (the candidate's modules run in their own process, as the sandbox user; plain values
-    # cross) or "direct" (imported into the test process: the opt-out; canaries are then the only defence)
-    import_mode: str = "proxy"
-    settings: Any = field(default=None, repr=False)  # a frozen dataclass of a later kind's own settings
+    settings: Any = None
 
     def hashed(self) -> tuple:
-        """What the task hashes see of these settings (as they were before `settings` existed, when unset)."""
-        return (self,) if self.settings is None else (self, self.settings)
+        """What the task hashes see of these settings. Runs written before resume and compare against those
+        hashes, which once saw one record of every built-in kind's fields (HASHED_AS_BEFORE): the settings'
+        fields of those names fill that record in as they did; a settings object with fields of other names
+        (a kind added since) is hashed after it, so adding a kind changes no other task's hash."""
+        values = dict(HASHED_AS_BEFORE)
+        own = fields(self.settings) if self.settings is not None else ()
+        mine = {f.name: getattr(self.settings, f.name) for f in own}
+        values.update({k: v for k, v in mine.items() if k in values})
+        record = _Repr(
+            f"EvaluatorConfig(kind={self.kind!r}, " + ", ".join(f"{k}={v!r}" for k, v in values.items()) + ")"
+        )
+        return (record,) if mine.keys() <= values.keys() else (record, self.settings)
+
+
+# The record the task hashes have always seen of a task's [evaluator]: the built-in kinds' fields (answer:
+# answer_file, mode, expected, tolerance; pytest: protected, import_mode) in this order, with these defaults.
+# Frozen: it exists only so that runs written before still resume; a new kind's settings never go here.
+HASHED_AS_BEFORE: tuple[tuple[str, Any], ...] = (
+    ("answer_file", "answer.txt"),
+    ("mode", "exact"),
+    ("expected", None),
+    ("tolerance", 1e-6),
+    ("protected", ()),
+    ("import_mode", "proxy"),
+)
+
+
+class _Repr:
+    """A value whose repr is the given text (what the hashes read)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 @dataclass

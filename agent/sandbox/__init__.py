@@ -23,7 +23,7 @@ One concept per module:
     pool.py       DockerPool: warm containers per (image, limits), bounded, single use
     network.py    per-pool networks of networked tasks, and their firewall rule
     cleanup.py    prune(): containers, networks and images of a run, a pool or a dead process
-    images.py     the sandbox images (base, task, Harbor), and what every image provides (uid, paths)
+    images.py     the sandbox images (base, task, prebuilt), and what every image provides (uid, paths)
     native.py     sandboxes for any image: the static helper (helper.c), Harbor's contract
     k8s/          the same sandboxes as Kubernetes pods (agent-sandbox), one module per concept
     server.py, capture.py, helper.c   run inside the container

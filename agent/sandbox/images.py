@@ -250,26 +250,6 @@ def prebuilt_image(name: str) -> str:
     return img.id
 
 
-def harbor_task_image(task, log=print) -> str:
-    """A Harbor task's image: its prebuilt docker_image, else its Dockerfile with environment/ as the build
-    context, else (no Dockerfile: our convention) the base image."""
-    if task.harbor.docker_image:
-        return prebuilt_image(task.harbor.docker_image)
-    return task_image(task.dockerfile, task.build_context, log)
-
-
-def harbor_verifier_image(task, log=print) -> Optional[str]:
-    """The image of a separate verifier environment ([verifier.environment] docker_image, or tests/Dockerfile
-    with tests/ as its context); None -> the task's own image."""
-    spec = task.harbor
-    if spec.verifier_docker_image:
-        return prebuilt_image(spec.verifier_docker_image)
-    if spec.verifier_dockerfile:
-        context = {p: d for p, d in task.test_files.items() if p != "Dockerfile"}
-        return task_image(spec.verifier_dockerfile, context, log)
-    return None
-
-
 def debootstrap_import(tag: str, suite: str, include: list[str], changes: list[str], log=print) -> str:
     """A Debian `suite` minbase root with `include` installed, made by debootstrap and `docker import`-ed as
     `tag` with the Dockerfile `changes` (ENV, WORKDIR, CMD...), for images built FROM it. Returns the tag."""

@@ -12,7 +12,8 @@ from typing import Iterable, Optional
 from agent.config import DEFAULT_MAX_COPY_MB, LoopConfig
 from agent.loop import run_loop
 from agent.models import get_model
-from agent.sandbox import Changes, DockerPool, SandboxSpec
+from agent.sandbox import Changes, SandboxSpec
+from agent.sandbox.backends import sandbox_backend
 from agent.sandbox.images import ensure_base_image
 from agent.workflow.apply import plan_changes
 from agent.workflow.paths import CI_GLOBS, _read_original
@@ -40,12 +41,16 @@ async def run_workflow(
     allow_hooks: bool = False,
     max_copy_mb: int = DEFAULT_MAX_COPY_MB,
     selection: Optional[Selection] = None,
+    sandbox: str = "docker",
+    sandbox_options: Optional[dict] = None,
 ) -> WorkflowResult:
     """Copies the selected files of `workspace` (select_files) into a sandbox and runs the agent loop there;
     then runs the verification commands in a fresh sandbox holding exactly what --apply would leave in the
     folder (the user's files plus the changes apply_changes would write: protected paths stay the user's
     originals), and returns the changes as a diff. The folder itself is not touched (see apply_changes).
-    `selection`: select_files' answer when the caller has it already (the CLI prints it first)."""
+    `selection`: select_files' answer when the caller has it already (the CLI prints it first). `sandbox`:
+    the backend (agent/sandbox/backends.py) whose pool makes the two sandboxes; `image` then names an image
+    that backend runs (Docker's default: the base image, built here)."""
     workspace = Path(workspace)
     sel = selection or select_files(
         workspace, include=include, exclude=exclude, secret=secret, max_bytes=max_copy_mb << 20
@@ -60,7 +65,8 @@ async def run_workflow(
         memory_mb=max(limits.memory_mb, mb + 1024),  # the workspace is a tmpfs: its pages count as memory
     )
     max_files = len(sel.files) + 5000
-    async with DockerPool(warm=0, max_containers=2) as pool:
+    pool_class = sandbox_backend(sandbox).pool(sandbox_options or {})
+    async with pool_class(warm=0, max_containers=2) as pool:
         async with pool.sandbox(image, limits, task="workflow") as sb:
             await _copy_in(sb, _batches(sel), sel.executable)
             await sb.mark_baseline(max_files=max_files)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from evaluators.grading import verdict as rules
 from evaluators.grading.kinds import Kind
@@ -14,14 +16,25 @@ from tasks.fields import is_relative, number, show
 MODES = ("exact", "normalized", "regex", "numeric", "json")
 
 
+@dataclass(frozen=True)
+class AnswerSettings:
+    """[evaluator] of kind = "answer": where the agent writes its answer, how to compare, against what."""
+
+    answer_file: str = "answer.txt"
+    mode: str = "exact"  # one of MODES
+    expected: Any = None
+    tolerance: float = 1e-6  # numeric mode
+
+
 class AnswerKind(Kind):
     name = "answer"
     keys = frozenset({"kind", "answer_file", "mode", "expected", "tolerance"})
+    Settings = AnswerSettings
 
     def settings(self, table, tests, loc, where):
         from tasks.model import EvaluatorConfig
 
-        d = EvaluatorConfig()
+        d = AnswerSettings()
         answer_file = table.get("answer_file", d.answer_file)
         if not isinstance(answer_file, str) or not is_relative(answer_file):
             raise UserError(
@@ -51,19 +64,29 @@ class AnswerKind(Kind):
                 raise UserError(f"{loc}: [evaluator] expected is not a valid regex ({e})") from None
         tolerance = number(table, "tolerance", d.tolerance, loc, "[evaluator]", allow_zero=True)
         return EvaluatorConfig(
-            kind=self.name, answer_file=answer_file, mode=mode, expected=expected, tolerance=tolerance
+            kind=self.name, settings=AnswerSettings(answer_file, mode, expected, tolerance)
         )
+
+    def table(self, task):
+        ev = self.settings_of(task)
+        return {
+            "kind": self.name,
+            "answer_file": ev.answer_file,
+            "mode": ev.mode,
+            "expected": ev.expected,
+            "tolerance": ev.tolerance,
+        }
 
     def containers(self, task):
         return 1  # decided on the host from the captured bytes
 
     async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
-        ev = task.evaluator
+        ev = self.settings_of(task)
         data = changes.files.get(ev.answer_file, task.workspace_files.get(ev.answer_file))
         return rules.answer_verdict(data, ev.answer_file, ev.expected, ev.mode, ev.tolerance)
 
     def export(self, task):
-        ev = task.evaluator
+        ev = self.settings_of(task)
         spec = {
             "answer_file": ev.answer_file,
             "mode": ev.mode,

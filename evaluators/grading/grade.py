@@ -74,9 +74,10 @@ def private_folder() -> str:
     return f"{GRADER}/{secrets.token_hex(12)}"
 
 
-def tamper(task: Task, changes: Changes) -> str:
+def tamper(task: Task, changes: Changes, protected: tuple[str, ...] = ()) -> str:
+    """Why the agent's changes tamper with the grading (its kind's `protected` globs included), or ""."""
     changed = {**changes.files, **{p: None for p in changes.deleted}}
-    return tamper_reason(changed, task.workspace_files, task.evaluator.protected)
+    return tamper_reason(changed, task.workspace_files, protected)
 
 
 class grading_sandbox:

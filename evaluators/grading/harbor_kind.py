@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from typing import Optional
 
 import docker.errors
 
-from agent.sandbox import Changes, ExecResult, SandboxDied, SandboxPool, SandboxSpec
+from agent.sandbox import Changes, ExecResult, SandboxDied, SandboxPool, SandboxSpec, images
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
 from evaluators.grading import verdict as rules
 from evaluators.grading.kinds import Kind
@@ -233,8 +234,6 @@ async def _packaged(sb: NativeSandbox, changed: list[str]) -> frozenset[str]:
 
 def step_task(task, step):
     """The task as one of its steps sees it: the step's instruction, tests, solution and limits."""
-    import dataclasses
-
     spec = task.harbor
     return dataclasses.replace(
         task,
@@ -259,8 +258,6 @@ async def run_steps(task, policy, sb: NativeSandbox, pool: SandboxPool, image: s
     the next step's agent. A step below its min_reward (or tampering) ends the run of steps. The reward is
     the mean of the steps that were verified, or the final one's (multi_step_reward_strategy).
     Returns (verdict, the merged loop result or None, the kept files, the last step's changes)."""
-    import dataclasses
-
     verdicts, results, kept = [], [], {}
     changes = Changes()
     errors = []
@@ -375,13 +372,65 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     return v
 
 
+def task_image(task, log=print) -> str:
+    """A Harbor task's image: its prebuilt docker_image, else its Dockerfile with environment/ as the build
+    context, else (no Dockerfile: our convention) the base image."""
+    if task.harbor.docker_image:
+        return images.prebuilt_image(task.harbor.docker_image)
+    return images.task_image(task.dockerfile, task.build_context, log)
+
+
+def verifier_image(task, log=print) -> Optional[str]:
+    """The image of a separate verifier environment ([verifier.environment] docker_image, or tests/Dockerfile
+    with tests/ as its context); None -> the task's own image."""
+    spec = task.harbor
+    if spec.verifier_docker_image:
+        return images.prebuilt_image(spec.verifier_docker_image)
+    if spec.verifier_dockerfile:
+        context = {p: d for p, d in task.test_files.items() if p != "Dockerfile"}
+        return images.task_image(spec.verifier_dockerfile, context, log)
+    return None
+
+
+def offline(tasks: list) -> list:
+    """--no-internet: every Harbor task's containers (the agent's and the verifier's) without network."""
+    out = []
+    for t in tasks:
+        if t.harbor is not None and (t.environment.allow_internet or t.harbor.verifier_network):
+            t = dataclasses.replace(
+                t,
+                environment=dataclasses.replace(t.environment, allow_internet=False),
+                harbor=dataclasses.replace(
+                    t.harbor,
+                    verifier_network=False,
+                    network_why="--no-internet (was: " + t.harbor.network_why + ")",
+                ),
+            )
+        out.append(t)
+    return out
+
+
+def network_line(tasks: list) -> str:
+    """One line for a run: which Harbor tasks have network and why ("" without Harbor tasks)."""
+    hb = [t for t in tasks if t.harbor is not None]
+    if not hb:
+        return ""
+    groups: dict[str, list[str]] = {}
+    for t in hb:
+        on = t.environment.allow_internet or t.harbor.verifier_network
+        groups.setdefault(f"{'network' if on else 'no network'}: {t.harbor.network_why}", []).append(t.id)
+    parts = []
+    for why, ids in sorted(groups.items()):
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        parts.append(f"{len(ids)} ({shown}) {why}")
+    return "Harbor tasks: " + "; ".join(parts)
+
+
 async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, artifacts=None):
     """fresh mode: a new container of the verifier's image with the working folder's captured changes and
     the collected artifacts at their own paths (as Harbor's separate verifier gets them)."""
-    from agent.sandbox.images import harbor_verifier_image
-
     t0 = time.monotonic()
-    vimage = await asyncio.to_thread(harbor_verifier_image, task) or image
+    vimage = await asyncio.to_thread(verifier_image, task) or image
     async with pool.sandbox(vimage, verifier_limits(task), task=task.id) as sb:
         files = {p: d for p, d in task.workspace_files.items() if p not in changes.deleted}
         files.update(changes.files)
@@ -578,11 +627,21 @@ class HarborKind(Kind):
         return repr((spec.docker_image, spec.verifier_docker_image, spec.verifier_dockerfile))
 
     def build_image(self, task, log):
-        from agent.sandbox.images import harbor_task_image, harbor_verifier_image
-
-        image = harbor_task_image(task, log)
-        harbor_verifier_image(task, log)  # built now, found by grading later
+        image = task_image(task, log)
+        verifier_image(task, log)  # built now, found by grading later
         return image
+
+    def own_image(self, task):
+        return "a Harbor image"  # and the Harbor runtime contract (native.py), which only Docker provides
+
+    def offline(self, task):
+        return offline([task])[0]
+
+    def network_line(self, tasks):
+        return network_line(tasks)
+
+    def no_variant(self, task):
+        return "a Harbor-format task (its verifier is not ours to change)"
 
     def export(self, task):
         raise UserError(

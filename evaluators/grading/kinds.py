@@ -1,13 +1,15 @@
 """Evaluator kinds: the one registry of the ways an attempt can be graded, and what a kind decides.
 
 A kind is one module under evaluators/grading/ holding one `Kind` subclass instance named KIND; it owns its
-[evaluator] settings (`keys` and `settings`, the parser the task loader calls), its sandbox needs (`limits`,
-`containers`, `batchable`), the attempt's hooks (`prepare`, `oracle`, `has_steps`/`run_steps`,
-`after_agent`, `capture`, `verify_in_place`), its grading (`grade_fresh`), its images (`image_key`,
-`build_image`) and its export to Harbor's format (`export`). The defaults below are an ordinary kind's: the
-agent works in /workspace of a sandbox of the task's limits, its changes are captured and the sandbox
-released, then a fresh grading container (or none) grades. evaluators/run/ (runner.py, policies.py,
-task_images.py), tasks/export.py and the task loader ask the task's kind and never test for one by name.
+[evaluator] settings (`keys` and `settings`, the parser the task loader calls; `table`, its inverse), its
+sandbox needs (`limits`, `containers`, `batchable`), the attempt's hooks (`prepare`, `oracle`,
+`has_steps`/`run_steps`, `after_agent`, `capture`, `verify_in_place`), its grading (`grade_fresh`), its
+images (`image_key`, `build_image`, `own_image`), its network (`offline`, `network_line`), its impossible
+variants (`variant_tests`, `no_variant`) and its export to Harbor's format (`export`). The defaults below are
+an ordinary kind's: the agent works in /workspace of a sandbox of the task's limits, its changes are captured
+and the sandbox released, then a fresh grading container (or none) grades. evaluators/run/ (runner.py,
+policies.py, task_images.py), evaluators/cli.py, evaluators/validate.py, tasks/export.py, tasks/impossible.py
+and the task loader ask the task's kind and never test for one by name.
 
 Adding a kind: write evaluators/grading/<name>_kind.py with `KIND = MyKind()` and register it below (one
 line). Kind modules are imported on first use; those a task.toml names must stay cheap to import (the
@@ -49,6 +51,30 @@ def of(task: "Task") -> "Kind":
     return get(task.evaluator.kind)
 
 
+def refuse_own_images(tasks: "list[Task]", sandbox: str) -> None:
+    """For a sandbox backend that runs only the base image (it names the images itself: --sandbox k8s): a
+    UserError for the first task whose kind gives it an image of its own."""
+    for t in tasks:
+        if own := of(t).own_image(t):
+            raise UserError(
+                f"task {t.id} has its own image ({own}): --sandbox {sandbox} runs only tasks on the base "
+                "image for now; leave such tasks out (--glob) or run them on Docker"
+            )
+
+
+def offline(tasks: "list[Task]") -> "list[Task]":
+    """--no-internet: every task without network for any of its containers."""
+    return [of(t).offline(t) for t in tasks]
+
+
+def network_lines(tasks: "list[Task]") -> list[str]:
+    """What the run's tasks say about their network, one line per kind that has something to say."""
+    by_kind: dict[str, list] = {}
+    for t in tasks:
+        by_kind.setdefault(t.evaluator.kind, []).append(t)
+    return [line for name, group in by_kind.items() if (line := get(name).network_line(group))]
+
+
 def task_toml_kinds() -> tuple[str, ...]:
     """The kinds a task.toml may name in [evaluator] kind."""
     return tuple(IN_TASK_TOML)
@@ -57,6 +83,7 @@ def task_toml_kinds() -> tuple[str, ...]:
 class Kind:
     name = ""
     keys: frozenset[str] = frozenset({"kind"})  # the [evaluator] keys it reads
+    Settings: Optional[type] = None  # the frozen dataclass of its settings (None: it has none)
     in_place = False  # verify_in_place may decide while the agent's sandbox still exists
 
     # ------------------------------------------------------------------------------------------ settings
@@ -66,6 +93,16 @@ class Kind:
         from tasks.model import EvaluatorConfig
 
         return EvaluatorConfig(kind=self.name)
+
+    def settings_of(self, task: "Task") -> Any:
+        """The task's settings of this kind: what its parser read, or the defaults (Settings())."""
+        got = task.evaluator.settings
+        return got if got is not None or self.Settings is None else self.Settings()
+
+    def table(self, task: "Task") -> dict:
+        """The [evaluator] table that `settings` reads back as the task's settings (tasks/impossible.py
+        writes task folders with it)."""
+        return {"kind": self.name}
 
     # ----------------------------------------------------------------------------------- sandbox needs
     def limits(self, task: "Task") -> "SandboxSpec":
@@ -154,6 +191,32 @@ class Kind:
         from agent.sandbox.images import task_image
 
         return task_image(task.dockerfile, task.build_context, log)
+
+    def own_image(self, task: "Task") -> str:
+        """What makes the task's image its own ("" when it runs on the base image): a backend that runs only
+        the base image (--sandbox k8s) refuses such tasks."""
+        return "environment/Dockerfile" if task.dockerfile else ""
+
+    # ---------------------------------------------------------------------------------------- network
+    def offline(self, task: "Task") -> "Task":
+        """--no-internet: the task with no network for any of its containers (an ordinary kind's have none
+        to take away)."""
+        return task
+
+    def network_line(self, tasks: "list[Task]") -> str:
+        """One line for a run: which of `tasks` (all of this kind) have network and why; "" when there is
+        nothing to say."""
+        return ""
+
+    # ---------------------------------------------------------------------------- impossible variants
+    def variant_tests(self, task: "Task") -> tuple[str, list[str]]:
+        """For tasks/impossible.py: the language of the hidden test files whose expected values an impossible
+        variant contradicts ("python" or "shell") and their names; ("", []) when the kind has no variants."""
+        return "", []
+
+    def no_variant(self, task: "Task") -> str:
+        """Why a task of this kind gets no impossible variant (variant_tests is empty)."""
+        return f"evaluator kind {self.name} (its verdict has no expected value in a test file to contradict)"
 
     # ---------------------------------------------------------------------------------------- export
     def export(self, task: "Task") -> tuple[str, dict[str, bytes]]:

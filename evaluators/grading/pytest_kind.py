@@ -139,9 +139,20 @@ reward=$(/usr/bin/python3 -I $H/verdict.py pytest "$R/report.xml" "$code")
 """  # noqa: E501 -- in the exported tests/test.sh, byte for byte
 
 
+@dataclass(frozen=True)
+class PytestSettings:
+    """[evaluator] of kind = "pytest"."""
+
+    protected: tuple[str, ...] = ()  # extra globs (relative to /workspace) the agent must not change: tamper
+    # "proxy" (the candidate's modules run in their own process, as the sandbox user; plain values cross) or
+    # "direct" (imported into the test process: the opt-out; canaries are then the only defence)
+    import_mode: str = "proxy"
+
+
 class PytestKind(Kind):
     name = "pytest"
     keys = frozenset({"kind", "protected", "import_mode"})
+    Settings = PytestSettings
 
     def settings(self, table, tests, loc, where):
         from tasks.model import EvaluatorConfig
@@ -175,19 +186,28 @@ class PytestKind(Kind):
                 f'{loc}: [evaluator] import_mode must be "proxy" (the candidate runs in its own process) '
                 f'or "direct" (imported into the test process) (got {show(import_mode)})'
             )
-        return EvaluatorConfig(kind=self.name, protected=tuple(protected), import_mode=import_mode)
+        return EvaluatorConfig(kind=self.name, settings=PytestSettings(tuple(protected), import_mode))
+
+    def table(self, task):
+        ev = self.settings_of(task)
+        return {
+            "kind": self.name,
+            "import_mode": ev.import_mode,
+            **({"protected": list(ev.protected)} if ev.protected else {}),
+        }
 
     def batchable(self, task):
         """With the candidate behind the proxy its code never runs as root in the grading container, so
         attempts may share one; `direct` imports it into the root test process, and the network is the
         task's: those keep a container each."""
-        return task.evaluator.import_mode == "proxy" and not task.environment.allow_internet
+        return self.settings_of(task).import_mode == "proxy" and not task.environment.allow_internet
 
     async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
         from evaluators.grading import grade
         from results.schema import TestOutcome
 
-        why = grade.tamper(task, changes)
+        settings = self.settings_of(task)
+        why = grade.tamper(task, changes, settings.protected)
         if why:
             return rules.Verdict(0.0, False, "tamper", detail=why)
         prepared = prepare(task.test_files)
@@ -202,7 +222,7 @@ class PytestKind(Kind):
         )
         argv, report = command(timeout)
         folder = grade.private_folder()
-        env = clean_env(task.evaluator.import_mode, timeout, folder)
+        env = clean_env(settings.import_mode, timeout, folder)
         grading = grade.grading_sandbox(task, changes, pool, image, stations)
         async with grading as sb:
             env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
@@ -229,6 +249,9 @@ class PytestKind(Kind):
             detail = f"{detail}: {at_limit}"
         v.detail = grading.not_written + detail
         return v
+
+    def variant_tests(self, task):
+        return "python", sorted(n for n in task.test_files if n.endswith(".py"))
 
     def export(self, task):
         import json

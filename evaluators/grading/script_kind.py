@@ -82,6 +82,9 @@ class ScriptKind(Kind):
         v.detail = grading.not_written + v.detail
         return v
 
+    def variant_tests(self, task):
+        return "shell", ["test.sh"]
+
     def export(self, task):
         files = {f"script/{p}": d for p, d in task.test_files.items()}
         files["bin/as-candidate"] = AS_CANDIDATE

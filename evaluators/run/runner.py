@@ -409,8 +409,9 @@ async def sandbox_backend(cfg: EvalConfig, tasks: list[Task], stage: Callable[[s
     from agent.sandbox.backends import sandbox_backend as backend_named
 
     backend = backend_named(cfg.sandbox)
-    if backend.images:  # the backend names the images its sandboxes run
+    if backend.images:  # the backend names the images its sandboxes run: the tasks' own cannot
         images = backend.images(tasks, cfg.sandbox_options)
+        kinds.refuse_own_images(tasks, cfg.sandbox)
     else:
         stage(f"building the images of {len(tasks)} tasks")
         images = await build_images(tasks)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from evaluators.grading.answer_kind import AnswerSettings
 from tasks.model import AgentLimits, Environment, EvaluatorConfig, Task
 
 # ------------------------------------------------------------------------------------------ tasks
@@ -55,7 +56,7 @@ def answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Tas
         task_id,
         f"Write the line {answer} to /workspace/answer.txt.",
         command_timeout,
-        evaluator=EvaluatorConfig(kind="answer", expected=answer),
+        evaluator=EvaluatorConfig(kind="answer", settings=AnswerSettings(expected=answer)),
         verifier_timeout_sec=30,
         solution_files={"solve.sh": f"echo {answer} > answer.txt\n".encode()},
     )
@@ -68,7 +69,8 @@ def json_answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -
         f'Write {{"ok": "{answer}"}} to /workspace/answer.json.',
         command_timeout,
         evaluator=EvaluatorConfig(
-            kind="answer", answer_file="answer.json", mode="json", expected=json.dumps({"ok": answer})
+            kind="answer",
+            settings=AnswerSettings("answer.json", "json", expected=json.dumps({"ok": answer})),
         ),
         verifier_timeout_sec=30,
         solution_files={"solve.sh": f'echo \'{{"ok": "{answer}"}}\' > answer.json\n'.encode()},

@@ -14,6 +14,7 @@ import pytest
 from agent.sandbox import Changes, DockerPool, SandboxSpec
 from agent.sandbox.changes import PATH_MAX, unwritable
 from evaluators.grading import harbor_kind
+from evaluators.grading.answer_kind import AnswerSettings
 from evaluators.grading.grade import grade
 from evaluators.grading.verdict import Verdict, answer_matches, parse_number, parse_reward, parse_reward_json
 from evaluators.selftest.edge_cases import FORK_WORKERS, NAME_LIMITS
@@ -272,7 +273,7 @@ def test_harbor_verdict_is_bounded(txt, js, reason, detail):
 def test_numeric_answers_are_bounded_and_say_why(answer, ok, detail):
     assert answer_matches(answer, 1000, "numeric") is ok
     task = answer_task("t", "1000")
-    task.evaluator = EvaluatorConfig(kind="answer", mode="numeric", expected=1000)
+    task.evaluator = EvaluatorConfig(kind="answer", settings=AnswerSettings(mode="numeric", expected=1000))
     v = run(grade(task, Changes(files={"answer.txt": answer.encode()}), None, ""))
     assert (v.solved, v.reason) == (ok, "pass" if ok else "wrong_answer") and detail in v.detail, v.detail
 

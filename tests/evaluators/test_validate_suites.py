@@ -1,6 +1,7 @@
 """`tasks validate` on whole suites in real containers: the quality gate CI enforces."""
 
 import asyncio
+import sys
 
 import pytest
 
@@ -66,3 +67,36 @@ def test_humaneval_import_is_valid(tmp_path):
     rows = asyncio.run(validate(tasks, repeats=1, concurrency=4))
     bad = [(r.task, r.problems) for r in rows if not r.ok]
     assert not bad, bad
+
+
+def test_validate_takes_its_pool_from_the_backend_named(monkeypatch):
+    """validate asks agent/sandbox/backends.py for the pool (Docker by default, as `harness tasks validate`
+    runs); a backend that names its images refuses tasks with an image of their own, as `eval` does."""
+    from agent.sandbox import backends
+    from results.errors import UserError
+
+    with pytest.raises(UserError, match="sandbox backend 'nope': choose one of docker, k8s"):
+        asyncio.run(validate([make_task()], sandbox="nope"))
+    made = []
+
+    class Pool:  # records what validate asks of it, then ends the run before any sandbox is made
+        def __init__(self, **kw):
+            made.append(kw)
+
+        async def __aenter__(self):
+            raise RuntimeError("pool opened")
+
+        async def __aexit__(self, *exc):
+            return False
+
+    own = backends.Backend("own", pool=lambda options: Pool, images=lambda tasks, options: {})
+    monkeypatch.setitem(backends.BACKENDS, "own", __name__)
+    monkeypatch.setattr(sys.modules[__name__], "BACKEND", own, raising=False)
+    fresh = make_task(dockerfile="FROM harness/base:latest\n")
+    with pytest.raises(
+        UserError, match=r"task add has its own image \(environment/Dockerfile\): --sandbox own"
+    ):
+        asyncio.run(validate([fresh], sandbox="own"))
+    with pytest.raises(RuntimeError, match="pool opened"):
+        asyncio.run(validate([make_task()], sandbox="own", sandbox_options={"x": 1}))
+    assert made and made[0]["warm"] == 2

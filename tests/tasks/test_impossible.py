@@ -5,6 +5,7 @@ attempts out."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -19,7 +20,7 @@ from results.store import open_run
 from results.synthetic import make_attempt
 from tasks.impossible import make_variant, mutate_python, mutate_script, write_impossible_suite
 from tasks.loader import load_suite
-from tests.conftest import run
+from tests.conftest import ROOT, run
 from tests.helpers import (
     HIDDEN,
     PUBLIC,
@@ -152,3 +153,36 @@ def test_training_leaves_flagged_and_impossible_attempts_out():
     assert [a.task_id for a in kept] == ["t1"] and stats.flagged == 2
     kept, stats = filter_attempts([clean, flagged, cheat], exclude_flagged=False)
     assert len(kept) == 3 and stats.flagged == 0
+
+
+def test_which_tasks_get_variants_is_their_kinds_answer():
+    """Kind.variant_tests: pytest tasks get one in a .py test file, script tasks in test.sh; an answer task
+    and a Harbor-format task (its verifier is not ours to change) get none, and say why."""
+    from evaluators.grading.answer_kind import AnswerSettings
+    from tasks.model import EvaluatorConfig
+
+    script = dataclasses.replace(
+        make_task(evaluator=EvaluatorConfig(kind="script")),
+        test_files={"test.sh": b'[ "$(cat out.txt)" = "backed up 3 files" ] || exit 1\n', "x.py": HIDDEN},
+    )
+    variant, note = make_variant(script)
+    assert note.startswith("tests/test.sh ") and variant.test_files["x.py"] == HIDDEN
+    assert b"(impossible)" in variant.test_files["test.sh"]
+    answer = make_task(evaluator=EvaluatorConfig(kind="answer", settings=AnswerSettings(expected="4")))
+    variant, why = make_variant(answer)
+    assert variant is None and why.startswith("evaluator kind answer ")
+    harbor = load_suite(str(ROOT / "tests/fixtures/terminal-bench"))[0]
+    assert make_variant(harbor) == (None, "a Harbor-format task (its verifier is not ours to change)")
+
+
+def test_each_kind_writes_the_evaluator_table_it_reads_back():
+    """Kind.table is Kind.settings' inverse: what tasks/impossible.py writes into a task.toml loads back as
+    the same settings, for every built-in task of every kind a task.toml may name."""
+    from evaluators.grading import kinds
+
+    builtin = load_suite("builtin")
+    assert {t.evaluator.kind for t in builtin} == set(kinds.task_toml_kinds())
+    for t in builtin:
+        kind = kinds.of(t)
+        table = kind.table(t)
+        assert kind.settings(table, t.test_files, t.id, lambda f: f) == t.evaluator, t.id

@@ -44,18 +44,18 @@ def oracle_answer(task) -> bytes:
         }
         p = subprocess.run(["bash", str(sol / "solve.sh")], cwd=ws, env=env, capture_output=True, timeout=120)
         assert p.returncode == 0, p.stderr[-2000:]
-        return (ws / task.evaluator.answer_file).read_bytes()
+        return (ws / task.evaluator.settings.answer_file).read_bytes()
 
 
 @pytest.mark.parametrize("task_id", ANSWER_TASKS)
 def test_answer_task_oracle_passes_the_real_grader_and_the_null_agent_does_not(task_id):
     task = BY_ID[task_id]
     answer = oracle_answer(task)
-    solved = asyncio.run(grade(task, Changes(files={task.evaluator.answer_file: answer}), None, ""))
+    solved = asyncio.run(grade(task, Changes(files={task.evaluator.settings.answer_file: answer}), None, ""))
     assert (solved.reason, solved.reward) == ("pass", 1.0), (answer[:200], task.evaluator)
     untouched = asyncio.run(grade(task, Changes(), None, ""))
     assert untouched.reason in ("no_answer", "wrong_answer") and untouched.reward == 0.0
-    assert task.evaluator.answer_file in task.instruction
+    assert task.evaluator.settings.answer_file in task.instruction
 
 
 def test_size_and_coverage():
@@ -92,7 +92,7 @@ def test_some_coding_tasks_have_protected_public_tests():
     with_public = [t for t in TASKS if any(n.startswith("tests/test_") for n in t.workspace_files)]
     assert len([t for t in with_public if t.domain == "coding"]) >= 3
     for t in with_public:
-        assert "tests/**" in t.evaluator.protected, t.id
+        assert "tests/**" in t.evaluator.settings.protected, t.id
         assert not set(t.workspace_files) & {f"tests/{n}" for n in t.test_files}, (
             f"{t.id}: hidden test visible"
         )

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from evaluators.grading.hidden_tests import expected_ids, is_canary
+from evaluators.grading.pytest_kind import PytestSettings
 from results.errors import UserError
 from tasks import loader
 from tasks.family import load_family
 from tasks.loader import load_suite
+from tasks.model import EvaluatorConfig
 from tasks.task_folder import load_task
-from tests.helpers import write_files
+from tests.helpers import make_task, write_files
 
 TOML = """\
 version = "1.0"
@@ -81,7 +84,7 @@ def test_load_task_reads_every_part(tmp_path):
         256,
         False,
     )
-    assert task.evaluator.kind == "pytest" and task.evaluator.protected == ("tests/**",)
+    assert task.evaluator.kind == "pytest" and task.evaluator.settings.protected == ("tests/**",)
     assert task.dockerfile == "FROM harness-base\n"
     # With a Dockerfile, environment/ is its build context only: nothing of it appears in the workspace by
     # itself
@@ -259,7 +262,8 @@ ANSWER = TOML.replace(
 
 def test_answer_task(tmp_path):
     ev = load_task(task_folder(tmp_path / "x", ANSWER, **{"tests__test_hidden.py": None})).evaluator
-    assert (ev.kind, ev.answer_file, ev.mode, ev.expected, ev.tolerance) == (
+    s = ev.settings
+    assert (ev.kind, s.answer_file, s.mode, s.expected, s.tolerance) == (
         "answer",
         "out/answer.txt",
         "numeric",
@@ -272,7 +276,7 @@ def test_answer_json_expected_can_be_a_table(tmp_path):
     toml = ANSWER.replace(
         'mode = "numeric"\nexpected = 3', 'mode = "json"\nexpected = { a = [1, 2], b = "x" }'
     )
-    assert load_task(task_folder(tmp_path / "x", toml)).evaluator.expected == {"a": [1, 2], "b": "x"}
+    assert load_task(task_folder(tmp_path / "x", toml)).evaluator.settings.expected == {"a": [1, 2], "b": "x"}
 
 
 @pytest.mark.parametrize(
@@ -478,3 +482,34 @@ def test_builtin_easy_is_difficulty_one_and_two():
         t.id for t in easy if t.difficulty == 1
     ]
     assert load_suite("builtin:easy", difficulty=4) == []
+
+
+def test_the_task_hashes_see_each_kinds_settings_as_they_always_did(tmp_path):
+    """Each kind keeps its own settings dataclass; the hashes that runs written before resume and compare
+    against still read the one record of every built-in kind's fields they read then (tasks/model.py
+    HASHED_AS_BEFORE), each field its kind's value or the old default."""
+    pytest_task = load_task(task_folder(tmp_path / "p", TOML))
+    answer = load_task(task_folder(tmp_path / "a", ANSWER, **{"tests__test_hidden.py": None}))
+    script = load_task(
+        task_folder(
+            tmp_path / "s",
+            TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "script"'),
+            **{"tests__test.sh": "echo 1 > $REWARD_FILE\n"},
+        )
+    )
+    old = "EvaluatorConfig(kind={}, answer_file={}, mode={}, expected={}, tolerance={}, protected={}, "
+    old += "import_mode={})"
+    assert [repr(t.evaluator.hashed()) for t in (pytest_task, answer, script, make_task())] == [
+        "("
+        + old.format("'pytest'", "'answer.txt'", "'exact'", None, "1e-06", "('tests/**',)", "'proxy'")
+        + ",)",
+        "(" + old.format("'answer'", "'out/answer.txt'", "'numeric'", 3, 0.5, "()", "'proxy'") + ",)",
+        "(" + old.format("'script'", "'answer.txt'", "'exact'", None, "1e-06", "()", "'proxy'") + ",)",
+        "(" + old.format("'pytest'", "'answer.txt'", "'exact'", None, "1e-06", "()", "'proxy'") + ",)",
+    ]
+    # the default settings and no settings are one task to the hashes
+    default = dataclasses.replace(make_task(), evaluator=EvaluatorConfig(settings=PytestSettings()))
+    assert (default.content_hash(), default.grading_hash()) == (
+        make_task().content_hash(),
+        make_task().grading_hash(),
+    )

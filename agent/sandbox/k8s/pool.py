@@ -245,18 +245,13 @@ def _label_value(s: str) -> str:
 
 
 def k8s_images(tasks: list, options: dict) -> dict[str, str]:
-    """task id -> the image the pods run: the base image, pushed to a registry the cluster pulls from."""
+    """task id -> the image the pods run: the base image, pushed to a registry the cluster pulls from (the
+    runner refuses tasks whose kind gives them an image of their own first)."""
     image = options.get("image") or os.environ.get("HARNESS_K8S_IMAGE")
     if not image:
         raise UserError(
             "--sandbox k8s needs the sandbox image in a registry the cluster can pull: build it "
             "(`harness images build`), push it, and pass --k8s-image REGISTRY/IMAGE:TAG"
-        )
-    own = [t for t in tasks if t.dockerfile or getattr(t, "harbor", None) is not None]
-    if own:
-        raise UserError(
-            f"task {own[0].id} has its own image (environment/Dockerfile or a Harbor image): --sandbox k8s "
-            "runs only tasks on the base image for now; leave such tasks out (--glob) or run them on Docker"
         )
     return {t.id: image for t in tasks}
 

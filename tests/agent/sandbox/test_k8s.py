@@ -325,3 +325,33 @@ def test_cli_k8s_without_an_image_is_a_one_line_error(tmp_path):
     )
     assert p.returncode == 2
     assert "--k8s-image" in p.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("harbor", [True, False])
+def test_cli_k8s_refuses_tasks_with_their_own_image(tmp_path, harbor):
+    """Whether a task has an image of its own is its kind's answer (Kind.own_image), asked by the runner:
+    the k8s backend runs the base image only."""
+    import shutil
+    import subprocess
+    import sys
+
+    if harbor:
+        tasks, why = ROOT / "tests/fixtures/terminal-bench", "a Harbor image"
+    else:
+        tasks, why = tmp_path / "suite", "environment/Dockerfile"
+        shutil.copytree(ROOT / "tasks/builtin/coding/fizzbuzz", tasks / "fizzbuzz")
+        (tasks / "fizzbuzz/environment").mkdir(exist_ok=True)
+        (tasks / "fizzbuzz/environment/Dockerfile").write_text("FROM harness/base:latest\n")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"*": [SUBMIT]}))
+    p = subprocess.run(
+        [sys.executable, "harness.py", "eval", "--model", f"replay:{script}", "--tasks", str(tasks)]
+        + ["--sandbox", "k8s", "--k8s-image", "registry.invalid/harness:1", "--out", str(tmp_path / "run")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2, p.stderr[-2000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert f"has its own image ({why}): --sandbox k8s runs only tasks on the base image" in last
+    assert not (tmp_path / "run").exists()

@@ -423,3 +423,17 @@ def test_what_a_hook_runs_through_package_json_or_make_is_held_back(repo):
     assert '"husky"' in hooks["package.json"]
     res = plan_changes(repo, Changes(files={"Makefile": b"lint:\n\ttouch /tmp/pwned\n"}))
     assert "pre-commit runs it" in dict(res.held_back)["Makefile"]
+
+
+def test_run_workflow_takes_its_pool_from_the_backend_named(tmp_path):
+    """`harness run` makes its sandboxes with the pool of a backend in agent/sandbox/backends.py (Docker by
+    default); any other name is one clear error before a sandbox exists."""
+    import asyncio
+
+    from agent.workflow import run_workflow
+
+    (tmp_path / "a.txt").write_text("x\n")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"*": ["```bash\nsubmit\n```"]}))
+    with pytest.raises(UserError, match="sandbox backend 'nope': choose one of docker, k8s"):
+        asyncio.run(run_workflow(f"replay:{script}", tmp_path, "x", image="unused", sandbox="nope"))

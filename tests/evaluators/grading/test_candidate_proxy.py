@@ -18,7 +18,7 @@ from agent.sandbox import Changes, DockerPool
 from evaluators.grading.grade import grade
 from evaluators.grading.grader import candidate
 from evaluators.grading.hidden_tests import is_canary
-from evaluators.grading.pytest_kind import prepare
+from evaluators.grading.pytest_kind import PytestSettings, prepare
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
 
@@ -247,7 +247,7 @@ def task(import_mode: str = "proxy") -> Task:
         instruction="x",
         workspace_files=WORKSPACE,
         test_files={"test_shapes.py": HIDDEN},
-        evaluator=EvaluatorConfig(kind="pytest", import_mode=import_mode),
+        evaluator=EvaluatorConfig(kind="pytest", settings=PytestSettings(import_mode=import_mode)),
     )
 
 

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import DockerPool
-from evaluators.grading import harbor_kind
+from evaluators.grading import harbor_kind, kinds
 from evaluators.run.policies import oracle_policy
 from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
-from tasks import harbor
 from tasks.task_folder import load_task
 from tests.conftest import run
-from tests.helpers import write_files
+from tests.helpers import make_task, write_files
 
 
 def harbor_task(
@@ -43,7 +42,7 @@ def harbor_task(
         **(extra or {}),
     }
     write_files(root, files)
-    return harbor.offline([load_task(root)])[0]
+    return harbor_kind.offline([load_task(root)])[0]
 
 
 def attempt(task, policy=oracle_policy):
@@ -116,7 +115,7 @@ def test_no_internet_forces_the_network_off_and_the_default_follows_harbor(tmp_p
     )
     task = load_task(root)
     assert task.environment.allow_internet is True and task.harbor.network_why.startswith("no network key")
-    off = harbor.offline([task])[0]
+    off = harbor_kind.offline([task])[0]
     assert off.environment.allow_internet is False and off.harbor.verifier_network is False
     assert "--no-internet" in off.harbor.network_why
     assert dataclasses.replace(task, id="x").harbor.verifier_network is True
@@ -386,7 +385,7 @@ def _steps_task(tmp_path):
         "&& echo two > b.txt\n",
     }
     write_files(root, files)
-    return harbor.offline([load_task(root)])[0]
+    return harbor_kind.offline([load_task(root)])[0]
 
 
 def test_multi_step_tasks_run_each_step_in_the_same_container(image, tmp_path):
@@ -505,10 +504,17 @@ def test_one_line_says_which_tasks_have_network_and_why(tmp_path):
             "solution/solve.sh": "true\n",
         },
     )
-    line = harbor.network_line([on, load_task(root)])
+    line = harbor_kind.network_line([on, load_task(root)])
     assert "\n" not in line and line.startswith("Harbor tasks: ")
     assert "(b) network: [environment] allow_internet = true" in line
     assert "(a) no network: --no-internet (was: no network key: Harbor's default" in line
+    # what the CLIs print: one line per kind with something to say; an ordinary task says nothing, and
+    # --no-internet leaves it as it is
+    ordinary = make_task()
+    assert kinds.network_lines([ordinary, on, load_task(root)]) == [line]
+    assert kinds.network_lines([ordinary]) == [] and kinds.offline([ordinary]) == [ordinary]
+    off = kinds.offline([load_task(root)])[0]
+    assert off.environment.allow_internet is False and "--no-internet" in off.harbor.network_why
 
 
 @pytest.mark.parametrize("mode", ["fresh", "snapshot"])
