@@ -138,20 +138,31 @@ def _build_base(tag: str, log) -> "docker.models.images.Image":
         _add_sandbox_user(root)
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
             shutil.rmtree(root / junk, ignore_errors=True)
-        tar_path = Path(tmp) / "rootfs.tar"
-        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
         changes = [
             f"LABEL harness.recipe={labels['harness.recipe']}",
             "WORKDIR /workspace",
             f"ENV PATH={PATH} LANG=C.UTF-8",
             'CMD ["/bin/bash"]',
         ]
-        repo, _, version = tag.partition(":")
-        out = client.api.import_image(src=str(tar_path), repository=repo, tag=version, changes=changes)
+        out = import_rootfs(root, tag, changes)
         text = out if isinstance(out, str) else json.dumps(out)
         if "error" in text.lower() and "status" not in text.lower():
             raise UserError(f"docker import of the base image failed: {text[:300]}")
     return client.images.get(tag)
+
+
+def import_rootfs(root: Path, tag: str, changes: list[str]):
+    """`docker import` of a root filesystem folder as `tag`, with Dockerfile-style `changes` (WORKDIR, ENV,
+    CMD, LABEL): how every image of ours without a registry is made. Returns the engine's reply."""
+    tar_path = root.parent / f"{root.name}.tar"
+    subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+    try:
+        repo, _, version = tag.partition(":")
+        return docker_client().api.import_image(
+            src=str(tar_path), repository=repo, tag=version, changes=changes
+        )
+    finally:
+        tar_path.unlink(missing_ok=True)
 
 
 def _debian_mirror() -> str:
@@ -268,10 +279,7 @@ def debootstrap_import(tag: str, suite: str, include: list[str], changes: list[s
         for junk in ("var/cache/apt/archives", "usr/share/doc", "usr/share/man"):
             shutil.rmtree(root / junk, ignore_errors=True)
         (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
-        tar_path = Path(tmp) / "rootfs.tar"
-        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
-        repo, _, version = tag.partition(":")
-        docker_client().api.import_image(src=str(tar_path), repository=repo, tag=version, changes=changes)
+        import_rootfs(root, tag, changes)
     if find_image(tag) is None:
         raise UserError(f"docker import of {tag} failed")
     return tag
@@ -312,15 +320,7 @@ def ensure_minbase_image(log=print) -> str:
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
             shutil.rmtree(root / junk, ignore_errors=True)
         (root / "app").mkdir(exist_ok=True)
-        tar_path = Path(tmp) / "rootfs.tar"
-        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
-        repo, _, version = tag.partition(":")
-        docker_client().api.import_image(
-            src=str(tar_path),
-            repository=repo,
-            tag=version,
-            changes=["WORKDIR /app", f"ENV PATH={PATH}", 'CMD ["/bin/bash"]'],
-        )
+        import_rootfs(root, tag, ["WORKDIR /app", f"ENV PATH={PATH}", 'CMD ["/bin/bash"]'])
     if find_image(tag) is None:
         raise UserError("docker import of the minbase image failed")
     return ensure_minbase_image(log)
@@ -367,15 +367,7 @@ def ensure_busybox_image(log=print) -> str:
             "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
         )
         (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
-        tar_path = Path(tmp) / "rootfs.tar"
-        subprocess.run(["tar", "-C", str(root), "-cf", str(tar_path), "."], check=True)
-        repo, _, version = tag.partition(":")
-        docker_client().api.import_image(
-            src=str(tar_path),
-            repository=repo,
-            tag=version,
-            changes=["WORKDIR /app", "ENV PATH=/bin", 'CMD ["/bin/sh"]'],
-        )
+        import_rootfs(root, tag, ["WORKDIR /app", "ENV PATH=/bin", 'CMD ["/bin/sh"]'])
     if find_image(tag) is None:
         raise UserError("docker import of the busybox image failed")
     return ensure_busybox_image(log)
