@@ -18,6 +18,17 @@ RUN_EXAMPLE = (
 
 
 def register(sub):
+    _register_run(sub)
+    _register_images(sub)
+    _register_sandbox(sub)
+    try:
+        from agent.serve.cli import register as register_serve
+    except ModuleNotFoundError:
+        return
+    register_serve(sub)
+
+
+def _register_run(sub) -> None:
     p = add_command(
         sub,
         "run",
@@ -49,6 +60,12 @@ def register(sub):
         help="write the changes back into the folder when --verify passed: all of them or none; protected "
         "paths, files that run by themselves, links and version-control files are held back and listed",
     )
+    _add_file_options(p)
+    p.set_defaults(func=cmd_run)
+
+
+def _add_file_options(p) -> None:
+    """run's options on which files go into the sandbox and which changes may come back."""
     p.add_argument(
         "--include",
         action="append",
@@ -91,8 +108,9 @@ def register(sub):
         default=DEFAULT_MAX_COPY_MB,
         help=f"the most the files copied into the sandbox may total (default {DEFAULT_MAX_COPY_MB})",
     )
-    p.set_defaults(func=cmd_run)
 
+
+def _register_images(sub) -> None:
     p = add_command(
         sub,
         "images",
@@ -110,6 +128,8 @@ def register(sub):
     )
     b.set_defaults(func=cmd_images_build)
 
+
+def _register_sandbox(sub) -> None:
     p = add_command(
         sub,
         "sandbox",
@@ -133,12 +153,6 @@ def register(sub):
     )
     pr.add_argument("--k8s-namespace", help="with --k8s (default: the kubeconfig context's)")
     pr.set_defaults(func=cmd_prune)
-
-    try:
-        from agent.serve.cli import register as register_serve
-    except ModuleNotFoundError:
-        return
-    register_serve(sub)
 
 
 def cmd_run(args) -> int:

@@ -20,12 +20,13 @@ from typing import Optional
 from agent.sandbox import Changes, DockerPool
 from evaluators.grading import kinds
 from evaluators.grading.grade import grade
+from evaluators.grading.verdict import Verdict
 from evaluators.run.runner import INFRA_RETRIES, now
 from evaluators.run.task_images import build_images
 from results.errors import InfraError, UserError
 from results.manifest import Manifest
 from results.schema import Attempt, KeptChanges, attempt_key
-from results.store import RunStore, open_run, read_object
+from results.store import RunReader, RunStore, open_run, read_object
 from tasks.loader import load_suite
 from tasks.model import Task
 
@@ -61,33 +62,11 @@ async def rescore_run(
     records = list(source.iter_attempts())
     if not records:
         raise UserError(f"{run_dir}: no attempts recorded, nothing to rescore")
-    spec = suite or source.manifest.config.get("suite") or ""
-    if not spec:
-        raise UserError(f"{run_dir}: the manifest names no task suite; give one with --tasks SUITE")
-    wanted = {a.task_id for a in records}
-    tasks = {t.id: t for t in load_suite(spec) if t.id in wanted}
-    if not tasks:
-        raise UserError(
-            f"{spec}: none of the run's tasks ({', '.join(sorted(wanted)[:5])}) are in this suite"
-        )
+    spec, tasks = _load_tasks(source, records, suite, run_dir)
     images = await build_images(list(tasks.values()), log=log)
-    before = {a.task_id: a.grading_hash for a in records}
     after = {tid: t.grading_hash() for tid, t in tasks.items()}
-    recorded = {t.id: t.hash for t in source.manifest.task_suite}
     config = dict(source.manifest.config)
-    config["rescore"] = {
-        "source_run": str(Path(run_dir)),
-        "source_run_id": source.run_id,
-        "suite": spec,
-        "tasks_before": {
-            tid: {"grading_hash": h, "content_hash": recorded.get(tid, "")} for tid, h in before.items()
-        },
-        "tasks_after": {
-            tid: {"grading_hash": t.grading_hash(), "content_hash": t.content_hash()}
-            for tid, t in tasks.items()
-        },
-        "tasks_changed": sorted(t for t in after if before.get(t) != after[t]),
-    }
+    config["rescore"] = _provenance(source, run_dir, spec, records, tasks)
     manifest = Manifest.build(
         source.manifest.model, config, list(tasks.values()), images=images, seed=source.manifest.seed
     )
@@ -103,10 +82,7 @@ async def rescore_run(
                 new = old.model_copy(deep=True)
                 new.run_id, new.key = store.run_id, attempt_key(store.run_id, old.task_id, old.sample)
                 why = _why_not(old, task)
-                if old.changes is not None:  # the new run folder holds its own copy of the objects
-                    for digest in [*old.changes.files.values(), old.changes.diff]:
-                        if digest:
-                            store.put_object(read_object(source.dir, digest))
+                _copy_objects(source, store, old.changes)
                 if why:
                     kept_old.append({"task_id": old.task_id, "sample": old.sample, "why": why})
                     new.detail = f"not re-graded: {why}\n{old.detail}"[:1000]
@@ -114,47 +90,14 @@ async def rescore_run(
                     return
                 changes = _changes(source.dir, old.changes)
                 async with slots:
-                    started, error = time.monotonic(), ""
-                    for _ in range(1 + INFRA_RETRIES):
-                        try:
-                            verdict = await grade(task, changes, pool, images[task.id])
-                            break
-                        except InfraError as e:
-                            error = f"InfraError: {e}"
-                    else:
-                        verdict = None
-                if verdict is None:
-                    new.status, new.reason, new.error, new.solved, new.reward = (
-                        "error",
-                        "infra_error",
-                        error,
-                        False,
-                        0.0,
-                    )
-                else:
-                    new.reward, new.solved, new.reason, new.tests = (
-                        verdict.reward,
-                        verdict.solved,
-                        verdict.reason,
-                        verdict.tests,
-                    )
-                    new.status = "solved" if verdict.solved else "failed"
-                    new.detail = verdict.detail[:1000]
-                    new.durations.evaluation = time.monotonic() - started
+                    started = time.monotonic()
+                    verdict, error = await _grade_again(task, changes, pool, images[task.id])
+                _record_verdict(new, verdict, error, started)
                 new.grading_hash, new.task_version, new.image = after[task.id], task.version, images[task.id]
                 new.impossible = "impossible" in task.tags
                 new.finished_at = now()
                 if (new.status, new.reward) != (old.status, old.reward):
-                    flips.append(
-                        {
-                            "task_id": old.task_id,
-                            "sample": old.sample,
-                            "before": old.status,
-                            "after": new.status,
-                            "reason_before": old.reason,
-                            "reason_after": new.reason,
-                        }
-                    )
+                    flips.append(_flip(old, new))
                 store.append(new)
 
             await asyncio.gather(*(one(a) for a in records))
@@ -166,3 +109,90 @@ async def rescore_run(
     finally:
         store.close()
     return Path(out_dir)
+
+
+def _copy_objects(source: RunReader, store: RunStore, kept: Optional[KeptChanges]) -> None:
+    """The new run folder holds its own copy of the kept changes' objects."""
+    if kept is not None:
+        for digest in [*kept.files.values(), kept.diff]:
+            if digest:
+                store.put_object(read_object(source.dir, digest))
+
+
+def _load_tasks(
+    source: RunReader, records: list[Attempt], suite: Optional[str], run_dir: str | Path
+) -> tuple[str, dict[str, Task]]:
+    """(the suite spec, the run's tasks in it by id): the given suite, else the one the manifest names."""
+    spec = suite or source.manifest.config.get("suite") or ""
+    if not spec:
+        raise UserError(f"{run_dir}: the manifest names no task suite; give one with --tasks SUITE")
+    wanted = {a.task_id for a in records}
+    tasks = {t.id: t for t in load_suite(spec) if t.id in wanted}
+    if not tasks:
+        raise UserError(
+            f"{spec}: none of the run's tasks ({', '.join(sorted(wanted)[:5])}) are in this suite"
+        )
+    return spec, tasks
+
+
+def _provenance(
+    source: RunReader, run_dir: str | Path, spec: str, records: list[Attempt], tasks: dict[str, Task]
+) -> dict:
+    """config.rescore before grading: the source run and each task's hashes before and after."""
+    before = {a.task_id: a.grading_hash for a in records}
+    after = {tid: t.grading_hash() for tid, t in tasks.items()}
+    recorded = {t.id: t.hash for t in source.manifest.task_suite}
+    return {
+        "source_run": str(Path(run_dir)),
+        "source_run_id": source.run_id,
+        "suite": spec,
+        "tasks_before": {
+            tid: {"grading_hash": h, "content_hash": recorded.get(tid, "")} for tid, h in before.items()
+        },
+        "tasks_after": {
+            tid: {"grading_hash": t.grading_hash(), "content_hash": t.content_hash()}
+            for tid, t in tasks.items()
+        },
+        "tasks_changed": sorted(t for t in after if before.get(t) != after[t]),
+    }
+
+
+async def _grade_again(
+    task: Task, changes: Changes, pool: DockerPool, image: str
+) -> tuple[Optional[Verdict], str]:
+    """(the verdict, or None after INFRA_RETRIES infrastructure failures; the last failure)."""
+    error = ""
+    for _ in range(1 + INFRA_RETRIES):
+        try:
+            return await grade(task, changes, pool, image), error
+        except InfraError as e:
+            error = f"InfraError: {e}"
+    return None, error
+
+
+def _record_verdict(new: Attempt, verdict: Optional[Verdict], error: str, started: float) -> None:
+    """Write the new verdict into the attempt's copy, or the infrastructure error that stopped it."""
+    if verdict is None:
+        new.status, new.reason, new.error, new.solved, new.reward = "error", "infra_error", error, False, 0.0
+        return
+    new.reward, new.solved, new.reason, new.tests = (
+        verdict.reward,
+        verdict.solved,
+        verdict.reason,
+        verdict.tests,
+    )
+    new.status = "solved" if verdict.solved else "failed"
+    new.detail = verdict.detail[:1000]
+    new.durations.evaluation = time.monotonic() - started
+
+
+def _flip(old: Attempt, new: Attempt) -> dict:
+    """One entry of config.rescore.changed_verdicts."""
+    return {
+        "task_id": old.task_id,
+        "sample": old.sample,
+        "before": old.status,
+        "after": new.status,
+        "reason_before": old.reason,
+        "reason_after": new.reason,
+    }

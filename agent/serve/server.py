@@ -81,22 +81,7 @@ def start_server(
     model so, and its nodes get the replies and token ids one machine would). Returns Server(base_url, model,
     name, stop, models). `access_log` gets one line per request (default: the logger agent.serve.handler,
     INFO)."""
-    made = []
-    if isinstance(model, str):
-        spec = model
-        model = get_model(spec, **options)
-        made.append(model)
-    elif adapters:
-        raise UserError("named adapters need the model as a spec string (e.g. local:smollm2-135m)")
-    served = name or served_name(model)
-    models: dict[str, Model] = {served: model}
-    for adapter_name, folder in (adapters or {}).items():
-        if not spec.startswith("local:"):
-            raise UserError(f"--adapter {adapter_name}={folder}: adapters apply to local models only")
-        if adapter_name in models:
-            raise UserError(f"--adapter {adapter_name}={folder}: the name is already served; pick another")
-        models[adapter_name] = get_model(spec, **dict(options, adapter=folder))
-        made.append(models[adapter_name])
+    model, served, models, made = _load_models(model, name, adapters, options)
     loop = asyncio.new_event_loop()
     loop_thread = threading.Thread(target=loop.run_forever, name="serve-loop", daemon=True)
     loop_thread.start()
@@ -104,18 +89,7 @@ def start_server(
     def run(coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    handler = type(
-        "BoundHandler",
-        (Handler,),
-        {
-            "models": models,
-            "api_key": api_key or None,
-            "stop_after_block": stop_after_block,
-            "metrics": _serve_metrics(models),
-            "run": staticmethod(run),
-            **({"access_log": staticmethod(access_log)} if access_log else {}),
-        },
-    )
+    handler = _bound_handler(models, api_key, stop_after_block, access_log, run)
     try:
         httpd = _HTTPServer((host, port), handler)
     except OSError as e:
@@ -140,6 +114,52 @@ def start_server(
 
     return Server(
         base_url=f"http://{bound_host}:{bound_port}/v1", model=model, name=served, stop=stop, models=models
+    )
+
+
+def _load_models(
+    model: Model | str, name: Optional[str], adapters: Optional[dict[str, str]], options: dict[str, Any]
+) -> tuple[Model, str, dict[str, Model], list[Model]]:
+    """(the base model, its served name, every model by served name, the ones made here, which stop()
+    closes): a spec is loaded with options, and each named adapter is loaded beside it."""
+    made = []
+    if isinstance(model, str):
+        spec = model
+        model = get_model(spec, **options)
+        made.append(model)
+    elif adapters:
+        raise UserError("named adapters need the model as a spec string (e.g. local:smollm2-135m)")
+    served = name or served_name(model)
+    models: dict[str, Model] = {served: model}
+    for adapter_name, folder in (adapters or {}).items():
+        if not spec.startswith("local:"):
+            raise UserError(f"--adapter {adapter_name}={folder}: adapters apply to local models only")
+        if adapter_name in models:
+            raise UserError(f"--adapter {adapter_name}={folder}: the name is already served; pick another")
+        models[adapter_name] = get_model(spec, **dict(options, adapter=folder))
+        made.append(models[adapter_name])
+    return model, served, models, made
+
+
+def _bound_handler(
+    models: dict[str, Model],
+    api_key: Optional[str],
+    stop_after_block: bool,
+    access_log: Optional[Callable[[str], Any]],
+    run: Callable[[Any], Any],
+) -> type:
+    """The Handler class with this server's settings: http.server builds one per request from a class."""
+    return type(
+        "BoundHandler",
+        (Handler,),
+        {
+            "models": models,
+            "api_key": api_key or None,
+            "stop_after_block": stop_after_block,
+            "metrics": _serve_metrics(models),
+            "run": staticmethod(run),
+            **({"access_log": staticmethod(access_log)} if access_log else {}),
+        },
     )
 
 

@@ -280,53 +280,15 @@ async def run_on_cluster(
     stored the objects its kept changes name."""
     log = log or _log
     ray = connect(cfg.cluster)
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    # A node started with --num-cpus=0 (the usual way to keep work off a head node) gets no actor.
-    nodes = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
-    if not nodes:
-        raise UserError(f"--cluster {cfg.cluster}: the cluster has no live node with CPUs")
-    server = None
-    actor_model, actor_options = cfg.model, cfg.model_options
-    if cfg.model.startswith("local:"):  # in-process weights, with model_options' adapter: served once, here
-        from agent.serve import start_server
-
-        server = await asyncio.to_thread(
-            start_server,
-            model_obj,
-            ray.util.get_node_ip_address(),
-            stop_after_block=getattr(model_obj, "stop_after_block", False),
-        )
-        # The nodes' records then carry the served model's exact token ids, as one machine's do (training).
-        actor_model = f"openai-compat:{server.base_url}/{server.name}"
-        actor_options = {"return_token_ids": True, "context_window": model_obj.context_window}
-    Actor = _actor_class()
+    nodes = _nodes(ray, cfg.cluster)
+    server, actor_model, actor_options = await _serve_model(ray, cfg, model_obj)
     slots = _split(cfg.concurrency, len(nodes))
-    model_slots = _split(cfg.model_slots, len(nodes))
-    workers = []
-    for n, k, mk in zip(nodes, slots, model_slots):
-        spec = {
-            "run_id": run_id,
-            "config": cfg,
-            "actor_model": actor_model,
-            "actor_model_options": actor_options,
-            "slots": k,
-            "model_slots": mk,
-        }
-        a = Actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-            spec
-        )
-        workers.append((a, k))
+    workers = _start_actors(
+        nodes, slots, _split(cfg.model_slots, len(nodes)), cfg, run_id, actor_model, actor_options
+    )
     try:
-        from results.manifest import current_harness_version
-
         hellos = await asyncio.gather(*(a.hello.remote() for a, _ in workers))
-        for h in hellos:
-            if h["version"] != current_harness_version():
-                raise UserError(
-                    f"node {h['node']} runs harness {h['version']}, the driver {current_harness_version()}: "
-                    "install the same version on every node"
-                )
+        _check_versions(hellos)
         await _ship_images(ray, [a for a, _ in workers], sorted(set(images.values())), log)
         task_ref = ray.put(tasks)
         await asyncio.gather(*(a.start.remote(task_ref) for a, _ in workers))
@@ -343,6 +305,75 @@ async def run_on_cluster(
         await _close(ray, [a for a, _ in workers])
         if server is not None:
             server.stop()
+
+
+def _nodes(ray, address: str) -> list[dict[str, Any]]:
+    """The live nodes that get an actor: a node started with --num-cpus=0 (the usual way to keep work
+    off a head node) gets none."""
+    nodes = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
+    if not nodes:
+        raise UserError(f"--cluster {address}: the cluster has no live node with CPUs")
+    return nodes
+
+
+async def _serve_model(ray, cfg: Any, model_obj: Any) -> tuple[Any, str, dict[str, Any]]:
+    """(the server or None, the model spec and options the nodes use). In-process weights (local:, with
+    model_options' adapter) are served once, here; the nodes' records then carry the served model's exact
+    token ids, as one machine's do (training)."""
+    if not cfg.model.startswith("local:"):
+        return None, cfg.model, cfg.model_options
+    from agent.serve import start_server
+
+    server = await asyncio.to_thread(
+        start_server,
+        model_obj,
+        ray.util.get_node_ip_address(),
+        stop_after_block=getattr(model_obj, "stop_after_block", False),
+    )
+    options = {"return_token_ids": True, "context_window": model_obj.context_window}
+    return server, f"openai-compat:{server.base_url}/{server.name}", options
+
+
+def _start_actors(
+    nodes: list[dict[str, Any]],
+    slots: list[int],
+    model_slots: list[int],
+    cfg: Any,
+    run_id: str,
+    actor_model: str,
+    actor_options: dict[str, Any],
+) -> list[tuple[Any, int]]:
+    """One NodeActor pinned to each node, with its share of the attempt and model slots: [(actor, slots)]."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    Actor = _actor_class()
+    workers = []
+    for n, k, mk in zip(nodes, slots, model_slots):
+        spec = {
+            "run_id": run_id,
+            "config": cfg,
+            "actor_model": actor_model,
+            "actor_model_options": actor_options,
+            "slots": k,
+            "model_slots": mk,
+        }
+        a = Actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            spec
+        )
+        workers.append((a, k))
+    return workers
+
+
+def _check_versions(hellos: list[dict[str, str]]) -> None:
+    """Every node must run the driver's harness version: records and grading must not differ by node."""
+    from results.manifest import current_harness_version
+
+    for h in hellos:
+        if h["version"] != current_harness_version():
+            raise UserError(
+                f"node {h['node']} runs harness {h['version']}, the driver {current_harness_version()}: "
+                "install the same version on every node"
+            )
 
 
 async def _ship_images(ray, actors: list[Any], image_ids: list[str], log) -> None:
@@ -379,14 +410,10 @@ async def _drive(
         nonlocal remaining, lanes_alive
         try:
             while remaining:
-                getter = asyncio.ensure_future(queue.get())
-                waiter = asyncio.ensure_future(finished.wait())
-                await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                if not getter.done():
-                    getter.cancel()
+                item = await _next(queue, finished)
+                if item is None:
                     return
-                task, sample = getter.result()
+                task, sample = item
                 if i in dead:
                     queue.put_nowait((task, sample))
                     return
@@ -413,7 +440,29 @@ async def _drive(
             if lanes_alive == 0 and remaining:
                 finished.set()
 
-    jobs = [asyncio.ensure_future(lane(i, a)) for i, (a, k) in enumerate(workers) for _ in range(k)]
+    await _all_lanes([lane(i, a) for i, (a, k) in enumerate(workers) for _ in range(k)])
+    if remaining:
+        raise InfraError(
+            f"every node of the cluster was lost with {remaining} attempts to go; "
+            "resume the run when the cluster is back"
+        )
+
+
+async def _next(queue: asyncio.Queue, finished: asyncio.Event) -> Optional[tuple[Any, int]]:
+    """A lane's next (task, sample), or None once every attempt is finished or every lane is gone."""
+    getter = asyncio.ensure_future(queue.get())
+    waiter = asyncio.ensure_future(finished.wait())
+    await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if not getter.done():
+        getter.cancel()
+        return None
+    return getter.result()
+
+
+async def _all_lanes(lanes: list[Any]) -> None:
+    """Run the lanes to the end; one that fails cancels the others (and waits for them) before raising."""
+    jobs = [asyncio.ensure_future(lane) for lane in lanes]
     try:
         await asyncio.gather(*jobs)
     except BaseException:
@@ -421,11 +470,6 @@ async def _drive(
             j.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
         raise
-    if remaining:
-        raise InfraError(
-            f"every node of the cluster was lost with {remaining} attempts to go; "
-            "resume the run when the cluster is back"
-        )
 
 
 async def _close(ray, actors: list[Any]) -> None:

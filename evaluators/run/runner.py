@@ -16,16 +16,27 @@ import traceback
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Awaitable, Callable, Optional
 
 from agent.config import LoopConfig, default_reply_tokens
 from agent.loop import LoopResult
 from agent.models import get_model
 from agent.models.base import Model
 from agent.prompt_format import TOOLS
-from agent.sandbox import Changes, DockerPool, FilesNotWritten, SandboxPool, SandboxUnresponsive, prune
+from agent.sandbox import (
+    Changes,
+    DockerPool,
+    FilesNotWritten,
+    Sandbox,
+    SandboxPool,
+    SandboxSpec,
+    SandboxUnresponsive,
+    prune,
+)
 from evaluators.grading import kinds
 from evaluators.grading.grade import GradingStations, batchable, grade
+from evaluators.grading.kinds import Kind
+from evaluators.grading.verdict import Verdict
 from evaluators.run.config import EvalConfig
 from evaluators.run.policies import Policy, loop_policy
 from evaluators.run.progress import Progress, attempt_name
@@ -71,21 +82,11 @@ async def run_attempt(
     verdict = None
     kind = kinds.of(task)  # what the attempt's sandbox is, what runs in it around the policy, what grades
     kept: dict[str, bytes] = {}
-    dur, t = rec.durations, time.monotonic()
+    dur = rec.durations
     async with contextlib.AsyncExitStack() as stack:  # the sandbox is released when the block ends
-        with telemetry.span("sandbox acquire", {"harness.sandbox.image": image}) as span:
-            sb = await stack.enter_async_context(pool.sandbox(image, kind.limits(task), task=task.id))
-            warm = getattr(sb, "warm_start", None)  # None: a pool that does not say (k8s)
-            span.set({"harness.sandbox.warm": warm})
-        dur.acquire, t = time.monotonic() - t, time.monotonic()
-        if telemetry.metrics() and warm is not None:
-            telemetry.metrics().acquired(dur.acquire, warm)
-        try:
-            await sb.put_files(task.workspace_files, executable=task.executable_files)
-        except FilesNotWritten as e:  # nothing of the agent's yet: the task's files, or the engine
-            raise InfraError(str(e)) from None
-        await kind.prepare(task, sb)
-        await sb.mark_baseline()
+        sb, dur.acquire = await _acquire(stack, pool, image, kind.limits(task), task.id)
+        t = time.monotonic()
+        await _set_up(task, kind, sb)
         dur.setup, t = time.monotonic() - t, time.monotonic()
         if kind.has_steps(task):  # the agent and a verifier per step
             with telemetry.span("grade", kind.span(task)) as span:
@@ -99,49 +100,94 @@ async def run_attempt(
                 rec.error = str(e)
             kept = await kind.after_agent(task, sb)
             dur.agent, t = time.monotonic() - t, time.monotonic()
-            with telemetry.span("capture changes") as span:
-                changes = await kind.capture(task, sb)
-                span.set(
-                    {
-                        "harness.changes.files": len(changes.paths),
-                        "harness.changes.rejected": len(changes.rejected),
-                    }
-                )
+            changes = await _capture(kind, task, sb)
             dur.capture = time.monotonic() - t
             if kind.in_place:  # e.g. tamper checks, then verification while the agent's sandbox lives
-                with telemetry.span("grade", kind.span(task)) as span:
-                    verdict = await kind.verify_in_place(task, sb, pool, changes)
-                    if verdict is not None:
-                        span.set(_verdict_attrs(verdict))
+                verdict = await _traced_grade(kind, task, kind.verify_in_place(task, sb, pool, changes))
     if result is not None:
-        rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
-        rec.n_steps = len(result.steps)
-        rec.prompt_tokens = sum(s.prompt_tokens for s in result.steps)
-        rec.completion_tokens = sum(s.completion_tokens for s in result.steps)
-        rec.cost = sum(s.cost for s in result.steps)
-        rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
-        rec.flags = scan_flags(result.steps)
-        rec.durations.model_unanswered = result.unanswered_model_seconds
-        if result.unanswered_model_seconds and result.exit_reason == "wall_time":
-            rec.detail = (
-                f"the model had not replied after {result.unanswered_model_seconds:.1f} s when the "
-                f"wall-time limit ended the attempt (step {len(result.steps)})\n"
-            )
-        if result.exit_reason == "model_error":
-            if (
-                result.model_error_status not in REJECTED_STATUSES
-            ):  # the provider failed, not the model: infra
-                raise InfraError(result.model_error or "model error")
-            rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
+        _record_loop(rec, result)
     rec.patch_files = len(changes.paths)
     if keep is not None:
         rec.changes = await asyncio.to_thread(keep, task, changes)
     if changes.rejected and not verdict:
         rec.detail += "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
     if verdict is None:
-        with telemetry.span("grade", kind.span(task)) as span:
-            verdict = await grade(task, changes, pool, image, stations, kept)
+        verdict = await _traced_grade(kind, task, grade(task, changes, pool, image, stations, kept))
+    _record_verdict(rec, verdict, kept)
+    rec.durations.total = time.monotonic() - t0
+    rec.finished_at = now()
+    return rec
+
+
+async def _acquire(
+    stack: contextlib.AsyncExitStack, pool: SandboxPool, image: str, limits: SandboxSpec, task_id: str
+) -> tuple[Sandbox, float]:
+    """(the attempt's sandbox, released when the stack closes; the seconds it took to get it)."""
+    t = time.monotonic()
+    with telemetry.span("sandbox acquire", {"harness.sandbox.image": image}) as span:
+        sb = await stack.enter_async_context(pool.sandbox(image, limits, task=task_id))
+        warm = getattr(sb, "warm_start", None)  # None: a pool that does not say (k8s)
+        span.set({"harness.sandbox.warm": warm})
+    seconds = time.monotonic() - t
+    if telemetry.metrics() and warm is not None:
+        telemetry.metrics().acquired(seconds, warm)
+    return sb, seconds
+
+
+async def _set_up(task: Task, kind: Kind, sb: Sandbox) -> None:
+    """The task's starting files and its kind's preparation, then the baseline the changes are read from."""
+    try:
+        await sb.put_files(task.workspace_files, executable=task.executable_files)
+    except FilesNotWritten as e:  # nothing of the agent's yet: the task's files, or the engine
+        raise InfraError(str(e)) from None
+    await kind.prepare(task, sb)
+    await sb.mark_baseline()
+
+
+async def _traced_grade(kind: Kind, task: Task, grading: Awaitable[Optional[Verdict]]) -> Optional[Verdict]:
+    """A grading's verdict (None: the kind leaves it to the fresh grading), traced as a "grade" span."""
+    with telemetry.span("grade", kind.span(task)) as span:
+        verdict = await grading
+        if verdict is not None:
             span.set(_verdict_attrs(verdict))
+    return verdict
+
+
+async def _capture(kind: Kind, task: Task, sb: Sandbox) -> Changes:
+    """The agent's final changes, as its kind reads them from the sandbox."""
+    with telemetry.span("capture changes") as span:
+        changes = await kind.capture(task, sb)
+        span.set(
+            {"harness.changes.files": len(changes.paths), "harness.changes.rejected": len(changes.rejected)}
+        )
+    return changes
+
+
+def _record_loop(rec: Attempt, result: LoopResult) -> None:
+    """What the policy's loop did, into the record. A provider that failed (not a refusal of the
+    conversation's content) is an infrastructure error: InfraError, and the attempt runs again."""
+    rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
+    rec.n_steps = len(result.steps)
+    rec.prompt_tokens = sum(s.prompt_tokens for s in result.steps)
+    rec.completion_tokens = sum(s.completion_tokens for s in result.steps)
+    rec.cost = sum(s.cost for s in result.steps)
+    rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
+    rec.flags = scan_flags(result.steps)
+    rec.durations.model_unanswered = result.unanswered_model_seconds
+    if result.unanswered_model_seconds and result.exit_reason == "wall_time":
+        rec.detail = (
+            f"the model had not replied after {result.unanswered_model_seconds:.1f} s when the "
+            f"wall-time limit ended the attempt (step {len(result.steps)})\n"
+        )
+    if result.exit_reason == "model_error":
+        if result.model_error_status not in REJECTED_STATUSES:  # the provider failed, not the model: infra
+            raise InfraError(result.model_error or "model error")
+        rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
+
+
+def _record_verdict(rec: Attempt, verdict: Verdict, kept: dict[str, bytes]) -> None:
+    """The verdict into the record, with what explains it: the verifier's output, and the files it and
+    the kind kept (stored in the run folder)."""
     rec.reward, rec.solved, rec.reason, rec.tests = (
         verdict.reward,
         verdict.solved,
@@ -150,13 +196,9 @@ async def run_attempt(
     )
     rec.status = "solved" if verdict.solved else "failed"
     rec.detail = (rec.detail + verdict.detail)[:1000]
-    # what explains the verdict: the verifier's output in the record, the files it left in the run folder
     rec.verifier_output = verdict.output
     rec.keep_files({**kept, **verdict.files})
     rec.durations.evaluation = verdict.seconds
-    rec.durations.total = time.monotonic() - t0
-    rec.finished_at = now()
-    return rec
 
 
 def _verdict_attrs(verdict) -> dict:

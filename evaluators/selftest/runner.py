@@ -248,43 +248,14 @@ class Runner:
             if not control.ok:
                 row.problems.append(f"the honest control of {case.task} failed: {control.problems[0]}")
         next_id, honest_id = f"{case.name}-next", f"{case.name}-honest"
-        tasks = [self.task(case.task, case.name, case.command_timeout), self.task("answer", next_id, 10)]
-        scripts = {
-            case.name: case.script(self.ctx),
-            next_id: [bash(f"echo {self.ctx.answer} > answer.txt"), SUBMIT],
-        }
-        if case.honest:
-            tasks.append(self.task(case.task, honest_id, case.command_timeout))
-            scripts[honest_id] = (case.honest_script or (lambda c: honest_version(case.script(c))))(self.ctx)
-        cross = {}
-        if case.group == "cross":  # graded in this order, in one grading container (cross_cases.py)
-            cross = {f"{case.name}-{k}": k for k in ("leaky", "wrong", "honest")}
-            ids = list(cross)
-            tasks = [add_task(ids[0]), tasks[0], add_task(ids[1]), add_task(ids[2]), tasks[1]]
-            scripts[ids[0]] = [bash(write("solution.py", LEAKY)), SUBMIT]
-            scripts[ids[1]] = [bash(write("solution.py", WRONG)), SUBMIT]
-            scripts[ids[2]] = HONEST
+        tasks, scripts, cross = self._case_run(case, next_id, honest_id)
         since = time.time() - 1
         before = host_state(self.docker_root)
         passwd_before = file_digest("/etc/passwd")
         shared_before = GradingStations.shared_turns
         recs, run_id, error = self._eval(case.name, tasks, scripts, batch=len(tasks) if cross else 0)
-        shared = GradingStations.shared_turns - shared_before
-        for tid, role in cross.items():
-            r = recs.get(tid)
-            want = role != "wrong"
-            if r is None:
-                row.problems.append(f"no record for {tid}")
-            elif r.solved != want or (role == "wrong" and (r.reward != 0.0 or r.reason != "fail")):
-                row.problems.append(
-                    f"the {role} attempt graded beside the attack scored {r.reward} ({r.reason}), "
-                    f"expected {'1' if want else '0 (fail)'}: {r.detail[:200]}"
-                )
-        if cross and shared < case.shared_turns:
-            row.problems.append(
-                f"only {shared} turns in a grading container shared with another attempt, "
-                f"expected {case.shared_turns}: the attack was not graded beside the others"
-            )
+        if cross:
+            _cross_checks(row, case, recs, cross, GradingStations.shared_turns - shared_before)
         if error:
             row.problems.append(error)
 
@@ -305,31 +276,78 @@ class Runner:
             prune(run_id=run_id)  # reported; the next case starts clean
         self._host_checks(row, since, before, passwd_before)
 
-        # the case's own expectation
-        if rec is not None:
-            row.observed = f"{rec.status}/{rec.reason} r={rec.reward:g}"
-            if rec.exit_reason not in (None, "submitted"):
-                row.observed += f" ({rec.exit_reason})"
-            if case.check:
-                try:
-                    row.problems += case.check(Outcome(rec, self.ctx))
-                except Exception as e:
-                    row.problems.append(f"check raised {type(e).__name__}: {e}")
-            if rec.status == "error" or rec.reason == "harness_error":
-                row.observed += f" [{(rec.error or '')[-300:]}]"
-            if case.honest and hon is not None:
-                row.observed += f"; honest: {hon.status}/{hon.reason}"
-                try:
-                    row.problems += [f"honest variant: {p}" for p in case.honest(Outcome(hon, self.ctx))]
-                except Exception as e:
-                    row.problems.append(f"honest check raised {type(e).__name__}: {e}")
-        else:
-            row.observed = "no record"
+        self._expectation(row, case, rec, hon)
         row.seconds = time.monotonic() - t0
         self.log(
             f"{case.name}: {'ok' if row.ok else 'FAILED: ' + '; '.join(row.problems)} ({row.seconds:.0f}s)"
         )
         return row
+
+    def _case_run(
+        self, case: Case, next_id: str, honest_id: str
+    ) -> tuple[list[Task], dict[str, list], dict[str, str]]:
+        """(the tasks, their replay scripts, the cross neighbours {task id: role}) of one case's run: the
+        attack, an honest attempt after it in the same run, the case's honest variant if it has one, and
+        for a cross case the attempts graded beside it, in grading order (cross_cases.py)."""
+        tasks = [self.task(case.task, case.name, case.command_timeout), self.task("answer", next_id, 10)]
+        scripts = {
+            case.name: case.script(self.ctx),
+            next_id: [bash(f"echo {self.ctx.answer} > answer.txt"), SUBMIT],
+        }
+        if case.honest:
+            tasks.append(self.task(case.task, honest_id, case.command_timeout))
+            scripts[honest_id] = (case.honest_script or (lambda c: honest_version(case.script(c))))(self.ctx)
+        cross = {}
+        if case.group == "cross":  # graded in this order, in one grading container
+            cross = {f"{case.name}-{k}": k for k in ("leaky", "wrong", "honest")}
+            ids = list(cross)
+            tasks = [add_task(ids[0]), tasks[0], add_task(ids[1]), add_task(ids[2]), tasks[1]]
+            scripts[ids[0]] = [bash(write("solution.py", LEAKY)), SUBMIT]
+            scripts[ids[1]] = [bash(write("solution.py", WRONG)), SUBMIT]
+            scripts[ids[2]] = HONEST
+        return tasks, scripts, cross
+
+    def _expectation(self, row: Row, case: Case, rec: Optional[Attempt], hon: Optional[Attempt]) -> None:
+        """The case's own expectation on its record (and its honest variant's): row.observed, problems."""
+        if rec is None:
+            row.observed = "no record"
+            return
+        row.observed = f"{rec.status}/{rec.reason} r={rec.reward:g}"
+        if rec.exit_reason not in (None, "submitted"):
+            row.observed += f" ({rec.exit_reason})"
+        if case.check:
+            try:
+                row.problems += case.check(Outcome(rec, self.ctx))
+            except Exception as e:
+                row.problems.append(f"check raised {type(e).__name__}: {e}")
+        if rec.status == "error" or rec.reason == "harness_error":
+            row.observed += f" [{(rec.error or '')[-300:]}]"
+        if case.honest and hon is not None:
+            row.observed += f"; honest: {hon.status}/{hon.reason}"
+            try:
+                row.problems += [f"honest variant: {p}" for p in case.honest(Outcome(hon, self.ctx))]
+            except Exception as e:
+                row.problems.append(f"honest check raised {type(e).__name__}: {e}")
+
+
+def _cross_checks(row: Row, case: Case, recs: dict[str, Attempt], cross: dict[str, str], shared: int) -> None:
+    """A cross case's neighbours scored as if alone (the leaky and honest ones 1, the wrong one 0), and
+    the attack really shared a grading container with them (`shared` turns)."""
+    for tid, role in cross.items():
+        r = recs.get(tid)
+        want = role != "wrong"
+        if r is None:
+            row.problems.append(f"no record for {tid}")
+        elif r.solved != want or (role == "wrong" and (r.reward != 0.0 or r.reason != "fail")):
+            row.problems.append(
+                f"the {role} attempt graded beside the attack scored {r.reward} ({r.reason}), "
+                f"expected {'1' if want else '0 (fail)'}: {r.detail[:200]}"
+            )
+    if shared < case.shared_turns:
+        row.problems.append(
+            f"only {shared} turns in a grading container shared with another attempt, "
+            f"expected {case.shared_turns}: the attack was not graded beside the others"
+        )
 
 
 # ------------------------------------------------------------------------------------------ the table
