@@ -21,7 +21,7 @@ from agent.sandbox import Changes, DockerPool
 from evaluators.grading import kinds
 from evaluators.grading.grade import grade
 from evaluators.grading.verdict import Verdict
-from evaluators.run.runner import INFRA_RETRIES, now
+from evaluators.run.runner import INFRA_RETRIES, now, verdict_into
 from evaluators.run.task_images import build_images
 from results.errors import InfraError, UserError
 from results.manifest import Manifest
@@ -175,13 +175,7 @@ def _record_verdict(new: Attempt, verdict: Optional[Verdict], error: str, starte
     if verdict is None:
         new.status, new.reason, new.error, new.solved, new.reward = "error", "infra_error", error, False, 0.0
         return
-    new.reward, new.solved, new.reason, new.tests = (
-        verdict.reward,
-        verdict.solved,
-        verdict.reason,
-        verdict.tests,
-    )
-    new.status = "solved" if verdict.solved else "failed"
+    verdict_into(new, verdict)
     new.detail = verdict.detail[:1000]
     new.durations.evaluation = time.monotonic() - started
 

@@ -185,9 +185,9 @@ def _record_loop(rec: Attempt, result: LoopResult) -> None:
         rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
 
 
-def _record_verdict(rec: Attempt, verdict: Verdict, kept: dict[str, bytes]) -> None:
-    """The verdict into the record, with what explains it: the verifier's output, and the files it and
-    the kind kept (stored in the run folder)."""
+def verdict_into(rec: Attempt, verdict: Verdict) -> None:
+    """A verdict's outcome into a record (a fresh attempt's, or a rescored copy's): reward, solved, reason,
+    the tests' outcomes and the status they make."""
     rec.reward, rec.solved, rec.reason, rec.tests = (
         verdict.reward,
         verdict.solved,
@@ -195,6 +195,12 @@ def _record_verdict(rec: Attempt, verdict: Verdict, kept: dict[str, bytes]) -> N
         verdict.tests,
     )
     rec.status = "solved" if verdict.solved else "failed"
+
+
+def _record_verdict(rec: Attempt, verdict: Verdict, kept: dict[str, bytes]) -> None:
+    """The verdict into the record, with what explains it: the verifier's output, and the files it and
+    the kind kept (stored in the run folder)."""
+    verdict_into(rec, verdict)
     rec.detail = (rec.detail + verdict.detail)[:1000]
     rec.verifier_output = verdict.output
     rec.keep_files({**kept, **verdict.files})
