@@ -7,7 +7,7 @@ import pytest
 
 from evaluators.validate import leaked_lines, validate
 from tasks.loader import load_suite
-from tests.helpers import make_task
+from tests.helpers import make_task, suite_sample
 
 
 def test_leak_check_finds_quoted_hidden_tests():
@@ -32,18 +32,6 @@ def test_the_family_pool_has_a_gradient():
     assert {t.difficulty for t in tasks} == {1, 2, 3, 4} and {t.domain for t in tasks} == set(DOMAINS)
     for name, group in families.items():
         assert len(group) >= 20 and {t.split for t in group} == {"train", "heldout"}, name
-
-
-def suite_sample(tasks):
-    """Every task outside a family, and of each family its first train and first held-out instance:
-    the instances differ only in their parameters (`harness tasks validate tasks/builtin/families`
-    checks all 280; kept out of the test suite for its time)."""
-    picked, seen = [], set()
-    for t in tasks:
-        if not t.family or (t.family, t.split) not in seen:
-            picked.append(t)
-            seen.add((t.family, t.split))
-    return picked
 
 
 @pytest.mark.slow
