@@ -44,8 +44,9 @@ class Progress:
             self.console.print(text, soft_wrap=True)
 
     def say(self, text: str) -> None:
-        """A line that stays (above the live display)."""
-        self.console.print(text, soft_wrap=True)
+        """A line that stays (above the live display). In a terminal it wraps at word boundaries to the
+        terminal's width (the terminal itself would cut words); elsewhere (logs, pipes) it stays one line."""
+        self.console.print(text, soft_wrap=not self.console.is_terminal)
 
     def set_total(self, total: int) -> None:
         self.total, self.stage, self.started = total, "", time.monotonic()

@@ -181,3 +181,27 @@ def test_ctrl_c_prints_the_resume_command_and_resume_says_what_it_runs_again(ima
         "when the run stopped: those start over and are paid again)" in resumed.stderr
     )
     assert len((out / "attempts.jsonl").read_text().splitlines()) == 3
+
+
+def test_said_lines_wrap_at_words_in_a_terminal_and_stay_whole_elsewhere():
+    """A long line above the progress display (the resume note) wraps between words at the terminal's
+    width, where the terminal itself would cut a word in two; written to a pipe or a log it stays one line."""
+    import io
+
+    from rich.console import Console
+
+    from evaluators.run.progress import Progress
+    from evaluators.run.runner import resume_note
+
+    note = resume_note(Path("runs/20261201T165502Z-local-smollm2-135m"), 5, 210)
+    for terminal in (True, False):
+        out = io.StringIO()
+        bar = Progress(console=Console(file=out, force_terminal=terminal, width=80, color_system=None))
+        bar.say(note)
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # the live display's cursor codes
+        lines = [line.rstrip() for line in text.splitlines() if line.strip() and not line.startswith("[")]
+        if terminal:
+            assert len(lines) > 1 and all(len(line) <= 80 for line in lines), lines
+            assert " ".join(lines) == note  # every break falls between two words
+        else:
+            assert lines == [note]
