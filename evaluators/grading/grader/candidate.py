@@ -241,14 +241,15 @@ class _Wire:
     def _before_plain(self, x):
         return None
 
+    # Each end's own references (handles, callbacks, exceptions): _Server and _Child define these.
     def _not_plain(self, x):
-        raise NotImplementedError
+        raise NotImplementedError("defined by each end of the wire (_Server, _Child)")
 
     def _too_deep(self, x):
-        raise NotImplementedError
+        raise NotImplementedError("defined by each end of the wire (_Server, _Child)")
 
     def _resolve(self, tag, fields):
-        raise NotImplementedError
+        raise NotImplementedError("defined by each end of the wire (_Server, _Child)")
 
 
 def _plain_form(x, sub, depth):
