@@ -274,6 +274,7 @@ class FakeSandbox:
         env: dict | None = None,
         stdin: bytes | None = None,
         cap: int = OUTPUT_CAP,
+        fork: tuple[str, ...] | None = None,
     ) -> ExecResult:
         cwd = self.workdir if cwd in (None, "/workspace") else cwd
         self.calls.append(

@@ -108,11 +108,14 @@ class Sandbox(Protocol):
         env: Optional[dict] = None,
         stdin: Optional[bytes] = None,
         cap: int = OUTPUT_CAP,
+        fork: Optional[tuple[str, ...]] = None,
     ) -> ExecResult:
         """Runs shell text (or an argv list) in a fresh process: as the agent's user ("agent"), "root" or a
         uid (never 0); in `cwd` (default: workdir); with `env` (the backend's rule: the environment, or set on
         top of the image's); `stdin` fed to it. Past `timeout` its whole process tree is killed (timed_out,
-        the sandbox stays usable); past `cap` bytes a stream keeps its head and tail."""
+        the sandbox stays usable); past `cap` bytes a stream keeps its head and tail. `fork` (a root
+        `python3 -I -c/-m` argv only) is a hint: the process may be a fork of the command server, which
+        imported these modules once (the same program without an interpreter's start); ignored elsewhere."""
         ...
 
     async def put_files(

@@ -109,10 +109,12 @@ class ServedSandbox:
         env: Optional[dict] = None,
         stdin: Optional[bytes] = None,
         cap: int = OUTPUT_CAP,
+        fork: Optional[tuple[str, ...]] = None,
     ) -> ExecResult:
         """Runs `cmd` (shell text, or an argv list) in a fresh process. On timeout the command's whole
         process tree is killed; the sandbox stays usable. Output beyond `cap` bytes per stream keeps its head
-        and tail. /workspace as cwd means workdir."""
+        and tail. /workspace as cwd means workdir. `fork`: see the Sandbox contract (server.py forks; the
+        static helper runs the argv)."""
         req: dict = {
             "timeout": timeout,
             "cap": cap,
@@ -124,6 +126,8 @@ class ServedSandbox:
             req["env" if self.env_replaces else "env_add"] = env
         if stdin is not None:
             req["stdin"] = base64.b64encode(stdin).decode()
+        if fork is not None:
+            req["fork"] = list(fork)
         reply = await self.channel.request(req, host_timeout=timeout + 15 + len(req.get("stdin", "")) / 5e6)
         if "error" in reply:
             raise SandboxDied(f"sandbox {self.id[:12]}: {reply['error']}")
@@ -216,7 +220,13 @@ class ServedSandbox:
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
         """Runs agent/sandbox/capture.py inside as root; its JSON answer, or CaptureError."""
         r = await self.exec(
-            ["python3", "-I", "-c", CAPTURE_SOURCE, *args], 120, cap=cap, user="root", cwd="/", stdin=stdin
+            ["python3", "-I", "-c", CAPTURE_SOURCE, *args],
+            120,
+            cap=cap,
+            user="root",
+            cwd="/",
+            stdin=stdin,
+            fork=(),  # three times an attempt: no interpreter start each time
         )
         if r.out.dropped:
             raise CaptureError(f"the capture's answer is over {cap} bytes")

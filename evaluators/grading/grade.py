@@ -246,11 +246,13 @@ async def mkdirs(sb, *paths: str):
         raise InfraError(f"could not prepare the grader's folders: {r['err_head'][:200]!r}")
 
 
-async def run(sb, argv, timeout, env, cwd):
+async def run(sb, argv, timeout, env, cwd, fork=None):
     """Runs the verifier as root; a grading container that the candidate's code killed (memory) is the
-    candidate's failure, any other death an infrastructure error (retried by the runner)."""
+    candidate's failure, any other death an infrastructure error (retried by the runner). An argv with its
+    own `timeout` wrapper gets 5 s more; a `fork` one (a python3 -I argv: Sandbox.exec) is killed at it."""
+    limit = timeout if fork is not None else timeout + 5
     try:
-        return await sb.exec(argv, timeout + 5, env=env, cap=16 << 10, user="root", cwd=cwd)
+        return await sb.exec(argv, limit, env=env, cap=16 << 10, user="root", cwd=cwd, fork=fork)
     except SandboxDied:
         if await death_cause(sb) == "oom":
             return Verdict(

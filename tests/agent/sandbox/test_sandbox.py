@@ -291,3 +291,56 @@ def test_exec_gives_both_streams_capped_and_a_spawn_error(image):
     assert (typed.err.head, typed.err.tail, typed.err.dropped) == (b"e", b"", 0)
     assert typed.timed_out is False and typed.oom is False and typed.duration >= 0 and not typed.spawn_error
     assert missing.spawn_error is True and missing.exit_code == 127
+
+
+# What a `python3 -I -c` program sees of its process: parent, session, open descriptors, folder, environment,
+# arguments, stdin, and whether pytest was imported before its first line ran.
+_PROBE = r"""
+import json, os, sys
+print(json.dumps({
+    "ppid": os.getppid(), "leader": os.getsid(0) == os.getpid(), "fds": sorted(os.listdir("/proc/self/fd")),
+    "cwd": os.getcwd(), "env": dict(os.environ), "argv": sys.argv, "stdin": sys.stdin.read(),
+    "pytest_loaded": "pytest" in sys.modules, "uid": os.getuid(),
+}))
+sys.stderr.write("to stderr")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_forked_python_command_sees_what_a_fresh_one_sees(image):
+    """exec(fork=...) runs a root `python3 -I -c` argv as a fork of the command server (pytest already
+    imported) and the program sees the same as a fresh one: a new session, only fds 0-2 (never the
+    server's stream), its folder, exactly its environment, its arguments and stdin, its exit code. A
+    timeout kills it; a missing folder is a spawn error; a request not as root runs as usual."""
+    import json
+
+    async def body(sb):
+        pid = int((await sb.exec(["sh", "-c", "echo $PPID"], cwd="/", user="root")).stdout)
+        argv = ["python3", "-I", "-c", _PROBE, "3"]
+        kw = dict(user="root", cwd="/tmp", env={"A": "1", "PATH": "/usr/bin:/bin"}, stdin=b"in")
+        fresh = await sb.exec(argv, 30, **kw)
+        forked = await sb.exec(argv, 30, fork=("pytest",), **kw)
+        again = await sb.exec(argv, 30, fork=("pytest",), **kw)
+        as_agent = await sb.exec(argv, 30, fork=("pytest",), cwd="/tmp", stdin=b"in")
+        slow = await sb.exec(["python3", "-I", "-c", "import time; time.sleep(30)"], 1, user="root", fork=())
+        gone = await sb.exec(argv, 30, user="root", cwd="/nonexistent", fork=())
+        others = 'for p in /proc/[0-9]*; do case ${p#/proc/} in 1|$PPID|$$) ;; *) echo "$p";; esac; done'
+        left = await sb.exec(["sh", "-c", others], 10, user="root", cwd="/")
+        return pid, fresh, forked, again, as_agent, slow, gone, left
+
+    pid, fresh, forked, again, as_agent, slow, gone, left = run(one_sandbox(image, body))
+    a, b = json.loads(fresh.stdout), json.loads(forked.stdout)
+    # both are the server's children; only the fork had pytest imported before its first line
+    assert a["ppid"] == b["ppid"] == pid and b["pytest_loaded"] and not a["pytest_loaded"]
+    assert json.loads(again.stdout)["pytest_loaded"]
+    for key in ("leader", "fds", "cwd", "env", "argv", "stdin", "uid"):
+        assert a[key] == b[key], key
+    assert b["fds"] == ["0", "1", "2", "3"]  # 3: the listing's own
+    assert b["env"] == {"A": "1", "PATH": "/usr/bin:/bin", "LC_CTYPE": "C.UTF-8"}  # PEP 538, as a fresh one
+    assert b["argv"] == ["-c", "3"] and b["stdin"] == "in" and b["cwd"] == "/tmp" and b["leader"]
+    assert (fresh.exit_code, fresh.stderr) == (forked.exit_code, forked.stderr) == (3, "to stderr")
+    c = json.loads(as_agent.stdout)  # not root: never a fork of the root server
+    assert c["uid"] == 10001 and not c["pytest_loaded"]
+    assert slow.timed_out and slow.exit_code == -9 and slow.duration < 10
+    assert gone.spawn_error and gone.exit_code == 127
+    assert left.stdout == ""  # but init, the server and this shell: nothing forked stayed

@@ -52,3 +52,20 @@ def test_batch_graded_verdicts_are_each_attempts_own(image, tmp_path, monkeypatc
         )
     assert GradingStations.shared_turns > shared  # some attempts shared a grading container
     assert len(uids) == 6 and min(uids) >= FIRST_BATCH_UID  # never the container's own user, never root
+
+
+def test_expected_containers_counts_one_grading_container_per_batch_or_per_grader_at_once():
+    """The pool warms no more than the attempts will take: an agent container each, and the shared grading
+    containers (one per `batch` attempts, but no fewer than grade at once); without batch grading two each."""
+    from evaluators.run.runner import expected_containers
+    from tests.helpers import make_task
+
+    class Stations:  # what expected_containers reads of GradingStations
+        def __init__(self, batch):
+            self.batch = batch
+
+    tasks = [make_task() for _ in range(20)]
+    assert expected_containers(tasks, None, 8) == 40
+    assert expected_containers(tasks, Stations(8), 8) == 20 + 4  # 4 grade at once; ceil(20/8) = 3
+    assert expected_containers(tasks, Stations(2), 8) == 20 + 10
+    assert expected_containers(tasks[:3], Stations(8), 8) == 3 + 3
