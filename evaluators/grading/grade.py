@@ -237,13 +237,21 @@ class GradingStations:
         return r.exit_code == 0
 
 
-async def mkdirs(sb, *paths: str):
+_PIDS_EVENTS = "cat /sys/fs/cgroup/pids.events 2>/dev/null || cat /sys/fs/cgroup/pids/pids.events"
+
+
+async def mkdirs(sb, *paths: str) -> int | None:
     """Makes /grader root-only (Docker does not always apply a tmpfs mount's mode to its folder: checked)
-    and the folders the verifier needs, before anything is written there."""
-    script = f'chmod 0700 {GRADER} && [ "$(stat -c %a {GRADER})" = 700 ] && mkdir -p "$@"'
+    and the folders the verifier needs, before anything is written there. Returns pids_events() as it is
+    before the verifier runs (read in the same command: one round trip less a grading)."""
+    script = (
+        f'chmod 0700 {GRADER} && [ "$(stat -c %a {GRADER})" = 700 ] && mkdir -p "$@" || exit 1\n'
+        f"{_PIDS_EVENTS}\ntrue"
+    )
     r = await sb.exec(["sh", "-c", script, "_", *paths], 10, user="root", cwd="/")
     if r.exit_code != 0:
         raise InfraError(f"could not prepare the grader's folders: {r['err_head'][:200]!r}")
+    return _max_events(r.out.head)
 
 
 async def run(sb, argv, timeout, env, cwd, fork=None):
@@ -264,21 +272,26 @@ async def run(sb, argv, timeout, env, cwd, fork=None):
 async def pids_events(sb) -> int | None:
     """How often a fork in the sandbox failed on its pid limit so far (the pids cgroup's `max` event count,
     cgroup v2 or v1), or None where the kernel does not say."""
-    script = "cat /sys/fs/cgroup/pids.events 2>/dev/null || cat /sys/fs/cgroup/pids/pids.events"
     try:
-        r = await sb.exec(["sh", "-c", script], 10, user="root", cwd="/")
+        r = await sb.exec(["sh", "-c", _PIDS_EVENTS], 10, user="root", cwd="/")
     except Exception:  # a sandbox that died shows when the report is read
         return None
-    for line in r.out.head.decode("ascii", "replace").splitlines():
+    return _max_events(r.out.head)
+
+
+def _max_events(text: bytes) -> int | None:
+    for line in text.decode("ascii", "replace").splitlines():
         key, _, value = line.partition(" ")
         if key == "max" and value.strip().isdigit():
             return int(value)
     return None
 
 
-async def pid_limit_note(sb, before: int | None, task: Task) -> str:
+async def pid_limit_note(sb, before: int | None, task: Task, run) -> str:
     """For a run that timed out: whether the code under test was at the sandbox's pid limit meanwhile
-    (forks failed), the usual reason why code that forks a lot never finishes."""
+    (forks failed), the usual reason why code that forks a lot never finishes. "" for any other run."""
+    if not (run.timed_out or run.exit_code in (124, 137, -9)):
+        return ""
     after = await pids_events(sb)
     if before is None or after is None or after <= before:
         return ""

@@ -222,15 +222,14 @@ class PytestKind(Kind):
         grading = grade.grading_sandbox(task, changes, pool, image, stations)
         async with grading as sb:
             env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
-            await grade.mkdirs(sb, f"{folder}/tmp", f"{folder}/home")
+            before = await grade.mkdirs(sb, f"{folder}/tmp", f"{folder}/home")
             await sb.put_files(files, dest=folder, user="root")
-            before = await grade.pids_events(sb)
             # pytest imported once per grading container, by its command server: a batch's later turns
             # start at once (a container of its own pays the import as before)
             run = await grade.run(sb, argv, timeout, env, cwd=folder, fork=("pytest",))
             if isinstance(run, rules.Verdict):
                 return run
-            at_limit = await grade.pid_limit_note(sb, before, task)
+            at_limit = await grade.pid_limit_note(sb, before, task, run)
             report = await grade.read(sb, f"{folder}/{report}")
         v = rules.pytest_verdict(
             report,

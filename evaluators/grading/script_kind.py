@@ -59,9 +59,8 @@ class ScriptKind(Kind):
         }
         grading = grade.grading_sandbox(task, changes, pool, image)
         async with grading as sb:
-            await grade.mkdirs(sb, f"{folder}/home")
+            before = await grade.mkdirs(sb, f"{folder}/home")
             await sb.put_files(files, dest=folder, user="root", executable={"bin/as-candidate"})
-            before = await grade.pids_events(sb)
             # Sourced by name from the environment, which only root can read: the command line (readable by
             # anyone) does not say where the hidden files are. ${BASH_SOURCE[0]} is the script's path.
             run = await grade.run(
@@ -73,7 +72,7 @@ class ScriptKind(Kind):
             )
             if isinstance(run, rules.Verdict):
                 return run
-            at_limit = await grade.pid_limit_note(sb, before, task)
+            at_limit = await grade.pid_limit_note(sb, before, task, run)
             raw = await grade.read(sb, reward_file)
         if run.timed_out or run.exit_code in (124, 137, -9):
             why = f"test.sh ran out of time ({timeout:.0f}s)" + (f": {at_limit}" if at_limit else "")
