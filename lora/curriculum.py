@@ -2,13 +2,17 @@
 round, spread by each task's measured solve rate (results.metrics.task_rates), a curriculum over the
 tasks' difficulty, and hints for the tasks never solved.
 
-Allocation of a budget B over the pool (the train tasks up to the curriculum's difficulty level):
-- saturated (every one of >= 2 measured samples solved): the task leaves the pool, 0 attempts;
+Allocation of a budget B over the pool (the train tasks up to the curriculum's difficulty level), from
+each task's unhinted samples so far (this round's greedy one and every earlier round's):
+- saturated (at least 80% of >= 2 measured samples solved: 2 of 2, 4 of 5): the task leaves the pool,
+  0 attempts; its trajectories are in the data already;
 - never solved (>= 2 samples, none solved): an exploration share, at most explore_share * B in all,
   spread evenly (with hints on, half of each such task's attempts start from a hint);
 - the rest (the frontier, and tasks not measured yet): what is left, in proportion to p * (1 - p)
-  with p = (solved + 1) / (n + 2) (most where the outcome is least certain), at least 1 each.
-Whatever cannot be placed (a pool with few tasks) goes to the frontier, then to exploration.
+  with p = (solved + 1) / (n + 2) (most where the outcome is least certain), at least 1 each and at
+  most twice the pool's mean (B / tasks) each, so that a few frontier tasks cannot take it all.
+Whatever cannot be placed (a pool with few tasks, a frontier at its cap) goes to exploration, then to
+the frontier.
 
 Curriculum: the pool starts at difficulty <= start level; the level rises by one after a round in
 which at least half of the pool's tasks at the current top level were solved (unhinted) at least once
@@ -28,6 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+SATURATED = 0.8  # the share of its samples a task must solve to leave the pool
 HINT = "\n\nHint: a first command that worked on a task like this one:\n```bash\n{command}\n```"
 
 
@@ -64,7 +69,7 @@ def classify(rate: Any) -> str:
     """saturated | never | frontier | new, from a results.metrics.TaskRate (or None: not measured)."""
     if rate is None or rate.n == 0:
         return "new"
-    if rate.n >= 2 and rate.solved == rate.n:
+    if rate.n >= 2 and rate.solved >= SATURATED * rate.n:
         return "saturated"
     if rate.n >= 2 and rate.solved == 0:
         return "never"
@@ -88,12 +93,16 @@ def allocate(
             r = rates.get(t)
             p = 0.5 if r is None or r.n == 0 else (r.solved + 1) / (r.n + 2)
             weights[t] = p * (1 - p)
+        cap = max(1, math.ceil(2 * budget / len(task_ids)))
         base = min(rest, len(frontier))  # at least one each, while the budget lasts
         _spread_evenly(frontier, base, count)
-        _spread_weighted(frontier, rest - base, weights, count)
+        _spread_weighted(frontier, min(rest - base, (cap - 1) * len(frontier)), weights, count, cap)
     leftover = budget - sum(count.values())
     if leftover > 0 and never:  # nothing (more) at the frontier: explore instead
         _spread_evenly(never, leftover, count)
+    leftover = budget - sum(count.values())
+    if leftover > 0 and frontier:  # no never-solved task to explore: past the cap after all
+        _spread_weighted(frontier, leftover, weights, count)
     for t in task_ids:
         if count[t] == 0:
             continue
@@ -112,18 +121,25 @@ def _spread_evenly(tasks: list[str], n: int, count: dict[str, int]) -> None:
             count[tasks[i % len(tasks)]] += 1
 
 
-def _spread_weighted(tasks: list[str], n: int, weights: dict[str, float], count: dict[str, int]) -> None:
-    """Largest-remainder split of n in proportion to weights (ties: task order)."""
-    if n <= 0 or not tasks:
-        return
-    total = sum(weights[t] for t in tasks) or float(len(tasks))
-    shares = {t: n * (weights[t] or (total / len(tasks))) / total for t in tasks}
-    given = {t: int(math.floor(shares[t])) for t in tasks}
-    left = n - sum(given.values())
-    for t in sorted(tasks, key=lambda t: -(shares[t] - given[t]))[:left]:
-        given[t] += 1
-    for t in tasks:
-        count[t] += given[t]
+def _spread_weighted(
+    tasks: list[str], n: int, weights: dict[str, float], count: dict[str, int], cap: int | None = None
+) -> None:
+    """Largest-remainder split of n in proportion to weights (ties: task order); with `cap`, no task
+    past cap in all (what a capped task cannot take goes to the others by their weights)."""
+    open_ = [t for t in tasks if cap is None or count[t] < cap]
+    while n > 0 and open_:
+        total = sum(weights[t] for t in open_) or float(len(open_))
+        shares = {t: n * (weights[t] or (total / len(open_))) / total for t in open_}
+        given = {t: int(math.floor(shares[t])) for t in open_}
+        left = n - sum(given.values())
+        for t in sorted(open_, key=lambda t: -(shares[t] - given[t]))[:left]:
+            given[t] += 1
+        for t in open_:
+            if cap is not None:
+                given[t] = min(given[t], cap - count[t])
+            count[t] += given[t]
+            n -= given[t]
+        open_ = [t for t in open_ if cap is None or count[t] < cap]
 
 
 def next_level(level: int, tasks: Iterable[Any], solved_ever: set[str], top: int) -> int:

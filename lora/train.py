@@ -621,7 +621,8 @@ def _allocate(
     cfg: TrainConfig, out: Path, r: int, train_tasks: list, greedy_run: Path, log: Callable[[str], None]
 ) -> tuple[Allocation, dict[str, str]]:
     """This round's allocation of cfg.budget (lora/curriculum.py), from the measured rates: this
-    round's greedy run and the previous round's train samples (unhinted)."""
+    round's greedy run and every earlier round's train samples (unhinted): a task only hinted last
+    round keeps the record of its earlier failures, and is not taken for one never measured."""
     measured = list(load_attempts(greedy_run))
     level = cfg.start_difficulty if cfg.curriculum else None
     solved_ever: set[str] = set()
@@ -633,8 +634,7 @@ def _allocate(
             if "hinted" in name:
                 continue
             for a in load_attempts(Path(run_dir)):
-                if i == r - 1:
-                    measured.append(a)
+                measured.append(a)
                 if is_solved(a, strict=True):
                     solved_ever.add(a.task_id)
                     successes[family.get(a.task_id, "")].append(a)

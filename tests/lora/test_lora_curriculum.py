@@ -56,6 +56,22 @@ def test_budget_goes_to_the_frontier_little_to_saturated_and_bounded_to_never_so
     assert hinted.total == 40
 
 
+def test_a_few_frontier_tasks_take_at_most_twice_the_mean_and_the_rest_goes_to_exploration():
+    """Four frontier tasks in a pool of twenty cannot soak up the budget (the loop's first real run spent
+    68 of 84 attempts on four tasks solved 4 times in 5); nearly always solved counts as saturated."""
+    rates = {f"f{i}": rate(5, 3) for i in range(4)}
+    rates.update({f"n{i}": rate(5, 0) for i in range(16)})
+    rates["s"] = rate(5, 4)  # 80%: out of the pool
+    tasks = sorted(rates)
+    a = allocate(tasks, rates, budget=84, explore_share=0.2, hints=True)
+    count = {t: a.plain.get(t, 0) + a.hinted.get(t, 0) for t in tasks}
+    assert a.total == 84 and count["s"] == 0 and a.kind["s"] == "saturated"
+    assert all(count[f"f{i}"] == 8 for i in range(4))  # ceil(2 x 84 / 21)
+    assert sum(count[f"n{i}"] for i in range(16)) == 84 - 32 and sum(a.hinted.values()) >= 16
+    alone = allocate(["f0", "s"], rates, budget=20, explore_share=0.2, hints=False)
+    assert alone.plain == {"f0": 20}  # nothing to explore: past the cap after all
+
+
 def test_a_pool_of_only_solved_and_never_solved_tasks_still_spends_the_budget():
     a = allocate(["a", "b"], {"a": rate(4, 4), "b": rate(4, 0)}, budget=10, explore_share=0.2, hints=False)
     assert a.total == 10 and a.plain == {"b": 10}
@@ -249,7 +265,9 @@ def test_a_budget_round_spreads_its_attempts_records_rates_and_stops_for_a_reaso
     r1 = json.loads((out / "round_1" / "allocation.json").read_text())
     assert r1["total"] == 12 and "train-0" not in r1["plain"]  # saturated: out of the pool
     assert r1["plain"]["train-1"] > r1["plain"]["train-2"]  # the frontier gets more than never-solved
-    assert {e[1] for e in fake.evals if e[0] == "round_1"} >= {"train-sample-x2", "train-sample-x10"}
+    # the frontier task at its cap (twice the mean: 2 x 12 / 3), the never-solved one its 20% and the rest
+    assert r1["plain"] == {"train-1": 8, "train-2": 4}
+    assert {e[1] for e in fake.evals if e[0] == "round_1"} >= {"train-sample-x4", "train-sample-x8"}
     # Every task's solve rate with its interval, per round and run.
     rates = [json.loads(x) for x in (out / "task_rates.jsonl").read_text().splitlines()]
     r0_train = {x["task_id"]: x for x in rates if x["round"] == 0 and x["run"] == "train-sample"}
