@@ -486,6 +486,10 @@ def install_phase_probes():
     grade_mod.GradingStations._wipe = _timed_async(
         grade_mod.GradingStations._wipe, "grading: wipe + check between turns (batch)"
     )
+    # an attempt whose grading finds every grading container busy waits here for a turn
+    grade_mod.GradingStations._station = _timed_async(
+        grade_mod.GradingStations._station, "grading: waiting for a turn (batch)"
+    )
     orig_release = pool_mod.DockerPool.release
     pool_mod.DockerPool.release = _timed_async(orig_release, lambda: f"{role()}: release (hand-off)")
 
