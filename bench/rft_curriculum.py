@@ -18,10 +18,10 @@ change from round 0, train tasks newly solved (unhinted), hinted/unhinted succes
 attempts, wall time, and the decoder's generated tokens/s per eval phase; then the two loops' last
 rounds against each other (paired over held-out tasks).
 
-Time budget (90 minutes on 2 cores; the first full runs took 42 and 50 minutes): per evaluated model 28 held-out x
-(1 greedy + 2 sampled) + 28 train greedy + 84 train samples = 196 attempts of at most 5 steps x 64
-tokens, ~6-8 min with the decoder of issue 28; up to 4 models per loop, fine-tunings of a minute
-or two; today's loop usually stops after round 1 or 2.
+Time budget (90 minutes on 2 cores; the first full runs took 42 and 50 minutes): per evaluated
+model 28 held-out x (1 greedy + 2 sampled) + 28 train greedy + 84 train samples = 196 attempts of
+at most 5 steps x 64 tokens, ~6-8 min with the decoder of issue 28; up to 4 models per loop,
+fine-tunings of a minute or two; today's loop usually stops after round 1 or 2.
 """
 
 from __future__ import annotations
