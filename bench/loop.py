@@ -1,6 +1,7 @@
 """Agent-loop throughput with a zero-latency scripted model, beside mini-swe-agent in the same run.
 
-    .venv/bin/python bench/loop.py [--tasks 50] [--concurrency 1 2 4 8] [--no-mini] [--smoke]
+    .venv/bin/python bench/loop.py [--tasks 50] [--concurrency 1 2 4 8] [--batch 8 16] [--repeats 3]
+        [--no-mini] [--smoke]
 
 --smoke: 2 tasks at concurrency 1 and 2, 2 overhead repetitions, 2 grading attempts per mode, without
 mini-swe-agent (which needs installing): seconds; tests/bench/test_bench_smoke.py runs it so it cannot rot.
@@ -26,6 +27,7 @@ import asyncio
 import contextvars
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -484,7 +486,7 @@ def install_phase_probes():
     grade_mod.mkdirs = _timed_async(grade_mod.mkdirs, "grading: grader folders")
     grade_mod.pids_events = _timed_async(grade_mod.pids_events, "grading: pid-limit counters")
     grade_mod.GradingStations._wipe = _timed_async(
-        grade_mod.GradingStations._wipe, "grading: wipe + check between turns (batch)"
+        grade_mod.GradingStations._wipe, "grading: wipe between turns (batch, after the verdict)"
     )
     # an attempt whose grading finds every grading container busy waits here for a turn
     grade_mod.GradingStations._station = _timed_async(
@@ -649,7 +651,19 @@ def main():
     ap.add_argument(
         "--smoke", action="store_true", help="tiny run without mini-swe-agent: checks the benchmark works"
     )
-    ap.add_argument("--batch", type=int, default=8, help="attempts per grading container with batch grading")
+    ap.add_argument(
+        "--batch",
+        type=int,
+        nargs="+",
+        default=[8, 16],
+        help="attempts per grading container with batch grading (a column each)",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="interleaved runs of each mode per concurrency; the table gives their medians",
+    )
     ap.add_argument(
         "--no-breakdown",
         dest="breakdown",
@@ -663,7 +677,7 @@ def main():
     )
     args = ap.parse_args()
     if args.verdicts:
-        sys.exit(0 if verdicts_unchanged(args.verdicts, 1, 4, args.batch) else 1)
+        sys.exit(0 if verdicts_unchanged(args.verdicts, 1, 4, args.batch[0]) else 1)
     if args.smoke:
         args.tasks, args.concurrency, args.no_mini, args.grading_tasks, args.grading_calls = (
             2,
@@ -672,6 +686,7 @@ def main():
             2,
             50,
         )
+        args.repeats, args.batch = 1, args.batch[:1]
         args.tracing_tasks, args.tracing_rounds = 2, 1
     image = ensure_base_image(log=lambda m: None)
     if args.tracing_tasks:
@@ -687,35 +702,43 @@ def main():
     if args.grading_tasks:
         grading_comparison(args.grading_tasks, args.grading_calls)
     top = max(args.concurrency)
+    modes = [0, *args.batch]  # batch grading off, then each batch size
+    if args.breakdown:  # probed runs of their own: the probes' cost stays out of the table
+        for b in modes:
+            asyncio.run(harness_rate(tasks, top, breakdown=True, batch=b))
     rows = []
-    for c in args.concurrency:  # batch grading off and on, interleaved, and mini-swe-agent beside them
-        plain = asyncio.run(harness_rate(tasks, c, breakdown=c == top and args.breakdown))
-        batch = asyncio.run(harness_rate(tasks, c, breakdown=c == top and args.breakdown, batch=args.batch))
+    for c in args.concurrency:  # the modes interleaved, `repeats` times, and mini-swe-agent beside them
+        runs = {b: [] for b in modes}
+        for _ in range(args.repeats):
+            for b in modes:
+                runs[b].append(asyncio.run(harness_rate(tasks, c, batch=b)))
         mini = None if args.no_mini else mini_rate(image, args.tasks, c)
-        rows.append((c, plain, batch, mini))
-        print(f"  (concurrency {c} measured)", flush=True)
+        rows.append((c, runs, mini))
+        spread = "; ".join(f"{b or 'off'}: " + ", ".join(f"{r:.0f}" for r in runs[b]) for b in modes)
+        print(f"  (concurrency {c} measured; att/min per run, batch grading {spread})", flush=True)
     rate = create_destroy_rate(image, 4 if args.smoke else 10)
     ceiling = rate * 60 / 2
     print(
         f"container ceiling, measured in this run: {rate:.2f} containers created+destroyed per second "
         f"(bench/sandbox.py's cycle) / 2 per graded attempt = {ceiling:.1f} graded attempts/min"
     )
-    print(
-        f"{'concurrency':>11} {'harness att/min':>16} {'% of ceiling':>13} "
-        f"{f'batch {args.batch} att/min':>17} {'batch/plain':>12} {'mini-swe-agent att/min':>23} "
-        f"{'harness/mini':>13}"
-    )
-    for c, plain, batch, mini in rows:
+    head = f"{'concurrency':>11} {'harness att/min':>16} {'% of ceiling':>13}"
+    for b in args.batch:
+        head += f" {f'batch {b} att/min':>17} {'batch/plain':>12}"
+    print(head + f" {'mini-swe-agent att/min':>23} {'harness/mini':>13}")
+    for c, runs, mini in rows:
+        plain = statistics.median(runs[0])
+        line = f"{c:>11} {plain:16.1f} {plain / ceiling:12.0%}"
+        for b in args.batch:
+            batch = statistics.median(runs[b])
+            line += f" {batch:17.1f} {batch / plain:11.2f}x"
         vs_mini = f"{plain / mini:12.1f}x" if mini else f"{'-':>13}"
-        print(
-            f"{c:>11} {plain:16.1f} {plain / ceiling:12.0%} {batch:17.1f} {batch / plain:11.2f}x "
-            f"{mini if mini else float('nan'):23.1f} {vs_mini}",
-            flush=True,
-        )
+        print(line + f" {mini if mini else float('nan'):23.1f} {vs_mini}", flush=True)
     print(
-        "harness attempts include grading in a fresh container and a durable record; mini-swe-agent's do "
-        f"not. Batch grading: up to {args.batch} attempts of one image take turns in one fresh grading "
-        "container (run_eval batch_grading / harness eval --batch-grading)."
+        f"harness: the median of {args.repeats} runs per mode; its attempts include grading in a fresh "
+        "container and a durable record; mini-swe-agent's do not. Batch grading B: up to B attempts of one "
+        "image take turns in one fresh grading container (run_eval batch_grading / harness eval "
+        "--batch-grading)."
     )
 
 

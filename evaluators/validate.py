@@ -146,7 +146,11 @@ async def validate(
                 except Exception as e:  # report the task, keep validating the others
                     return Row(t.id, problems=[f"{type(e).__name__}: {e}"[:200]])
 
-        return await asyncio.gather(*(one(t) for t in tasks))
+        try:
+            return await asyncio.gather(*(one(t) for t in tasks))
+        finally:
+            if stations is not None:
+                await stations.close()
 
 
 def main(args) -> int:

@@ -84,9 +84,11 @@ class grading_sandbox:
     """A fresh container with the pristine workspace plus the changes, written as the candidate user `uid`:
     a container of its own, or with `stations` a turn in a shared grading container (GradingStations)."""
 
-    def __init__(self, task, changes, pool, image, stations=None):
+    def __init__(self, task, changes, pool, image, stations=None, prepare=None):
+        """`prepare(sb)` (grader_files): the grader's own part, done while the workspace is rebuilt (another
+        folder; nothing of the candidate's runs yet); its result is `prepared`."""
         self.task, self.changes, self.pool, self.image = task, changes, pool, image
-        self.stations = stations
+        self.stations, self.prepare, self.prepared = stations, prepare, None
         self.uid = CANDIDATE_UID
         self.not_written = ""  # for the record: files of the changes that this container could not hold
 
@@ -99,14 +101,21 @@ class grading_sandbox:
         got = await self.cm.__aenter__()
         sb, self.uid = got if self.stations is not None else (got, CANDIDATE_UID)
         try:
+            prep = asyncio.ensure_future(self.prepare(sb)) if self.prepare else None
             workspace = {p: d for p, d in self.task.workspace_files.items() if p not in self.changes.deleted}
             workspace.update(self.changes.files)
-            refused = await sb.put_files(
-                workspace,
-                executable=(set(self.task.executable_files) - set(self.changes.files))
-                | self.changes.executable,
-                user="agent" if self.uid == CANDIDATE_UID else self.uid,
-            )
+            try:
+                refused = await sb.put_files(
+                    workspace,
+                    executable=(set(self.task.executable_files) - set(self.changes.files))
+                    | self.changes.executable,
+                    user="agent" if self.uid == CANDIDATE_UID else self.uid,
+                )
+            finally:
+                if prep is not None:  # done either way; its error, if any, is raised just below
+                    await asyncio.gather(prep, return_exceptions=True)
+            if prep is not None:
+                self.prepared = prep.result()
         except BaseException:
             await self.cm.__aexit__(None, None, None)
             raise
@@ -160,6 +169,7 @@ class GradingStations:
         self._idle: dict[tuple, list] = {}  # (image, limits) -> [[sandbox, turns used]]
         self._count = 0  # grading containers made and not yet released
         self._cond: asyncio.Condition | None = None
+        self._wipes: set[asyncio.Task] = set()  # wipes after turns whose verdicts are already out
         pool.add_reclaimer(self._take_idle)  # a full pool destroys an idle one rather than wait
 
     def _take_idle(self):
@@ -224,22 +234,47 @@ class GradingStations:
         GradingStations.shared_turns += used > 0
         uid = FIRST_BATCH_UID + used
         station[1] += 1
-        clean = False
         try:
             yield sb, uid
-            clean = await self._wipe(sb, uid)
-        finally:
-            await self._done(station, clean and station[1] < self.batch and not sb.dead)
+        except BaseException:
+            await self._done(station, False)
+            raise
+        if station[1] >= self.batch:
+            await self._done(station, False)
+        else:  # the verdict is out: the wipe goes on without this attempt, the next turn waits for it
+            wipe = asyncio.ensure_future(self._wipe(station, uid))
+            self._wipes.add(wipe)
+            wipe.add_done_callback(self._wipes.discard)
 
-    async def _wipe(self, sb, uid: int) -> bool:
+    async def _wipe(self, station, uid: int):
+        sb, clean = station[0], False
         try:
             r = await sb.exec(["sh", "-c", _WIPE, "_", str(uid)], 60, user="root", cwd="/")
+            clean = r.exit_code == 0
         except Exception:
-            return False
-        return r.exit_code == 0
+            pass
+        finally:
+            await self._done(station, clean and not sb.dead)
+
+    async def close(self):
+        """Waits for the wipes still running (before the pool that holds their containers closes)."""
+        while self._wipes:
+            await asyncio.gather(*list(self._wipes), return_exceptions=True)
 
 
 _PIDS_EVENTS = "cat /sys/fs/cgroup/pids.events 2>/dev/null || cat /sys/fs/cgroup/pids/pids.events"
+
+
+def grader_files(files: dict[str, bytes], folder: str, *dirs: str, executable=()):
+    """A grading_sandbox `prepare`: the grader's folders (mkdirs), then its files in `folder`, as root.
+    Returns pids_events() as it was before the verifier (mkdirs)."""
+
+    async def prepare(sb):
+        before = await mkdirs(sb, *dirs)
+        await sb.put_files(files, dest=folder, user="root", executable=executable)
+        return before
+
+    return prepare
 
 
 async def mkdirs(sb, *paths: str) -> int | None:

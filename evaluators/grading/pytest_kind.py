@@ -31,6 +31,15 @@ _HERE = Path(__file__).parent / "grader"
 GRADER_CONFTEST = (_HERE / "grader_conftest.py").read_bytes()
 CANDIDATE_PROXY = (_HERE / "candidate.py").read_bytes()
 GRADER_INI = b"[pytest]\naddopts = -p no:cacheprovider\n"
+# What the forked verifier would import on every turn (grade.run's `fork`): pytest, and the built-in plugins
+# that `import pytest` leaves to pytest.main (its default_plugins; a name this pytest lacks is skipped).
+PRELOAD = ("pytest",) + tuple(
+    f"_pytest.{m}"
+    for m in (
+        "faulthandler helpconfig junitxml nose pastebin python_path setuponly setupplan skipping stepwise "
+        "threadexception unittest unraisableexception warnings"
+    ).split()
+)
 
 
 @dataclass
@@ -219,17 +228,16 @@ class PytestKind(Kind):
         argv, report = command()
         folder = grade.private_folder()
         env = clean_env(settings.import_mode, timeout, folder)
-        grading = grade.grading_sandbox(task, changes, pool, image, stations)
+        grader = grade.grader_files(files, folder, f"{folder}/tmp", f"{folder}/home")
+        grading = grade.grading_sandbox(task, changes, pool, image, stations, grader)
         async with grading as sb:
             env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
-            before = await grade.mkdirs(sb, f"{folder}/tmp", f"{folder}/home")
-            await sb.put_files(files, dest=folder, user="root")
             # pytest imported once per grading container, by its command server: a batch's later turns
             # start at once (a container of its own pays the import as before)
-            run = await grade.run(sb, argv, timeout, env, cwd=folder, fork=("pytest",))
+            run = await grade.run(sb, argv, timeout, env, cwd=folder, fork=PRELOAD)
             if isinstance(run, rules.Verdict):
                 return run
-            at_limit = await grade.pid_limit_note(sb, before, task, run)
+            at_limit = await grade.pid_limit_note(sb, grading.prepared, task, run)
             report = await grade.read(sb, f"{folder}/{report}")
         v = rules.pytest_verdict(
             report,

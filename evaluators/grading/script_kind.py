@@ -57,10 +57,9 @@ class ScriptKind(Kind):
             "REWARD_FILE": reward_file,
             "HARNESS_TEST_SH": f"{folder}/tests/test.sh",
         }
-        grading = grade.grading_sandbox(task, changes, pool, image)
+        grader = grade.grader_files(files, folder, f"{folder}/home", executable={"bin/as-candidate"})
+        grading = grade.grading_sandbox(task, changes, pool, image, prepare=grader)
         async with grading as sb:
-            before = await grade.mkdirs(sb, f"{folder}/home")
-            await sb.put_files(files, dest=folder, user="root", executable={"bin/as-candidate"})
             # Sourced by name from the environment, which only root can read: the command line (readable by
             # anyone) does not say where the hidden files are. ${BASH_SOURCE[0]} is the script's path.
             run = await grade.run(
@@ -72,7 +71,7 @@ class ScriptKind(Kind):
             )
             if isinstance(run, rules.Verdict):
                 return run
-            at_limit = await grade.pid_limit_note(sb, before, task, run)
+            at_limit = await grade.pid_limit_note(sb, grading.prepared, task, run)
             raw = await grade.read(sb, reward_file)
         if run.timed_out or run.exit_code in (124, 137, -9):
             why = f"test.sh ran out of time ({timeout:.0f}s)" + (f": {at_limit}" if at_limit else "")

@@ -564,7 +564,11 @@ async def _on_this_machine(cfg: EvalConfig, todo: list, Pool, images, store, the
             if bar:
                 bar.update(rec)
 
-        await _all_or_none([asyncio.ensure_future(one(t, s)) for t, s in todo], bar)
+        try:
+            await _all_or_none([asyncio.ensure_future(one(t, s)) for t, s in todo], bar)
+        finally:
+            if stations is not None:
+                await stations.close()
 
 
 async def _all_or_none(jobs: list, bar: Optional[Progress]) -> None:
