@@ -4,6 +4,8 @@ turns in shared grading containers, each as its own user, and every verdict is w
 import asyncio
 import json
 
+import pytest
+
 from evaluators.grading.grade import FIRST_BATCH_UID, GradingStations
 from evaluators.run.config import EvalConfig
 from evaluators.run.runner import run_eval
@@ -69,3 +71,144 @@ def test_expected_containers_counts_one_grading_container_per_batch_or_per_grade
     assert expected_containers(tasks, Stations(8), 8) == 20 + 4  # 4 grade at once; ceil(20/8) = 3
     assert expected_containers(tasks, Stations(2), 8) == 20 + 10
     assert expected_containers(tasks[:3], Stations(8), 8) == 3 + 3
+
+
+class _Station:
+    """A grading container as GradingStations sees it: every command succeeds at once, but the wipe between
+    turns waits for `gate` and ends with `wipe_code`."""
+
+    def __init__(self, wipe_code: int = 0):
+        self.dead, self.calls, self.wipe_code = False, [], wipe_code
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def exec(self, argv, timeout, **kw):
+        from agent.sandbox import ExecResult
+        from evaluators.grading.grade import _WIPE
+
+        self.calls.append(argv)
+        code = 0
+        if argv[:3] == ["sh", "-c", _WIPE]:
+            await self.gate.wait()
+            code = self.wipe_code
+        return ExecResult(exit_code=code, stdout="", stderr="", duration=0.0)
+
+    def wipes(self) -> int:
+        from evaluators.grading.grade import _WIPE
+
+        return sum(c[:3] == ["sh", "-c", _WIPE] for c in self.calls)
+
+
+class _Pool:
+    def __init__(self, **kw):
+        self.made, self.released, self.kw = [], [], kw
+
+    def add_reclaimer(self, take_idle):
+        pass
+
+    async def acquire(self, image, limits, task="pool"):
+        self.made.append(_Station(**self.kw))
+        return self.made[-1]
+
+    async def release(self, sb):
+        self.released.append(sb)
+
+
+async def _turn(stations):
+    """One attempt's turn, ended at once; a turn that hangs fails the test instead."""
+    from agent.sandbox import SandboxSpec
+
+    async def turn():
+        async with stations.turn("img", SandboxSpec(), "t") as got:
+            return got
+
+    return await asyncio.wait_for(turn(), 5)
+
+
+def test_a_turns_wipe_runs_after_its_verdict_and_the_next_turn_waits_for_it():
+    async def main():
+        pool = _Pool()
+        stations = GradingStations(pool, batch=3, max_containers=1)
+        first, uid = await _turn(stations)
+        await stations.close()  # its wipe is done
+        first.gate.clear()  # the next wipe hangs until set
+        assert (await _turn(stations)) == (first, uid + 1)  # ended: the verdict does not wait for the wipe
+        await asyncio.sleep(0.05)
+        assert first.wipes() == 2  # which is still running
+        nxt = asyncio.ensure_future(_turn(stations))
+        await asyncio.sleep(0.05)
+        assert not nxt.done()  # the only container is not another attempt's before it is wiped
+        first.gate.set()
+        assert (await nxt) == (first, uid + 2)  # the batch's last turn: released, never wiped
+        await stations.close()
+        assert first.wipes() == 2 and pool.released == [first] and len(pool.made) == 1
+
+    asyncio.run(main())
+
+
+def test_a_container_whose_wipe_fails_grades_no_other_attempt():
+    async def main():
+        pool = _Pool(wipe_code=3)  # "left behind: ..." (exit 3)
+        stations = GradingStations(pool, batch=8, max_containers=1)
+        first, uid = await _turn(stations)
+        await stations.close()  # waits for the wipe
+        assert pool.released == [first]
+        second, uid2 = await _turn(stations)
+        assert second is not first and uid2 == uid  # a fresh container, its first user again
+        await stations.close()
+
+    asyncio.run(main())
+
+
+def test_the_graders_files_go_in_while_the_workspace_is_rebuilt_and_either_failure_releases_it():
+    """grading_sandbox's `prepare` runs beside the workspace rebuild: its result is kept, its error raised,
+    and the container is released whichever of the two fails (nothing left running)."""
+    from agent.sandbox import Changes, FilesNotWritten
+    from evaluators.grading.grade import grading_sandbox
+    from results.errors import InfraError
+    from tests.helpers import FakePool, FakeSandbox, make_task
+
+    order = []
+
+    class Refusing(FakeSandbox):
+        async def put_files(self, files, dest="/workspace", user="agent", executable=()):
+            order.append(("rebuild", "start"))
+            await asyncio.sleep(0.05)
+            order.append(("rebuild", "end"))
+            if self.refuse:
+                raise FilesNotWritten("no")
+            return []
+
+    async def prepare(sb):
+        order.append(("grader", "start"))
+        await asyncio.sleep(0.01)
+        if sb.prepare_fails:
+            raise InfraError("grader's folders")
+        return 7
+
+    async def attempt(refuse: bool, prepare_fails: bool):
+        pool = FakePool()
+
+        async def acquire(image, limits=None, task="pool"):
+            sb = Refusing()
+            sb.refuse, sb.prepare_fails = refuse, prepare_fails
+            pool.sandboxes.append(sb)
+            return sb
+
+        pool.acquire = acquire
+        order.clear()
+        grading = grading_sandbox(make_task(), Changes(), pool, "img", prepare=prepare)
+        try:
+            async with grading:
+                return grading.prepared, order[:], pool.sandboxes[0].dead
+        finally:
+            assert pool.sandboxes[0].dead  # released either way
+            assert len(asyncio.all_tasks()) == 1  # no prepare left running
+
+    prepared, seen, dead = asyncio.run(attempt(False, False))
+    assert prepared == 7 and not dead
+    assert seen.index(("grader", "start")) < seen.index(("rebuild", "end"))  # side by side
+    with pytest.raises(InfraError):
+        asyncio.run(attempt(False, True))
+    with pytest.raises(FilesNotWritten):
+        asyncio.run(attempt(True, False))
