@@ -642,11 +642,10 @@ def _allocate(
         if cfg.curriculum and saved.exists():
             previous = json.loads(saved.read_text()).get("level")
             level = previous if previous is not None else level
+    top = max(getattr(t, "difficulty", 1) for t in train_tasks)
     if cfg.curriculum and r >= 1:
-        top = max(getattr(t, "difficulty", 1) for t in train_tasks)
         pool = [t for t in train_tasks if getattr(t, "difficulty", 1) <= level]
         level = next_level(level, pool, solved_ever, top)
-    top = max(getattr(t, "difficulty", 1) for t in train_tasks)
     while (
         level is not None
         and level < top

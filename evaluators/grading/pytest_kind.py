@@ -232,8 +232,8 @@ class PytestKind(Kind):
         grading = grade.grading_sandbox(task, changes, pool, image, stations, grader)
         async with grading as sb:
             env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
-            # pytest imported once per grading container, by its command server: a batch's later turns
-            # start at once (a container of its own pays the import as before)
+            # pytest and its plugins imported once per grading container, by its command server: a batch's
+            # later turns start at once (a container of its own pays the import as before)
             run = await grade.run(sb, argv, timeout, env, cwd=folder, fork=PRELOAD)
             if isinstance(run, rules.Verdict):
                 return run
