@@ -1,6 +1,6 @@
 """Agent-loop throughput with a zero-latency scripted model, beside mini-swe-agent in the same run.
 
-    .venv/bin/python bench/loop.py [--tasks 50] [--concurrency 1 2 4 8] [--batch 8 16] [--repeats 3]
+    .venv/bin/python bench/loop.py [--tasks 50] [--concurrency 1 2 4 8] [--batch 16 32] [--repeats 3]
         [--no-mini] [--smoke]
 
 --smoke: 2 tasks at concurrency 1 and 2, 2 overhead repetitions, 2 grading attempts per mode, without
@@ -655,7 +655,7 @@ def main():
         "--batch",
         type=int,
         nargs="+",
-        default=[8, 16],
+        default=[16, 32],
         help="attempts per grading container with batch grading (a column each)",
     )
     ap.add_argument(

@@ -5,6 +5,12 @@ library only).
                                 "rejected": [...]}
                           kind: f file, l link, o other (fifo, socket, device), d folder
   read ROOT MAX_BYTES  -> paths as a JSON list on stdin; JSON {"files": {path: base64}, "rejected": [...]}
+  changed ROOT MAX_FILES MAX_BYTES MAX_READ
+                       -> a baseline {path: [kind, size, ...]} as JSON on stdin; list's answer, plus "files"
+                          and "read_rejected" (read's answer) for every regular file whose entry differs
+                          from the baseline's, when there are at most MAX_READ of them with at most
+                          MAX_BYTES in all (else no "files": the caller chooses which to read). One round
+                          trip for an attempt's changes instead of two.
 
 Why a script of its own: the workspace is the agent's, so anything a user can make there must come back as
 a listing, never as a crash that aborts the run. Every step is relative to an open folder (dir_fd) and
@@ -153,10 +159,21 @@ def read(root, max_bytes, paths):
     return {"files": files, "rejected": rejected}
 
 
+def changed(root, max_files, max_bytes, max_read, baseline):
+    out = listing(root, max_files)
+    new = [p for p, m in out["entries"].items() if m[0] == "f" and baseline.get(p) != m]
+    if len(new) <= max_read and sum(out["entries"][p][1] for p in new) <= max_bytes:
+        got = read(root, max_bytes, sorted(new))
+        out["files"], out["read_rejected"] = got["files"], got["rejected"]
+    return out
+
+
 def main():
     mode, root = sys.argv[1], sys.argv[2]
     if mode == "list":
         out = listing(root, int(sys.argv[3]))
+    elif mode == "changed":
+        out = changed(root, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), json.load(sys.stdin))
     else:
         out = read(root, int(sys.argv[3]), json.load(sys.stdin))
     sys.stdout.write(json.dumps(out))

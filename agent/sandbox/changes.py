@@ -82,11 +82,20 @@ class ChangeCapture:
         self.baseline: Optional[dict] = None
         self.initial_files: dict[str, bytes] = {}
 
-    async def snapshot(self, max_files: int = MAX_LISTED) -> dict:
+    async def snapshot(
+        self, max_files: int = MAX_LISTED, changed: Optional[tuple] = None, read: Optional[dict] = None
+    ) -> dict:
         """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
         (kind: f file, l link, o other); "too_many" when over max_files, "!rejected": what could not be
         listed."""
-        out = await self._capture(["list", WORKSPACE, str(max_files)])
+        if changed is None:
+            out = await self._capture(["list", WORKSPACE, str(max_files)])
+        else:  # and read what differs from a baseline (capture.py's `changed`) into read["files"]
+            base, max_bytes, max_read = changed
+            args = ["changed", WORKSPACE, str(max_files), str(max_bytes), str(max_read)]
+            out = await self._capture(args, stdin=json.dumps(base).encode())
+            if isinstance(out.get("files"), dict):
+                read.update(files=out["files"], rejected=list(out.get("read_rejected", [])))
         entries = {p: m for p, m in out.get("entries", {}).items() if m[0] != "d"}
         if "too_many" in out:
             entries["too_many"] = out["too_many"]
@@ -106,8 +115,10 @@ class ChangeCapture:
         only listed in `rejected` (the attempt is graded without them). Past a cap, changed starting
         files come first, then the smallest: junk left beside a solution costs only itself."""
         ch = Changes()
+        base = {p: m for p, m in (self.baseline or {}).items() if p not in ("!rejected", "too_many")}
+        read: dict = {}  # the changed files, read in the listing's round trip when within the caps
         try:
-            now = await self.snapshot()
+            now = await self.snapshot(changed=(base, max_bytes, max_files), read=read)
         except CaptureError as e:
             ch.rejected.append(str(e))
             return ch
@@ -120,7 +131,6 @@ class ChangeCapture:
             ch.rejected.append(f"more than {MAX_LISTED} entries in the workspace: no change is captured")
             return ch
         ch.rejected += now.pop("!rejected", [])
-        base = {p: m for p, m in (self.baseline or {}).items() if p != "!rejected"}
         changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
         files = []
@@ -151,7 +161,10 @@ class ChangeCapture:
                 f"{len(over)} changed files past the caps of {max_files} files and {max_bytes} bytes, "
                 f"e.g. {some}"
             )
-        if wanted:
+        if wanted and "files" in read and all(p in read["files"] for p in wanted):
+            ch.files = {p: base64.b64decode(read["files"][p]) for p in wanted}
+            ch.rejected += read["rejected"]
+        elif wanted:
             try:
                 out = await self._capture(
                     ["read", WORKSPACE, str(max(total, 1))], stdin=json.dumps(sorted(wanted)).encode()

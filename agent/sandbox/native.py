@@ -106,6 +106,7 @@ class NativeSandbox(ServedSandbox):
     ENV, the task's env, PATH and HOSTNAME as Docker sets them, HOME from the user's passwd entry)."""
 
     env_replaces = False
+    forks = False  # the helper runs a `fork` request's argv as it is: the image may have no python3
     # the container's environment (image ENV + the task's env + Docker's PATH/HOSTNAME)
     env: dict[str, str] = {}
     image_user: str = "root"  # the image's USER
@@ -192,7 +193,7 @@ class NativeSandbox(ServedSandbox):
         walks the working folder in the helper itself (same filesystem only), `read` streams the files
         out by tar."""
         mode, root = args[0], (self.workdir if args[1] == WORKSPACE else args[1])
-        if mode == "list":
+        if mode in ("list", "changed"):  # `changed` reads nothing here: the caller asks `read` for it
             reply = await self.channel.request(
                 {"op": "snapshot", "root": root, "max_files": int(args[2])}, 150
             )

@@ -58,6 +58,7 @@ class ServedSandbox:
     # The command's `env` replaces the environment (our server), or is set on top of the container's
     # (the static helper, as `docker exec -e` does).
     env_replaces = True
+    forks = True  # its command server runs a `fork` request as a fork of itself (see exec's `fork`)
     workdir: str = WORKSPACE  # the agent's working folder (a NativeSandbox's is its image's WORKDIR)
 
     def __init__(

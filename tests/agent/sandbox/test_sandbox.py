@@ -151,6 +151,37 @@ def test_files_in_and_out_and_changes(image):
     assert "+two" in diff and "-print(2)" in diff
 
 
+def test_changes_come_back_in_the_listings_round_trip_unless_past_the_caps(image):
+    """Within the caps, the changed files are read in the same command that lists them (capture.py's
+    `changed`); past them, the listing reads nothing and the caps' order (changed starting files, then the
+    smallest) picks what a second command reads."""
+
+    async def body(sb):
+        calls = []
+        capture = sb.capture._capture
+
+        async def counted(args, *a, **kw):
+            calls.append(args[0])
+            return await capture(args, *a, **kw)
+
+        sb.capture._capture = counted
+        await sb.put_files({"start.txt": b"s\n", "keep.txt": b"k\n"})
+        await sb.mark_baseline()
+        await sb.exec("echo more >> start.txt; echo small > a.txt; head -c 3000 /dev/zero > big.bin", 10)
+        within = await sb.changes()
+        within_calls, calls[:] = list(calls), []
+        past = await sb.changes(max_bytes=100)
+        return within, within_calls, past, list(calls)
+
+    within, within_calls, past, past_calls = run(one_sandbox(image, body))
+    assert within_calls == ["list", "changed"]  # the baseline, then one command for the changes
+    assert within.files == {"start.txt": b"s\nmore\n", "a.txt": b"small\n", "big.bin": bytes(3000)}
+    assert within.rejected == []
+    assert past_calls == ["changed", "read"]
+    assert past.files == {"start.txt": b"s\nmore\n", "a.txt": b"small\n"}
+    assert any("past the caps" in r for r in past.rejected)
+
+
 def test_pool_under_concurrent_users_leaks_nothing(image):
     run_id = "t-" + uuid.uuid4().hex[:8]
 
@@ -344,3 +375,20 @@ def test_a_forked_python_command_sees_what_a_fresh_one_sees(image):
     assert slow.timed_out and slow.exit_code == -9 and slow.duration < 10
     assert gone.spawn_error and gone.exit_code == 127
     assert left.stdout == ""  # but init, the server and this shell: nothing forked stayed
+
+
+def test_a_forked_command_starts_with_the_preloaded_heap_frozen_and_inspects_cache_filled(image):
+    """After its preload the server freezes what it imported out of the collector (a full collection in a
+    forked child would otherwise write to every page it shares with the server) and fills inspect's
+    module-by-file cache (a failing test's report would otherwise walk every loaded module): a fresh
+    python3 has neither."""
+    src = "import gc, inspect; print(gc.get_freeze_count() > 1000, len(inspect._filesbymodname) > 100)"
+
+    async def body(sb):
+        argv = ["python3", "-I", "-c", src]
+        forked = await sb.exec(argv, 30, user="root", cwd="/", fork=("pytest",))
+        fresh = await sb.exec(argv, 30, user="root", cwd="/")
+        return forked.stdout.split(), fresh.stdout.split()
+
+    forked, fresh = run(one_sandbox(image, body))
+    assert forked == ["True", "True"] and fresh == ["False", "False"]

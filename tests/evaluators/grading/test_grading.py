@@ -360,3 +360,34 @@ def test_a_link_to_the_hidden_expected_file_leads_nowhere(image):
     honest = b"def run():\n    open('/workspace/out.txt', 'w').write('the answer\\n')\n"
     v = grade_files({"solution.py": honest}, task, image)
     assert (v.solved, v.reason) == (True, "pass"), v
+
+
+def test_the_graders_folders_are_made_the_same_by_a_fork_of_the_server_and_by_sh(image):
+    """grade.mkdirs: a fork of the command server where it forks, sh elsewhere (the static helper's
+    images may have no python3); either way /grader is root's alone (0700), the folders exist and the
+    pids counter is read before the verifier."""
+    from evaluators.grading import grade as grading
+
+    async def main():
+        async with DockerPool(warm=0) as pool:
+            async with pool.sandbox(image) as sb:
+                await sb.exec(["chmod", "0755", "/grader"], 10, user="root", cwd="/")
+                forked = await grading.mkdirs(sb, "/grader/a/tmp", "/grader/a/home")
+                sb.forks = False
+                await sb.exec(["chmod", "0755", "/grader"], 10, user="root", cwd="/")
+                by_sh = await grading.mkdirs(sb, "/grader/b/tmp")
+                modes = await sb.exec(
+                    ["stat", "-c", "%a %U", "/grader", "/grader/a/tmp", "/grader/a/home", "/grader/b/tmp"],
+                    10,
+                    user="root",
+                    cwd="/",
+                )
+                with pytest.raises(Exception, match="grader's folders"):  # a file in the way
+                    sb.forks = True
+                    await sb.exec(["touch", "/grader/f"], 10, user="root", cwd="/")
+                    await grading.mkdirs(sb, "/grader/f/x")
+                return forked, by_sh, modes.stdout.split("\n")
+
+    forked, by_sh, modes = run(main())
+    assert isinstance(forked, int) and forked == by_sh  # nothing hit the pid limit in between
+    assert modes[:4] == ["700 root", "755 root", "755 root", "755 root"]
