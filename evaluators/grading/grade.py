@@ -134,13 +134,12 @@ class grading_sandbox:
 # no process but tini and the command server (which killed every other one when the verdict's command
 # ended), no System V IPC object. Anything left retires the container instead of reusing it.
 _WIPE = (
-    'u=$1; as_u() { setpriv --reuid="$u" --regid="$u" --clear-groups -- "$@"; }\n'
-    "dirs='/workspace /tmp /dev/shm /dev/mqueue /grader'\n"
-    # one rm for every folder: three in a wipe, not fifteen (a glob that matches nothing stays as it is,
-    # and rm -f passes over it)
-    'wipe=\'set --; for d in \'"$dirs"\'; do [ -w "$d" ] || continue; '
-    'set -- "$@" "$d"/* "$d"/.[!.]* "$d"/..?*; done; rm -rf -- "$@" 2>/dev/null; true\'\n'
-    'as_u sh -c "$wipe"; sh -c "$wipe"; as_u sh -c "$wipe"\n'
+    'u=$1; dirs="/workspace /tmp /dev/shm /dev/mqueue /grader"\n'
+    # one find a pass, each deleting what its user may (depth first, following no link; what it may not is
+    # left to the next pass, and anything still there fails the checks below)
+    'wipe() { "$@" find $dirs -mindepth 1 -delete 2>/dev/null; true; }\n'
+    'as_u="setpriv --reuid=$u --regid=$u --clear-groups --"\n'
+    "wipe $as_u; wipe; wipe $as_u\n"
     'for d in $dirs; do for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do\n'
     '  if [ -e "$e" ] || [ -L "$e" ]; then echo "left behind: $e" >&2; exit 3; fi; done; done\n'
     "for p in /proc/[0-9]*; do pid=${p#/proc/}; case $pid in 1|$PPID|$$) ;; *)\n"

@@ -234,7 +234,9 @@ class PytestKind(Kind):
             env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
             # pytest and its plugins imported once per grading container, by its command server: a batch's
             # later turns start at once (a container of its own pays the import as before)
-            run = await grade.run(sb, argv, timeout, env, cwd=folder, fork=PRELOAD)
+            # the proxy's module too, from this grading's folder: compiled once per container, not each turn
+            proxy = f"{folder}/_harness/_harness_candidate.py"
+            run = await grade.run(sb, argv, timeout, env, cwd=folder, fork=PRELOAD + (proxy,))
             if isinstance(run, rules.Verdict):
                 return run
             at_limit = await grade.pid_limit_note(sb, grading.prepared, task, run)

@@ -526,8 +526,7 @@ class _Child(_Wire):
         if self.proc is not None and self.proc.poll() is None:
             return
         if self.source is None:
-            with open(__file__, encoding="utf-8") as f:
-                self.source = f.read()
+            self.source = _SOURCE
         self.generation += 1
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", self.source, "--child"],
@@ -957,9 +956,21 @@ def _as_candidate_popen():
     os.system = system
 
 
+def _configure():
+    """This grading's settings, from the test runner's environment, read when the conftest installs the proxy
+    (not only at import: a command server may have imported this module once for a batch's turns, each of
+    which has its own candidate user)."""
+    global WORKSPACE, CANDIDATE_UID, CALL_TIMEOUT
+    WORKSPACE = os.environ.get("WORKSPACE", "/workspace")
+    CANDIDATE_UID = int(os.environ.get("HARNESS_CANDIDATE_UID", "10001"))
+    CALL_TIMEOUT = float(os.environ.get("HARNESS_CALL_TIMEOUT", "60"))
+    CHILD_ENV["WORKSPACE"] = WORKSPACE
+
+
 def install(mode="proxy"):
     """Called by the grader's conftest. proxy: the candidate's modules come through the child;
     direct: they import into the test process (a task's opt-out; canaries are then the only defence)."""
+    _configure()
     _as_candidate_popen()
     if mode == "direct":
         sys.path.append(WORKSPACE)
@@ -969,6 +980,13 @@ def install(mode="proxy"):
 
     atexit.register(CHILD.stop)
 
+
+# The child's program is this file's own text, read now: the file may be gone by the time a child starts (a
+# command server that imported it for a batch's first turn serves the later ones from memory).
+_SOURCE = None
+if __name__ != "__main__":
+    with open(__file__, encoding="utf-8") as _f:
+        _SOURCE = _f.read()
 
 if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
     _child_main()

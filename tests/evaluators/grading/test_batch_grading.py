@@ -212,3 +212,76 @@ def test_the_graders_files_go_in_while_the_workspace_is_rebuilt_and_either_failu
         asyncio.run(attempt(False, True))
     with pytest.raises(FilesNotWritten):
         asyncio.run(attempt(True, False))
+
+
+def test_the_wipe_removes_everything_an_attempt_left_where_it_could_write(image):
+    """The real wipe between turns (grade._WIPE) in a real container: the attempt's files in the sticky /tmp
+    and /dev/shm, hidden and oddly named ones, a folder of its own it made unreadable, links, and what root
+    wrote for it in /grader are all gone, and the wipe says the container is clean (exit 0)."""
+    from agent.sandbox import DockerPool
+    from evaluators.grading.grade import _WIPE, FIRST_BATCH_UID
+
+    uid = FIRST_BATCH_UID + 3
+    as_u = f"setpriv --reuid={uid} --regid={uid} --clear-groups --"
+    mess = (
+        "cd /tmp && mkdir -p a/b/c && echo x > a/b/c/f && echo y > .hidden && touch '..odd' 'new\nline' "
+        "&& ln -s /etc/passwd link && mkdir locked && touch locked/in && chmod 000 locked "
+        "&& mkdir s && touch s/f && chmod 1777 s && echo z > /dev/shm/seg && echo w > /workspace/out.txt"
+    )
+
+    async def main():
+        async with DockerPool(warm=0) as pool:
+            async with pool.sandbox(image) as sb:
+                await sb.exec(["chmod", "0777", "/workspace"], 10, cwd="/")
+                made = await sb.exec(["sh", "-c", f'{as_u} sh -c "$1"', "_", mess], 10, user="root", cwd="/")
+                await sb.exec(
+                    ["sh", "-c", "mkdir -p /grader/x/tests && echo t > /grader/x/tests/t.py"],
+                    10,
+                    user="root",
+                    cwd="/",
+                )
+                wipe = await sb.exec(["sh", "-c", _WIPE, "_", str(uid)], 60, user="root", cwd="/")
+                left = await sb.exec(
+                    ["sh", "-c", "ls -A /tmp /dev/shm /workspace /grader"], 10, user="root", cwd="/"
+                )
+                return made, wipe, left
+
+    made, wipe, left = asyncio.run(main())
+    assert made.exit_code == 0, made.stderr
+    assert (wipe.exit_code, wipe.stderr) == (0, "")
+    assert [line for line in left.stdout.splitlines() if line and not line.endswith(":")] == []
+
+
+def test_each_turn_of_a_preloaded_proxy_runs_its_candidate_as_its_own_user(image, tmp_path):
+    """The candidate proxy's module is imported once per grading container, by its command server, from the
+    first turn's folder (wiped before the second turn): every later turn still starts its candidate (from
+    the source kept in memory) and as that turn's user, read when the turn's conftest installs the proxy."""
+    import dataclasses
+
+    from evaluators.selftest.fixtures import small_task
+
+    hidden = (
+        "import os\nimport solution\n\n\ndef test_the_candidate_runs_as_this_turns_user():\n"
+        "    assert solution.uid() == int(os.environ['HARNESS_CANDIDATE_UID']) != 10001\n"
+    )
+    base = small_task(
+        "uid", "Write uid().", 30.0, verifier_timeout_sec=60, test_files={"test_uid.py": hidden.encode()}
+    )
+    tasks = [dataclasses.replace(base, id=f"uid-{i}") for i in range(3)]
+    script = tmp_path / "s.json"
+    script.write_text(
+        json.dumps(
+            {"*": [bash(write("solution.py", "import os\n\ndef uid():\n    return os.getuid()\n")), SUBMIT]}
+        )
+    )
+    shared = GradingStations.shared_turns
+    out = asyncio.run(
+        run_eval(
+            EvalConfig(model=f"replay:{script}", out=tmp_path / "run", concurrency=1, batch_grading=3),
+            tasks,
+            progress=False,
+        )
+    )
+    recs = list(RunReader(out).iter_attempts())
+    assert [(r.solved, r.reason) for r in recs] == [(True, "pass")] * 3, [r.detail for r in recs]
+    assert GradingStations.shared_turns >= shared + 2  # the three took turns in one container
