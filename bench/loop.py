@@ -116,7 +116,7 @@ async def harness_rate(
         PHASES = Phases()
         stop = asyncio.Event()
         lag = asyncio.ensure_future(_loop_lag(stop))
-        cpu0, daemons0 = sum(os.times()[:4]), daemons_cpu()
+        cpu0, daemons0, machine0 = sum(os.times()[:4]), daemons_cpu(), machine_cpu()
     t = time.perf_counter()
     await run_eval(
         EvalConfig(model=f"replay:{script}", out=out, concurrency=concurrency, batch_grading=batch),
@@ -130,11 +130,12 @@ async def harness_rate(
     assert solved == len(tasks), f"bench tasks must all be solved, got {solved}/{len(tasks)}"
     if breakdown:
         own, daemons = sum(os.times()[:4]) - cpu0, daemons_cpu() - daemons0
+        machine = [b - a for a, b in zip(machine0, machine_cpu())]
         stop.set()
         await lag
         latency = sum(r["durations"]["total"] for r in records) / len(records)
         mode = f"concurrency {concurrency}, batch grading {batch if batch > 1 else 'off'}"
-        print_breakdown(PHASES, len(tasks), wall, own, daemons, latency, mode)
+        print_breakdown(PHASES, len(tasks), wall, own, daemons, latency, mode, machine)
         PHASES = None
     return len(tasks) / wall * 60
 
@@ -524,8 +525,24 @@ def daemons_cpu() -> float:
     return sum(_proc_cpu(p) for p in _pids_named("dockerd", "containerd"))
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine so far (/proc/stat: every process and the kernel; busy
+    is all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - ticks[3] - ticks[4]) / hz, sum(ticks) / hz
+
+
 def print_breakdown(
-    ph: Phases, attempts: int, wall: float, own_cpu: float, daemon_cpu: float, latency: float, mode: str
+    ph: Phases,
+    attempts: int,
+    wall: float,
+    own_cpu: float,
+    daemon_cpu: float,
+    latency: float,
+    mode: str,
+    machine: list[float],
 ):
     """The per-phase table of one run, per attempt."""
     print(f"per-phase breakdown, {mode}, {attempts} attempts (ms per attempt; wall = summed over calls):")
@@ -551,6 +568,11 @@ def print_breakdown(
         f"(shared engine), containers {per(cont):.1f} ms, shims+runc {per(shims):.1f} ms: "
         f"{per(cpu):.1f} ms in all = {cpu / wall / (os.cpu_count() or 1):.0%} of the machine's "
         f"{os.cpu_count()} cores over the run"
+    )
+    # what the processes above leave out: the kernel's own threads, processes outside the containers' groups
+    print(
+        f"  the whole machine (/proc/stat): {per(machine[0]):.1f} ms of CPU per attempt, "
+        f"{machine[0] / max(machine[1], 1e-9):.0%} busy over the run"
     )
     print(
         f"  attempt latency {latency * 1000:.0f} ms, of which waiting (not CPU on its behalf) "
