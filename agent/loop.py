@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -143,12 +144,15 @@ def clean(messages: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k not in ("elided", "pinned")} for m in messages]
 
 
-async def run_loop(model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig) -> LoopResult:
-    """One attempt: steps of query -> execute -> limit checks until a LoopExit ends it."""
+async def run_loop(
+    model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig, example: Sequence[dict] = ()
+) -> LoopResult:
+    """One attempt: steps of query -> execute -> limit checks until a LoopExit ends it; `example`: worked
+    example messages before the instruction (a hint)."""
     loop = _Loop(model, sb, cfg)
     res = loop.res
     waiting = WAITING.set(loop.waiting)  # this attempt's task: its model calls report their queue time
-    loop.start(instruction)
+    loop.start(instruction, example)
     try:
         for index in range(cfg.max_steps):
             loop.check_context()
@@ -183,12 +187,13 @@ class _Loop:
         self.tokens = self.cost = 0.0
         self.recent: list[str] = []  # each step's actions, to see the same ones repeated
 
-    def start(self, instruction: str) -> None:
-        """The system prompt, the worked example (text protocol) and the task."""
+    def start(self, instruction: str, example: Sequence[dict] = ()) -> None:
+        """The system prompt, the worked example (text protocol), the task's example (a hint) and the
+        task."""
         if self.sb.workdir != "/workspace":  # a Harbor task's working folder is its image's WORKDIR
             self.tools = json.loads(json.dumps(TOOLS).replace("/workspace", self.sb.workdir))
         self.res.messages += opening_messages(
-            instruction, self.use_tools, self.cfg.demonstration, self.sb.workdir
+            instruction, self.use_tools, self.cfg.demonstration, self.sb.workdir, example
         )
 
     def check_context(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
@@ -132,14 +133,20 @@ def parse_tool_calls(completion: Completion) -> list[Action]:
 
 
 def opening_messages(
-    instruction: str, use_tools: bool, demonstration: bool = True, workdir: str = "/workspace"
+    instruction: str,
+    use_tools: bool,
+    demonstration: bool = True,
+    workdir: str = "/workspace",
+    example: Sequence[dict] = (),
 ) -> list[dict]:
-    """The conversation before the first step: the system prompt, the worked example (text protocol) and
-    the task (pinned: never elided to fit the context window)."""
+    """The conversation before the first step: the system prompt, the worked example (text protocol),
+    the task's own example if it has one (a hint), and the task (pinned: never elided to fit the
+    context window)."""
     system = prompt("system_tools" if use_tools else "system_text").replace("/workspace", workdir)
     messages = [{"role": "system", "content": system}]
     if demonstration and not use_tools:
         messages += json.loads((PROMPTS / "demonstration.json").read_text())
+    messages += [dict(m) for m in example]
     return messages + [
         {"role": "user", "content": prompt("instance", instruction=instruction), "pinned": True}
     ]

@@ -7,7 +7,7 @@ each task's unhinted samples so far (this round's greedy one and every earlier r
 - saturated (at least 80% of >= 2 measured samples solved: 2 of 2, 4 of 5): the task leaves the pool,
   0 attempts; its trajectories are in the data already;
 - never solved (>= 2 samples, none solved): an exploration share, at most explore_share * B in all,
-  spread evenly (with hints on, half of each such task's attempts start from a hint);
+  spread evenly (with hints on, all of each such task's attempts but one start from a hint);
 - the rest (the frontier, and tasks not measured yet): what is left, in proportion to p * (1 - p)
   with p = (solved + 1) / (n + 2) (most where the outcome is least certain), at least 1 each and at
   most twice the pool's mean (B / tasks) each, so that a few frontier tasks cannot take it all.
@@ -19,10 +19,13 @@ which at least half of the pool's tasks at the current top level were solved (un
 so far. Tasks above the level are still evaluated greedily each round (their measured difficulty),
 only not sampled.
 
-Hints (for never-solved tasks): the first command of a successful trajectory -- the task's own
-oracle (solution/solve.sh), else an earlier round's unhinted success on a sibling instance (same
-family) -- appended to the instruction as HINT. lora/data.strip_hint rebuilds a solved hinted
-attempt as if the hint had never been there before it is trained on.
+Hints (for never-solved tasks): a worked example of the task's family, shown as an exchange after the
+loop's own worked example and before the task (Task.example): an earlier round's unhinted success on
+a sibling instance, else a sibling train instance's oracle (solution/solve.sh), else the task's own
+oracle. All of a never-solved task's attempts but one start from it. lora/data.strip_hint rebuilds a
+solved hinted attempt as if the hint had never been there before it is trained on. (A hint as text
+appended to the instruction, the first form, was ignored by SmolLM2-135M, which copies the worked
+example's form: 3 of 28 first replies ran the hinted command, against 11 of 28 with the example.)
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 SATURATED = 0.8  # the share of its samples a task must solve to leave the pool
-HINT = "\n\nHint: a first command that worked on a task like this one:\n```bash\n{command}\n```"
 
 
 @dataclass
@@ -106,8 +108,8 @@ def allocate(
     for t in task_ids:
         if count[t] == 0:
             continue
-        if hints and alloc.kind[t] == "never":
-            alloc.hinted[t] = (count[t] + 1) // 2
+        if hints and alloc.kind[t] == "never":  # one unhinted attempt keeps measuring it
+            alloc.hinted[t] = max(1, count[t] - 1)
             if count[t] - alloc.hinted[t]:
                 alloc.plain[t] = count[t] - alloc.hinted[t]
         else:
@@ -151,43 +153,65 @@ def next_level(level: int, tasks: Iterable[Any], solved_ever: set[str], top: int
     return level
 
 
-def first_command(attempt: Any) -> Optional[str]:
-    """The first bash command of an attempt's trajectory."""
-    for step in attempt.steps:
-        for action in step.actions:
-            if action.kind == "bash" and action.command:
-                return action.command.strip()
-    return None
-
-
-def oracle_command(task: Any) -> Optional[str]:
-    """The first command of the task's oracle (solution/solve.sh), shebang, `set` lines and comments
-    skipped."""
+def oracle_script(task: Any) -> Optional[str]:
+    """The task's oracle (solution/solve.sh) as one command: its shebang, leading `set` lines and
+    comments skipped, the rest as written."""
     script = (getattr(task, "solution_files", None) or {}).get("solve.sh")
     if not script:
         return None
-    for line in script.decode("utf-8", "replace").splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and not line.startswith("set "):
-            return line
-    return None
+    lines = script.decode("utf-8", "replace").rstrip().splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith(("#", "set "))):
+        lines.pop(0)
+    return "\n".join(lines) or None
 
 
-def hint_for(task: Any, sibling_successes: dict[str, list[Any]]) -> Optional[str]:
-    """The hint text for a never-solved task: its oracle's first command (right for this instance),
-    else a sibling instance's successful first command; None when there is neither."""
-    command = oracle_command(task)
-    if command:
-        return HINT.format(command=command)
+def oracle_example(task: Any) -> Optional[list[dict]]:
+    """A worked example of `task` solved by its oracle, as the loop would have recorded it: the task, the
+    oracle in one reply, an observation (exit code 0; the oracle is not run for this), submit."""
+    from agent.prompt_format import prompt
+
+    script = oracle_script(task)
+    if not script:
+        return None
+    return [
+        {"role": "user", "content": prompt("instance", instruction=task.instruction)},
+        {"role": "assistant", "content": f"```bash\n{script}\n```"},
+        {"role": "user", "content": prompt("observation", exit_code=0, output="(no output)")},
+        {"role": "assistant", "content": "```bash\nsubmit\n```"},
+    ]
+
+
+def attempt_example(attempt: Any) -> Optional[list[dict]]:
+    """A solved attempt as a worked example: its task message and everything after it (the model's
+    replies and the real observations)."""
+    messages = [{"role": m["role"], "content": m["content"]} for m in attempt.messages if "content" in m]
+    replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if len(replies) < len(attempt.steps) or not attempt.steps:
+        return None
+    first = replies[len(replies) - len(attempt.steps)]
+    return messages[first - 1 :] if first >= 1 and messages[first - 1]["role"] == "user" else None
+
+
+def hint_for(
+    task: Any, sibling_successes: dict[str, list[Any]], siblings: Iterable[Any] = ()
+) -> Optional[list[dict]]:
+    """The hint for a never-solved task, a worked example of its family shown before its instruction:
+    an earlier round's unhinted success on a sibling instance, else a sibling's oracle (the train
+    instances given in `siblings`), else its own oracle; None when there is none of these. A sibling
+    comes first: the model must carry the example over to this instance's names rather than copy it."""
     family = getattr(task, "family", "") or ""
-    for a in sibling_successes.get(family, []):
-        if a.task_id != task.id and (command := first_command(a)):
-            return HINT.format(command=command)
-    return None
+    for a in sibling_successes.get(family, []) if family else []:
+        if a.task_id != task.id and (example := attempt_example(a)):
+            return example
+    for t in sorted(siblings, key=lambda t: t.id) if family else []:
+        if t.id != task.id and (getattr(t, "family", "") or "") == family and (example := oracle_example(t)):
+            return example
+    return oracle_example(task)
 
 
-def hinted_task(task: Any, hint: str) -> Any:
-    """A copy of the task whose instruction ends with the hint (same id: its attempts are its own)."""
+def hinted_task(task: Any, hint: list[dict]) -> Any:
+    """A copy of the task whose attempts see the hint (a worked example) before its instruction (same
+    id: its attempts are its own)."""
     t = copy.copy(task)
-    t.instruction = (getattr(task, "instruction", "") or "") + hint
+    t.example = tuple(dict(m) for m in hint)
     return t

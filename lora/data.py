@@ -13,7 +13,7 @@ import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from results.attempts import action_signature, is_solved
 from results.errors import UserError
@@ -104,13 +104,15 @@ def filter_attempts(
 # ---------------------------------------------------------------- hinted attempts
 
 
-def strip_hint(a: Attempt, hint: str, encode: Callable[[list[dict]], list[int]]) -> Optional[Attempt]:
+def strip_hint(a: Attempt, hint: Any, encode: Callable[[list[dict]], list[int]]) -> Optional[Attempt]:
     """The hinted attempt `a` as the model would have seen it without the hint, token for token; None
     when that cannot be rebuilt exactly (the attempt is then not trained on).
 
-    How: the model saw H0 = encode(messages before its first reply), the hint inside a user message
-    (a.messages ends with the model's len(steps) replies and what followed each).
-    U0 = encode(the same messages with the hint text removed). Every step's prompt_ids must start with
+    The hint is a worked example (a list of messages, lora/curriculum.hint_for) the loop put before the
+    task message; a string is the first form, text inside a user message (runs made before).
+    How: the model saw H0 = encode(messages before its first reply), the hint among them (a.messages
+    ends with the model's len(steps) replies and what followed each).
+    U0 = encode(the same messages without the hint). Every step's prompt_ids must start with
     H0 (a prompt whose context was elided might hold the hint elsewhere: refused); its rebuilt prompt
     is U0 + the ids after H0, unchanged, and every completion_ids is the model's own, unchanged. Both
     H0 and U0 end with the assistant header, a special-token boundary, so what follows tokenises the
@@ -118,17 +120,23 @@ def strip_hint(a: Attempt, hint: str, encode: Callable[[list[dict]], list[int]])
     conversation before the last reply), and H0 must equal the recorded first prompt."""
     if not has_token_ids(a) or not hint:
         return None
-    # The model's replies are the last len(steps) assistant messages (a worked example may come first).
+    # The model's replies are the last len(steps) assistant messages (worked examples come first).
     replies = [i for i, m in enumerate(a.messages) if m.get("role") == "assistant"]
     if len(replies) < len(a.steps):
         return None
     replies = replies[len(replies) - len(a.steps) :]
 
     def plain(messages: list[dict]) -> list[dict]:
-        return [
-            dict(m, content=m["content"].replace(hint, "")) if isinstance(m.get("content"), str) else m
-            for m in messages
-        ]
+        if isinstance(hint, str):
+            return [
+                dict(m, content=m["content"].replace(hint, "")) if isinstance(m.get("content"), str) else m
+                for m in messages
+            ]
+        n, want = len(hint), [(h["role"], h["content"]) for h in hint]
+        for i in range(len(messages) - n + 1):  # the first place: the opening, before any reply
+            if [(m.get("role"), m.get("content")) for m in messages[i : i + n]] == want:
+                return messages[:i] + messages[i + n :]
+        return messages
 
     shown = a.messages[: replies[0]]
     h0 = a.steps[0].prompt_ids

@@ -548,7 +548,7 @@ def _train_samples(
     runs: dict[str, tuple[Path, int, float]],
     one: Callable[[str, list, int, float], None],
     log: Callable[[str], None],
-) -> tuple[Optional[Any], dict[str, str]]:
+) -> tuple[Optional[Any], dict[str, list[dict]]]:
     """The train samples the next round learns from, run with `one`: K of every task, or with a budget
     as many per task as its solve rate earns (some with hints). Returns (the allocation, the hints)."""
     if cfg.budget is None:  # today's loop: K samples of every train task (also the next round's samples)
@@ -619,7 +619,7 @@ def _write_round_metrics(
 
 def _allocate(
     cfg: TrainConfig, out: Path, r: int, train_tasks: list, greedy_run: Path, log: Callable[[str], None]
-) -> tuple[Allocation, dict[str, str]]:
+) -> tuple[Allocation, dict[str, list[dict]]]:
     """This round's allocation of cfg.budget (lora/curriculum.py), from the measured rates: this
     round's greedy run and every earlier round's train samples (unhinted): a task only hinted last
     round keeps the record of its earlier failures, and is not taken for one never measured."""
@@ -657,12 +657,12 @@ def _allocate(
     alloc = allocate([t.id for t in pool], rates, cfg.budget, cfg.explore_share, cfg.hints)
     alloc.level = level
     alloc.left_out = [t.id for t in train_tasks if t not in pool]
-    hints: dict[str, str] = {}
+    hints: dict[str, list[dict]] = {}
     for t in pool:
         if t.id in alloc.hinted:
-            text = hint_for(t, successes)
-            if text:
-                hints[t.id] = text
+            example = hint_for(t, successes, train_tasks)
+            if example:
+                hints[t.id] = example
             else:  # no hint to give: its attempts run plain
                 alloc.plain[t.id] = alloc.plain.get(t.id, 0) + alloc.hinted.pop(t.id)
     summary = alloc.summary()

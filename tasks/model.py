@@ -113,6 +113,8 @@ class Task:
     solution_files: dict[str, bytes] = field(default_factory=dict)  # solve.sh (+ helpers)
     build_context: dict[str, bytes] = field(default_factory=dict)  # environment/ files beside a Dockerfile
     harbor: Optional[Any] = None  # tasks.harbor.HarborSpec for a Harbor-format task (tests/test.sh verifier)
+    # A worked example (chat messages) shown before the instruction: a hint (lora/curriculum.hinted_task)
+    example: tuple[dict, ...] = ()
 
     def content_hash(self) -> str:
         """Hash of everything that defines the task: changes when the task changes."""
@@ -129,6 +131,7 @@ class Task:
                     self.agent,
                 )
                 + ((self.harbor,) if self.harbor else ())
+                + ((self.example,) if self.example else ())
             ).encode()
         )
         for group in (self.workspace_files, self.test_files, self.solution_files, self.build_context):

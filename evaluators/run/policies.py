@@ -56,7 +56,7 @@ def loop_policy(
             seed=None if cfg.seed is None else attempt_seed(cfg.seed, task.id, sample),
         )
         limited = _Limited(model_for_attempt(model, task.id, sample), model_slots, on_phase or _quiet)
-        result = await run_loop(limited, sb, task.instruction, per_task)
+        result = await run_loop(limited, sb, task.instruction, per_task, task.example)
         (on_phase or _quiet)("grading")
         return result
 

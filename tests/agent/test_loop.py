@@ -187,6 +187,25 @@ def test_solving_steps_write_then_submit(tmp_path):
     assert res.messages[0]["role"] == "system" and res.messages[-1]["role"] == "assistant"
 
 
+def test_a_tasks_worked_example_comes_after_the_loops_own_and_before_the_task(tmp_path):
+    example = (
+        {"role": "user", "content": "Implement sub(a, b) in /workspace/solution.py."},
+        {"role": "assistant", "content": "```bash\necho sub > solution.py\n```"},
+    )
+    sb = FakeSandbox()
+    policy = loop_policy(replay([SUBMIT], tmp_path), LoopConfig(), asyncio.Semaphore(1), 0)
+    res = run(policy(make_task(example=example), sb))
+    demo = json.loads((PROMPTS / "demonstration.json").read_text())
+    assert res.messages[1 : 1 + len(demo)] == demo
+    assert res.messages[1 + len(demo) : 3 + len(demo)] == list(example)
+    assert "Implement add" in res.messages[3 + len(demo)]["content"]
+    assert res.messages[4 + len(demo) :] == [{"role": "assistant", "content": SUBMIT}]
+    plain, _ = on_fake([SUBMIT], tmp_path)
+    assert len(plain.messages) == len(res.messages) - 2 and make_task(example=example).content_hash() != (
+        make_task().content_hash()
+    )
+
+
 def test_observation_shows_real_output_then_agent_corrects(tmp_path):
     sb = FakeSandbox({CHECK_CMD: ["6\n", "5\n"]})
     res, _ = on_fake([WRITE_WRONG, CHECK, WRITE_CORRECT, CHECK, SUBMIT], tmp_path, sb=sb)

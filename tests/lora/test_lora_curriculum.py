@@ -13,7 +13,7 @@ from lora_fakes import CharTokenizer, attempt, rollout
 from test_lora_train import FakeBackend, config
 
 import lora.train as lt
-from lora.curriculum import HINT, allocate, hint_for, next_level
+from lora.curriculum import allocate, attempt_example, hint_for, next_level, oracle_example, oracle_script
 from lora.data import build_dataset, filter_attempts, strip_hint
 from results.metrics import (
     ALWAYS,
@@ -52,7 +52,7 @@ def test_budget_goes_to_the_frontier_little_to_saturated_and_bounded_to_never_so
     assert count["hard1"] == count["hard2"] == 4
     assert count["mid"] > count["edge"] > 0 and count["fresh"] >= count["edge"]  # most where least certain
     hinted = allocate(tasks, rates, budget=40, explore_share=0.2, hints=True)
-    assert hinted.hinted == {"hard1": 2, "hard2": 2} and hinted.plain["hard1"] == 2
+    assert hinted.hinted == {"hard1": 3, "hard2": 3} and hinted.plain["hard1"] == 1  # one stays unhinted
     assert hinted.total == 40
 
 
@@ -84,15 +84,41 @@ def test_the_curriculum_level_rises_when_half_its_top_tasks_are_solved():
     assert next_level(3, tasks, {t.id for t in tasks}, top=3) == 3  # no level above the hardest
 
 
-def test_a_hint_is_the_oracles_first_command_else_a_siblings():
-    task = SimpleNamespace(
-        id="f-1", family="f", solution_files={"solve.sh": b"#!/bin/bash\nset -e\nwc -l < a\n"}
+def test_a_hint_is_a_worked_example_of_a_siblings_success_else_a_siblings_oracle_else_its_own():
+    def task(id, solve, family="f"):
+        return SimpleNamespace(
+            id=id, family=family, instruction=f"Do {id}.", solution_files={"solve.sh": solve} if solve else {}
+        )
+
+    me = task("f-1", b"#!/bin/bash\nset -e\n# count them\nwc -l < a > n\n")
+    sibling = task("f-2", b"#!/bin/bash\nset -e\nsort x > y\n# kept: after the first command\n")
+    other = task("g-1", b"#!/bin/bash\nrm -rf /\n", family="g")
+    solved = attempt("f-3", commands=["sort z > w", "submit"]).model_copy(
+        update={
+            "messages": [
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "demo"},
+                {"role": "assistant", "content": "```bash\necho demo\n```"},
+                {"role": "user", "content": "Do f-3."},
+                {"role": "assistant", "content": "```bash\nsort z > w\n```"},
+                {"role": "user", "content": "exit code: 0\n(no output)"},
+                {"role": "assistant", "content": "```bash\nsubmit\n```"},
+            ]
+        }
     )
-    assert hint_for(task, {}) == HINT.format(command="wc -l < a")
-    bare = SimpleNamespace(id="f-1", family="f", solution_files={})
-    sibling = attempt("f-2", commands=["sort x > y", "submit"])
-    assert hint_for(bare, {"f": [sibling]}) == HINT.format(command="sort x > y")
-    assert hint_for(bare, {}) is None
+    # An earlier unhinted success on a sibling: its task message and what followed, the worked example cut.
+    assert hint_for(me, {"f": [solved]}, [me, sibling]) == attempt_example(solved) == solved.messages[3:]
+    # Else a sibling train instance's oracle, as the loop would show a solved exchange; never another
+    # family's, and never its own while a sibling has one.
+    example = hint_for(me, {}, [other, me, sibling])
+    assert example == oracle_example(sibling)
+    assert [m["role"] for m in example] == ["user", "assistant", "user", "assistant"]
+    assert "Do f-2." in example[0]["content"] and "rm -rf" not in json.dumps(example)
+    assert example[1]["content"] == "```bash\nsort x > y\n# kept: after the first command\n```"
+    assert example[3]["content"] == "```bash\nsubmit\n```"
+    assert oracle_script(me) == "wc -l < a > n"  # shebang, set lines and leading comments skipped
+    assert hint_for(me, {}, [me]) == oracle_example(me)  # no sibling: its own oracle
+    assert hint_for(task("f-9", None), {}, []) is None
 
 
 # ---------------------------------------------------------------- hints are not trained on
@@ -100,7 +126,8 @@ def test_a_hint_is_the_oracles_first_command_else_a_siblings():
 
 def hinted_rollout(encode, eot_ids, hint):
     """An attempt as the loop records a hinted one: messages, and each step's prompt = encode(the
-    conversation so far, the hint inside the task message); completion = the reply's ids."""
+    conversation so far, the hint -- a worked example -- before the task message, or the first form,
+    text inside it); completion = the reply's ids."""
     instruction = "Count the lines of data.txt into count.txt."
     demo = [  # the loop's worked example: an assistant message before the model's own first reply
         {"role": "user", "content": "Print hello."},
@@ -109,7 +136,8 @@ def hinted_rollout(encode, eot_ids, hint):
     messages = [
         {"role": "system", "content": "You are an agent."},
         *demo,
-        {"role": "user", "content": instruction + hint},
+        *([] if isinstance(hint, str) else hint),
+        {"role": "user", "content": instruction + (hint if isinstance(hint, str) else "")},
     ]
     replies, observations = (
         ["```bash\nwc -l < data.txt > count.txt\n```", "```bash\nsubmit\n```"],
@@ -133,8 +161,15 @@ def hinted_rollout(encode, eot_ids, hint):
     return a, plain, replies, observations
 
 
-def check_rebuilt(encode, eot_ids):
-    hint = HINT.format(command="wc -l < data.txt > count.txt")
+HINT = [  # a sibling's solved exchange, as lora/curriculum.hint_for gives it
+    {"role": "user", "content": "Count the lines of fruits.txt into count.txt."},
+    {"role": "assistant", "content": "```bash\nwc -l < fruits.txt > count.txt\n```"},
+    {"role": "user", "content": "exit code: 0\n(no output)"},
+    {"role": "assistant", "content": "```bash\nsubmit\n```"},
+]
+
+
+def check_rebuilt(encode, eot_ids, hint=HINT):
     a, plain, replies, observations = hinted_rollout(encode, eot_ids, hint)
     rebuilt = strip_hint(a, hint, encode)
     assert rebuilt is not None
@@ -143,7 +178,11 @@ def check_rebuilt(encode, eot_ids):
         assert s.prompt_ids == encode(messages)  # exactly what the model would have seen unhinted
         assert s.completion_ids == old.completion_ids  # its own tokens, untouched
         messages = messages + [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}]
-    assert all(hint not in m["content"] for m in rebuilt.messages)
+    if isinstance(hint, str):
+        assert all(hint not in m["content"] for m in rebuilt.messages)
+    else:
+        assert rebuilt.messages[: len(plain)] == plain and not any(m in rebuilt.messages for m in hint[:1])
+        assert len(rebuilt.messages) == len(a.messages) - len(hint)
     (example,) = build_dataset([rebuilt])
     assert example.input_ids[: len(encode(plain))] == encode(plain)
     return a, hint
@@ -158,6 +197,10 @@ def test_a_hinted_attempt_is_rebuilt_without_its_hint_token_for_token():
     )
     assert strip_hint(wrong, hint, tok.render) is None
     assert strip_hint(a, "a hint that is not there", tok.render) is None
+    assert strip_hint(a, [dict(HINT[0], content="another example")] + HINT[1:], tok.render) is None
+    # The first form, text appended to the task message (runs made before), is rebuilt the same way.
+    text = "\n\nHint: a first command that worked:\n```bash\nwc -l < data.txt > count.txt\n```"
+    check_rebuilt(tok.render, lambda reply: tok.encode(reply) + [tok.eot], hint=text)
 
 
 @pytest.mark.model
