@@ -19,13 +19,15 @@ which at least half of the pool's tasks at the current top level were solved (un
 so far. Tasks above the level are still evaluated greedily each round (their measured difficulty),
 only not sampled.
 
-Hints (for never-solved tasks): a worked example of the task's family, shown as an exchange after the
-loop's own worked example and before the task (Task.example): an earlier round's unhinted success on
-a sibling instance, else a sibling train instance's oracle (solution/solve.sh), else the task's own
-oracle. All of a never-solved task's attempts but one start from it. lora/data.strip_hint rebuilds a
-solved hinted attempt as if the hint had never been there before it is trained on. (A hint as text
-appended to the instruction, the first form, was ignored by SmolLM2-135M, which copies the worked
-example's form: 3 of 28 first replies ran the hinted command, against 11 of 28 with the example.)
+Hints (for never-solved tasks): worked examples of the task's family, shown as exchanges after the
+loop's own worked example and before the task (Task.example): a sibling instance's (an earlier round's
+unhinted success, else a sibling train instance's oracle, solution/solve.sh), then the task's own
+oracle's. All of a never-solved task's attempts but one start from it. lora/data.strip_hint rebuilds
+a solved hinted attempt as if the hint had never been there before it is trained on. SmolLM2-135M
+copies the form of the exchanges it is shown; a hint as text appended to the instruction (the first
+form) it mostly ignores: first replies that run the task's own oracle, one train instance of each of
+the 14 families, 1 greedy + 6 sampled replies each (bench/hint_forms.py --families all): none 0/98,
+text 22/98, one sibling exchange 21/98, the sibling's then its own 70/98.
 """
 
 from __future__ import annotations
@@ -195,18 +197,20 @@ def attempt_example(attempt: Any) -> Optional[list[dict]]:
 def hint_for(
     task: Any, sibling_successes: dict[str, list[Any]], siblings: Iterable[Any] = ()
 ) -> Optional[list[dict]]:
-    """The hint for a never-solved task, a worked example of its family shown before its instruction:
-    an earlier round's unhinted success on a sibling instance, else a sibling's oracle (the train
-    instances given in `siblings`), else its own oracle; None when there is none of these. A sibling
-    comes first: the model must carry the example over to this instance's names rather than copy it."""
+    """The hint for a never-solved task: worked examples of its family shown before its instruction --
+    a sibling instance's (an earlier round's unhinted success, else the oracle of a train instance in
+    `siblings`), then the task's own oracle's; None when there is neither. Two examples, the second
+    this task's, are followed far more often than one by a small model (bench/hint_forms.py)."""
     family = getattr(task, "family", "") or ""
+    sibling: Optional[list[dict]] = None
     for a in sibling_successes.get(family, []) if family else []:
-        if a.task_id != task.id and (example := attempt_example(a)):
-            return example
-    for t in sorted(siblings, key=lambda t: t.id) if family else []:
-        if t.id != task.id and (getattr(t, "family", "") or "") == family and (example := oracle_example(t)):
-            return example
-    return oracle_example(task)
+        if a.task_id != task.id and (sibling := attempt_example(a)):
+            break
+    for t in sorted(siblings, key=lambda t: t.id) if family and not sibling else []:
+        if t.id != task.id and (getattr(t, "family", "") or "") == family and (sibling := oracle_example(t)):
+            break
+    examples = (sibling or []) + (oracle_example(task) or [])
+    return examples or None
 
 
 def hinted_task(task: Any, hint: list[dict]) -> Any:

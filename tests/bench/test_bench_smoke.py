@@ -132,3 +132,11 @@ def test_rft_curriculum_bench_smoke(image, tmp_path):
     for loop in ("today", "new"):
         assert json.loads((tmp_path / "rc" / loop / "stopped.json").read_text())["reason"]
         assert (tmp_path / "rc" / loop / "task_rates.jsonl").read_text().strip()
+
+
+@pytest.mark.model
+def test_hint_forms_bench_smoke():
+    out = bench("bench/hint_forms.py", "--smoke")
+    for form in ("none", "text", "sibling", "hint"):
+        assert re.search(rf"^\S+\s+{form}\s+\d+/2\s+\[", out, re.M), out
+    assert re.search(r"all families: none \d+/2, text \d+/2, sibling \d+/2, hint \d+/2", out), out

@@ -84,7 +84,7 @@ def test_the_curriculum_level_rises_when_half_its_top_tasks_are_solved():
     assert next_level(3, tasks, {t.id for t in tasks}, top=3) == 3  # no level above the hardest
 
 
-def test_a_hint_is_a_worked_example_of_a_siblings_success_else_a_siblings_oracle_else_its_own():
+def test_a_hint_is_a_siblings_worked_example_then_the_tasks_own_oracles():
     def task(id, solve, family="f"):
         return SimpleNamespace(
             id=id, family=family, instruction=f"Do {id}.", solution_files={"solve.sh": solve} if solve else {}
@@ -106,18 +106,21 @@ def test_a_hint_is_a_worked_example_of_a_siblings_success_else_a_siblings_oracle
             ]
         }
     )
-    # An earlier unhinted success on a sibling: its task message and what followed, the worked example cut.
-    assert hint_for(me, {"f": [solved]}, [me, sibling]) == attempt_example(solved) == solved.messages[3:]
-    # Else a sibling train instance's oracle, as the loop would show a solved exchange; never another
-    # family's, and never its own while a sibling has one.
-    example = hint_for(me, {}, [other, me, sibling])
-    assert example == oracle_example(sibling)
-    assert [m["role"] for m in example] == ["user", "assistant", "user", "assistant"]
-    assert "Do f-2." in example[0]["content"] and "rm -rf" not in json.dumps(example)
-    assert example[1]["content"] == "```bash\nsort x > y\n# kept: after the first command\n```"
-    assert example[3]["content"] == "```bash\nsubmit\n```"
+    own = oracle_example(me)
+    assert [m["role"] for m in own] == ["user", "assistant", "user", "assistant"]
+    assert "Do f-1." in own[0]["content"] and own[1]["content"] == "```bash\nwc -l < a > n\n```"
+    assert own[3]["content"] == "```bash\nsubmit\n```"
     assert oracle_script(me) == "wc -l < a > n"  # shebang, set lines and leading comments skipped
-    assert hint_for(me, {}, [me]) == oracle_example(me)  # no sibling: its own oracle
+    # First an earlier unhinted success on a sibling (its task message and what followed, the loop's
+    # worked example cut), then the task's own oracle.
+    assert attempt_example(solved) == solved.messages[3:]
+    assert hint_for(me, {"f": [solved]}, [me, sibling]) == solved.messages[3:] + own
+    # Else a sibling train instance's oracle; never another family's.
+    example = hint_for(me, {}, [other, me, sibling])
+    assert example == oracle_example(sibling) + own and "rm -rf" not in json.dumps(example)
+    assert "Do f-2." in example[0]["content"]
+    assert example[1]["content"] == "```bash\nsort x > y\n# kept: after the first command\n```"
+    assert hint_for(me, {}, [me]) == own  # no sibling: its own oracle alone
     assert hint_for(task("f-9", None), {}, []) is None
 
 
