@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.loop import clean
 from agent.prompt_format import opening_messages
 from lora.curriculum import hint_for, oracle_example, oracle_script
 from tasks.family import load_family
@@ -97,8 +98,7 @@ def main(argv=None) -> int:
             "hint": opening_messages(task.instruction, False, example=hint_for(task, {}, train) or ()),
         }
         for form, messages in forms.items():
-            clean = [{"role": m["role"], "content": m["content"]} for m in messages]
-            got = replies(model, tok, clean, args.samples, args.tokens)
+            got = replies(model, tok, clean(messages), args.samples, args.tokens)
             hits = sum(same(c, own) for c in got)
             totals[form] += hits
             print(f"{name:<22} {form:<8} {hits:>3}/{len(got):<3}  {got[:3]}")

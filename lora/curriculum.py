@@ -37,6 +37,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from lora.data import reply_indices
+
 SATURATED = 0.8  # the share of its samples a task must solve to leave the pool
 
 
@@ -186,12 +188,14 @@ def oracle_example(task: Any) -> Optional[list[dict]]:
 def attempt_example(attempt: Any) -> Optional[list[dict]]:
     """A solved attempt as a worked example: its task message and everything after it (the model's
     replies and the real observations)."""
-    messages = [{"role": m["role"], "content": m["content"]} for m in attempt.messages if "content" in m]
-    replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-    if len(replies) < len(attempt.steps) or not attempt.steps:
+    replies = reply_indices(attempt)
+    if not replies or replies[0] < 1 or attempt.messages[replies[0] - 1].get("role") != "user":
         return None
-    first = replies[len(replies) - len(attempt.steps)]
-    return messages[first - 1 :] if first >= 1 and messages[first - 1]["role"] == "user" else None
+    return [
+        {"role": m["role"], "content": m["content"]}
+        for m in attempt.messages[replies[0] - 1 :]
+        if "content" in m
+    ]
 
 
 def hint_for(

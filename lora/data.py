@@ -104,6 +104,13 @@ def filter_attempts(
 # ---------------------------------------------------------------- hinted attempts
 
 
+def reply_indices(a: Attempt) -> Optional[list[int]]:
+    """Where the model's own replies are in a.messages: the last len(steps) assistant messages (worked
+    examples come first); None when there are fewer."""
+    replies = [i for i, m in enumerate(a.messages) if m.get("role") == "assistant"]
+    return replies[len(replies) - len(a.steps) :] if len(replies) >= len(a.steps) else None
+
+
 def strip_hint(a: Attempt, hint: Any, encode: Callable[[list[dict]], list[int]]) -> Optional[Attempt]:
     """The hinted attempt `a` as the model would have seen it without the hint, token for token; None
     when that cannot be rebuilt exactly (the attempt is then not trained on).
@@ -120,11 +127,9 @@ def strip_hint(a: Attempt, hint: Any, encode: Callable[[list[dict]], list[int]])
     conversation before the last reply), and H0 must equal the recorded first prompt."""
     if not has_token_ids(a) or not hint:
         return None
-    # The model's replies are the last len(steps) assistant messages (worked examples come first).
-    replies = [i for i, m in enumerate(a.messages) if m.get("role") == "assistant"]
-    if len(replies) < len(a.steps):
+    replies = reply_indices(a)
+    if replies is None:
         return None
-    replies = replies[len(replies) - len(a.steps) :]
 
     def plain(messages: list[dict]) -> list[dict]:
         if isinstance(hint, str):
