@@ -15,8 +15,9 @@ limits (5 steps, 64-token replies) and SFT settings, held-out pass@1 greedy and 
 
 Prints per loop and round: held-out pass@1 greedy and at t=0.7 with the paired bootstrap CI of the
 change from round 0, train tasks newly solved (unhinted), hinted/unhinted successes, excluded
-attempts, wall time, and the decoder's generated tokens/s per eval phase; then the two loops' last
-rounds against each other (paired over held-out tasks).
+attempts, wall time, and the decoder's generated tokens/s per eval phase; each loop's result (the
+round best.json names: best train greedy pass@1); then the two loops' last rounds, and their results,
+against each other (paired over held-out tasks).
 
 Time budget (90 minutes on 2 cores; the first full runs took 42 and 50 minutes): per evaluated
 model 28 held-out x (1 greedy + 2 sampled) + 28 train greedy + 84 train samples = 196 attempts of
@@ -112,22 +113,43 @@ def round_walls(out: Path) -> dict[int, float]:
     return walls
 
 
-def head_to_head(outs: dict[str, Path]) -> str:
-    """The two loops' last rounds, held-out greedy pass@1, paired over tasks."""
-    last = {}
-    for name, out in outs.items():
-        done = [p for p in out.glob("round_*") if (p / "metrics.json").exists()]
-        best = max(done, key=lambda p: int(p.name.split("_")[1]))
-        last[name] = json.loads((best / "metrics.json").read_text())["metrics"]["heldout"]["pass@1"][
-            "per_task"
-        ]
-    common = sorted(set(last["new"]) & set(last["today"]))
-    diffs = [last["new"][t] - last["today"][t] for t in common]
+def last_round(out: Path) -> int:
+    return max(int(p.name.split("_")[1]) for p in out.glob("round_*") if (p / "metrics.json").exists())
+
+
+def result_round(out: Path) -> int:
+    """The round the run hands on (best.json: best train greedy pass@1)."""
+    return json.loads((out / "best.json").read_text())["round"]
+
+
+def heldout_greedy(out: Path, r: int) -> dict:
+    return json.loads((out / f"round_{r}" / "metrics.json").read_text())["metrics"]["heldout"]["pass@1"]
+
+
+def head_to_head(outs: dict[str, Path], pick=last_round, label: str = "last rounds") -> str:
+    """The two loops' rounds chosen by `pick`, held-out greedy pass@1, paired over tasks."""
+    per_task = {name: heldout_greedy(out, pick(out))["per_task"] for name, out in outs.items()}
+    common = sorted(set(per_task["new"]) & set(per_task["today"]))
+    diffs = [per_task["new"][t] - per_task["today"][t] for t in common]
     lo, hi = bootstrap_ci(diffs)
     mean = sum(diffs) / len(diffs) if diffs else float("nan")
     return (
-        f"new - today, last rounds, held-out greedy pass@1: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+        f"new - today, {label}, held-out greedy pass@1: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] "
         f"over {len(common)} tasks"
+    )
+
+
+def result_line(name: str, out: Path) -> str:
+    best = json.loads((out / "best.json").read_text())
+    x = heldout_greedy(out, best["round"])
+    delta = (
+        f" {x['delta']:+.3f} [{x['delta_ci_low']:+.3f}, {x['delta_ci_high']:+.3f}] vs r0"
+        if "delta" in x
+        else ""
+    )
+    return (
+        f"{name}: result: round {best['round']} of {best['last_round']} (train greedy pass@1 "
+        f"{best['train_greedy']:.3f}), held-out greedy {x['value']:.3f}{delta}"
     )
 
 
@@ -158,7 +180,9 @@ def main(argv=None) -> int:
         stopped = out / "stopped.json"
         if stopped.exists():
             print(f"{name}: stopped: {json.loads(stopped.read_text())['reason']}")
+        print(result_line(name, out))
     print(head_to_head(outs))
+    print(head_to_head(outs, result_round, "results (best.json)"))
     print(f"wall time {((time.monotonic() - started) / 60):.1f} min; results in {args.out}")
     return 0
 

@@ -19,6 +19,8 @@ each phase writes round_N/<phase>.done.json atomically when it is finished):
                              train-greedy, train-sample
   round_N/dataset.jsonl, round_N/adapter/, round_N/metrics.json
   stopped.json               why and when the loop stopped early
+  best.json                  the round whose adapter is the run's result (best_round): the best train
+                             greedy pass@1, so a last round that regressed is not what the run hands on
 """
 
 from __future__ import annotations
@@ -226,6 +228,7 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
         said = json.loads(stopped.read_text())
         if not (said.get("rounds_exhausted") and cfg.rounds > said.get("round", 0)):
             log(f"train: {out} already stopped: {said['reason']}")
+            _keep_best(out, log)
             return out
         stopped.unlink()  # more rounds asked for than the run had: go on
 
@@ -249,7 +252,43 @@ def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str]
             },
         )
     log(summary_table(out))
+    _keep_best(out, log)
     return out
+
+
+def best_round(out: Path) -> Optional[dict]:
+    """The finished round whose model is the run's result: the highest train greedy pass@1 (over every
+    train task); a round takes over only by beating every earlier one, as the stop rule asks (a tie keeps
+    the earlier, smaller model). Held-out does not choose: it is what the result is reported on.
+    None before round 0 has finished."""
+    rows = load_rounds(out)
+    train = {x["round"]: x["value"] for x in rows if x["split"] == "train" and x["metric"] == "pass@1"}
+    held = {x["round"]: x for x in rows if x["split"] == "heldout" and x["metric"] == "pass@1"}
+    if not train:
+        return None
+    r = max(train, key=lambda k: (train[k], -k))
+    adapter = out / f"round_{r}" / "adapter"
+    return {
+        "round": r,
+        "adapter": str(adapter) if r >= 1 and adapter.is_dir() else None,  # None: the base model
+        "chosen_by": "train greedy pass@1",
+        "train_greedy": train[r],
+        "heldout_greedy": held[r]["value"] if r in held else None,
+        "last_round": max(train),
+    }
+
+
+def _keep_best(out: Path, log: Callable[[str], None]) -> None:
+    best = best_round(out)
+    if best is None:
+        return
+    _write_json(out / "best.json", best)
+    held = "" if best["heldout_greedy"] is None else f", held-out greedy {best['heldout_greedy']:.3f}"
+    log(
+        f"train: the result is round {best['round']} (train greedy pass@1 {best['train_greedy']:.3f}{held}): "
+        + (best["adapter"] or "the base model: no adapter did as well")
+        + ("" if best["round"] == best["last_round"] else f"; round {best['last_round']} did worse")
+    )
 
 
 def _train_and_heldout(cfg: TrainConfig, backend: Backend, log: Callable[[str], None]) -> tuple[list, list]:

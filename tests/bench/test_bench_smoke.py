@@ -129,7 +129,11 @@ def test_rft_curriculum_bench_smoke(image, tmp_path):
     out = bench("bench/rft_curriculum.py", "--smoke", "--out", str(tmp_path / "rc"), timeout=1800)
     assert re.search(r"^today\s+0\s+", out, re.M) and re.search(r"^new\s+0\s+", out, re.M), out
     assert "new - today, last rounds, held-out greedy pass@1" in out
+    assert "new - today, results (best.json), held-out greedy pass@1" in out
     for loop in ("today", "new"):
+        assert re.search(rf"^{loop}: result: round \d+ of \d+ \(train greedy pass@1 {NUMBER}\)", out, re.M), (
+            out
+        )
         assert json.loads((tmp_path / "rc" / loop / "stopped.json").read_text())["reason"]
         assert (tmp_path / "rc" / loop / "task_rates.jsonl").read_text().strip()
 

@@ -136,8 +136,9 @@ def test_the_rounds_the_loop_writes_are_read_back_by_the_results_reader(tmp_path
     assert {(r["split"], r["metric"]): r["value"] for r in read if r["round"] == 0} == {
         (split, metric): m["value"] for split, by in m0.items() for metric, m in by.items()
     }
-    table = logged[-1].splitlines()  # summary_table reads them through the same reader
+    table = logged[-2].splitlines()  # summary_table reads them through the same reader (then the result)
     assert len(table) == 13 and table[1].split()[:4] == ["0", "heldout", "pass@1", "0.333"]
+    assert logged[-1].startswith("train: the result is round 1")
 
 
 def test_end_of_turn_comes_from_the_tokenizer_files_alone(tmp_path, monkeypatch):
@@ -208,6 +209,30 @@ def test_stops_when_a_round_solves_no_new_train_task(tmp_path):
     stopped = json.loads((out / "stopped.json").read_text())
     assert stopped["round"] == 2 and "no new train task" in stopped["reason"]
     assert {r["round"] for r in rows(out)} == {0, 1}
+
+
+def test_the_result_is_the_round_best_on_train_not_the_last_nor_the_best_on_heldout(tmp_path):
+    def solves(task_id, sample, adapter):
+        r = 0 if adapter is None else int(Path(adapter).parent.name.split("_")[1])
+        i = int(task_id.split("-")[1])
+        if task_id.startswith("heldout"):
+            return i <= r  # held-out keeps improving: 1/3, 2/3, 3/3
+        return i <= {0: 0, 1: 1, 2: 0}[r]  # train: round 1 best; round 2 regresses (and the loop stops)
+
+    log: list[str] = []
+    out = lt.run(config(tmp_path, rounds=3), FakeBackend(solves).backend(), log.append)
+    best = json.loads((out / "best.json").read_text())
+    assert best["round"] == 1 and best["adapter"] == str(out / "round_1" / "adapter")
+    assert best["train_greedy"] == pytest.approx(2 / 3) and best["heldout_greedy"] == pytest.approx(2 / 3)
+    assert best["last_round"] == 2
+    assert any("the result is round 1" in x and "round 2 did worse" in x for x in log)
+    # Resuming a finished run says the same; adapters that only tie the base hand on the base.
+    assert lt.best_round(out) == best
+    flat = lt.run(
+        config(tmp_path / "flat"), FakeBackend(lambda t, s, a: t.endswith("0")).backend(), log.append
+    )
+    assert json.loads((flat / "best.json").read_text())["round"] == 0
+    assert json.loads((flat / "best.json").read_text())["adapter"] is None
 
 
 def test_stops_before_training_when_the_base_solves_nothing(tmp_path):
