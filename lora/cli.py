@@ -18,6 +18,7 @@ def register(subparsers) -> None:
         help="improve a local model on its own solved attempts (rejection sampling + LoRA)",
         description="Each round: sample the train tasks K times, keep solved attempts, "
         "fine-tune a LoRA adapter, evaluate it on heldout and train tasks. "
+        "The result is the round best.json names (best train greedy pass@1). "
         "Re-running with the same --out resumes.",
         examples=["harness train --model local:smollm2-135m --tasks builtin:easy --rounds 2 --samples 8"],
     )
