@@ -287,7 +287,7 @@ def _keep_best(out: Path, log: Callable[[str], None]) -> None:
     log(
         f"train: the result is round {best['round']} (train greedy pass@1 {best['train_greedy']:.3f}{held}): "
         + (best["adapter"] or "the base model: no adapter did as well")
-        + ("" if best["round"] == best["last_round"] else f"; round {best['last_round']} did worse")
+        + ("" if best["round"] == best["last_round"] else f"; round {best['last_round']} did no better")
     )
 
 
