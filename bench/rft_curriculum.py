@@ -69,12 +69,7 @@ def table(name: str, out: Path, wall: dict[int, float]) -> list[str]:
         cells = []
         for metric in ("pass@1", "pass@1_t0.7"):
             x = held.get(metric, {})
-            delta = (
-                f" {x['delta']:+.3f} [{x['delta_ci_low']:+.3f},{x['delta_ci_high']:+.3f}]"
-                if "delta" in x
-                else ""
-            )
-            cells.append(f"{x.get('value', float('nan')):.3f}{delta}")
+            cells.append(f"{x.get('value', float('nan')):.3f}{delta(x)}")
         train_runs = {k: v for k, v in m["phases"].items() if k.startswith("train-sample")}
         solved = set()
         for k in train_runs:
@@ -113,8 +108,13 @@ def round_walls(out: Path) -> dict[int, float]:
     return walls
 
 
+def delta(x: dict) -> str:
+    """' +d [lo,hi]': a metric's change from round 0 with its CI; '' for round 0."""
+    return f" {x['delta']:+.3f} [{x['delta_ci_low']:+.3f},{x['delta_ci_high']:+.3f}]" if "delta" in x else ""
+
+
 def last_round(out: Path) -> int:
-    return max(int(p.name.split("_")[1]) for p in out.glob("round_*") if (p / "metrics.json").exists())
+    return json.loads((out / "best.json").read_text())["last_round"]
 
 
 def result_round(out: Path) -> int:
@@ -142,14 +142,10 @@ def head_to_head(outs: dict[str, Path], pick=last_round, label: str = "last roun
 def result_line(name: str, out: Path) -> str:
     best = json.loads((out / "best.json").read_text())
     x = heldout_greedy(out, best["round"])
-    delta = (
-        f" {x['delta']:+.3f} [{x['delta_ci_low']:+.3f}, {x['delta_ci_high']:+.3f}] vs r0"
-        if "delta" in x
-        else ""
-    )
     return (
         f"{name}: result: round {best['round']} of {best['last_round']} (train greedy pass@1 "
-        f"{best['train_greedy']:.3f}), held-out greedy {x['value']:.3f}{delta}"
+        f"{best['train_greedy']:.3f}), held-out greedy {x['value']:.3f}{delta(x)}"
+        + (" vs r0" if "delta" in x else "")
     )
 
 
