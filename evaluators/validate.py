@@ -31,6 +31,9 @@ class Row:
     null: str = ""
     flaky: bool = False
     seconds: float = 0.0
+    # the slowest oracle grading and the task's budget for it: a share near 1 times out on a busy machine
+    tests_seconds: float = 0.0
+    tests_budget: float = 0.0
     problems: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)  # "oracle|null reason reward", one per attempt
 
@@ -97,6 +100,8 @@ async def validate_task(
         )
     )
     solved = sum(r.solved for r in runs)
+    row.tests_seconds = max(r.durations.evaluation for r in runs)
+    row.tests_budget = task.verifier_timeout_sec
     row.oracle = f"{solved}/{repeats}"
     row.flaky = 0 < solved < repeats
     if "impossible" in task.tags:  # the oracle follows the instruction: an impossible variant must fail it
@@ -153,6 +158,18 @@ async def validate(
                 await stations.close()
 
 
+def tight_budgets(rows: list[Row], share: float = 0.5) -> list[str]:
+    """A note per task whose oracle grading used over `share` of its time budget: it passes here and times
+    out on a busier machine (a CI runner, a run at high concurrency)."""
+    return [
+        f"note: {r.task}: the oracle's hidden tests took {r.tests_seconds:.0f}s of their"
+        f" {r.tests_budget:.0f}s; a busier machine runs out of time:"
+        " make the tests cheaper or raise [verifier] timeout_sec"
+        for r in rows
+        if r.tests_budget and r.tests_seconds > share * r.tests_budget
+    ]
+
+
 def main(args) -> int:
     from tasks.loader import load_suite
 
@@ -164,12 +181,15 @@ def main(args) -> int:
     t0 = time.monotonic()
     rows = asyncio.run(validate(tasks, repeats=args.repeats, concurrency=args.concurrency))
     width = max(len(r.task) for r in rows)
-    print(f"{'task':<{width}}  oracle  null        flaky  seconds  problems")
+    print(f"{'task':<{width}}  oracle  null        flaky  seconds  tests/budget  problems")
     for r in rows:
+        tests = f"{r.tests_seconds:.0f}/{r.tests_budget:.0f}s" if r.tests_budget else ""
         print(
             f"{r.task:<{width}}  {r.oracle:<6}  {r.null:<10}  {'yes' if r.flaky else 'no':<5}  "
-            f"{r.seconds:7.1f}  {'; '.join(r.problems)}"
+            f"{r.seconds:7.1f}  {tests:<12}  {'; '.join(r.problems)}"
         )
+    for line in tight_budgets(rows):
+        print(line, file=sys.stderr)
     bad = [r for r in rows if not r.ok]
     print(f"{len(rows) - len(bad)}/{len(rows)} tasks valid in {time.monotonic() - t0:.0f}s")
     return 1 if bad else 0

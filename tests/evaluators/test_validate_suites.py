@@ -88,3 +88,27 @@ def test_validate_takes_its_pool_from_the_backend_named(monkeypatch):
     with pytest.raises(RuntimeError, match="pool opened"):
         asyncio.run(validate([make_task()], sandbox="own", sandbox_options={"x": 1}))
     assert made and made[0]["warm"] == 2
+
+
+def test_validate_measures_the_oracles_tests_against_their_budget():
+    """A task whose hidden tests use most of their time budget passes here and times out on a busier
+    machine (issue: lru-cache on a loaded CI runner): validate prints its tests' seconds and a note."""
+    from evaluators.validate import tight_budgets
+    from tests.helpers import CORRECT
+
+    solve = b"cat > solution.py <<'PY'\n" + CORRECT + b"PY\n"
+    slow, quick = make_task(verifier_timeout_sec=20.0), make_task(verifier_timeout_sec=60.0)
+    slow.id = "slow-tests"
+    slow.test_files = {
+        **slow.test_files,
+        "test_slow.py": b"import time\n\ndef test_slow():\n    time.sleep(12)\n",
+    }
+    for t in (slow, quick):
+        t.solution_files = {"solve.sh": solve}
+    rows = asyncio.run(validate([slow, quick], repeats=1, concurrency=2))
+    assert [r.problems for r in rows] == [[], []], rows
+    assert rows[0].tests_seconds >= 12 and rows[0].tests_budget == 20
+    assert rows[1].tests_seconds < 10 and rows[1].tests_budget == 60
+    notes = tight_budgets(rows)
+    assert len(notes) == 1 and notes[0].startswith("note: slow-tests: the oracle's hidden tests took"), notes
+    assert "raise [verifier] timeout_sec" in notes[0]

@@ -138,3 +138,57 @@ def test_every_task_uses_the_base_image():
 )
 def test_answer_comparison_of_the_real_grader(text, mode, expected, tolerance, ok):
     assert answer_matches(text, expected, mode, tolerance) is ok
+
+
+LIST_LRU = b"""class LRUCache:
+    # Right answers, O(n) get and put: the order is a list that every access scans.
+    def __init__(self, capacity):
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError("capacity must be an int >= 1")
+        self.capacity, self._order, self._values = capacity, [], {}
+
+    def get(self, key, default=None):
+        if key not in self._values:
+            return default
+        self._order.remove(key)
+        self._order.append(key)
+        return self._values[key]
+
+    def put(self, key, value):
+        if key in self._values:
+            self._order.remove(key)
+        elif len(self._order) >= self.capacity:
+            del self._values[self._order.pop(0)]
+        self._order.append(key)
+        self._values[key] = value
+
+    def __len__(self):
+        return len(self._order)
+
+    def __contains__(self, key):
+        return key in self._values
+
+    def keys(self):
+        return list(self._order)
+"""
+
+
+def test_lru_cache_tests_fail_a_list_scan_and_pass_the_oracle_within_budget(image):
+    """Every call crosses the candidate proxy, whose cost hid an O(n) scan with int keys; keys slow to compare
+    show it in 15,000 calls. The tests once made 58,000 calls: over their 60 s on a busy CI runner."""
+    from agent.sandbox import DockerPool
+
+    task = BY_ID["lru-cache"]
+    oracle = task.solution_files["solve.sh"].split(b"<<'PY'\n", 1)[1].rsplit(b"PY\n", 1)[0]
+
+    async def main():
+        async with DockerPool(warm=0) as pool:
+            return [
+                await grade(task, Changes(files={"solution.py": f}), pool, image) for f in (oracle, LIST_LRU)
+            ]
+
+    right, slow = asyncio.run(main())
+    assert (right.reason, right.reward) == ("pass", 1.0), right.detail
+    assert right.seconds < task.verifier_timeout_sec / 4, right.seconds
+    failed = [t.id for t in slow.tests if t.outcome == "failed" and "canary" not in t.id]
+    assert slow.reason == "fail" and failed == ["tests.test_lru.test_large_cache_is_fast"], slow.tests

@@ -67,27 +67,37 @@ def test_bad_capacity(capacity):
         LRUCache(capacity)
 
 
-def _timed(cache, start, n):
+# Keys that are slow to compare and quick to hash: a scan compares the key with every stored one, a hash
+# table with about one. The 100-element prefix is what makes a scan of a mid-sized cache stand out.
+PAD = (0,) * 100
+
+
+def _seconds(cache, start, n):
     t0 = time.perf_counter()
     for i in range(start, start + n):
-        cache.put(i, i)
-        cache.get(i - 5)
+        cache.put(PAD + (i,), i)
+        cache.get(PAD + (i - 5,))
     return time.perf_counter() - t0
 
 
 def test_large_cache_is_fast():
-    # O(1) operations: a full cache of 50,000 entries is about as quick to use as one of 10. A list scan
-    # is ~10x slower there. Compared with each other, not with a clock: the machine's speed cancels out.
-    small = LRUCache(10)
-    _timed(small, 0, 300)  # warm up
-    t_small = _timed(small, 1000, 2000)
-    big = LRUCache(50000)
-    for i in range(50000):
-        big.put(i, i)
-    t_big = _timed(big, 50000, 2000)
-    assert len(big) == 50000
-    assert big.keys()[-2:] == [51999, 51994]  # the last put, then the get that refreshed 51994
-    assert t_big < 4 * t_small + 0.5, (t_small, t_big)
+    # O(1) operations: a full cache of 15,000 entries is about as quick to use as one of 10; a list scan is
+    # several times slower there, even with each call's fixed cost behind a grader's process boundary. The
+    # caches are timed in alternating short blocks and the fastest block of each counts: another process's
+    # work only ever adds time, and the machine's speed cancels out.
+    size = 15000
+    small, big = LRUCache(10), LRUCache(size)
+    for i in range(size):
+        big.put(PAD + (i,), i)
+    _seconds(small, 0, 20)  # warm up
+    t_small, t_big = [], []
+    for b in range(40):
+        t_small.append(_seconds(small, 1000 + 20 * b, 20))
+        t_big.append(_seconds(big, size + 20 * b, 20))
+    assert len(big) == size
+    # the 800 puts evicted the 800 least recently used keys, 0 to 799
+    assert PAD + (799,) not in big and PAD + (800,) in big and big.get(PAD + (size + 799,)) == size + 799
+    assert min(t_big) < 2 * min(t_small), (min(t_small), min(t_big))
 
 
 def test_canary_never_evicts():
