@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import harness
 from tests.helpers import write_task
 
@@ -54,7 +56,8 @@ def test_validate_grades_a_suite_for_real(capsys, tmp_path, image):
     rows = {line.split()[0]: line.split() for line in out.splitlines()[1:-1]}
     assert rc == 1, out
     assert set(rows) == {"good", "broken"}
-    assert rows["good"][1:5] == ["1/1", "not", "solved", "no"] and len(rows["good"]) == 6, out  # no problems
+    assert rows["good"][1:5] == ["1/1", "not", "solved", "no"] and len(rows["good"]) == 7, out  # no problems
+    assert re.fullmatch(r"\d+/\d+s", rows["good"][6]), out  # the oracle's tests / their budget
     assert rows["broken"][1:5] == ["0/1", "not", "solved", "no"], out
-    assert rows["broken"][6:] == ["oracle", "not", "solved:", "wrong_answer"], out
+    assert rows["broken"][7:] == ["oracle", "not", "solved:", "wrong_answer"], out
     assert out.splitlines()[-1].startswith("1/2 tasks valid")
