@@ -19,16 +19,21 @@ attempts, wall time, and the decoder's generated tokens/s per eval phase; each l
 round best.json names: best train greedy pass@1); then the two loops' last rounds, and their results,
 against each other (paired over held-out tasks).
 
-Time budget (90 minutes on 2 cores; the first full runs took 42 and 50 minutes): per evaluated
-model 28 held-out x (1 greedy + 2 sampled) + 28 train greedy + 84 train samples = 196 attempts of
-at most 5 steps x 64 tokens, ~6-8 min with the decoder of issue 28; up to 4 models per loop,
-fine-tunings of a minute or two; today's loop usually stops after round 1 or 2.
+Round 0 measures the base model once: the new loop resumes today's round-0 held-out and train-greedy
+evals (the same model, tasks and settings), so its round 0 runs only its own train samples.
+
+Time budget (90 minutes on 2 cores; the first full runs took 42 and 50 minutes, the last one with
+round 0 run twice 89.8): per evaluated model 28 held-out x (1 greedy + 2 sampled) + 28 train greedy
++ 84 train samples = 196 attempts of at most 5 steps x 64 tokens, ~6-8 min with the decoder of
+issue 28 on a quick machine, 10-13 on a slow one; up to 4 models per loop, fine-tunings of a minute
+or two; today's loop usually stops after round 1 or 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,8 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lora.config import config_from
-from lora.train import run
+from lora.train import eval_config, measure_evals, run
 from results.metrics import bootstrap_ci
+from results.store import LOCK
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rft_smollm2 import SMOKE  # bench/rft_smollm2.py
@@ -57,7 +63,30 @@ def loops(args) -> dict[str, dict]:
     }
 
 
-def table(name: str, out: Path, wall: dict[int, float]) -> list[str]:
+def share_round_0(cfgs: dict, log=print) -> list[str]:
+    """Gives the new loop today's round-0 evals of the base model where the two loops would run the same
+    eval (the same tasks and EvalConfig but for its folder): the new loop resumes each, finding every
+    attempt done, so round 0 differs only in its train samples (the new loop spreads its budget).
+    Returns the names of the evals shared."""
+    today, new = cfgs["today"], cfgs["new"]
+    shared = []
+    for name, (_split, samples, temperature) in measure_evals(today).items():
+        src = Path(today.out) / "round_0" / "eval" / name
+        dst = Path(new.out) / "round_0" / "eval" / name
+        same_tasks = (today.limit, today.tasks, today.heldout) == (new.limit, new.tasks, new.heldout)
+        ours = eval_config(today, samples, temperature, None, None, today.seed)
+        theirs = eval_config(new, *measure_evals(new)[name][1:], None, None, new.seed)
+        if not (same_tasks and ours == theirs and (src / "manifest.json").exists()):
+            continue
+        if not dst.exists():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns(LOCK))
+        shared.append(name)
+    if shared:
+        log(f"new: round 0's {', '.join(shared)} evals are today's (the same base model and settings)")
+    return shared
+
+
+def table(name: str, out: Path, wall: dict[int, float], shared: tuple = ()) -> list[str]:
     lines = []
     solved_before: set[str] = set()
     for rd in sorted(out.glob("round_*"), key=lambda p: int(p.name.split("_")[1])):
@@ -81,8 +110,10 @@ def table(name: str, out: Path, wall: dict[int, float]) -> list[str]:
         data = m.get("data") or {}
         excluded = sum((data.get("excluded") or {}).values()) if data else 0
         speed = ", ".join(
-            f"{k} {v['tokens_per_second']:.1f}" for k, v in m["phases"].items() if v.get("tokens_per_second")
-        )
+            f"{k} {v['tokens_per_second']:.1f}"
+            for k, v in m["phases"].items()
+            if v.get("tokens_per_second") and not (r == 0 and k in shared)
+        ) + (" (round 0's evals: today's)" if r == 0 and shared else "")
         ts = m.get("train_successes", {})
         lines.append(
             f"{name:<6} {r:>5}  {cells[0]:<30} {cells[1]:<30} {new:>4} {ts.get('unhinted', 0):>5}/"
@@ -159,11 +190,14 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=3, help="K: today's attempts per train task a round")
     p.add_argument("--smoke", action="store_true", help="tiny: checks the benchmark works (tests)")
     args = p.parse_args(argv)
-    outs, walls = {}, {}
+    outs, walls, cfgs = {}, {}, {}
+    shared: list[str] = []
     started = time.monotonic()
     for name, settings in loops(args).items():
         preset = settings.pop("preset")
-        cfg = config_from(preset, out=Path(args.out) / name, **settings)
+        cfgs[name] = cfg = config_from(preset, out=Path(args.out) / name, **settings)
+        if name == "new":
+            shared = share_round_0(cfgs)
         run(cfg)
         outs[name] = Path(cfg.out)
         walls[name] = round_walls(outs[name])
@@ -172,7 +206,7 @@ def main(argv=None) -> int:
         f"{'new':>4} {'unhinted/hinted':<11} {'excluded':>8} {'wall min':>7}  decoder tokens/s per phase"
     )
     for name, out in outs.items():
-        print("\n".join(table(name, out, walls[name])))
+        print("\n".join(table(name, out, walls[name], tuple(shared) if name == "new" else ())))
         stopped = out / "stopped.json"
         if stopped.exists():
             print(f"{name}: stopped: {json.loads(stopped.read_text())['reason']}")

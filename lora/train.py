@@ -540,6 +540,16 @@ def eval_config(
     )
 
 
+def measure_evals(cfg: TrainConfig) -> dict[str, tuple[str, int, float]]:
+    """A round's evals that measure its model, before the train samples: name -> (split, samples,
+    temperature)."""
+    return {
+        "heldout-greedy": ("heldout", 1, 0.0),
+        "heldout-sample": ("heldout", cfg.eval_samples or cfg.samples, cfg.temperature),
+        "train-greedy": ("train", 1, 0.0),
+    }
+
+
 def _eval_phase(
     cfg: TrainConfig,
     backend: Backend,
@@ -552,11 +562,7 @@ def _eval_phase(
 ) -> dict:
     rd = out / f"round_{r}"
     rd.mkdir(parents=True, exist_ok=True)
-    plan: dict[str, tuple[list, int, float]] = {
-        "heldout-greedy": (heldout_tasks, 1, 0.0),
-        "heldout-sample": (heldout_tasks, cfg.eval_samples or cfg.samples, cfg.temperature),
-        "train-greedy": (train_tasks, 1, 0.0),
-    }
+    tasks_of = {"heldout": heldout_tasks, "train": train_tasks}
     runs: dict[str, tuple[Path, int, float]] = {}
     seconds: dict[str, float] = {}
 
@@ -572,8 +578,8 @@ def _eval_phase(
         seconds[name] = time.monotonic() - started
         runs[name] = (Path(run_dir), samples, temperature)
 
-    for name, (tasks, samples, temperature) in plan.items():
-        one(name, tasks, samples, temperature)
+    for name, (split, samples, temperature) in measure_evals(cfg).items():
+        one(name, tasks_of[split], samples, temperature)
     allocation, hints = _train_samples(cfg, out, r, train_tasks, runs, one, log)
     _write_round_metrics(out, r, adapter, runs, seconds, allocation)
     return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}, "hints": hints})

@@ -129,6 +129,20 @@ def test_rft_curriculum_bench_smoke(image, tmp_path):
     out = bench("bench/rft_curriculum.py", "--smoke", "--out", str(tmp_path / "rc"), timeout=1800)
     assert re.search(r"^today\s+0\s+", out, re.M) and re.search(r"^new\s+0\s+", out, re.M), out
     assert "new - today, last rounds, held-out greedy pass@1" in out
+    # round 0 measures the base model once for both loops: the new loop resumed today's evals
+    shared = "heldout-greedy, heldout-sample, train-greedy"
+    assert re.search(rf"^new: round 0's {shared} evals are today's", out, re.M), out
+    for name in shared.split(", "):
+        today, new = (
+            (tmp_path / "rc" / loop / "round_0" / "eval" / name / "attempts.jsonl").read_text()
+            for loop in ("today", "new")
+        )
+        assert today.strip() and today == new, name
+    held = [
+        json.loads((tmp_path / "rc" / loop / "round_0" / "metrics.json").read_text())["metrics"]["heldout"]
+        for loop in ("today", "new")
+    ]
+    assert held[0]["pass@1"]["per_task"] == held[1]["pass@1"]["per_task"]
     assert "new - today, results (best.json), held-out greedy pass@1" in out
     for loop in ("today", "new"):
         assert re.search(rf"^{loop}: result: round \d+ of \d+ \(train greedy pass@1 {NUMBER}\)", out, re.M), (
