@@ -4,6 +4,7 @@ loops would run the very same eval; anything that changes an eval's settings kee
 from __future__ import annotations
 
 import sys
+from argparse import Namespace
 from pathlib import Path
 
 from lora.config import config_from
@@ -14,20 +15,14 @@ import rft_curriculum
 
 
 def cfgs(tmp_path: Path, **new_settings) -> dict:
-    loops = rft_curriculum.loops(rft_curriculum_args())
+    """The bench's two TrainConfigs at its full size, the new loop's changed by `new_settings`."""
+    loops = rft_curriculum.loops(Namespace(smoke=False, limit=28, rounds=3, samples=3))
     out = {}
     for name, settings in loops.items():
         preset = settings.pop("preset")
         settings.update(new_settings if name == "new" else {})
         out[name] = config_from(preset, out=tmp_path / name, **settings)
     return out
-
-
-def rft_curriculum_args():
-    class Args:
-        smoke, limit, rounds, samples = False, 28, 3, 3
-
-    return Args
 
 
 def finished_evals(cfg) -> None:
