@@ -26,13 +26,13 @@ from evaluators.run.task_images import build_images
 from results.errors import InfraError, UserError
 from results.manifest import Manifest
 from results.schema import Attempt, KeptChanges, attempt_key
-from results.store import RunReader, RunStore, open_run, read_object
+from results.store import RunReader, RunStore, kept_files, open_run, read_object, verify_objects
 from tasks.loader import load_suite
 from tasks.model import Task
 
 
 def _changes(run_dir: Path, kept: KeptChanges) -> Changes:
-    files = {p: read_object(run_dir, d) for p, d in kept.files.items()}
+    files = kept_files(run_dir, kept)
     rejected = [f"{p}: over the keep cap when recorded, not kept" for p in kept.omitted]
     return Changes(
         files=files, executable=set(kept.executable), deleted=list(kept.deleted), rejected=rejected
@@ -62,6 +62,7 @@ async def rescore_run(
     records = list(source.iter_attempts())
     if not records:
         raise UserError(f"{run_dir}: no attempts recorded, nothing to rescore")
+    verify_objects(source.dir, records)  # a damaged run folder stops here, before anything is written
     spec, tasks = _load_tasks(source, records, suite, run_dir)
     images = await build_images(list(tasks.values()), log=log)
     after = {tid: t.grading_hash() for tid, t in tasks.items()}

@@ -161,7 +161,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from results.report.show import format_attempt
-    from results.store import kept_diff
+    from results.store import kept_diff, verify_objects
 
     run = open_run(args.run)
     found = [a for a in run.iter_attempts() if a.task_id == args.task and a.sample == args.sample]
@@ -170,6 +170,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         hint = f"its samples: {samples}" if samples else "no attempt of that task is recorded"
         raise UserError(f"{args.run}: no attempt of task {args.task!r} sample {args.sample}; {hint}")
     attempt = found[-1]
+    verify_objects(run.dir, [attempt])  # all its objects, not only the diff shown
     print(format_attempt(attempt, kept_diff(run.dir, attempt)))
     return 0
 

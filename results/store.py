@@ -8,7 +8,8 @@
       objects/ab/<sha256>  the attempts' final changes and kept files (a Harbor verifier's output and
                       /logs files, artifacts), content-addressed (each file and each diff once,
                       whatever number of attempts wrote it); written and fsync'd before the record naming
-                      them (Attempt.changes), so a record never points at a missing object
+                      them (Attempt.changes), so a record never points at a missing object; every
+                      read checks the object against its name (read_object)
       retried.jsonl   records of `error` attempts that --resume --retry-errors ran again
       .lock           flock held by the one harness process writing this folder
 
@@ -46,7 +47,7 @@ from results.jsonl import (
     write_json_atomic,
 )
 from results.manifest import MANIFEST, Manifest, config_differences, read_manifest
-from results.schema import Attempt, KeptChanges
+from results.schema import Attempt, KeptChanges, KeptFile
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -196,14 +197,27 @@ class RunReader:
 
 
 def read_object(run_dir: str | os.PathLike, digest: str) -> bytes:
-    """One kept object of a run folder by its sha256 (a file's content or a diff)."""
+    """One kept object of a run folder by its sha256 (a file's content or a diff), checked against that
+    sha256: every reader goes through here, so a swapped, cut or edited object stops the reader (a
+    UserError naming the object and the run folder) instead of being graded, shown or exported."""
+    import hashlib
+
     if not re.fullmatch(r"[0-9a-f]{64}", digest or ""):
-        raise UserError(f"{digest!r} is not an object name (a sha256 in hex)")
+        raise UserError(f"{run_dir}: {digest!r} is not an object name (a sha256 in hex)")
     path = Path(run_dir) / OBJECTS / digest[:2] / digest
     try:
-        return path.read_bytes()
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise UserError(f"{path}: kept object missing; the run folder was changed outside harness") from None
+        raise UserError(
+            f"{path}: kept object missing; the run folder {run_dir} was changed outside harness "
+            "(restore it from a copy, or run the eval again)"
+        ) from None
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise UserError(
+            f"{path}: kept object does not match its sha256 ({len(data)} bytes); the run folder {run_dir} "
+            "was changed outside harness (restore it from a copy, or run the eval again)"
+        )
+    return data
 
 
 def kept_diff(run_dir: str | os.PathLike, attempt: Attempt) -> Optional[str]:
@@ -218,6 +232,24 @@ def kept_diff(run_dir: str | os.PathLike, attempt: Attempt) -> Optional[str]:
 def kept_files(run_dir: str | os.PathLike, kept: KeptChanges) -> dict[str, bytes]:
     """The kept files of an attempt, path -> bytes."""
     return {p: read_object(run_dir, d) for p, d in kept.files.items()}
+
+
+def kept_file(run_dir: str | os.PathLike, f: KeptFile) -> bytes:
+    """One file kept with an attempt (KeptFile: a Harbor verifier's output, an artifact), by its path's
+    object name (objects/ab/<sha256>)."""
+    return read_object(run_dir, Path(f.path).name)
+
+
+def verify_objects(run_dir: str | os.PathLike, attempts: Iterable[Attempt]) -> None:
+    """Read (so check) every object the attempts name: readers that hand a run on (rescore, export) call
+    this first, so a damaged run folder stops them before they write anything."""
+    for a in attempts:
+        if a.changes is not None:
+            kept_files(run_dir, a.changes)
+            kept_diff(run_dir, a)
+        for f in a.files:
+            if f.path:
+                kept_file(run_dir, f)
 
 
 def unified_diff(before: dict[str, bytes], after: dict[str, bytes], deleted: Sequence[str] = ()) -> str:
@@ -249,9 +281,13 @@ def unified_diff(before: dict[str, bytes], after: dict[str, bytes], deleted: Seq
     return "".join(parts)
 
 
-def open_run(run_dir: str | os.PathLike) -> RunReader:
-    """A finished or running run folder, for reading (report, compare, export)."""
-    return RunReader(run_dir)
+def open_run(run_dir: str | os.PathLike, verify: bool = False) -> RunReader:
+    """A finished or running run folder, for reading (report, compare, export); with verify, every kept
+    object its attempts name is checked first (verify_objects)."""
+    run = RunReader(run_dir)
+    if verify:
+        verify_objects(run.dir, run.iter_attempts())
+    return run
 
 
 # ---------------------------------------------------------------- writing

@@ -149,7 +149,7 @@ def _agent_step(a: Attempt, s: Step, step_id: int) -> dict[str, Any]:
 def export_atif(run_dir: str | Path, out: Optional[str | Path] = None) -> tuple[Path, int]:
     """Writes RUN's attempts as a JSON array of ATIF trajectories (the file appears whole); returns the
     path and how many were written."""
-    run = open_run(run_dir)
+    run = open_run(run_dir, verify=True)
     path = Path(out) if out else run.dir / f"{run.run_id}.atif.json"
     trajectories = [to_atif(a) for a in run.iter_attempts() if a.status != "error"]
     path.parent.mkdir(parents=True, exist_ok=True)

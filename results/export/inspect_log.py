@@ -227,7 +227,7 @@ def _instruction(attempt: Attempt) -> str:
 def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tuple[Path, int]:
     """Write the run as an Inspect log (.eval, or .json by the file name); returns (path, samples)."""
     dataset, event, log, model, scorer, tool = _import()
-    run = open_run(run_dir)
+    run = open_run(run_dir, verify=True)
     path = Path(out) if out else run.dir / f"{run.run_id or run.dir.name}.eval"
     if path.suffix not in (".eval", ".json"):
         raise UserError(f"{path}: an Inspect log file ends in .eval or .json")

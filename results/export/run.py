@@ -59,7 +59,7 @@ def export_run(
     `datasets` folder when hf_dataset is given."""
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    run = open_run(run_dir)
+    run = open_run(run_dir, verify=True)
     path = Path(out) if out else run.dir / f"export-{fmt}{'-solved' if only_solved else ''}.jsonl"
     tools = run.manifest.config.get("tools") or None  # the tools offered, if the eval loop recorded them
     result = ExportResult(path)

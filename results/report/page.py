@@ -41,7 +41,7 @@ from results.report.tables import (
 )
 from results.schema import Attempt
 from results.schema import clip as clip_text
-from results.store import kept_diff
+from results.store import kept_diff, kept_file
 
 TEXT_LIMIT = 20_000  # characters of one text block shown in the viewer (head and tail are kept)
 
@@ -103,13 +103,8 @@ def _verifier_parts(a: Attempt, run_dir: Optional[Path]) -> list[str]:
         items = []
         for f in a.files:
             text = ""
-            safe = f.path and not Path(f.path).is_absolute() and ".." not in Path(f.path).parts
-            if run_dir is not None and safe:
-                try:
-                    with open(run_dir / f.path, "rb") as fh:
-                        text = fh.read(4 * KEPT_FILE_CHARS).decode("utf-8", "replace")
-                except OSError:
-                    text = "(not in the run folder)"
+            if run_dir is not None and f.path:  # read_object checks it against its sha256
+                text = kept_file(run_dir, f)[: 4 * KEPT_FILE_CHARS].decode("utf-8", "replace")
             items.append(
                 f"<details><summary>{e(f.name)} · {f.size} bytes · {e(f.path or 'not written')}</summary>"
                 f"<pre>{e(clip(text, KEPT_FILE_CHARS))}</pre></details>"
