@@ -1,5 +1,5 @@
 """The import graph goes one way: each module imports only modules of lower layers (or of its own layer and
-package). The layers are the README's Architecture section; a module no layer claims fails here too, so a
+package). The layers are docs/architecture.md's; a module no layer claims fails here too, so a
 new module gets a place on purpose."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def violations(known: dict[str, Path] | None = None) -> list[str]:
     for module, path in sorted(known.items()):
         mine = layer_of(module)
         if mine is None:
-            bad.append(f"{module}: no layer claims it (add it to LAYERS and to the README's graph)")
+            bad.append(f"{module}: no layer claims it (add it to LAYERS and to docs/architecture.md's graph)")
             continue
         for target in sorted(imports_of(module, path, known)):
             theirs = layer_of(target)

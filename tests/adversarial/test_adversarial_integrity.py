@@ -259,10 +259,11 @@ def test_a_refused_conversation_is_a_failure_an_outage_an_error(image, tmp_path,
     assert f"provider said {status}" in (rec["error"] or "")
 
 
-def test_readme_describes_the_grading_design():
-    text = (ROOT / "README.md").read_text()
+def test_the_docs_describe_the_grading_design():
+    readme, scoring = (ROOT / "README.md").read_text(), (ROOT / "docs" / "scoring.md").read_text()
+    assert "docs/scoring.md" in readme and "tamper" in readme
     for needle in ("as-candidate", "import_mode", "10001", "proxy", "random name"):
-        assert needle in text, needle
+        assert needle in scoring, needle
 
 
 @pytest.mark.slow
