@@ -57,6 +57,49 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+def cluster_bootstrap_means(
+    values: list[float], clusters: list[str], n_boot: int = 1000, seed: int = 0
+) -> np.ndarray:
+    """The bootstrap distribution of the mean over instances when instances come in clusters (a task
+    family's instances share a template, so they do not vary independently): each replicate draws as
+    many clusters as there are, with replacement, and takes the mean of all their instances."""
+    by: dict[str, list[float]] = {}
+    for v, c in zip(values, clusters):
+        by.setdefault(c, []).append(float(v))
+    names = sorted(by)
+    sums = np.array([sum(by[c]) for c in names])
+    sizes = np.array([len(by[c]) for c in names], dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(names), size=(n_boot, len(names)))
+    return sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+
+
+def cluster_bootstrap_ci(
+    values: list[float], clusters: list[str], n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """Percentile CI of the mean of `values` (one per instance), resampling whole clusters (families:
+    `clusters[i]` is values[i]'s) rather than instances. With every instance its own cluster it is a
+    percentile bootstrap over instances."""
+    if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} values but {len(clusters)} cluster labels")
+    v = np.asarray(values, dtype=float)
+    if len(v) == 0 or n_boot <= 0:
+        return float("nan"), float("nan")
+    if np.all(v == v[0]):
+        return float(v[0]), float(v[0])
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(cluster_bootstrap_means(list(v), list(clusters), n_boot, seed), [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def mean_and_spread(values: list[float]) -> dict[str, float]:
+    """Several seeds' figures: their mean, sample standard deviation (ddof 1; 0 for one value), min, max."""
+    v = np.asarray(values, dtype=float)
+    if len(v) == 0:
+        return {"n": 0, "mean": float("nan"), "sd": float("nan"), "min": float("nan"), "max": float("nan")}
+    sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+    return {"n": len(v), "mean": float(v.mean()), "sd": sd, "min": float(v.min()), "max": float(v.max())}
+
+
 def task_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per task: n valid attempts, solved count, errors, solved rate, mean reward."""
     cols = ["domain", "difficulty", "n", "solved", "errors", "rate", "reward"]

@@ -228,3 +228,55 @@ def test_strict_solved_needs_full_reward_and_no_tamper_verdict():
     assert [is_solved(a, strict=True) for a in (honest, tamper, partial)] == [True, False, False]
     assert metrics.per_task_pass([honest, tamper, partial], 1, strict=True) == {"a": 1.0, "b": 0.0, "c": 0.0}
     assert metrics.per_task_pass([honest, tamper, partial], 1) == {"a": 1.0, "b": 1.0, "c": 1.0}
+
+
+def test_cluster_bootstrap_matches_an_exact_enumeration_of_family_resamples():
+    import itertools
+    from collections import Counter
+
+    # Three families: A's two instances both solved, B's one failed, C's two split.
+    values, clusters = [1, 1, 0, 0, 1], ["A", "A", "B", "C", "C"]
+    fams = {"A": [1, 1], "B": [0], "C": [0, 1]}
+    exact: Counter = Counter()
+    for draw in itertools.product("ABC", repeat=3):  # 27 equally likely ordered draws of 3 families
+        pooled = [v for f in draw for v in fams[f]]
+        exact[round(sum(pooled) / len(pooled), 6)] += 1 / 27
+    means = metrics.cluster_bootstrap_means(values, clusters, n_boot=40000, seed=3)
+    seen = Counter(round(float(m), 6) for m in means)
+    assert set(seen) == set(exact)
+    for m, p in exact.items():
+        assert seen[m] / len(means) == pytest.approx(p, abs=0.01)
+    # the same draws by hand: each replicate picks 3 of the sorted families with the seeded generator
+    idx = np.random.default_rng(3).integers(0, 3, size=(40000, 3))
+    by_hand = [
+        sum(sum(fams["ABC"[i]]) for i in row) / sum(len(fams["ABC"[i]]) for i in row) for row in idx[:50]
+    ]
+    assert list(means[:50]) == pytest.approx(by_hand)
+    # 90% interval by hand: BBB (mean 0) has 1/27 < 5%, then B,B,C in any order (0,0,0,1: 1/4) 3/27, so
+    # the 5% point is 1/4; at the top AAA (1) 1/27, then A,A,C (5 of 6) 3/27, so the 95% point is 5/6
+    lo, hi = metrics.cluster_bootstrap_ci(values, clusters, n_boot=40000, seed=3, level=0.9)
+    assert (lo, hi) == pytest.approx((1 / 4, 5 / 6))
+    # at 95% the lowest and highest means (1/27 each, above 2.5%) are the ends
+    assert metrics.cluster_bootstrap_ci(values, clusters, n_boot=40000, seed=3) == pytest.approx((0, 1))
+
+
+def test_a_family_that_moves_together_widens_the_interval_over_an_instance_bootstrap():
+    # four families of five identical instances: really four observations, not twenty
+    values = [1.0] * 5 + [0.0] * 5 + [1.0] * 5 + [0.0] * 5
+    clusters = [f for f in "abcd" for _ in range(5)]
+    lo_c, hi_c = metrics.cluster_bootstrap_ci(values, clusters, n_boot=4000, seed=0)
+    lo_i, hi_i = metrics.bootstrap_ci(values, n_boot=4000, seed=0)
+    assert hi_c - lo_c > 1.5 * (hi_i - lo_i)
+    # every instance its own cluster: an instance bootstrap again
+    lo_s, hi_s = metrics.cluster_bootstrap_ci(values, [str(i) for i in range(20)], n_boot=4000, seed=0)
+    assert hi_s - lo_s == pytest.approx(hi_i - lo_i, abs=0.06)
+    assert metrics.cluster_bootstrap_ci([0.5, 0.5], ["a", "b"]) == (0.5, 0.5)
+    with pytest.raises(ValueError):
+        metrics.cluster_bootstrap_ci([1.0], ["a", "b"])
+
+
+def test_mean_and_spread_of_seeds():
+    s = metrics.mean_and_spread([0.1, 0.2, 0.6])
+    assert s["mean"] == pytest.approx(0.3) and s["sd"] == pytest.approx(math.sqrt(0.07))
+    assert (s["min"], s["max"], s["n"]) == (0.1, 0.6, 3)
+    assert metrics.mean_and_spread([0.4])["sd"] == 0.0
