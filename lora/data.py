@@ -172,6 +172,10 @@ class Example:
     task_id: str
     attempt: str  # Attempt.key
     steps: list[int] = field(default_factory=list)  # Step.index of each trained completion
+    hinted: bool = False  # its attempt was sampled with a hint (lora/curriculum.py), trained without it
+    # targets the model did not sample: the end-of-turn token the harness closed a cut reply with (see
+    # build_examples); every other target is a token the model generated
+    appended_targets: int = 0
 
     @property
     def n_targets(self) -> int:
@@ -190,7 +194,9 @@ def _extends(prev: Step, nxt: Step) -> bool:
     return len(nxt.prompt_ids) >= len(head) and nxt.prompt_ids[: len(head)] == head
 
 
-def build_examples(a: Attempt, mask_errors: bool = False, end_of_turn: Optional[int] = None) -> list[Example]:
+def build_examples(
+    a: Attempt, mask_errors: bool = False, end_of_turn: Optional[int] = None, hinted: bool = False
+) -> list[Example]:
     """Training sequences of one attempt.
 
     Steps whose conversations extend each other form a chain; a chain becomes one sequence = the last
@@ -203,6 +209,10 @@ def build_examples(a: Attempt, mask_errors: bool = False, end_of_turn: Optional[
     its completion_ids have no end-of-turn token) also gets loss on the end-of-turn token the
     conversation closed it with, so the model learns to stop there: the one that follows it in the
     next prompt, or, after the chain's last reply, one appended. None: only generated tokens.
+    That token is the harness's, not a sample of the model's: it is kept in the loss on purpose (the cut
+    stands for the model's own decision to end its turn there; trained, the adapter also ends its turn
+    there where no harness cuts it) and each example counts it (appended_targets). `hinted` marks
+    examples of an attempt sampled with a hint.
     """
     if not has_token_ids(a):
         return []
@@ -220,7 +230,7 @@ def build_examples(a: Attempt, mask_errors: bool = False, end_of_turn: Optional[
         if end_of_turn is not None and last.completion_ids[-1:] != [end_of_turn]:
             input_ids.append(end_of_turn)
         labels = [IGNORE] * len(input_ids)
-        trained = []
+        trained, appended = [], 0
         for s in chain:
             if mask_errors and is_error_step(s):
                 continue
@@ -233,17 +243,23 @@ def build_examples(a: Attempt, mask_errors: bool = False, end_of_turn: Optional[
                 and input_ids[end] == end_of_turn
             ):
                 end += 1
+                appended += 1
             labels[start:end] = input_ids[start:end]
             trained.append(s.index)
         if trained and any(t != IGNORE for t in labels):
-            examples.append(Example(input_ids, labels, a.task_id, a.key, trained))
+            examples.append(Example(input_ids, labels, a.task_id, a.key, trained, hinted, appended))
     return examples
 
 
 def build_dataset(
-    attempts: Iterable[Attempt], mask_errors: bool = False, end_of_turn: Optional[int] = None
+    attempts: Iterable[Attempt],
+    mask_errors: bool = False,
+    end_of_turn: Optional[int] = None,
+    hinted: Iterable[str] = (),
 ) -> list[Example]:
-    return [ex for a in attempts for ex in build_examples(a, mask_errors, end_of_turn)]
+    """Every attempt's examples; `hinted`: the keys of attempts sampled with a hint (marked)."""
+    hinted = set(hinted)
+    return [ex for a in attempts for ex in build_examples(a, mask_errors, end_of_turn, a.key in hinted)]
 
 
 def write_dataset(path: Path, examples: list[Example]) -> None:

@@ -176,3 +176,27 @@ def test_masks_with_the_real_smollm2_tokenizer():
     examples = build_examples(attempt(steps=steps))
     spans = [tok.decode(s) for ex in examples for s in trained_spans(ex.labels)]
     assert spans == [r + "<|im_end|>" for r in REPLIES]
+
+
+def test_each_example_counts_the_end_of_turn_tokens_the_harness_appended_and_says_if_hinted():
+    tok = CharTokenizer()
+    cut = attempt("t1", steps=rollout(tok, REPLIES, OBS, cut=True))  # the harness closed every reply
+    [ex] = build_examples(cut, end_of_turn=tok.eot)
+    assert ex.appended_targets == len(REPLIES)  # one per cut reply, all trained
+    assert ex.n_targets == sum(len(tok.encode(r)) for r in REPLIES) + len(REPLIES)
+    assert build_examples(cut)[0].appended_targets == 0  # no end-of-turn given: only generated tokens
+    whole = attempt("t2", steps=rollout(tok, REPLIES, OBS))  # the model ended its replies itself
+    assert build_examples(whole, end_of_turn=tok.eot)[0].appended_targets == 0
+    assert not ex.hinted
+    examples = build_dataset([cut, whole], end_of_turn=tok.eot, hinted={whole.key})
+    assert [(e.task_id, e.hinted) for e in examples] == [("t1", False), ("t2", True)]
+
+
+def test_dataset_jsonl_records_hinted_and_appended_targets(tmp_path):
+    tok = CharTokenizer()
+    a = attempt("t1", steps=rollout(tok, REPLIES, OBS, cut=True))
+    path = tmp_path / "dataset.jsonl"
+    write_dataset(path, build_dataset([a], end_of_turn=tok.eot, hinted=[a.key]))
+    line = json.loads(path.read_text().splitlines()[0])
+    assert line["hinted"] is True and line["appended_targets"] == len(REPLIES)
+    assert read_dataset(path)[0].hinted
