@@ -15,9 +15,10 @@ COMMAND_MODULES = ["evaluators.cli", "agent.cli", "tasks.cli", "results.cli", "l
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(
-        prog="harness", description="Agent harness: execute, verify, correct, train."
-    )
+    from results.commandline import HarnessParser
+
+    # every subcommand's parser is a HarnessParser too (argparse makes them of the parent's class)
+    parser = HarnessParser(prog="harness", description="Agent harness: execute, verify, correct, train.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

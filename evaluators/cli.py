@@ -20,7 +20,7 @@ from evaluators.run.config import (
     eval_loop,
 )
 from results import telemetry
-from results.commandline import add_command
+from results.commandline import add_command, invocation
 from results.errors import UserError
 
 EVAL_EXAMPLES = [
@@ -216,8 +216,7 @@ def resume_command(args, out_dir: Path) -> str:
             kept.append(a)
     if not kept or kept[0] != "eval":
         kept.insert(0, "eval")  # `harness` alone runs eval
-    prog = "harness" if Path(sys.argv[0]).name == "harness" else f"python {sys.argv[0]}"
-    return " ".join([prog, *map(shlex.quote, kept), "--resume", shlex.quote(str(out_dir))])
+    return " ".join([invocation(), *map(shlex.quote, kept), "--resume", shlex.quote(str(out_dir))])
 
 
 def all_errored(run_dir: Path) -> bool:

@@ -88,6 +88,7 @@ def _register_export(subparsers: argparse._SubParsersAction) -> None:
         "--format",
         required=True,
         choices=export.FORMATS + ("inspect", "atif"),
+        metavar="FORMAT",
         help="openai | hf-chat (TRL SFT) | sharegpt | prompt-completion | kto (unpaired preference) | "
         "inspect (an Inspect AI eval log, for inspect view; needs harness[inspect]) | "
         "atif (Harbor's trajectory format, ATIF-v1.7; replay:FILE reads it back)",

@@ -13,7 +13,7 @@ EXAMPLES = [
     "harness serve --model local:smollm2-135m --adapter tuned=runs/train/round_1/adapter "
     "--api-key secret --port 8000",
     '# then: openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="secret")',
-    '#         .chat.completions.create(model="tuned", messages=[...], tools=[...], stream=True)',
+    '#   .chat.completions.create(model="tuned", messages=[...], stream=True)',
 ]
 
 

@@ -380,4 +380,6 @@ def print_summary(run_dir: str | Path, echo: Callable[[str], Any] = print, n_boo
     """The terminal tables for one run (what `harness eval` prints when it finishes)."""
     runs = load_runs([run_dir], n_boot)
     echo(terminal_report(runs, []))
-    echo(f"every column, plots and each attempt's steps:\n  harness report {run_dir}")
+    from results.commandline import invocation
+
+    echo(f"every column, plots and each attempt's steps:\n  {invocation()} report {run_dir}")

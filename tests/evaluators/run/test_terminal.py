@@ -113,7 +113,7 @@ run field       value     count
 run reason      fail          3
 run exit_reason submitted     3
 every column, plots and each attempt's steps:
-  harness report DIR/run
+  HARNESS report DIR/run
 run folder: DIR/run
 EXIT 0"""
 
@@ -121,6 +121,7 @@ EXIT 0"""
 def normalized(lines: list[str], tmp: Path, script: Path) -> str:
     text = "\n".join(lines).rstrip()
     text = text.replace(str(script), "SCRIPT").replace(str(tmp), "DIR")
+    text = text.replace(str(ROOT / ".venv/bin/harness"), "HARNESS")  # the venv's entry point, as printed
     text = re.sub(r"\b\d+s\b", "Ns", text)
     text = re.sub("─+", "─", text)  # the rules' length follows the paths
     text = re.sub(r"^(tokens/attempt|s/attempt)( +)[\d.]+", r"\1\2N", text, flags=re.M)
@@ -167,8 +168,9 @@ def test_ctrl_c_prints_the_resume_command_and_resume_says_what_it_runs_again(ima
         term.close()
     assert command.endswith(f"--resume {out}") and "--limit 3" in command and "--out" not in command
     # the printed command, run as printed, continues the run
+    assert command.startswith(str(ROOT / ".venv/bin/harness") + " ")  # runs without the venv on PATH
     resumed = subprocess.run(
-        command.replace("python ", f"{sys.executable} ", 1),
+        command,
         shell=True,
         cwd=tmp_path,
         capture_output=True,

@@ -1,0 +1,115 @@
+"""A new user's first hour, as they meet it: every --help page fits 80 columns, and the commands the
+harness prints (resume, report) run when pasted into a shell whose PATH has no venv on it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from results.commandline import invocation
+from tests.helpers import GOOD_TOML, ROOT, SUBMIT, write_task
+
+CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a login shell's, no venv
+
+
+def all_parsers(parser: argparse.ArgumentParser, name: str = "harness"):
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, p in action.choices.items():
+                yield from all_parsers(p, f"{name} {sub}")
+
+
+def test_every_help_page_fits_80_columns(monkeypatch):
+    from harness import build_parser
+
+    monkeypatch.setenv("COLUMNS", "200")  # a wide terminal must not widen the pages past 80
+    pages = dict(all_parsers(build_parser()))
+    assert len(pages) > 15 and "harness tasks validate" in pages
+    wide = {
+        name: line for name, p in pages.items() for line in p.format_help().splitlines() if len(line) > 80
+    }
+    assert not wide, wide
+
+
+def test_a_long_example_folds_into_one_pastable_command():
+    from results.commandline import _fold_example
+
+    line = "  harness eval --model openai/gpt-4o-mini --tasks builtin --samples 5 --concurrency 8 --limit 20"
+    folded = _fold_example(line + "  # twenty tasks", 80)
+    assert all(len(x) <= 80 for x in folded) and folded[0] == "  # twenty tasks"
+    joined = " ".join(x.rstrip(" \\").strip() for x in folded[1:])
+    assert joined == line.strip()
+
+
+def test_the_invocation_is_the_venvs_entry_point_unless_harness_on_path_is_this_program(
+    tmp_path, monkeypatch
+):
+    venv = tmp_path / "v" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text("")
+    entry = venv / "harness"
+    entry.write_text("#!/bin/sh\n")
+    entry.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert invocation("harness.py", str(venv / "python")) == "v/bin/harness"  # `python harness.py`
+    assert invocation(str(entry), str(venv / "python")) == "v/bin/harness"  # the entry point, not on PATH
+    monkeypatch.setenv("PATH", f"{venv}:/usr/bin:/bin")
+    assert invocation(str(entry), str(venv / "python")) == "harness"  # activated: the short name works
+    entry.unlink()  # no entry point installed: the interpreter and the script
+    assert invocation("harness.py", str(venv / "python")) == "v/bin/python ./harness.py"
+
+
+@pytest.mark.slow
+def test_the_printed_resume_command_runs_from_a_shell_without_the_venv(image, tmp_path):
+    """Ctrl-C an eval started as `make demo` starts it (the venv's python, harness.py), paste the command it
+    prints into a clean-PATH shell, and the run finishes."""
+    suite = tmp_path / "suite"
+    for name in ("t1", "t2"):
+        write_task(suite, name, toml=GOOD_TOML)
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps({"*": ["```bash\nsleep 6; echo ok > answer.txt\n```", SUBMIT]}))
+    run = tmp_path / "run"
+    cmd = [".venv/bin/python", "harness.py", "eval", "--model", f"replay:{replies}", "--tasks", str(suite)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [*cmd, "--concurrency", "1", "--out", str(run)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (run / "manifest.json").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    printed = re.search(r"resume with:\n\s+(.+)", err)
+    assert printed, err[-2000:]
+    line = printed.group(1).strip()
+    assert line.startswith(".venv/bin/harness "), line  # not `python harness.py`: the system python
+    clean = {"PATH": CLEAN_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+    resumed = subprocess.run(
+        ["bash", "-c", line], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    recs = [json.loads(x) for x in (run / "attempts.jsonl").read_text().splitlines()]
+    assert sorted(r["task_id"] for r in recs) == ["t1", "t2"] and all(r["solved"] for r in recs)
+    report = re.search(r"plots and each attempt's steps:\n\s+(.+)", resumed.stdout)
+    assert report, resumed.stdout[-2000:]
+    shown = subprocess.run(
+        ["bash", "-c", report.group(1).strip()], cwd=ROOT, env=clean, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert (run / "report.html").is_file() and "report.html" in shown.stdout
