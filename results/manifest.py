@@ -16,9 +16,11 @@ from typing import Any, Iterable, Optional
 from pydantic import BaseModel, Field, ValidationError
 
 from results.errors import UserError
+from results.jsonl import read_json_file
 from results.schema import SCHEMA_VERSION
 
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20  # the config and the task suite's entries: a few MB for thousands of tasks
 # Config keys that change what an attempt means: resuming with a different value would mix two experiments.
 RESUME_KEYS = ("model", "tasks", "samples", "temperature")
 
@@ -78,8 +80,9 @@ def read_manifest(run_dir: str | os.PathLike) -> Manifest:
     path = run_dir / MANIFEST
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run folder: it has no {MANIFEST}")
+    data = read_json_file(path, MAX_MANIFEST_BYTES, "not a valid run manifest (changed outside harness?)")
     try:
-        return Manifest.model_validate_json(path.read_bytes())
+        return Manifest.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"

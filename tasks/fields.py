@@ -16,17 +16,23 @@ from results.errors import UserError
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 Where = Callable[[str], str]  # file name inside the task -> how errors name it
+MAX_TOML_BYTES = 1 << 20  # task.toml and family.toml hold settings, not data
 
 
 def parse_toml(loc: str, raw: Optional[bytes]) -> dict[str, Any]:
+    """A task.toml or family.toml, bounded: size (MAX_TOML_BYTES) and nesting (tomllib recurses)."""
     if raw is None:
         raise UserError(f"{loc}: missing")
+    if len(raw) > MAX_TOML_BYTES:
+        raise UserError(f"{loc}: {len(raw)} bytes, over the limit of {MAX_TOML_BYTES} (settings only)")
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise UserError(f"{loc}: not UTF-8 text (save it as UTF-8)") from None
     except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{loc}: invalid TOML ({e})") from None
+        raise UserError(f"{loc}: invalid TOML ({str(e)[:200]})") from None
+    except RecursionError:
+        raise UserError(f"{loc}: arrays or tables nested too deeply (settings are a few levels)") from None
 
 
 def check_keys(table: dict, ours: set[str], ignored: set[str], loc: str, prefix: str) -> None:

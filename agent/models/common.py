@@ -17,7 +17,7 @@ def parse_arguments(raw: Any) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # a deeply nested string is not arguments either
         return {"_raw": str(raw)}
     return value if isinstance(value, dict) else {"_raw": str(raw)}
 

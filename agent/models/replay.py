@@ -30,11 +30,14 @@ from agent.models.base import Completion, ModelError, ToolCall
 from agent.models.common import apply_prices, approx_tokens, parse_arguments
 from agent.models.options import ModelOptions
 from results.errors import UserError
+from results.jsonl import bounded_json_text, read_bounded
 
 ANY_SAMPLE = -1  # format (a): one script for every sample
 DEFAULT_TASK = "*"
 
 Script = list[Completion]
+MAX_REPLAY_BYTES = 1 << 30  # recorded trajectories with token ids run to hundreds of MB
+FORMATS_HINT = "a replay file is a JSON object of scripts, an attempts.jsonl or ATIF trajectories"
 
 
 def _tool_call(raw: Any, i: int, where: str) -> ToolCall:
@@ -50,11 +53,19 @@ def _tool_call(raw: Any, i: int, where: str) -> ToolCall:
     )
 
 
+def _list(value: Any, where: str) -> list:
+    if value is None or value == "":
+        return []
+    if not isinstance(value, list):
+        raise UserError(f"{where}: tool_calls must be a list of calls (got {type(value).__name__})")
+    return value
+
+
 def _reply(raw: Any, where: str) -> Completion:
     if isinstance(raw, str):
         return Completion(content=raw)
     if isinstance(raw, dict) and ("content" in raw or "tool_calls" in raw):
-        calls = [_tool_call(c, i, where) for i, c in enumerate(raw.get("tool_calls") or [])]
+        calls = [_tool_call(c, i, where) for i, c in enumerate(_list(raw.get("tool_calls"), where))]
         return Completion(
             content=str(raw.get("content") or ""),
             tool_calls=calls,
@@ -87,10 +98,7 @@ def _load_attempts(lines: list[str], path: str) -> dict[str, dict[int, Script]]:
             attempt = Attempt.model_validate_json(line)
         except ValueError as e:
             first = str(e).splitlines()[0]
-            raise UserError(
-                f"{path}:{lineno}: not an attempt record ({first}); "
-                "a replay file is a JSON object of scripts or an attempts.jsonl"
-            ) from None
+            raise UserError(f"{path}:{lineno}: not an attempt record ({first}); {FORMATS_HINT}") from None
         script = []
         for step in attempt.steps:
             calls = [
@@ -115,11 +123,9 @@ def _load_attempts(lines: list[str], path: str) -> dict[str, dict[int, Script]]:
 
 def load_scripts(path: str) -> dict[str, dict[int, Script]]:
     """{task_id: {sample (or ANY_SAMPLE): [replies]}} from a replay file of either format."""
-    p = Path(path).expanduser()
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UserError(f"replay:{path}: cannot read the file ({e.strerror or e})") from None
+    where = f"replay:{path}"
+    raw = read_bounded(Path(path).expanduser(), MAX_REPLAY_BYTES, where)
+    text = bounded_json_text(raw, where, MAX_REPLAY_BYTES, FORMATS_HINT)  # nothing below can recurse deep
     from agent.models.replay_atif import load_atif_scripts, parse_atif_text
 
     trajectories = parse_atif_text(text, path)

@@ -13,7 +13,7 @@ keystrokes, script) is replayed as `bash` with that command, so other harnesses'
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 from agent.models.base import Completion, ToolCall
 from agent.models.replay import ANY_SAMPLE
@@ -21,6 +21,7 @@ from results.errors import UserError
 
 OUR_TOOLS = ("bash", "write_file", "submit")
 SHELL_ARGUMENTS = ("command", "cmd", "keystrokes", "script")
+FIX = "fix the file, or export it again (harness export RUN --format atif)"
 
 
 def is_atif(data: Any) -> bool:
@@ -44,7 +45,7 @@ def parse_atif_text(text: str, path: str) -> list[dict[str, Any]]:
 
 def _call(raw: Any, where: str) -> ToolCall:
     if not isinstance(raw, dict) or not raw.get("function_name"):
-        raise UserError(f"{where}: an ATIF tool call needs function_name and arguments")
+        raise UserError(f"{where}: an ATIF tool call needs function_name and arguments; {FIX}")
     name, args = str(raw["function_name"]), raw.get("arguments")
     args = args if isinstance(args, dict) else {}
     if name not in OUR_TOOLS:
@@ -62,36 +63,69 @@ def _message(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def load_atif_scripts(
-    trajectories: list[dict[str, Any]], path: str
-) -> dict[str, dict[int, list[Completion]]]:
+def _table(value: Any, where: str, name: str) -> dict[str, Any]:
+    """An optional object field (None/absent: empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {name} must be an object (got {type(value).__name__}); {FIX}")
+    return value
+
+
+def _count(m: dict[str, Any], name: str, where: str) -> int:
+    value = m.get(name)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1 << 53:
+        raise UserError(f"{where}: metrics.{name} must be a count (got {str(value)[:40]!r}); {FIX}")
+    return int(value)
+
+
+def _ids(m: dict[str, Any], name: str, where: str) -> Optional[list[int]]:
+    value = m.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(type(i) is int and 0 <= i < 1 << 31 for i in value):
+        raise UserError(f"{where}: metrics.{name} must be a list of token ids (integers); {FIX}")
+    return value
+
+
+def load_atif_scripts(trajectories: list[Any], path: str) -> dict[str, dict[int, list[Completion]]]:
+    """The replies of each trajectory, every field checked for its type: a wrong one is one UserError
+    naming the file, the trajectory, the step and the field."""
     scripts: dict[str, dict[int, list[Completion]]] = {}
     for n, t in enumerate(trajectories):
         where = f"{path}: trajectory {n}"
+        if not isinstance(t, dict):
+            raise UserError(f"{where}: must be an object (got {type(t).__name__}); {FIX}")
         steps = t.get("steps")
         if not isinstance(steps, list):
             raise UserError(f"{where}: an ATIF trajectory needs a steps array")
         script = []
-        for step in steps:
+        for i, step in enumerate(steps):
             if not isinstance(step, dict) or step.get("source") != "agent":
                 continue
             if step.get("is_copied_context") or step.get("llm_call_count") == 0:
                 continue
-            calls = [_call(c, f"{where} step {step.get('step_id')}") for c in step.get("tool_calls") or []]
-            m = step.get("metrics") or {}
+            at = f"{where} step {str(step.get('step_id', i))[:20]}"
+            raw_calls = step.get("tool_calls") or []
+            if not isinstance(raw_calls, list):
+                raise UserError(f"{at}: tool_calls must be a list (got {type(raw_calls).__name__}); {FIX}")
+            calls = [_call(c, at) for c in raw_calls]
+            m = _table(step.get("metrics"), at, "metrics")
             script.append(
                 Completion(
                     content=_message(step.get("message")),
                     tool_calls=calls,
-                    prompt_tokens=int(m.get("prompt_tokens") or 0),
-                    completion_tokens=int(m.get("completion_tokens") or 0),
+                    prompt_tokens=_count(m, "prompt_tokens", at),
+                    completion_tokens=_count(m, "completion_tokens", at),
                     finish_reason="tool_calls" if calls else "stop",
-                    prompt_ids=m.get("prompt_token_ids"),
-                    completion_ids=m.get("completion_token_ids"),
+                    prompt_ids=_ids(m, "prompt_token_ids", at),
+                    completion_ids=_ids(m, "completion_token_ids", at),
                 )
             )
-        extra = t.get("extra") or {}
+        extra = _table(t.get("extra"), where, "extra")
         task_id = str(extra.get("task_id") or "*")
-        sample = int(extra["sample"]) if isinstance(extra.get("sample"), int) else ANY_SAMPLE
+        sample = int(extra["sample"]) if type(extra.get("sample")) is int else ANY_SAMPLE
         scripts.setdefault(task_id, {})[sample] = script
     return scripts
