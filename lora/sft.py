@@ -210,6 +210,13 @@ def collate(examples: list[Example], device: torch.device, pad_id: int = 0) -> B
 
 def loss_sum(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Sum of next-token cross-entropy over the target positions of `batch`."""
+    logits, targets = target_logits(model, batch)
+    return F.cross_entropy(logits, targets, reduction="sum")
+
+
+def target_logits(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 logits [targets, vocab] predicting each target token, the target ids [targets]), in the
+    order of batch.target_index (row by row, left to right). Also the policy gradient's (lora/grpo.py)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     index = batch.target_index
     if index is None:
@@ -224,12 +231,12 @@ def loss_sum(model: nn.Module, batch: Batch) -> torch.Tensor:
     if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
         # The head does more than a matmul on these architectures: use the model's own logits.
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-        return F.cross_entropy(at_targets(logits).float(), targets, reduction="sum")
+        return at_targets(logits).float(), targets
     hidden = base.get_decoder()(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
     ).last_hidden_state
     logits = base.get_output_embeddings()(at_targets(hidden))  # only where there is a target
-    return F.cross_entropy(logits.float(), targets, reduction="sum")
+    return logits.float(), targets
 
 
 def accumulate_gradients(model: nn.Module, micro_batches: list[Batch], autocast: bool) -> float:
