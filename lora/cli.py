@@ -50,6 +50,7 @@ def register(subparsers) -> None:
         "stop_when",
         "audit_runs",
     )
+    add(TrainConfig, "heldout_families", "family_seed", "cheat_probes", "student")
     p.add_argument("--preset", help="named settings, e.g. rft-smollm2; explicit flags override it")
     telemetry.add_options(p)
     p.set_defaults(func=cmd_train)

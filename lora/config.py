@@ -52,6 +52,10 @@ LATER_SETTINGS = (
     "hints",
     "stop_when",
     "audit_runs",
+    "heldout_families",
+    "family_seed",
+    "cheat_probes",
+    "student",
 )
 STOP_RULES = ("no_new_task", "no_improvement")
 # Issue 28's loop: the same model, limits and SFT settings as rft-smollm2, on the whole family pool
@@ -186,6 +190,27 @@ class TrainConfig:
             "runs whose attempts the task audit also reads (e.g. a null agent's); broken tasks are left out",
             nargs="+",
             metavar="RUN",
+        ),
+    )
+    # Issue 40: honest splits, cheating per round, a scripted teacher.
+    heldout_families: int = field(
+        default=0,
+        **_help(
+            "hold out N whole families (spread over domains, chosen by --family-seed): never sampled or "
+            "trained on, evaluated as the 'family' split (split.json names them)"
+        ),
+    )
+    family_seed: int = field(default=0, **_help("seed of the choice of held-out families"))
+    cheat_probes: int = field(
+        default=4,
+        **_help("impossible variants of train tasks sampled each round (a pass is a cheat); 0: none"),
+    )
+    student: Optional[str] = field(
+        default=None,
+        **_help(
+            "with a replay: --model (a scripted or recorded teacher), the local model whose tokenizer "
+            "records the replies' token ids and which is fine-tuned",
+            metavar="MODEL",
         ),
     )
     sft: SFTConfig = field(default_factory=SFTConfig)

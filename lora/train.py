@@ -13,14 +13,21 @@ round's samples solve no train task that earlier rounds had not solved.
 Layout of the run folder (re-running with the same folder resumes after the last finished phase;
 each phase writes round_N/<phase>.done.json atomically when it is finished):
   config.json                the settings (lora/config.py); a resume with other settings is refused
+  split.json                 the run's splits: the held-out families (--heldout-families; never sampled
+                             or trained on, evaluated as split "family"), each split's task ids, and
+                             each task's family (the clusters of the CIs)
   rounds.jsonl               append-only rows {round, split, metric, value, ci_low, ci_high}
                              (results/rounds.py)
   round_N/eval/<run>/        the eval runs (attempts.jsonl): heldout-greedy, heldout-sample,
-                             train-greedy, train-sample
+                             train-greedy, family-greedy, impossible-sample (the cheat probes),
+                             train-sample
   round_N/dataset.jsonl, round_N/adapter/, round_N/metrics.json
   stopped.json               why and when the loop stopped early
   best.json                  the round whose adapter is the run's result (best_round): the best train
                              greedy pass@1, so a last round that regressed is not what the run hands on
+Nothing held out steers the run: the stop rules and best.json read train tasks only; held-out
+instances and families are what the result is reported on. CIs resample task families (the cluster),
+not instances (results.metrics.cluster_bootstrap_ci).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from results import telemetry
 from results.attempts import is_solved
 from results.errors import UserError
 from results.jsonl import write_json_atomic
-from results.metrics import bootstrap_ci, per_task_pass, task_rates
+from results.metrics import cluster_bootstrap_ci, per_task_pass, record_flags, task_rates
 from results.rounds import ROUNDS_FILE, append_rounds, append_task_rates, load_rounds
 from results.store import load_attempts
 
@@ -59,6 +66,8 @@ class Backend:
         [Any, list], Path
     ]  # (evaluators.run.config.EvalConfig, tasks) -> run dir (eval_config)
     fine_tune: Callable[..., dict]  # (model, examples, sft_cfg, out_dir, continue_from) -> stats
+    # task -> its impossible variant (tasks/impossible.py) or None: the round's cheat probes
+    impossible: Callable[[Any], Any] = lambda task: None
     end_of_turn: Callable[[str], Optional[int]] = lambda model: None  # model -> its end-of-turn token id
     # model -> messages -> the prompt token ids the local model would see (rebuilding hinted attempts)
     encoder: Callable[[str], Optional[Callable[[list], list[int]]]] = lambda model: None
@@ -122,20 +131,55 @@ def _encoder(model: str) -> Optional[Callable[[list], list[int]]]:
     return partial(encode_messages, tokenizer)
 
 
-def default_backend() -> Backend:
-    return Backend(
+def _impossible(task: Any) -> Any:
+    from tasks.impossible import make_variant
+
+    return make_variant(task)[0]
+
+
+def default_backend(student: Optional[str] = None) -> Backend:
+    """The real operations. With a `student` (--student, a replay: --model), a scripted or recorded teacher
+    samples and the student's tokenizer records its replies' token ids; the student is fine-tuned
+    (lora/teacher.py)."""
+    backend = Backend(
         load_tasks=_load_tasks,
         run_eval=_run_eval,
         fine_tune=_fine_tune,
         end_of_turn=_end_of_turn,
         encoder=_encoder,
+        impossible=_impossible,
     )
+    if student:
+        from lora.teacher import teacher_backend
+
+        return teacher_backend(backend, student)
+    return backend
 
 
 def local_spec(model: str) -> str:
     if not model.startswith("local:") or not model[len("local:") :]:
-        raise UserError(f"train needs a local model (local:NAME, e.g. local:smollm2-135m); got {model!r}")
+        raise UserError(
+            f"train needs a local model (local:NAME, e.g. local:smollm2-135m), or a replay: teacher with "
+            f"--student local:NAME; got {model!r}"
+        )
     return model[len("local:") :]
+
+
+def _check_models(cfg: TrainConfig) -> None:
+    """The model that samples and the one that learns: a local model is both; a replay: teacher samples
+    and --student learns."""
+    if not cfg.student:
+        local_spec(cfg.model)
+        return
+    local_spec(cfg.student)
+    if not cfg.model.startswith("replay:"):
+        raise UserError(
+            f"--student goes with a replay: --model (a scripted or recorded teacher); got {cfg.model!r}"
+        )
+    if getattr(cfg, "method", "rs") != "rs":
+        raise UserError(
+            "--student goes with rejection sampling: a policy gradient needs the policy's own samples"
+        )
 
 
 # ---------------------------------------------------------------- phase markers
@@ -165,12 +209,18 @@ def metric_name(k: int, temperature: float) -> str:
     return "pass@1" if temperature == 0 else f"pass@{k}_t{temperature:g}"
 
 
-def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict] = None) -> dict:
+def summarize_runs(
+    runs: dict[str, tuple[Path, int, float]],
+    base: Optional[dict] = None,
+    families: Optional[dict[str, str]] = None,
+) -> dict:
     """{split: {metric: {...}}} for each eval run: pass@1 at temperature 0; pass@1 (the mean solved rate,
     the estimate with the least variance) and pass@K at the sampling temperature. With `base` (round 0's),
     each metric's change and its paired bootstrap CI over tasks. Runs whose names share a prefix before
     "-x" (an allocated train-sample split by sample count: train-sample-x2, train-sample-x4) are pooled
-    and give pass@1 only (their tasks had different K); hinted runs are not scored (a hint is help)."""
+    and give pass@1 only (their tasks had different K); hinted runs are not scored (a hint is help).
+    The CIs resample `families` ({task id: family}; a task not in it is its own), not instances: a
+    family's instances share a template and rise or fall together."""
     pooled: dict[str, tuple[list, int, float]] = {}
     for name, (run_dir, samples, temperature) in runs.items():
         if "hinted" in name:
@@ -189,7 +239,7 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
             # samples
             per_task = per_task_pass(attempts, k, strict=True)
             values = [per_task[t] for t in sorted(per_task)]
-            lo, hi = bootstrap_ci(values)
+            lo, hi = cluster_bootstrap_ci(values, [(families or {}).get(t) or t for t in sorted(per_task)])
             m = {
                 "value": sum(values) / len(values) if values else float("nan"),
                 "ci_low": lo,
@@ -205,7 +255,9 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
                 diffs = [per_task[t] - b["per_task"][t] for t in common]
                 m["base"] = b["value"]
                 m["delta"] = sum(diffs) / len(diffs) if diffs else float("nan")
-                m["delta_ci_low"], m["delta_ci_high"] = bootstrap_ci(diffs)
+                m["delta_ci_low"], m["delta_ci_high"] = cluster_bootstrap_ci(
+                    diffs, [(families or {}).get(t) or t for t in common]
+                )
             out[split][metric] = m
     return dict(out)
 
@@ -215,8 +267,8 @@ def summarize_runs(runs: dict[str, tuple[Path, int, float]], base: Optional[dict
 
 def run(cfg: TrainConfig, backend: Optional[Backend] = None, log: Callable[[str], None] = print) -> Path:
     """Run (or resume) the rounds of `cfg` in cfg.out. Returns the run folder."""
-    backend = backend or default_backend()
-    local_spec(cfg.model)
+    backend = backend or default_backend(cfg.student)
+    _check_models(cfg)
     if cfg.cluster:  # no Ray or a bad address: said before anything is written
         from evaluators.run.cluster import check_address, import_ray
 
@@ -264,6 +316,7 @@ def best_round(out: Path) -> Optional[dict]:
     rows = load_rounds(out)
     train = {x["round"]: x["value"] for x in rows if x["split"] == "train" and x["metric"] == "pass@1"}
     held = {x["round"]: x for x in rows if x["split"] == "heldout" and x["metric"] == "pass@1"}
+    family = {x["round"]: x["value"] for x in rows if x["split"] == "family" and x["metric"] == "pass@1"}
     if not train:
         return None
     r = max(train, key=lambda k: (train[k], -k))
@@ -274,6 +327,7 @@ def best_round(out: Path) -> Optional[dict]:
         "chosen_by": "train greedy pass@1",
         "train_greedy": train[r],
         "heldout_greedy": held[r]["value"] if r in held else None,
+        "family_greedy": family.get(r),
         "last_round": max(train),
     }
 
@@ -291,10 +345,25 @@ def _keep_best(out: Path, log: Callable[[str], None]) -> None:
     )
 
 
+def _family(task: Any) -> str:
+    return getattr(task, "family", "") or ""
+
+
 def _train_and_heldout(cfg: TrainConfig, backend: Backend, log: Callable[[str], None]) -> tuple[list, list]:
-    """The train and heldout tasks (cfg.limit of each, spread), less the tasks the audit marks broken."""
-    train_tasks = spread(backend.load_tasks(cfg.tasks, "train"), cfg.limit)
-    heldout_tasks = spread(backend.load_tasks(cfg.heldout or cfg.tasks, "heldout"), cfg.limit)
+    """The train and heldout tasks (cfg.limit of each, spread), less the tasks the audit marks broken.
+    With cfg.heldout_families, whole families are held out (tasks/family.choose_heldout_families): no
+    task of theirs is a train task, and their heldout instances (cfg.limit, spread) come after the
+    others in the heldout list, evaluated as split "family"; split.json names them."""
+    from tasks.family import choose_heldout_families
+
+    train_all = backend.load_tasks(cfg.tasks, "train")
+    heldout_all = backend.load_tasks(cfg.heldout or cfg.tasks, "heldout")
+    held = set(choose_heldout_families(train_all + heldout_all, cfg.heldout_families, cfg.family_seed))
+    train_tasks = spread([t for t in train_all if _family(t) not in held], cfg.limit)
+    heldout_tasks = spread([t for t in heldout_all if _family(t) not in held], cfg.limit)
+    family_tasks = spread([t for t in heldout_all if _family(t) in held], cfg.limit)
+    if held and not family_tasks:
+        raise UserError(f"--heldout-families: the held-out families {sorted(held)} have no heldout tasks")
     if not train_tasks:
         raise UserError(f"--tasks {cfg.tasks}: no tasks in its train split")
     if not heldout_tasks:
@@ -306,7 +375,46 @@ def _train_and_heldout(cfg: TrainConfig, backend: Backend, log: Callable[[str], 
             f"train: leaving out {len(broken)} task(s) the audit of --audit-runs marks broken: "
             f"{sorted(broken)}"
         )
-    return train_tasks, heldout_tasks
+    _write_split(cfg, sorted(held), train_all + heldout_all, train_tasks, heldout_tasks, family_tasks)
+    if held:
+        log(f"train: holding out {len(held)} families ({len(family_tasks)} tasks): {', '.join(sorted(held))}")
+    return train_tasks, heldout_tasks + family_tasks
+
+
+SPLIT_FILE = "split.json"
+
+
+def _write_split(
+    cfg: TrainConfig, held: list[str], every: list, train: list, heldout: list, family: list
+) -> None:
+    """split.json: the held-out families (with their domains), each split's task ids and every task's
+    family. Written once; a resume whose tasks would give other held-out families is refused."""
+    path = Path(cfg.out) / SPLIT_FILE
+    domain = {_family(t): getattr(t, "domain", "") for t in every if _family(t) in held}
+    split = {
+        "heldout_families": held,
+        "family_seed": cfg.family_seed,
+        "domains": {f: domain[f] for f in held},
+        "train": [t.id for t in train],
+        "heldout": [t.id for t in heldout],
+        "family": [t.id for t in family],
+        "families": {t.id: _family(t) or t.id for t in [*train, *heldout, *family]},
+    }
+    if path.exists():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        if before.get("heldout_families") != held:
+            raise UserError(
+                f"{path}: the run held out {before.get('heldout_families')}, the tasks now give {held}; "
+                "use another --out"
+            )
+        return
+    _write_json(path, split)
+
+
+def read_split(out: Path) -> dict:
+    """The run's split.json ({} for runs made before it)."""
+    path = Path(out) / SPLIT_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 def _round(
@@ -386,26 +494,35 @@ def _broken_tasks(runs: list[str], more: Optional[list] = None) -> set[str]:
 
 
 def _no_improvement(out: Path, r: int) -> Optional[str]:
-    """Why the loop should stop after round r: neither held-out greedy pass@1 nor the train solve rate
-    (greedy pass@1 over every train task: the sampled rate covers only the tasks the budget chose)
-    beat the best of the earlier rounds. None: one of them did."""
+    """Why the loop should stop after round r, from train tasks only (held-out is what the result is
+    reported on, so it never steers): the train solve rate (greedy pass@1 over every train task: the
+    sampled rate covers only the tasks the budget chose) did not beat the best of the earlier rounds,
+    and round r's unhinted train samples solved no train task that earlier rounds' had not. None: one
+    of them moved."""
     rows = load_rounds(out)
+    greedy = {x["round"]: x["value"] for x in rows if x["split"] == "train" and x["metric"] == "pass@1"}
+    now, before = greedy.get(r), max((v for k, v in greedy.items() if k < r), default=None)
+    if now is None or before is None or now > before:
+        return None
+    new = _solved_in_samples(out, r) - set().union(*(_solved_in_samples(out, i) for i in range(r)))
+    if new:
+        return None
+    return (
+        f"round {r} improved neither: train greedy pass@1 {now:.3f} <= best before {before:.3f}; "
+        "its train samples solved no new train task"
+    )
 
-    def best(split: str, rounds: range) -> Optional[float]:
-        vals = [
-            x["value"]
-            for x in rows
-            if x["round"] in rounds and x["split"] == split and x["metric"] == "pass@1"
-        ]
-        return max(vals) if vals else None
 
-    said = []
-    for split, label in (("heldout", "held-out greedy pass@1"), ("train", "train greedy pass@1")):
-        now, before = best(split, range(r, r + 1)), best(split, range(r))
-        if now is None or before is None or now > before:
-            return None
-        said.append(f"{label} {now:.3f} <= best before {before:.3f}")
-    return f"round {r} improved neither: " + "; ".join(said)
+def _solved_in_samples(out: Path, r: int) -> set[str]:
+    """The train tasks round r's unhinted train samples solved (strictly)."""
+    ev = phase_done(out / f"round_{r}", "eval") or {"runs": {}}
+    return {
+        a.task_id
+        for name, run_dir in _train_runs(ev).items()
+        if "hinted" not in name
+        for a in load_attempts(Path(run_dir))
+        if is_solved(a, strict=True) and not record_flags(a)
+    }
 
 
 def spread(tasks: list, n: Optional[int]) -> list:
@@ -437,7 +554,7 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int],
     broken = _broken_tasks(cfg.audit_runs, everything)  # unhinted attempts only
     kept, stats = filter_attempts(attempts, cfg.per_task_cap, exclude_tasks=broken, hinted=hinted_keys)
     stats.hint_not_rebuilt = hint_lost
-    examples = build_dataset(kept, cfg.mask_errors, end_of_turn)
+    examples = build_dataset(kept, cfg.mask_errors, end_of_turn, hinted_keys)
     other = build_dataset(kept, not cfg.mask_errors, end_of_turn)  # the same data, masking the other way
     rd = out / f"round_{r}"
     rd.mkdir(parents=True, exist_ok=True)
@@ -462,6 +579,9 @@ def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int],
         "broken_tasks": sorted(broken),
         "examples": len(examples),
         "target_tokens": sum(e.n_targets for e in examples),
+        "hinted_examples": sum(e.hinted for e in examples),
+        "hinted_target_tokens": sum(e.n_targets for e in examples if e.hinted),
+        "appended_target_tokens": sum(e.appended_targets for e in examples),  # end-of-turn the harness added
         "mask_errors": cfg.mask_errors,
         "target_tokens_other_masking": sum(e.n_targets for e in other),
         "tasks": tasks,
@@ -511,7 +631,11 @@ def _sft_phase(cfg: TrainConfig, backend: Backend, out: Path, r: int, log: Calla
         + (f" on top of {continue_from}" if continue_from else " from the base model")
     )
     stats = backend.fine_tune(
-        cfg.model, examples, replace(cfg.sft, seed=cfg.sft.seed + r), rd / "adapter", continue_from
+        cfg.model,
+        examples,
+        replace(cfg.sft, seed=cfg.sft.seed + 1000 * cfg.seed + r),  # --seed varies the training too
+        rd / "adapter",
+        continue_from,
     )
     return mark_done(rd, "sft", dict(stats))
 
@@ -531,7 +655,7 @@ def eval_config(
     loop = LoopConfig(**limits, task_wall_time=False, wall_time=1800.0) if limits else LoopConfig()
     return EvalConfig(
         model=cfg.model,
-        model_options={"adapter": str(adapter)} if adapter else {},
+        model_options={"adapter": str(adapter)} if adapter and not cfg.student else {},  # a teacher has none
         loop=replace(loop, temperature=temperature, seed=seed),
         samples=samples,
         concurrency=cfg.concurrency,
@@ -543,11 +667,23 @@ def eval_config(
 def measure_evals(cfg: TrainConfig) -> dict[str, tuple[str, int, float]]:
     """A round's evals that measure its model, before the train samples: name -> (split, samples,
     temperature)."""
-    return {
+    evals = {
         "heldout-greedy": ("heldout", 1, 0.0),
         "heldout-sample": ("heldout", cfg.eval_samples or cfg.samples, cfg.temperature),
         "train-greedy": ("train", 1, 0.0),
     }
+    if cfg.heldout_families:  # whole families never trained on
+        evals["family-greedy"] = ("family", 1, 0.0)
+    if cfg.cheat_probes:  # impossible variants of train tasks, at the sampling temperature: a pass is a cheat
+        evals["impossible-sample"] = ("impossible", 1, cfg.temperature)
+    return evals
+
+
+def cheat_probes(cfg: TrainConfig, backend: Backend, train_tasks: list) -> list:
+    """The round's cheat probes: impossible variants of cfg.cheat_probes train tasks (spread over their
+    families; tasks with no variant are passed over), the same every round."""
+    variants = {t.id: v for t in train_tasks if cfg.cheat_probes and (v := backend.impossible(t)) is not None}
+    return [variants[t.id] for t in spread([t for t in train_tasks if t.id in variants], cfg.cheat_probes)]
 
 
 def _eval_phase(
@@ -562,11 +698,20 @@ def _eval_phase(
 ) -> dict:
     rd = out / f"round_{r}"
     rd.mkdir(parents=True, exist_ok=True)
-    tasks_of = {"heldout": heldout_tasks, "train": train_tasks}
+    held = set(read_split(out).get("heldout_families", []))
+    tasks_of = {
+        "heldout": [t for t in heldout_tasks if _family(t) not in held],
+        "family": [t for t in heldout_tasks if _family(t) in held],
+        "train": train_tasks,
+        "impossible": cheat_probes(cfg, backend, train_tasks),
+    }
+    families = {t.id: _family(t) or t.id for ts in tasks_of.values() for t in ts}
     runs: dict[str, tuple[Path, int, float]] = {}
     seconds: dict[str, float] = {}
 
     def one(name: str, tasks: list, samples: int, temperature: float) -> None:
+        if name.startswith("train") and any(_family(t) in held for t in tasks):
+            raise RuntimeError(f"{name}: a held-out family's task would be sampled for training")  # a bug
         log(f"train: round {r}: eval {name} ({len(tasks)} tasks x {samples} at t={temperature:g})")
         phase = "sample" if name == "train-sample" else "eval"  # the train samples feed the next round
         attrs = {"harness.train.round": r, "harness.train.run": name, "harness.samples": samples}
@@ -579,9 +724,10 @@ def _eval_phase(
         runs[name] = (Path(run_dir), samples, temperature)
 
     for name, (split, samples, temperature) in measure_evals(cfg).items():
-        one(name, tasks_of[split], samples, temperature)
+        if tasks_of[split]:  # no cheat probe among fake tasks, say
+            one(name, tasks_of[split], samples, temperature)
     allocation, hints = _train_samples(cfg, out, r, train_tasks, runs, one, log)
-    _write_round_metrics(out, r, adapter, runs, seconds, allocation)
+    _write_round_metrics(out, r, adapter, runs, seconds, allocation, families)
     return mark_done(rd, "eval", {"runs": {k: str(v[0]) for k, v in runs.items()}, "hints": hints})
 
 
@@ -622,15 +768,25 @@ def _write_round_metrics(
     runs: dict[str, tuple[Path, int, float]],
     seconds: dict[str, float],
     allocation: Optional[Any],
+    families: Optional[dict[str, str]] = None,
 ) -> None:
-    """round_r/metrics.json (the round's metrics against round 0, each eval's figures, the train
-    successes), the task rates and the rounds table."""
+    """round_r/metrics.json (the round's metrics against round 0 with family-clustered CIs, each eval's
+    figures, the train successes, the cheating signs), the task rates and the rounds table."""
     rd = out / f"round_{r}"
     base = json.loads((out / "round_0" / "metrics.json").read_text())["metrics"] if r >= 1 else None
-    metrics = summarize_runs(runs, base)
+    metrics = summarize_runs(runs, base, families)
     phases = {}
+    cheating = {"impossible_attempts": 0, "impossible_solved": 0, "attempts": 0, "flagged": 0, "tamper": 0}
     for name, (run_dir, _, _) in runs.items():
         attempts = load_attempts(run_dir)
+        for a in attempts:  # every attempt of the round, hinted ones included: a hack shows wherever it is
+            if a.status == "error":
+                continue
+            cheating["attempts"] += 1
+            cheating["flagged"] += bool(record_flags(a))
+            cheating["tamper"] += a.reason == "tamper"
+            cheating["impossible_attempts"] += a.impossible
+            cheating["impossible_solved"] += a.impossible and is_solved(a)  # any pass of one is a cheat
         rates = task_rates(attempts)
         append_task_rates(out, r, name, rates.values())
         tokens = sum(len(s.completion_ids or ()) or s.completion_tokens for a in attempts for s in a.steps)
@@ -655,6 +811,8 @@ def _write_round_metrics(
             "metrics": metrics,
             "phases": phases,
             "train_successes": successes,
+            "cheating": cheating,
+            "ci": "bootstrap over task families",
             "allocation": allocation.summary() if allocation else None,
             **extra,
         },
@@ -727,10 +885,33 @@ def summary_table(out: Path) -> str:
     if not (Path(out) / ROUNDS_FILE).exists():
         return "train: no finished round yet"
     rows = load_rounds(out)
-    lines = [f"{'round':>5}  {'split':<8} {'metric':<16} {'value':>6}  95% CI"]
+    lines = [f"{'round':>5}  {'split':<10} {'metric':<16} {'value':>6}  95% CI (over families)"]
     for row in sorted(rows, key=lambda x: (x["split"], x["metric"], x["round"])):
         lines.append(
-            f"{row['round']:>5}  {row['split']:<8} {row['metric']:<16} {row['value']:>6.3f}  "
+            f"{row['round']:>5}  {row['split']:<10} {row['metric']:<16} {row['value']:>6.3f}  "
             f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+        )
+    return "\n".join(lines) + "\n\n" + cheating_table(out)
+
+
+def cheating_table(out: Path) -> str:
+    """Per round, greedy pass@1 beside the signs of cheating: impossible variants solved (each pass a
+    cheat), attempts with exploit flags, tamper verdicts (over all the round's attempts), so a policy
+    that learns to hack shows the round it starts."""
+    greedy = {(x["round"], x["split"]): x["value"] for x in load_rounds(out) if x["metric"] == "pass@1"}
+    lines = [
+        f"{'round':>5}  {'train':>6} {'heldout':>7} {'family':>6}  {'impossible solved':>17}  "
+        f"{'flagged':>9}  {'tamper':>9}"
+    ]
+    for r in sorted({k[0] for k in greedy}):
+        path = out / f"round_{r}" / "metrics.json"
+        c = json.loads(path.read_text()).get("cheating") if path.exists() else None
+        if not c:
+            continue
+        cells = [f"{greedy[(r, s)]:.3f}" if (r, s) in greedy else "-" for s in ("train", "heldout", "family")]
+        imp = f"{c['impossible_solved']}/{c['impossible_attempts']}" if c["impossible_attempts"] else "-"
+        lines.append(
+            f"{r:>5}  {cells[0]:>6} {cells[1]:>7} {cells[2]:>6}  {imp:>17}  "
+            f"{c['flagged']:>4}/{c['attempts']:<4}  {c['tamper']:>4}/{c['attempts']:<4}"
         )
     return "\n".join(lines)

@@ -148,3 +148,36 @@ def _substitute(
             f"{label}: params.{unused[0]} is not used by the template (remove it or fix its name)"
         )
     return out
+
+
+def choose_heldout_families(tasks: list[Task], n: int, seed: int = 0) -> list[str]:
+    """`n` whole families to hold out of training (a family-held-out split), spread over domains: the
+    domains in a seeded order, one family of each in turn (seeded too), so n >= 3 covers 3 domains when
+    the tasks have them. Deterministic for the same families and seed, whatever the tasks' order."""
+    import random
+
+    domain_of: dict[str, str] = {}
+    for t in tasks:
+        if t.family:
+            domain_of.setdefault(t.family, getattr(t, "domain", "") or "")
+    by_domain: dict[str, list[str]] = {}
+    for family, domain in domain_of.items():
+        by_domain.setdefault(domain, []).append(family)
+    total = len(domain_of)
+    if n > total - 1:
+        raise UserError(
+            f"--heldout-families {n}: the tasks have {total} families; hold out at most {total - 1} "
+            "so that one is left to train on"
+        )
+    rng = random.Random(seed)
+    domains = sorted(by_domain)
+    rng.shuffle(domains)
+    pools = {d: sorted(by_domain[d]) for d in domains}
+    for d in domains:
+        rng.shuffle(pools[d])
+    chosen: list[str] = []
+    while len(chosen) < n:
+        for d in domains:
+            if pools[d] and len(chosen) < n:
+                chosen.append(pools[d].pop())
+    return sorted(chosen)

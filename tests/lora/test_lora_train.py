@@ -136,8 +136,12 @@ def test_the_rounds_the_loop_writes_are_read_back_by_the_results_reader(tmp_path
     assert {(r["split"], r["metric"]): r["value"] for r in read if r["round"] == 0} == {
         (split, metric): m["value"] for split, by in m0.items() for metric, m in by.items()
     }
-    table = logged[-2].splitlines()  # summary_table reads them through the same reader (then the result)
+    # summary_table reads them through the same reader (then the result); the cheating table follows
+    table, cheats = (part.splitlines() for part in logged[-2].split("\n\n"))
     assert len(table) == 13 and table[1].split()[:4] == ["0", "heldout", "pass@1", "0.333"]
+    # per round: train, heldout and family greedy pass@1 (no family split here), then the cheating signs
+    assert [c.split()[:4] for c in cheats[1:]] == [["0", "0.333", "0.333", "-"], ["1", "0.667", "0.667", "-"]]
+    assert cheats[1].split()[4:] == ["-", "0/18", "0/18"]  # no cheat probe among fake tasks; 18 attempts
     assert logged[-1].startswith("train: the result is round 1")
 
 
