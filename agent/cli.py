@@ -10,6 +10,7 @@ from pathlib import Path
 from agent.config import DEFAULT_MAX_COPY_MB, add_loop_options
 from agent.models import DEFAULT_MODEL, add_model_option
 from results.commandline import add_command
+from results.errors import UserError
 
 RUN_EXAMPLE = (
     'harness run --model openai/gpt-4o-mini --workspace ./repo "make the failing test pass" '
@@ -59,6 +60,11 @@ def _register_run(sub) -> None:
         action="store_true",
         help="write the changes back into the folder when --verify passed: all of them or none; protected "
         "paths, files that run by themselves, links and version-control files are held back and listed",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="with --apply and no --verify: apply the changes unverified (each change is checked as ever)",
     )
     _add_file_options(p)
     p.set_defaults(func=cmd_run)
@@ -161,6 +167,13 @@ def cmd_run(args) -> int:
     from agent.workflow import apply_changes, escape_terminal, run_workflow, select_files
 
     say = functools.partial(print, file=sys.stderr)
+    if args.apply and not args.verify and not args.no_verify:
+        raise UserError(
+            "--apply writes only a verified patch: add --verify CMD (e.g. --verify 'python -m pytest -q'), "
+            "or --no-verify to apply the changes unverified"
+        )
+    if args.no_verify and args.verify:
+        raise UserError("--no-verify and --verify contradict each other: keep one")
     sel = select_files(
         args.workspace,
         include=args.include,
@@ -184,6 +197,7 @@ def cmd_run(args) -> int:
             protect=args.protect,
             allow_hooks=args.allow_hooks,
             selection=sel,
+            on_step=functools.partial(_show_step, say=say, terminal=sys.stderr.isatty()),
         )
     )
     sys.stdout.write(escape_terminal(result.diff))  # the agent's bytes never reach the terminal raw
@@ -193,6 +207,8 @@ def cmd_run(args) -> int:
         say(f"verify: {escape_terminal(cmd)} -> exit {r.exit_code}" + (" (timed out)" if r.timed_out else ""))
         for line in _bounded(r.stdout.rstrip("\n") + "\n" + r.stderr):
             say("  | " + escape_terminal(line))
+        if r.exit_code == 127:
+            say("  (exit 127: a program the command names is not in the sandbox image; name one it has)")
     say(
         f"agent ended: {result.loop.exit_reason} after {len(result.loop.steps)} steps; "
         f"{len(result.changes.paths)} files changed"
@@ -215,6 +231,23 @@ def cmd_run(args) -> int:
             + (f"; {len(plan.held_back)} held back (listed above)" if plan.held_back else "")
         )
     return 0 if verified and not (args.apply and plan.refused) else 1
+
+
+def _show_step(step, say, terminal: bool) -> None:
+    """One step of `harness run` as it ends: each action (the command, or the file written) and its exit
+    code; in a terminal also the first lines of what the agent saw (in a pipe or a log, one line a step)."""
+    from agent.workflow import escape_terminal
+
+    for a in step.actions:
+        what = {"bash": f"$ {a.command}", "write": f"write {a.path}"}.get(a.kind, a.kind)
+        first = escape_terminal((what or "").splitlines()[0] if what else "")[:200]
+        code = "timed out" if step.timed_out else f"exit {step.exit_code}"
+        if a.kind not in ("bash", "write"):
+            code = ""
+        say(f"step {step.index + 1}: {first}" + (f"  -> {code}" if code else ""))
+    if terminal and step.observation.strip():
+        for line in _bounded(step.observation, head=4, tail=2, width=160):
+            say("  | " + escape_terminal(line))
 
 
 def _bounded(text: str, head: int = 40, tail: int = 40, width: int = 300) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -145,10 +145,16 @@ def clean(messages: list[dict]) -> list[dict]:
 
 
 async def run_loop(
-    model: Model, sb: Sandbox, instruction: str, cfg: LoopConfig, example: Sequence[dict] = ()
+    model: Model,
+    sb: Sandbox,
+    instruction: str,
+    cfg: LoopConfig,
+    example: Sequence[dict] = (),
+    on_step: Optional[Callable[[Step], None]] = None,
 ) -> LoopResult:
     """One attempt: steps of query -> execute -> limit checks until a LoopExit ends it; `example`: worked
-    example messages before the instruction (a hint)."""
+    example messages before the instruction (a hint); `on_step` sees each step once it has run (a watcher,
+    e.g. `harness run` printing it)."""
     loop = _Loop(model, sb, cfg)
     res = loop.res
     waiting = WAITING.set(loop.waiting)  # this attempt's task: its model calls report their queue time
@@ -158,6 +164,8 @@ async def run_loop(
             loop.check_context()
             step, completion = await loop.query(index)
             await loop.execute(step, completion)
+            if on_step is not None:
+                on_step(step)
             loop.check_limits(step)
         raise MaxSteps()
     except ModelFailed as e:

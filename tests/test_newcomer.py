@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,46 @@ def test_the_printed_resume_command_runs_from_a_shell_without_the_venv(image, tm
     )
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert (run / "report.html").is_file() and "report.html" in shown.stdout
+
+
+def small_repo(root: Path) -> Path:
+    repo = root / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+    return repo
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [".venv/bin/harness", "run", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_apply_without_verify_refuses_in_one_line_and_touches_nothing(tmp_path):
+    repo = small_repo(tmp_path)
+    proc = run_cli("--model", "replay:/nonexistent.json", "--workspace", str(repo), "fix add", "--apply")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "--verify" in proc.stderr and "--no-verify" in proc.stderr
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
+
+
+@pytest.mark.slow
+def test_run_shows_its_steps_and_verify_finds_python(image, tmp_path):
+    """The README's `harness run ... --verify "python -m pytest -q" --apply`, with the fix scripted by a
+    replay model: each step is printed as it runs, `python` is found in the verify sandbox (the image has
+    only python3), the check passes and the patch is applied."""
+    repo = small_repo(tmp_path)
+    script = tmp_path / "fix.json"
+    fix = "sed -i 's/a - b/a + b/' calc.py && echo FIXED"
+    script.write_text(json.dumps({"*": [f"Fix it.\n```bash\n{fix}\n```", SUBMIT]}))
+    proc = run_cli(
+        "--model", f"replay:{script}", "--workspace", str(repo), "fix add",
+        "--verify", "python -m pytest -q", "--apply",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"step 1: $ {fix}  -> exit 0" in proc.stderr
+    assert "verify: python -m pytest -q -> exit 0" in proc.stderr and "1 passed" in proc.stderr
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import difflib
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from agent.config import DEFAULT_MAX_COPY_MB, LoopConfig
 from agent.loop import run_loop
@@ -20,6 +20,7 @@ from agent.workflow.paths import CI_GLOBS, _read_original
 from agent.workflow.protect import default_protect, test_machinery
 from agent.workflow.result import WorkflowChanges, WorkflowResult
 from agent.workflow.selection import Selection, _batches, select_files
+from results.schema import Step
 
 MAX_CHANGE_BYTES = 64 << 20  # what run_workflow captures of the agent's changes
 
@@ -43,6 +44,7 @@ async def run_workflow(
     selection: Optional[Selection] = None,
     sandbox: str = "docker",
     sandbox_options: Optional[dict] = None,
+    on_step: Optional[Callable[[Step], None]] = None,
 ) -> WorkflowResult:
     """Copies the selected files of `workspace` (select_files) into a sandbox and runs the agent loop there;
     then runs the verification commands in a fresh sandbox holding exactly what --apply would leave in the
@@ -50,7 +52,7 @@ async def run_workflow(
     originals), and returns the changes as a diff. The folder itself is not touched (see apply_changes).
     `selection`: select_files' answer when the caller has it already (the CLI prints it first). `sandbox`:
     the backend (agent/sandbox/backends.py) whose pool makes the two sandboxes; `image` then names an image
-    that backend runs (Docker's default: the base image, built here)."""
+    that backend runs (Docker's default: the base image, built here). `on_step` sees each step as it ends."""
     workspace = Path(workspace)
     sel = selection or select_files(
         workspace, include=include, exclude=exclude, secret=secret, max_bytes=max_copy_mb << 20
@@ -70,7 +72,7 @@ async def run_workflow(
         async with pool.sandbox(image, limits, task="workflow") as sb:
             await _copy_in(sb, _batches(sel), sel.executable)
             await sb.mark_baseline(max_files=max_files)
-            loop = await run_loop(the_model, sb, instruction, cfg)
+            loop = await run_loop(the_model, sb, instruction, cfg, on_step=on_step)
             changes = await sb.changes(max_bytes=MAX_CHANGE_BYTES, max_files=max_files)
         protect = list(default_protect(verify, sel.files) if protect is None else protect)
         protect += list(CI_GLOBS) + test_machinery(changes, sel.files)
@@ -82,9 +84,26 @@ async def run_workflow(
                 written = {p for p in plan.plan if p in changes.files}
                 exe = (sel.executable - written) | (changes.executable & written)
                 await _copy_in(sb, _patched(sel, changes, plan.plan), exe)
-                checks = [(cmd, await sb.exec(cmd, timeout=cfg.command_timeout)) for cmd in verify]
+                env = await _python_on_path(sb)
+                checks = [(cmd, await sb.exec(cmd, timeout=cfg.command_timeout, env=env)) for cmd in verify]
     diff = unified_diff(workspace, changes, flagged=dict(plan))
     return WorkflowResult(loop, changes, diff, checks, sel, protect, plan)
+
+
+async def _python_on_path(sb) -> Optional[dict]:
+    """The verify commands' environment: where the image has `python3` but no `python` (Debian's), a folder
+    of ours first on PATH makes `python` that python3, so `--verify "python -m pytest"` means what it says
+    on the user's machine. None (the sandbox's own environment) when nothing is missing or can help."""
+    probe = await sb.exec(
+        "command -v python >/dev/null && exit 0; p=$(command -v python3) || exit 3; "
+        'mkdir -p /tmp/.harness-bin && ln -sf "$p" /tmp/.harness-bin/python && env -0',
+        timeout=30,
+    )
+    pairs = [kv.partition("=") for kv in probe.stdout.split("\0") if "=" in kv]
+    env = {k: v for k, _, v in pairs}  # the commands' own environment (a request's env replaces it whole)
+    if probe.exit_code != 0 or "PATH" not in env:
+        return None
+    return {**env, "PATH": f"/tmp/.harness-bin:{env['PATH']}"}
 
 
 async def _copy_in(sb, batches, executable: set[str]):
