@@ -60,7 +60,7 @@ LATER_SETTINGS = (
 STOP_RULES = ("no_new_task", "no_improvement")
 # Issue 28's loop: the same model, limits and SFT settings as rft-smollm2, on the whole family pool
 # (difficulty 1-4), with a fixed budget per round spread by solve rate, a curriculum, hints, and a
-# stop when neither held-out nor train solve rates improve.
+# stop when the train tasks show no improvement (held-out never steers).
 PRESETS["rft-curriculum"] = {
     **PRESETS["rft-smollm2"],
     "tasks": "builtin",
@@ -179,8 +179,8 @@ class TrainConfig:
     stop_when: str = field(
         default="no_new_task",
         **_help(
-            "no_new_task: a round solved no new train task; no_improvement: neither held-out "
-            "greedy pass@1 nor the train solve rate rose",
+            "no_new_task: a round solved no new train task; no_improvement: neither the train "
+            "greedy pass@1 rose nor did the round's samples solve a new train task (train tasks only)",
             choices=STOP_RULES,
         ),
     )
