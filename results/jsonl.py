@@ -78,7 +78,7 @@ def json_depth(text: str | bytes) -> int:
     strings dropped, then a running sum over the brackets left."""
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
-    return max(accumulate(1 if b in b"[{" else -1 for b in _STRING.sub(b"", raw)), default=0)
+    return max(0, max(accumulate(1 if b in b"[{" else -1 for b in _STRING.sub(b"", raw)), default=0))
 
 
 def bounded_json_text(raw: str | bytes, where: str, max_bytes: int, fix: str = "") -> str:
