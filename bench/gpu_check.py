@@ -23,6 +23,12 @@ stopped by its budget still leaves what it measured):
    the adapter loaded, on the device. With a Docker engine the evals are real `harness eval` runs
    (sandboxes, hidden tests); without one (a bare GPU machine) each eval is the model's first reply to
    each task, scored against the oracle's reply, and the JSON says so ("sandbox": "none").
+4. pg: the policy-gradient update of `harness train --method grpo` (lora/grpo.update: clipped ratio,
+   KL to the base with the adapter disabled, loss on the sampled tokens only) for a few steps on randomly
+   initialised Qwen2 models shaped like Qwen2.5-1.5B and -0.5B, on synthetic groups (K attempts per
+   task, one rewarded, prompts and observations masked): steps, tokens per second, peak memory, the
+   clipped share and KL per step, and whether the rewarded attempts' log-probability rose and the others'
+   fell. The rollouts themselves come from the same local backend sections 2 and 3 prove.
 
 The models are built from configs with a byte-level tokenizer made here: nothing is downloaded.
 A wall-clock budget (--budget, default 450 s on a GPU) guards the run: each section gets a share of
@@ -56,8 +62,8 @@ from typing import Any, Callable, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SECTIONS = ("sft", "decode", "e2e")
-SHARES = {"sft": 0.5, "decode": 0.25, "e2e": 0.25}  # of the budget left when a section starts
+SECTIONS = ("sft", "decode", "e2e", "pg")
+SHARES = {"sft": 0.45, "decode": 0.2, "e2e": 0.2, "pg": 0.15}  # of the budget left when a section starts
 SPECIALS = ["<|im_end|>", "<|endoftext|>", "<|im_start|>"]  # ChatML, as local_loading.CHATML_TEMPLATE renders
 
 # Sizes per mode. GPU: what the issue asks for, the target (1.5B at 4k) first in case the budget runs short.
@@ -77,6 +83,10 @@ PLAN = {
         "parity_rows": 4,
         "e2e_reply_tokens": 48,
         "e2e_sft_steps": 30,
+        "pg_sizes": ["1.5b", "0.5b"],
+        "pg_seq": 2048,  # tokens per attempt
+        "pg_groups": 2,  # tasks, K = 4 attempts each
+        "pg_steps": 4,
         "budget": 450,
     },
     "cpu": {
@@ -93,6 +103,10 @@ PLAN = {
         "parity_rows": 4,
         "e2e_reply_tokens": 8,
         "e2e_sft_steps": 2,
+        "pg_sizes": ["tiny"],
+        "pg_seq": 64,
+        "pg_groups": 2,
+        "pg_steps": 3,
         "budget": 170,
     },
 }
@@ -869,6 +883,107 @@ def section_e2e(
     return result
 
 
+# ---------------------------------------------------------------- 4. policy-gradient update
+
+
+def pg_rollouts(groups: int, k: int, seq: int, vocab: int, seed: int = 0) -> list:
+    """Synthetic groups as lora/grpo.build_rollouts makes them: per attempt a prompt, then three turns of
+    reply (trained) and observation (masked); attempt 0 of each group rewarded."""
+    from lora.data import IGNORE
+    from lora.grpo import Rollout, advantages
+
+    rng = random.Random(seed)
+    out = []
+    for g in range(groups):
+        rewards = [1.0] + [0.0] * (k - 1)
+        for i, (r, adv) in enumerate(zip(rewards, advantages(rewards))):
+            ids = [rng.randrange(vocab) for _ in range(seq)]
+            labels = [IGNORE] * seq
+            turn = seq // 4
+            for t in range(3):  # reply: the first half of each turn after the prompt
+                start = turn * (t + 1)
+                labels[start : start + turn // 2] = ids[start : start + turn // 2]
+            out.append(Rollout(ids, labels, f"task{g}", f"task{g}/{i}", [0, 1, 2], r, adv))
+    return out
+
+
+def section_pg(plan: dict, budget: Budget, log: Callable[[str], None]) -> dict:
+    import torch
+
+    import lora.grpo as grpo
+    from agent.models.local_loading import pick_device
+    from lora.config import PGConfig, SFTConfig
+    from lora.sft import collate, prepare_model
+
+    bl = bench_module("lora")
+    device = pick_device()
+    rows = []
+    for size in plan["pg_sizes"]:
+        why = budget.refuse(0)
+        if why:
+            rows.append({"size": size, "skipped": why})
+            continue
+        t0 = time.monotonic()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        sft = SFTConfig(
+            rank=16,
+            alpha=32,
+            dropout=0.0,  # as lora/grpo.fine_tune: pi_theta = pi_old before the first update
+            lr=1e-3,
+            max_steps=plan["pg_steps"],
+            grad_accum=1,
+            batch_tokens=4 * plan["pg_seq"],  # one group per optimiser step
+            max_seq_len=plan["pg_seq"],
+            warmup_ratio=0.0,
+            log_every=0,
+        )
+        model = prepare_model(bl.build_model(size, plan["pg_seq"], device), sft)
+        rollouts = pg_rollouts(plan["pg_groups"], 4, plan["pg_seq"], model.config.vocab_size)
+
+        def logp(r, model=model) -> float:
+            with torch.no_grad():
+                return float(grpo.token_logprobs(model, collate([r], device), 0.7).sum())
+
+        before = [logp(r) for r in rollouts]
+        stats = grpo.update(model, rollouts, sft, PGConfig(), temperature=0.7, log=lambda _: None)
+        sync()
+        after = [logp(r) for r in rollouts]
+        up = [a > b for r, a, b in zip(rollouts, after, before) if r.advantage > 0]
+        down = [a < b for r, a, b in zip(rollouts, after, before) if r.advantage < 0]
+        tokens = sum(len(r.input_ids) for r in rollouts) * stats["steps"] / plan["pg_groups"]
+        row = {
+            "size": size,
+            "steps": stats["steps"],
+            "seq": plan["pg_seq"],
+            "rollouts": stats["rollouts"],
+            "target_tokens": stats["target_tokens"],
+            "seconds": stats.get("seconds"),
+            "tokens_per_s": round(tokens / stats["seconds"], 1) if stats.get("seconds") else None,
+            "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            if device.type == "cuda"
+            else None,
+            "loss": [stats.get("first_loss"), stats.get("final_loss")],
+            "clipped_share": stats.get("clipped_share"),
+            "kl": stats.get("kl"),
+            "rewarded_up": sum(up),
+            "rewarded": len(up),
+            "others_down": sum(down),
+            "others": len(down),
+            "row_seconds": round(time.monotonic() - t0, 1),
+        }
+        rows.append(row)
+        log(
+            f"[pg] {size}: {row['steps']} steps of {row['seq']}-token groups in {num(row['seconds'])} s "
+            f"({row['tokens_per_s']} tok/s, peak {row['peak_mem_gb']} GB); clipped {row['clipped_share']}; "
+            f"rewarded log-prob up {row['rewarded_up']}/{row['rewarded']}, others down "
+            f"{row['others_down']}/{row['others']}"
+        )
+        del model
+        free()
+    return {"device": device_name(), "rows": rows}
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -953,6 +1068,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     result = section_sft(plan, budget, log)
                 elif name == "decode":
                     result = section_decode(plan, budget, log, work)
+                elif name == "pg":
+                    result = section_pg(plan, budget, log)
                 else:
                     result = section_e2e(plan, budget, log, work, sandbox=not args.no_sandbox)
             except OutOfBudget as e:

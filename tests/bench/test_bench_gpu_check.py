@@ -39,7 +39,7 @@ def smoke(tmp_path_factory):
 @pytest.mark.slow  # ~15 s alone, more on a busy machine
 def test_every_section_ran(smoke):
     assert smoke["mode"] == "cpu" and smoke["device"].startswith("cpu")
-    assert set(smoke["sections"]) == {"sft", "decode", "e2e"}
+    assert set(smoke["sections"]) == {"sft", "decode", "e2e", "pg"}
     for name, section in smoke["sections"].items():
         assert "skipped" not in section and "error" not in section, (name, section)
 
@@ -92,19 +92,30 @@ def test_train_round_trains_an_adapter_and_evaluates_with_it(smoke):
     assert {k[0] for k in rows} == {0, 1}
 
 
+@pytest.mark.slow  # ~15 s alone, more on a busy machine
+def test_policy_gradient_update_moves_the_rewarded_attempts_up(smoke):
+    """--method grpo's update (lora/grpo.update) on a random model: steps taken, no clipping at the first
+    (pi_theta = pi_old), a KL that starts at 0 (a fresh adapter is the base) and grows, and the rewarded
+    attempts' log-probability up, the others' down."""
+    [row] = smoke["sections"]["pg"]["rows"]
+    assert row["steps"] == 3 and row["rollouts"] == 8 and row["tokens_per_s"] > 0
+    assert row["clipped_share"][0] == 0 and row["kl"][0] == pytest.approx(0, abs=1e-7) and row["kl"][-1] > 0
+    assert (row["rewarded_up"], row["others_down"]) == (row["rewarded"], row["others"]) == (2, 6)
+
+
 @pytest.mark.slow
 def test_budget_guard_stops_and_says_so(tmp_path):
     proc, report = run_check(tmp_path, "--budget", "1", timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sections = report["sections"]
-    assert set(sections) == {"sft", "decode", "e2e"}
+    assert set(sections) == {"sft", "decode", "e2e", "pg"}
     skipped = [
         name
         for name, s in sections.items()
         if "budget" in str(s.get("skipped", ""))
         or any("budget" in str(r.get("skipped", "")) for r in s.get("rows", []))
     ]
-    assert "e2e" in skipped and "decode" in skipped
+    assert "e2e" in skipped and "decode" in skipped and "pg" in skipped
 
 
 @pytest.mark.slow  # ~15 s alone, more on a busy machine
