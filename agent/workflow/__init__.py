@@ -10,12 +10,13 @@ Three steps, each safe for the user's folder by construction:
   ignored; secrets never, unless --include'd), streamed in batches;
 - run_workflow: the agent works on the copy; --verify runs against the user's originals of protected paths;
 - apply_changes: every change is checked first, then all of them are applied or none (held-back paths, such as
-  protected tests and files that run by themselves, are listed and never written).
+  protected tests and whatever the allowlist rule does not allow, are listed and never written).
 
 Where things live:
   paths      what a path is (secret, CI, test, version control, runs by itself), bad names, git's view
   selection  select_files: what is copied into the sandbox, in batches
   protect    what stays the user's: the tests --verify names, test machinery, files that run by themselves
+  allow      the rule for what --apply may write without --allow-hooks (holds)
   result     WorkflowResult, WorkflowChanges, ApplyResult
   run        run_workflow and the diff
   apply      plan_changes and apply_changes (all or nothing)
@@ -23,6 +24,7 @@ Where things live:
 
 from __future__ import annotations
 
+from agent.workflow.allow import COMPILED_NAMES, CONFIG_NAMES, holds
 from agent.workflow.apply import apply_changes, plan_changes
 from agent.workflow.paths import (
     AUTORUN_GLOBS,
@@ -94,6 +96,9 @@ __all__ = [
     "WorkflowResult",
     "ApplyResult",
     "plan_changes",
+    "holds",
+    "CONFIG_NAMES",
+    "COMPILED_NAMES",
     "apply_changes",
     "MAX_CHANGE_BYTES",
     "run_workflow",

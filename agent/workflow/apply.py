@@ -9,19 +9,17 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from agent.sandbox import Changes
+from agent.workflow.allow import holds
 from agent.workflow.paths import (
     CI_GLOBS,
     SECRET_GLOBS,
     VCS_REASONS,
     _any,
     _limits,
-    _read_original,
     ignored_paths,
     limit_reason,
-    matches,
     refuse_reason,
 )
-from agent.workflow.protect import AutorunPaths, autorun_paths, package_hooks_changed
 from agent.workflow.result import ApplyResult, WorkflowChanges, WorkflowResult
 
 
@@ -51,30 +49,23 @@ def plan_changes(
             res.held_back.append((why, "not captured from the sandbox"))
     candidates = sorted(set(writes) | deleting)
     clean = [p for p in candidates if not refuse_reason(p)]
-    held = AutorunPaths() if allow_hooks else autorun_paths(root, clean)
+    held = holds(
+        root, {p: writes[p] for p in clean if p in writes}, deleting & set(clean), allow_hooks=allow_hooks
+    )
     ignored = ignored_paths(root, [p for p in clean if p in writes and (copied is None or p not in copied)])
     name_max, path_max = _limits(root)
     for rel in candidates:
         why = refuse_reason(rel)
-        # Case-folded: on a case-insensitive file system .HUSKY/pre-commit is the hook folder.
-        hook = "" if why else next((w for g, w in held.items() if matches(rel.lower(), g.lower())), "")
         if why in VCS_REASONS:
             res.held_back.append((rel, why))
         elif why:
             res.refused.append((rel, why))
         elif _any(rel, protect):
             res.held_back.append((rel, "protected: shown, never applied"))
-        elif hook:
-            res.held_back.append((rel, f"runs by itself: {hook}; --allow-hooks writes it"))
+        elif rel in held:
+            res.held_back.append((rel, held[rel]))
         elif rel in ignored:
             res.held_back.append((rel, "ignored by .gitignore (a build output or cache)"))
-        elif (
-            not allow_hooks
-            and rel.rsplit("/", 1)[-1] == "package.json"
-            and rel in writes
-            and (why := package_hooks_changed(_read_original(root, rel), writes[rel], held.package_scripts))
-        ):
-            res.held_back.append((rel, f"runs by itself: {why}; --allow-hooks writes it"))
         else:
             why = limit_reason(root, rel, name_max, path_max) or _check_target(
                 root, rel, rel in writes, copied, deleting
@@ -100,12 +91,13 @@ def apply_changes(
     """Writes the agent's changes back into the folder (the CLI's --apply): regular files of the working tree
     only, all of them or none. `changes` is a run's WorkflowResult or its changes (the run's protected paths
     and copied files are used), or any Changes. Every change is checked first (plan_changes):
-    version-control metadata, protected paths, files that run by themselves (unless allow_hooks), paths git
-    ignores and existing files that were not copied are held back and listed; a bad name (control or format
-    characters), a path over the platform's limits, a link on the way or a special file in the way refuses
-    the whole patch, as does an I/O error while writing (what was done is undone). Never follows or creates
-    a link, never writes outside the folder, never removes anything but a regular file; an existing file
-    keeps its mode (640 stays 640)."""
+    version-control metadata, protected paths, what allow.holds does not allow (unless allow_hooks: files
+    that run by themselves, configuration, compiled files, new files in dot-folders or named by an existing
+    configuration file), paths git ignores and existing files that were not copied are held back and
+    listed; a bad name (control or format characters), a path over the platform's limits, a link on the
+    way or a special file in the way refuses the whole patch, as does an I/O error while writing (what was
+    done is undone). Never follows or creates a link, never writes outside the folder, never removes
+    anything but a regular file; an existing file keeps its mode (640 stays 640)."""
     if isinstance(changes, WorkflowResult):
         changes = changes.changes
     if isinstance(changes, WorkflowChanges):

@@ -134,7 +134,8 @@ VCS_FILES = {
 # Files that a tool the user already has runs without being asked: git hook managers, shell auto-environments
 # (direnv, autoenv, mise), editors' auto-run tasks and per-folder startup files, package managers' per-project
 # scripts. Writing into them needs --allow-hooks. (The repository's own git config adds its hook folder, and
-# every script these files name in the folder.)
+# every script these files name in the folder.) Not the rule itself (allow.holds: any dotfile or
+# configuration file is held back): these name the reason, and the files whose scripts are held with them.
 AUTORUN_GLOBS = (
     (".husky/*", "a husky git hook"),
     (".githooks/*", "a git hooks folder"),
@@ -142,10 +143,11 @@ AUTORUN_GLOBS = (
     (".hooks/*", "a git hooks folder"),
     (".pre-commit-config.yaml", "pre-commit's hook configuration"),
     (".pre-commit-config.yml", "pre-commit's hook configuration"),
-    ("lefthook*.yml", "lefthook's hook configuration"),
-    (".lefthook*.yml", "lefthook's hook configuration"),
-    ("lefthook*.yaml", "lefthook's hook configuration"),
-    (".lefthook*.yaml", "lefthook's hook configuration"),
+    ("lefthook.*", "lefthook's hook configuration"),
+    ("lefthook-local.*", "lefthook's hook configuration"),
+    (".lefthook.*", "lefthook's hook configuration"),
+    (".lefthook-local.*", "lefthook's hook configuration"),
+    (".config/lefthook*", "lefthook's hook configuration"),
     (".lefthook/*", "lefthook's hook scripts"),
     (".lefthook-local/*", "lefthook's hook scripts"),
     (".overcommit.yml", "overcommit's hook configuration"),
@@ -159,11 +161,15 @@ AUTORUN_GLOBS = (
     (".env", "autoenv runs it on cd"),
     (".env.leave", "autoenv runs it on cd"),
     (".autoenv*", "autoenv runs it on cd"),
-    (".mise.toml", "mise runs its hooks on cd"),
     ("mise.toml", "mise runs its hooks on cd"),
     ("mise.*.toml", "mise runs its hooks on cd"),
+    (".mise.toml", "mise runs its hooks on cd"),
+    (".mise.*.toml", "mise runs its hooks on cd"),
+    ("mise/*", "mise runs its hooks on cd"),
     (".mise/*", "mise runs its hooks on cd"),
     (".config/mise/*", "mise runs its hooks on cd"),
+    (".config/mise.toml", "mise runs its hooks on cd"),
+    (".config/mise.*.toml", "mise runs its hooks on cd"),
     (".vscode/tasks.json", "editor tasks (runOn folderOpen)"),
     (".vscode/settings.json", "editor settings (name programs the editor starts)"),
     (".vscode/launch.json", "editor launch configuration"),

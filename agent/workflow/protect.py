@@ -5,6 +5,7 @@ themselves (autorun_paths, package_hooks_changed), held back on apply unless --a
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import re
@@ -83,6 +84,44 @@ def _named_paths(text: str, known: set[str], base: str = "") -> set[str]:
     return found
 
 
+def _matched_paths(text: str, known: set[str], base: str = "") -> set[str]:
+    """Files of `known` that a path pattern in a hook's text matches (`for f in hooks.d/*.sh`). Only patterns
+    with a folder: a bare `*.js` in a hook manager's configuration selects the files a command checks."""
+    found = set()
+    for tok in _TOKEN.findall(text):
+        if "/" not in tok or not ("*" in tok or "?" in tok):
+            continue
+        tok = tok.removeprefix("./")
+        for pattern in {tok, os.path.normpath(os.path.join(base, tok))}:
+            found |= {k for k in known if fnmatch.fnmatchcase(k, pattern)}
+    return found
+
+
+_IMPORT = re.compile(r"(?m)^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import\b(.*)|import[ \t]+(.*))")
+_DASH_M = re.compile(r"-m[ \t]+([\w.]+)")
+
+
+def _imported_paths(who: str, text: str, known: set[str]) -> set[str]:
+    """Files of `known` that a Python hook imports (the packages on the way included), or that a hook runs
+    with `python -m`: looked up beside the script (sys.path[0]) and at the top (a hook's working folder)."""
+    modules = {m.group(1) for m in _DASH_M.finditer(text)}
+    first = text.split("\n", 1)[0]
+    if who.endswith(".py") or (first.startswith("#!") and "python" in first):
+        for m in _IMPORT.finditer(text):
+            if m.group(1):
+                modules |= {m.group(1)} | {f"{m.group(1)}.{n}" for n in re.findall(r"\w+", m.group(2))}
+            else:
+                modules |= {n.split()[0] for n in m.group(3).split(",") if n.split()}
+    found = set()
+    for base in {os.path.dirname(who) if who in known else "", ""}:
+        for mod in modules:
+            parts = [p for p in mod.split(".") if p]
+            for i in range(1, len(parts) + 1):
+                stem = "/".join(filter(None, [base, *parts[:i]]))
+                found |= {c for c in (f"{stem}.py", f"{stem}/__init__.py") if c in known}
+    return found
+
+
 # package.json keys that git hook managers read at each commit (husky 4, yorkie, pre-commit, ghooks, ...).
 PACKAGE_HOOK_KEYS = ("husky", "gitHooks", "simple-git-hooks", "pre-commit", "precommit", "git-hooks")
 
@@ -124,11 +163,15 @@ def package_hooks_changed(before: Optional[bytes], after: bytes, scripts_run_by:
     return ""
 
 
-def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> AutorunPaths:
+def autorun_paths(
+    root: Path, candidates: Iterable[str] = (), files: Optional[Iterable[str]] = None
+) -> AutorunPaths:
     """glob/path -> why, for everything under root that runs without being asked: the well-known files
     (AUTORUN_GLOBS), the hook folder and every program git's own configuration names inside the folder
     (core.hooksPath, core.fsmonitor, filters, aliases; includes are read by git itself), and the scripts
-    that those files and the repository's installed hooks name."""
+    that those files and the repository's installed hooks name, match by a path pattern or import (a Python
+    hook's modules). `candidates`: the agent's paths, new ones included; `files`: the folder's files when
+    the caller has listed them."""
     root = Path(root)
     held = AutorunPaths()  # the repository's own configuration first: its reasons are the precise ones
     toplevel = _git(root, "rev-parse", "--show-toplevel", any_owner=True)
@@ -163,7 +206,9 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> AutorunPaths:
             held[rel] = f"git's configuration, included by {source.as_posix()} ({key})"
     for glob, why in AUTORUN_GLOBS:
         held.setdefault(glob, why)
-    known = {p.relative_to(root).as_posix() for p in _iter_files(root)} | set(candidates)
+    if files is None:
+        files = [p.relative_to(root).as_posix() for p in _iter_files(root)]
+    known = set(files) | set(candidates)
     # The repository's installed hooks (.git/hooks, or the hook folder) run scripts of the working tree too.
     hooks = _git(root, "rev-parse", "--git-path", "hooks", any_owner=True)
     texts: list[tuple[str, str]] = []
@@ -189,8 +234,14 @@ def autorun_paths(root: Path, candidates: Iterable[str] = ()) -> AutorunPaths:
             named = {
                 c for w in words for c in RUNNER_CONFIGS.get(w, ()) if c != "package.json" and c in known
             }
-            for q in sorted((_named_paths(text, known, base) | named) - seen):
+            for q in sorted(
+                (_named_paths(text, known, base) | _matched_paths(text, known, base) | named) - seen
+            ):
                 held[q] = f"{who} runs it"
+                seen.add(q)
+                nxt.append(q)
+            for q in sorted(_imported_paths(who, text, known) - seen):
+                held[q] = f"{who} imports it"
                 seen.add(q)
                 nxt.append(q)
         texts = [(q, _head(root / q)) for q in nxt]

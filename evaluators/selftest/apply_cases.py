@@ -128,7 +128,7 @@ def run_apply(case: Case, ctx: Ctx, *extra: str, timeout: float = 600) -> ApplyR
     top = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([top, os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-c", "import sys, harness; sys.exit(harness.main())", "run"]
-    cmd += ["--model", f"replay:{script}", "--workspace", str(repo), "fix f", "--apply", *extra]
+    cmd += ["--model", f"replay:{script}", "--workspace", str(repo), "fix f", "--apply", "--no-verify", *extra]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(base)
     )

@@ -407,7 +407,8 @@ def test_the_python_api_without_a_selection_still_holds_back_existing_secrets(re
 
 def test_what_a_hook_runs_through_package_json_or_make_is_held_back(repo):
     """The user's hook runs `npm test` and `make lint`: the agent's change to the test script or the Makefile
-    would run at the next commit; a new dependency would not (it is applied)."""
+    would run at the next commit, and says so. A new dependency is held back too since the allowlist rule
+    (package.json is configuration: npm runs its packages' install scripts); --allow-hooks writes it."""
     (repo / ".husky/pre-commit").write_text("#!/bin/sh\nnpm test\nmake lint\n")
     (repo / "Makefile").write_text("lint:\n\techo lint\n")
     pkg = {"name": "x", "scripts": {"test": "jest"}, "dependencies": {}}
@@ -416,7 +417,10 @@ def test_what_a_hook_runs_through_package_json_or_make_is_held_back(repo):
     def plan(new: dict) -> ApplyResult:
         return plan_changes(repo, Changes(files={"package.json": json.dumps(new).encode()}))
 
-    assert plan({**pkg, "dependencies": {"left-pad": "1.3.0"}}).plan == ["package.json"]
+    dep = plan({**pkg, "dependencies": {"left-pad": "1.3.0"}})
+    assert dep.plan == [] and "configuration" in dict(dep.held_back)["package.json"]
+    allowed = plan_changes(repo, Changes(files={"package.json": b"{}"}), allow_hooks=True)
+    assert allowed.plan == ["package.json"]
     scripts = dict(plan({**pkg, "scripts": {"test": "touch /tmp/pwned"}}).held_back)
     assert "scripts" in scripts["package.json"] and "pre-commit runs" in scripts["package.json"]
     hooks = dict(plan({**pkg, "husky": {"hooks": {"pre-commit": "touch /tmp/pwned"}}}).held_back)
