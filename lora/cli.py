@@ -6,7 +6,7 @@ import argparse
 import re
 
 from agent.config import add_field_options, add_loop_options, given_fields
-from lora.config import SFTConfig, TrainConfig
+from lora.config import PGConfig, SFTConfig, TrainConfig
 from results import telemetry
 from results.commandline import add_command
 
@@ -49,7 +49,9 @@ def register(subparsers) -> None:
         "hints",
         "stop_when",
         "audit_runs",
+        "method",
     )
+    add(PGConfig, "kl")
     add(TrainConfig, "heldout_families", "family_seed", "cheat_probes", "student")
     p.add_argument("--preset", help="named settings, e.g. rft-smollm2; explicit flags override it")
     telemetry.add_options(p)
@@ -74,4 +76,6 @@ def train_config_from(args: argparse.Namespace):
     model, tasks = given.get("model") or preset.get("model"), given.get("tasks") or preset.get("tasks")
     if given.get("out") is None and model and tasks:
         given["out"] = "runs/train/" + re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model}-{tasks}")
-    return config_from(args.preset, **given, sft=given_fields(args, SFTConfig))
+    return config_from(
+        args.preset, **given, sft=given_fields(args, SFTConfig), pg=given_fields(args, PGConfig)
+    )

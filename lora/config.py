@@ -56,8 +56,11 @@ LATER_SETTINGS = (
     "family_seed",
     "cheat_probes",
     "student",
+    "method",
+    "pg",
 )
 STOP_RULES = ("no_new_task", "no_improvement")
+METHODS = ("rs", "grpo")  # rejection sampling (lora/train.py), group-relative policy gradient (lora/grpo.py)
 # Issue 28's loop: the same model, limits and SFT settings as rft-smollm2, on the whole family pool
 # (difficulty 1-4), with a fixed budget per round spread by solve rate, a curriculum, hints, and a
 # stop when the train tasks show no improvement (held-out never steers).
@@ -74,6 +77,18 @@ PRESETS["rft-curriculum"] = {
     # attempts to 16 never-solved tasks and 68 to four it nearly always solved)
     "explore_share": 0.5,
     "stop_when": "no_improvement",
+}
+# The policy-gradient mode at smoke size (tests/lora/test_grpo.py): rft-smollm2's model and limits, one
+# round of groups of 4 on 2 train tasks, one optimiser step.
+PRESETS["grpo-smoke"] = {
+    **PRESETS["rft-smollm2"],
+    "method": "grpo",
+    "rounds": 1,
+    "samples": 4,
+    "eval_samples": 2,
+    "limit": 2,
+    "concurrency": 4,
+    "sft": {**PRESETS["rft-smollm2"]["sft"], "max_steps": 1, "grad_accum": 4},
 }
 
 
@@ -107,6 +122,17 @@ class SFTConfig:
     bf16: Optional[bool] = None
     checkpointing: Optional[bool] = None
     log_every: int = 10
+
+
+@dataclass
+class PGConfig:
+    """Policy-gradient settings (lora/grpo.py, --method grpo); its optimiser settings are SFTConfig's."""
+
+    clip_low: float = 0.2  # the ratio's clip range is [1 - clip_low, 1 + clip_high] (DAPO's asymmetric one)
+    clip_high: float = 0.28
+    kl: float = field(
+        default=0.02, **_help("with --method grpo: weight of the KL penalty to the base model (0: none)")
+    )
 
 
 @dataclass
@@ -192,6 +218,14 @@ class TrainConfig:
             metavar="RUN",
         ),
     )
+    method: str = field(
+        default="rs",
+        **_help(
+            "rs: fine-tune on the solved samples (rejection sampling); grpo: a clipped policy-gradient "
+            "update from groups of K samples per task (lora/grpo.py)",
+            choices=METHODS,
+        ),
+    )
     # Issue 40: honest splits, cheating per round, a scripted teacher.
     heldout_families: int = field(
         default=0,
@@ -214,6 +248,7 @@ class TrainConfig:
         ),
     )
     sft: SFTConfig = field(default_factory=SFTConfig)
+    pg: PGConfig = field(default_factory=PGConfig)
 
     def identity(self) -> dict:
         """The settings a resumed run must share with the original (rounds may grow, speed may change).
@@ -239,18 +274,25 @@ def config_from(preset: Optional[str] = None, **overrides: Any) -> TrainConfig:
         base = json.loads(json.dumps(PRESETS[preset]))
     sft = dict(base.pop("sft", {}))
     sft.update({k: v for k, v in (overrides.pop("sft", None) or {}).items() if v is not None})
+    pg = dict(base.pop("pg", {}))
+    pg.update({k: v for k, v in (overrides.pop("pg", None) or {}).items() if v is not None})
     base.update({k: v for k, v in overrides.items() if v is not None})
     for need in ("model", "tasks", "out"):
         if not base.get(need):
             raise UserError(f"train needs --{need} (or a --preset that sets it)")
     if base.get("stop_when", "no_new_task") not in STOP_RULES:
         raise UserError(f"stop_when must be one of {', '.join(STOP_RULES)} (got {base['stop_when']!r})")
-    known = {f.name for f in fields(SFTConfig)}
-    unknown = set(sft) - known
-    if unknown:
-        raise UserError(f"unknown SFT setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    if base.get("method", "rs") not in METHODS:
+        raise UserError(f"method must be one of {', '.join(METHODS)} (got {base['method']!r})")
+    if base.get("method") == "grpo" and base.get("hints"):
+        raise UserError("--hints does not go with --method grpo: a hinted attempt is not the policy's sample")
+    for name, cls, given in (("SFT", SFTConfig, sft), ("policy-gradient", PGConfig, pg)):
+        known = {f.name for f in fields(cls)}
+        unknown = set(given) - known
+        if unknown:
+            raise UserError(f"unknown {name} setting(s) {sorted(unknown)}; known: {sorted(known)}")
     base["out"] = Path(base["out"])
-    return TrainConfig(sft=SFTConfig(**sft), **base)
+    return TrainConfig(sft=SFTConfig(**sft), pg=PGConfig(**pg), **base)
 
 
 def check_config(out: Path, cfg: TrainConfig) -> None:

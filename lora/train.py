@@ -71,6 +71,8 @@ class Backend:
     end_of_turn: Callable[[str], Optional[int]] = lambda model: None  # model -> its end-of-turn token id
     # model -> messages -> the prompt token ids the local model would see (rebuilding hinted attempts)
     encoder: Callable[[str], Optional[Callable[[list], list[int]]]] = lambda model: None
+    # --method grpo's update: (model, rollouts, cfg, out_dir, continue_from) -> stats; None: lora/grpo.py's
+    policy_update: Optional[Callable[..., dict]] = None
 
 
 def _load_tasks(spec: str, split: str) -> list:
@@ -428,6 +430,8 @@ def _round(
 ) -> bool:
     """Round r: (from round 1) data and SFT, then the eval of its adapter (round 0: the base model).
     A phase already done is not redone. True when the run stops here (stopped.json says why)."""
+    from lora import grpo  # --method grpo's data and update phases (it imports this module)
+
     rd = out / f"round_{r}"
     stopped = out / "stopped.json"
     adapter: Optional[Path] = None
@@ -436,12 +440,16 @@ def _round(
     ) as rs:
         if r >= 1:
             with telemetry.span("train data", {"harness.train.round": r}) as span:
-                data = phase_done(rd, "data") or _data_phase(
-                    cfg,
-                    out,
-                    r,
-                    backend.end_of_turn(cfg.model),
-                    backend.encoder(cfg.model) if cfg.hints else None,
+                data = phase_done(rd, "data") or (
+                    grpo.data_phase(cfg, out, r)
+                    if cfg.method == "grpo"
+                    else _data_phase(
+                        cfg,
+                        out,
+                        r,
+                        backend.end_of_turn(cfg.model),
+                        backend.encoder(cfg.model) if cfg.hints else None,
+                    )
                 )
                 span.set(_flat("harness.data", data))
             if data.get("stop"):
@@ -450,7 +458,11 @@ def _round(
                 rs.set({"harness.train.stopped": data["stop"]})
                 return True
             with telemetry.span("train sft", {"harness.train.round": r}) as span:
-                sft = phase_done(rd, "sft") or _sft_phase(cfg, backend, out, r, log)
+                sft = phase_done(rd, "sft") or (
+                    grpo.update_phase(cfg, out, r, log, backend.policy_update or grpo.fine_tune)
+                    if cfg.method == "grpo"
+                    else _sft_phase(cfg, backend, out, r, log)
+                )
                 span.set(_flat("harness.sft", sft))
             if not sft.get("steps"):
                 _write_json(stopped, {"round": r, "reason": "nothing to train on"})
