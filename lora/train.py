@@ -6,6 +6,8 @@ Round 0 evaluates the base model. Round r >= 1:
         continue_adapter, on top of the previous adapter on the newest ones only
   eval  with the new adapter: heldout and train tasks, pass@1 at temperature 0 and pass@k at the
         sampling temperature, with bootstrap CIs and the change from round 0
+With --method grpo, data and sft are lora/grpo.py's: groups of the previous round's samples, rewards,
+advantages (rollouts.jsonl), and a clipped policy-gradient update of the policy's adapter.
 The eval's K samples of the train tasks at the sampling temperature are also the next round's samples
 (same model, tasks, K and temperature), so sampling is never run twice. The loop stops early when a
 round's samples solve no train task that earlier rounds had not solved.
