@@ -27,6 +27,7 @@ Where things live:
   edge_cases    files the grader cannot recreate, odd numbers in reward files, forks at the pid limit
   cross_cases   batch grading: attempts sharing a grading container cannot reach each other's verdicts
   apply_cases   `harness run --apply` on a scratch git repository: nothing the agent wrote runs or escapes
+  store_cases   a real run folder damaged afterwards: kept objects verified, every reader bounded
   catalogue     all cases in order (CATALOGUE, CASES) and select() by name or glob
   probes        host probes around a case (resources, stray processes, new host files, containers)
   runner        Runner (one case at a time, the global conditions), run_selftest and the result table
