@@ -27,6 +27,7 @@ the device is lora/sft.py's choice (a GPU when there is one, bf16 there).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from lora.config import PGConfig, SFTConfig, TrainConfig
-from lora.data import IGNORE, build_examples, has_token_ids
+from lora.data import IGNORE, build_examples, has_token_ids, write_dataset
 from results.attempts import is_solved
 from results.metrics import record_flags
 from results.schema import Attempt
@@ -128,21 +129,8 @@ def build_rollouts(attempts: Iterable[Attempt]) -> tuple[list[Rollout], GroupSta
     return rollouts, stats
 
 
-def write_rollouts(path: Path, rollouts: list[Rollout]) -> None:
-    import json
-    import os
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in rollouts:
-            f.write(json.dumps(asdict(r), separators=(",", ":")) + "\n")
-    os.replace(tmp, path)  # a crash leaves the old file or none
-
-
 def read_rollouts(path: Path) -> list[Rollout]:
-    import json
-
+    """rollouts.jsonl (written by lora/data.write_dataset, as a dataset is)."""
     names = {f.name for f in fields(Rollout)}
     out = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
@@ -344,7 +332,7 @@ def data_phase(cfg: TrainConfig, out: Path, r: int) -> dict:
     broken = _broken_tasks(cfg.audit_runs, attempts)
     rollouts, stats = build_rollouts(a for a in attempts if a.task_id not in broken)
     rd = out / f"round_{r}"
-    write_rollouts(rd / "rollouts.jsonl", rollouts)
+    write_dataset(rd / "rollouts.jsonl", rollouts)
     info = {
         "method": "grpo",
         "from_rounds": [r - 1],
