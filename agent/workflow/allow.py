@@ -110,7 +110,7 @@ SCRIPT_NAMES = ("*.sh", "*.bash", "*.zsh", "*.fish", "*.ps1", "*.bat", "*.cmd")
 # ssh/nginx `include`, `%include`, `@import`.
 _INCLUDE_LINE = re.compile(r"(?mi)^[ \t]*(-?include|sinclude|source|\.|%include|@import)[ \t]+(.*)$")
 
-BARE_REPO = f"{VCS_REASONS[0]} (a folder git reads as a repository: HEAD with objects/, refs/ or commondir)"
+BARE_REPO = f"{VCS_REASONS[0]} (a folder laid out as a git repository: HEAD with objects/, refs/ or config)"
 
 MAX_SCANNED = 5000  # configuration files and scripts read for references (1 MB each at most)
 
@@ -120,8 +120,9 @@ def holds(root: Path, writes: dict[str, bytes], deleting: Iterable[str], *, allo
     `writes` (path -> new content) and `deleting` may be written. A change is applied only when it is
 
     1. a regular file outside anything git reads as a repository (links and special files never reach here;
-       `.git` anywhere is refused by paths.refuse_reason; a folder holding HEAD with objects/, refs/ or
-       commondir is held too) -- held even with --allow-hooks;
+       `.git` anywhere is held by paths.refuse_reason; so is a folder holding HEAD with objects/, refs/,
+       commondir or config: git reads it as a bare repository, or will once its empty folders exist) --
+       held even with --allow-hooks;
 
     and, unless --allow-hooks,
     2. not run by anything by itself: the hook managers' and auto-environments' files (AUTORUN_GLOBS), what
@@ -217,9 +218,10 @@ def _had(root: Path, paths: list[str]) -> set[str]:
 
 
 def _in_repository_folders(root: Path, writes: dict[str, bytes], changed: list[str]) -> list[str]:
-    """The changed paths inside a folder below root that git would read as a repository after the change: HEAD
-    with objects/, refs/ or commondir, from the user's entries or the agent's (a bare repository: git runs
-    what its config says, core.fsmonitor included, when someone works in it). In lower case: a
+    """The changed paths inside a folder below root laid out as a git repository after the change: HEAD with
+    objects/, refs/, commondir or config, from the user's entries or the agent's (a bare repository: git runs
+    what its config says, core.fsmonitor included, when someone works in it; config counts because a
+    sandbox's capture has no empty folders, and objects/ and refs/ of a new one are). In lower case: a
     case-insensitive file system finds the names either way."""
     written = {w.lower() for w in writes}
     written_dirs = {w.rsplit("/", i)[0] for w in written for i in range(1, w.count("/") + 1)}
@@ -238,7 +240,7 @@ def _in_repository_folders(root: Path, writes: dict[str, bytes], changed: list[s
             has_file = lambda n: f"{low}/{n}" in written or disk.get(n) is False  # noqa: E731
             has_dir = lambda n: f"{low}/{n}" in written_dirs or disk.get(n) is True  # noqa: E731
             looks[folder] = has_file("head") and (
-                has_dir("objects") or has_dir("refs") or has_file("commondir")
+                has_dir("objects") or has_dir("refs") or has_file("commondir") or has_file("config")
             )
         return looks[folder]
 

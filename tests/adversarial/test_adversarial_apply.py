@@ -26,6 +26,11 @@ def test_the_apply_cases_are_in_the_catalogue():
         "apply_long_path",
         "apply_symlink_outside",
         "apply_honest",
+        "apply_config_files",
+        "apply_hook_imports",
+        "apply_compiled",
+        "apply_nested_repo",
+        "apply_honest_sources",
     }
     assert FAST & set(APPLY)  # `make test-fast` runs one of them
 
@@ -68,3 +73,17 @@ def test_the_checks_flag_extra_writes_a_lost_fix_and_a_traceback(tmp_path):
     run.hook_log = ("", "")
     text = "; ".join(selftest.CASES["apply_honest"].check(selftest.Outcome(None, ctx, run)))
     assert "its marker exists" in text and "own pre-commit hook did not run" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["apply_config_files", "apply_hook_imports", "apply_compiled"])
+def test_the_allowlist_cases_fail_with_allow_hooks(runner, name):
+    """--allow-hooks writes what the allowlist holds back: each case then sees its held files land."""
+    row = runner.run_apply(selftest.CASES[name], "--allow-hooks")
+    assert not row.ok and any("outside the allowed set" in p for p in row.problems), row.problems
+
+
+@pytest.mark.slow
+def test_a_nested_repository_is_held_even_with_allow_hooks(runner):
+    row = runner.run_apply(selftest.CASES["apply_nested_repo"], "--allow-hooks")
+    assert row.ok, f"{row.observed}: " + "; ".join(row.problems)

@@ -222,6 +222,9 @@ def generate(seed: int, repo: Path) -> tuple[list[Variant], list[Variant]]:
             "hooks/post-checkout",
         ]:
             held.append(Variant("bare repository", f"{bare}/{f}", "version-control"))
+    fresh = folders(rng, 2) + word(rng)  # as captured from a sandbox: `git init --bare` leaves empty folders
+    held += [Variant("fresh bare", f"{fresh}/HEAD", "version-control")]
+    held += [Variant("fresh bare", f"{fresh}/config", "version-control")]
     worktree = folders(rng, 2) + word(rng)
     held += [
         Variant("gitdir by commondir", f"{worktree}/HEAD", "version-control"),
