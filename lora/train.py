@@ -342,6 +342,8 @@ def _keep_best(out: Path, log: Callable[[str], None]) -> None:
         return
     _write_json(out / "best.json", best)
     held = "" if best["heldout_greedy"] is None else f", held-out greedy {best['heldout_greedy']:.3f}"
+    if best.get("family_greedy") is not None:
+        held += f", held-out families greedy {best['family_greedy']:.3f}"
     log(
         f"train: the result is round {best['round']} (train greedy pass@1 {best['train_greedy']:.3f}{held}): "
         + (best["adapter"] or "the base model: no adapter did as well")
