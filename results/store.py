@@ -491,15 +491,19 @@ class RunStore(RunReader):
     # -- kept changes
 
     def put_object(self, data: bytes) -> str:
-        """Store `data` under objects/ by its sha256 (once: an object already there is not rewritten);
-        durable (file and folder fsync'd) when this returns. Returns the sha256."""
+        """Store `data` under objects/ by its sha256 (once: an object already there and intact is not
+        rewritten; a damaged one is replaced, so a record never names a wrong object); durable (file and
+        folder fsync'd) when this returns. Returns the sha256."""
         import hashlib
 
         digest = hashlib.sha256(data).hexdigest()
         folder = self.dir / OBJECTS / digest[:2]
         path = folder / digest
-        if path.exists():
-            return digest
+        try:
+            if hashlib.sha256(path.read_bytes()).digest() == bytes.fromhex(digest):
+                return digest
+        except FileNotFoundError:
+            pass
         new_folder = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp"

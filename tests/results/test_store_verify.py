@@ -127,3 +127,12 @@ def test_the_report_refuses_a_forged_kept_file(tmp_path):
     kept.write_bytes(b"forged\n")
     with pytest.raises(UserError, match="kept object does not match its sha256"):
         build_report([run], tmp_path / "rep")
+
+
+def test_writing_an_object_again_repairs_a_damaged_copy(tmp_path):
+    """A resumed run that keeps the same bytes again does not trust a damaged object under their name."""
+    run = make_run(tmp_path)
+    bad = damage(run, "truncated")
+    with RunStore.open(run) as store:
+        assert store.put_object(CORRECT) == bad.name
+    assert bad.read_bytes() == CORRECT and read_object(run, bad.name) == CORRECT
