@@ -16,18 +16,20 @@ hidden tests at /tests, as the verifier's user, with [verifier] env, in one of t
 In every mode the hidden tests enter a container only after the agent has finished, and /tests and
 /logs/verifier are emptied and recreated (/logs/verifier writable by the verifier's user only) just before
 test.sh runs, so no reward file the agent planted survives; every file operation is the static helper's own
-(never the container's sh/tar/ls). Stricter than Harbor (evaluators/grading/tamper.py): working-folder files
-that shadow what the verifier imports or runs, and in snapshot/shared mode changes to its toolchain (docker
-diff), score 0 as `tamper`. Remaining limits (Harbor's contract, README "Harbor tasks"): in shared mode the
-agent's processes run alongside test.sh and can change what it sees; in snapshot and shared modes test.sh
-runs on the filesystem the agent left.
+(never the container's sh/tar/ls). Stricter than Harbor: an agent change that alters what the verifier
+loads (tamper.loads_findings over the model loads.py probes from the pristine image; fresh: the working
+folder's changes, snapshot/shared: every change docker diff lists) scores 0 as `tamper`. Remaining limits
+(Harbor's contract, README "Harbor tasks"): in shared mode the agent's processes run alongside test.sh and
+can change what it sees; in snapshot and shared modes test.sh runs on the filesystem the agent left.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
+import os
 import time
 from typing import Optional
 
@@ -37,7 +39,7 @@ from agent.sandbox import Changes, ExecResult, SandboxDied, SandboxPool, Sandbox
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
 from evaluators.grading import verdict as rules
 from evaluators.grading.kinds import Kind
-from evaluators.grading.tamper import PROGRAM_DIRS, dpkg_sums
+from evaluators.grading.tamper import dpkg_sums
 from evaluators.grading.verdict import Verdict
 from results.errors import InfraError, OracleFailed, UserError
 from results.schema import clip
@@ -153,21 +155,36 @@ async def capture(sb: NativeSandbox) -> Changes:
         return Changes(rejected=[f"the sandbox stopped while its changes were captured: {e}"])
 
 
-async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[str]) -> Optional[str]:
-    """Ours, stricter than Harbor: working-folder files that shadow what the verifier runs (every mode), and
-    in snapshot/shared mode changes to the verifier's toolchain as the engine sees them (docker diff)."""
-    from evaluators.grading.tamper import (
-        changed_toolchain,
-        harbor_tamper_reason,
-        shadow_candidates,
-        toolchain_reason,
-        verifier_imports,
-    )
+async def check_tamper(
+    task, sb: NativeSandbox, changes: Changes, original: set[str], pool=None
+) -> Optional[str]:
+    """Ours, stricter than Harbor: the agent's changes that alter what the verifier loads
+    (tamper.loads_findings over the model loads.py probes from the pristine image). fresh: the working
+    folder's captured changes (all that reaches its verifier); snapshot/shared: those plus every change the
+    engine sees (docker diff). Findings that a package manager, the image's own bytes or the image's
+    interpreter account for are cleared."""
+    from evaluators.grading import loads
+    from evaluators.grading.tamper import loads_findings, loads_reason
 
-    changed = {**changes.files, **{p: None for p in changes.deleted}}
-    why = harbor_tamper_reason(changed, original, verifier_imports(task.test_files), task.instruction)
-    if why or task.harbor.verifier_mode == "fresh":
-        return why or None
+    mode = task.harbor.verifier_mode
+    user = task.harbor.verifier_user or sb.image_user
+    spec = dataclasses.replace(verifier_limits(task), network=False)
+    image = (await asyncio.to_thread(verifier_image, task) if mode == "fresh" else None) or sb.image
+    m = await loads.model(task, pool, image, user, spec)
+    wd = m.workdir.rstrip("/")
+    orig = {f"{wd}/{p}" for p in original}
+    changed = {f"{wd}/{p}": ("C" if p in original else "A") for p in changes.files}
+    changed.update({f"{wd}/{p}": "D" for p in changes.deleted})
+    contents = {f"{wd}/{p}": d for p, d in changes.files.items()}
+    plain = {f"{wd}/{p}" for p in changes.files if p not in changes.executable}
+    if mode == "fresh":  # the collected artifacts reach its verifier too, at their own paths (grade_fresh)
+        for name, data in kept_files(sb).items():
+            path = name[len("artifacts") :]
+            if name.startswith("artifacts/") and not name.endswith("NOT-COLLECTED.txt"):
+                changed.setdefault(path, "A")
+                contents.setdefault(path, data)
+                plain.add(path)
+        return loads_reason(loads_findings(changed, m, contents, orig, plain)) or None
     try:
         diff = await asyncio.to_thread(sb.container.diff)
     except docker.errors.NotFound:
@@ -175,26 +192,84 @@ async def check_tamper(task, sb: NativeSandbox, changes: Changes, original: set[
     except docker.errors.APIError as e:  # the engine cannot list what the agent made (paths over PATH_MAX)
         why = str(getattr(e, "explanation", None) or e)
         return (
-            "the engine could not list the container's changes, so the verifier's toolchain cannot be "
+            "the engine could not list the container's changes, so what the verifier loads cannot be "
             f"checked (docker diff: ...{why[-120:]})"
         )
-    wanted = shadow_candidates(diff)
-    present: set[str] = set()
-    if wanted and not sb.dead:
-        try:
-            links = {d for d, k in zip(PROGRAM_DIRS, await sb.kinds(*PROGRAM_DIRS)) if k == "l"}
-            kinds = await sb.kinds(*wanted)
-            present = {
-                p for p, k in zip(wanted, kinds) if k in ("f", "l") and p.rpartition("/")[0] not in links
-            }
-        except (SandboxDied, FileOpError):
-            pass
-    return toolchain_reason(diff, present, await _packaged(sb, changed_toolchain(diff))) or None
+    for d in diff or []:
+        changed.setdefault(d.get("Path", ""), "CAD"[d.get("Kind", 0)] if d.get("Kind") in (0, 1, 2) else "C")
+    changed.pop("", None)
+    findings = loads_findings(changed, m, contents, orig, plain)
+    if not findings or sb.dead:
+        return loads_reason(findings) or None
+    try:
+        return await _clear(task, sb, pool, image, spec, m, changed, contents, orig, plain, findings) or None
+    except (SandboxDied, FileOpError) as e:  # the agent ended its container meanwhile: nothing can clear
+        return loads_reason(findings) + f" (not checked further: {e})"
+
+
+async def _clear(task, sb, pool, image, spec, m, changed, contents, orig, plain, findings) -> str:
+    """snapshot/shared: the findings, judged again with what only the agent's container can tell (folders
+    are not files, .pth/entry-point/config contents, which added files are executable), then cleared where
+    dpkg's records, a distribution's RECORD, the pristine image's bytes or its interpreter account for
+    them."""
+    import hashlib
+
+    from evaluators.grading import loads
+    from evaluators.grading.tamper import loads_findings, loads_reason
+
+    paths = [p for p, _, _ in findings if changed[p] != "D"]
+    for p, k in zip(paths, await sb.kinds(*paths) if paths else []):
+        if k == "d":
+            changed.pop(p)
+        elif k == "f" and p not in contents:
+            data, _, more = await sb.read_file(p, 1 << 20)
+            if not more:
+                contents[p] = data
+    for folder in {p.rpartition("/")[0] for p in paths if changed.get(p) == "A"} & set(m.path_dirs):
+        listing = await sb.list_files(folder, max_files=20000) or {}
+        plain |= {f"{folder}/{n}" for n, info in listing.items() if info[0] == "f" and not info[3]}
+    findings = loads_findings(changed, m, contents, orig, plain)
+    flagged = {p: changed[p] for p, _, _ in findings}
+    cleared: dict[str, set[str]] = {
+        "dpkg": set(await _packaged(sb, [p for p, k in flagged.items() if k != "D"]))
+    }
+    # a distribution's RECORD (pip's installs and upgrades): its sha256 of each file it installed
+    records: dict[str, str] = {}
+    for rec in [p for p, k in changed.items() if k != "D" and p.endswith(".dist-info/RECORD")]:
+        base = rec.rsplit("/", 2)[0]
+        data = contents.get(rec) or (await sb.read_file(rec, 8 << 20))[0]
+        for line in data.decode("utf-8", "replace").splitlines():
+            rel, _, rest = line.partition(",")
+            if rest.startswith("sha256="):
+                records[os.path.normpath(f"{base}/{rel}")] = rest[7:].split(",")[0]
+    upgraded = {p.rsplit("/", 2)[0] for p in changed if ".dist-info" in p.rsplit("/", 1)[-1]}
+    cleared["installer"] = {p for p, k in flagged.items() if k == "D" and p.rsplit("/", 1)[0] in upgraded}
+    pycs, same = {}, {}
+    for p, k in flagged.items():
+        if k == "D":
+            continue
+        data = contents.get(p)
+        if data is None:
+            try:  # a link is not a file: nothing clears it
+                data, _, more = await sb.read_file(p, 256 << 20)
+            except FileOpError:
+                continue
+            if more:
+                continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+        if records.get(p) == digest:
+            cleared["installer"].add(p)
+        if p.endswith(".pyc"):
+            pycs[p] = data
+        if k == "C":
+            same[p] = data
+    cleared["pyc"], cleared["same"] = await loads.pristine_checks(pool, image, spec, task.id, m, pycs, same)
+    return loads_reason(findings, cleared)
 
 
 async def _packaged(sb: NativeSandbox, changed: list[str]) -> frozenset[str]:
-    """Which changed toolchain files hold what dpkg recorded for them (an upgrade pulled in by a package
-    install, e.g. libc6 or python3.12 by apt-get install): read by the helper, md5 compared on the host."""
+    """Which of these files hold what dpkg recorded for them (an upgrade or install by the package manager,
+    e.g. libc6 or python3.12 pulled in by apt-get install): read by the helper, md5 compared on the host."""
     import hashlib
 
     if not changed or sb.dead:
@@ -321,7 +396,7 @@ async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Chan
     """After the capture, before the agent's container is released: the tamper checks, then verification in
     snapshot and shared mode. None in fresh mode without tampering (graded after the release)."""
     original = set(sb.capture.baseline or {}) | set(task.workspace_files)
-    why = await check_tamper(task, sb, changes, original)
+    why = await check_tamper(task, sb, changes, original, pool)
     if why:
         return Verdict(0.0, False, "tamper", detail=why)
     if task.harbor.verifier_mode == "fresh":
