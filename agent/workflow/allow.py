@@ -5,6 +5,7 @@ folders git would read as a repository)."""
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import stat
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from agent.workflow.paths import VCS_REASONS, _git, _iter_files, _read_original, _z, matches
-from agent.workflow.protect import _TOKEN, _head, _named_paths, autorun_paths, package_hooks_changed
+from agent.workflow.protect import _TOKEN, _head, autorun_paths, package_hooks_changed
 
 # Names a tool reads its settings from, or a runner loads by its name (compared in lower case, to the name
 # only): configuration formats, rc files, build and task files, the files make includes, and the names the
@@ -143,7 +144,8 @@ def holds(root: Path, writes: dict[str, bytes], deleting: Iterable[str], *, allo
     out = {rel: BARE_REPO for rel in _in_repository_folders(root, writes, changed)}
     if allow_hooks:
         return out
-    files = [p.relative_to(root).as_posix() for p in _iter_files(root)]
+    top = len(str(root).rstrip("/")) + 1
+    files = [str(p)[top:] for p in _iter_files(root)]  # (string slicing: a repository has 100k files)
     auto = autorun_paths(root, changed, files=files)
     had = _had(root, changed)
     new = [rel for rel in writes if rel not in had]  # (a removal is never new)
@@ -170,7 +172,7 @@ def config_kind(rel: str) -> str:
     name = rel.rsplit("/", 1)[-1].lower()
     if name.startswith("."):
         return "a dotfile (configuration a tool reads by its name)"
-    if any(fnmatch.fnmatchcase(name, g) for g in CONFIG_NAMES):
+    if _names(CONFIG_NAMES).match(name):
         return "a configuration or build file (a tool loads it by its name)"
     return ""
 
@@ -178,9 +180,7 @@ def config_kind(rel: str) -> str:
 def compiled_kind(rel: str) -> str:
     """Why the file at rel is a compiled or cached artifact (rule 4), or ""."""
     *folders, name = rel.lower().split("/")
-    if any(fnmatch.fnmatchcase(name, g) for g in COMPILED_NAMES) or any(
-        fnmatch.fnmatchcase(d, g) for d in folders for g in COMPILED_DIRS
-    ):
+    if _names(COMPILED_NAMES).match(name) or any(_names(COMPILED_DIRS).match(d) for d in folders):
         return "a compiled or cached file (an interpreter or loader picks it up by name)"
     return ""
 
@@ -197,8 +197,13 @@ def _glob(rel: str, pattern: str) -> bool:
 
 
 def _script(rel: str) -> bool:
-    name = rel.rsplit("/", 1)[-1].lower()
-    return any(fnmatch.fnmatchcase(name, g) for g in SCRIPT_NAMES)
+    return bool(_names(SCRIPT_NAMES).match(rel.rsplit("/", 1)[-1].lower()))
+
+
+@functools.lru_cache(maxsize=None)
+def _names(globs: tuple[str, ...]) -> re.Pattern:
+    """One compiled pattern for a tuple of name globs."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
 
 
 def _had(root: Path, paths: list[str]) -> set[str]:
@@ -262,6 +267,7 @@ def _referenced(root: Path, files: list[str], new: list[str]) -> dict[str, str]:
         return out
     wanted = set(new)
     names = {rel.rsplit("/", 1)[-1] for rel in new}
+    named = re.compile("|".join(map(re.escape, sorted(names))))
     sources = [f for f in files if f not in wanted and (config_kind(f) or _script(f))][:MAX_SCANNED]
     for src in sources:
         text = _head(root / src)
@@ -272,7 +278,9 @@ def _referenced(root: Path, files: list[str], new: list[str]) -> dict[str, str]:
                 for rel in new:
                     if rel not in out and _glob(rel, pattern):
                         out[rel] = f"{src} includes it ({m.group(1)} {tok})"
-        if any(n in text for n in names):  # tokenized only when a new file's name appears at all
-            for rel in _named_paths(text, wanted, base):
-                out.setdefault(rel, f"{src} names it (a tool may load it)")
+        if named.search(text):  # tokenized only where a new file's name appears at all
+            for tok in set(_TOKEN.findall(text)):
+                if tok.rsplit("/", 1)[-1] in names:  # (a cheap test first: a file holds many tokens)
+                    for rel in {tok.removeprefix("./"), os.path.normpath(os.path.join(base, tok))} & wanted:
+                        out.setdefault(rel, f"{src} names it (a tool may load it)")
     return out

@@ -72,15 +72,18 @@ def test_machinery(changes: Changes, original: Iterable[str]) -> list[str]:
 _TOKEN = re.compile(r"[^\s'\"`;|&()<>=,\[\]{}:!$]+")
 
 
+# What a script may leave off a file it loads: `require('./lib/util')`, `source lib/env`.
+_IMPLIED = ("", ".js", ".cjs", ".mjs", ".ts", ".py", ".sh", "/index.js")
+
+
 def _named_paths(text: str, known: set[str], base: str = "") -> set[str]:
-    """Files of `known` that a hook or configuration text names (`./scripts/check.sh`, `entry: tools/lint`),
-    relative to the folder or to the naming file's own folder."""
+    """Files of `known` that a hook or configuration text names (`./scripts/check.sh`, `entry: tools/lint`,
+    `require('./lib/util')`), relative to the folder or to the naming file's own folder."""
     found = set()
-    for tok in _TOKEN.findall(text):
+    for tok in set(_TOKEN.findall(text)):
         tok = tok.removeprefix("./")
         for cand in {tok, os.path.normpath(os.path.join(base, tok)) if base else tok}:
-            if cand in known:
-                found.add(cand)
+            found |= {cand + e for e in _IMPLIED if cand + e in known}
     return found
 
 
@@ -234,14 +237,10 @@ def autorun_paths(
             named = {
                 c for w in words for c in RUNNER_CONFIGS.get(w, ()) if c != "package.json" and c in known
             }
-            for q in sorted(
-                (_named_paths(text, known, base) | _matched_paths(text, known, base) | named) - seen
-            ):
-                held[q] = f"{who} runs it"
-                seen.add(q)
-                nxt.append(q)
-            for q in sorted(_imported_paths(who, text, known) - seen):
-                held[q] = f"{who} imports it"
+            imported = _imported_paths(who, text, known)
+            ran = _named_paths(text, known, base) | _matched_paths(text, known, base) | named
+            for q in sorted((imported | ran) - seen):
+                held[q] = f"{who} imports it" if q in imported else f"{who} runs it"
                 seen.add(q)
                 nxt.append(q)
         texts = [(q, _head(root / q)) for q in nxt]

@@ -192,6 +192,13 @@ def generate(seed: int, repo: Path) -> tuple[list[Variant], list[Variant]]:
         Variant("the hook's script", f"{d}/check.py", "runs it"),
     ]
     honest.append(Variant("beside the hook's script, not imported", f"{d}/{word(rng)}.py", ""))
+    # ... and a node script that requires a module by its name without the extension
+    jd, lib = word(rng), word(rng)
+    user[".husky/pre-commit"] += f"node {jd}/run.js\n"
+    user[f"{jd}/run.js"] = f"const u = require('./{lib}')\n"
+    user[f"{jd}/{lib}.js"] = "module.exports = 1\n"
+    held.append(Variant("a module a hook's node script requires", f"{jd}/{lib}.js", f"{jd}/run.js runs it"))
+    honest.append(Variant("beside the hook's node script, not required", f"{jd}/{word(rng)}.js", ""))
 
     # compiled and cached files
     for _ in range(2):
