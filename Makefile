@@ -4,7 +4,7 @@ PY := .venv/bin/python
 .PHONY: demo test setup test-fast lint bench
 
 demo: setup
-	$(PY) harness.py eval
+	$(PY) harness.py demo
 
 test:
 	.ci/setup --test

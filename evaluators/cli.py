@@ -47,6 +47,18 @@ def register(sub):
 
     p = add_command(
         sub,
+        "demo",
+        help="the embedded model on a dozen tasks (what `make demo` runs)",
+        description="Evaluate the embedded model on builtin:demo (12 tasks: every domain, difficulty 1-3) "
+        "into a run folder of its own. Run again, it resumes an interrupted demo or shows the last one.",
+        examples=["harness demo", "harness demo --out runs/demo-2"],
+    )
+    p.add_argument("--out", type=Path, default=Path("runs/demo"), help="its run folder (default runs/demo)")
+    p.add_argument("--model", help="another model on the same tasks (default: the embedded one)")
+    p.set_defaults(func=cmd_demo)
+
+    p = add_command(
+        sub,
         "rescore",
         help="grade a run's kept changes again with the current task versions (no model calls)",
         description="Grade the stored final changes of every attempt of RUN again, with the current "
@@ -145,16 +157,64 @@ def cmd_eval(args) -> int:
     return 1 if all_errored(run_dir) else 0
 
 
+DEMO_INTRO = (
+    "harness demo: the embedded model (SmolLM2-135M, on this CPU) on the {n} tasks of builtin:demo, "
+    "every domain, difficulty 1-3: about 3 minutes on a 2-core machine (the first time also builds "
+    "their images)"
+)
+
+
+def cmd_demo(args) -> int:
+    """`make demo`: `eval --tasks builtin:demo` in its own folder; run again, it resumes an interrupted demo
+    or shows the finished one, and it ends with what to try next."""
+    from results.manifest import read_manifest
+    from results.report import print_summary
+    from tasks.loader import DEMO
+
+    out = args.out
+    argv = ["eval", "--tasks", "builtin:demo", "--out", str(out)]
+    if args.model:
+        argv += ["--model", args.model]
+    if (out / "manifest.json").exists():
+        if read_manifest(out).finished_at:
+            print(f"harness demo: the demo has run already; its summary ({out}):", file=sys.stderr)
+            print_summary(out)
+            _next_steps(out)
+            return 0
+        argv = ["eval", "--resume", str(out)]
+        print(f"harness demo: resuming the demo in {out}", file=sys.stderr)
+    elif args.model:
+        print(f"harness demo: {args.model} on the {len(DEMO)} tasks of builtin:demo", file=sys.stderr)
+    else:
+        print(DEMO_INTRO.format(n=len(DEMO)), file=sys.stderr)
+    parser = argparse.ArgumentParser()
+    add_eval_options(parser)
+    telemetry.add_options(parser)
+    eval_args = parser.parse_args(argv[1:])
+    eval_args.argv = argv
+    code = cmd_eval(eval_args)
+    _next_steps(out)
+    return code
+
+
+def _next_steps(run: Path) -> None:
+    h = invocation()
+    print("next:")
+    print(f"  {h} show {run} fizzbuzz       # one attempt, step by step, and its verdict")
+    print(f"  {h} report {run}             # report.html: plots and every attempt's steps")
+    print(f"  {h} eval --model openai/gpt-4o-mini --tasks builtin:demo   # a real model (OPENAI_API_KEY)")
+
+
 def select_tasks(cfg: EvalConfig, only: Optional[set[str]] = None) -> list:
     """The suite's tasks that pass the filters (tasks.loader.load_suite), or those whose ids are `only`
-    (a resumed run's), then the first cfg.limit of them."""
-    from tasks.loader import load_suite
+    (a resumed run's), then cfg.limit of them spread over difficulties, domains and families."""
+    from tasks.loader import load_suite, spread
 
     if only is None:
         tasks = load_suite(cfg.suite, **asdict(cfg.filters))
     else:
         tasks = [t for t in load_suite(cfg.suite) if t.id in only]
-    return tasks[: cfg.limit] if cfg.limit is not None else tasks
+    return spread(tasks, cfg.limit)
 
 
 def eval_config_from(args: argparse.Namespace) -> tuple[EvalConfig, list]:

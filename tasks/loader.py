@@ -22,6 +22,13 @@ PACKAGE_DIR = Path(__file__).parent
 BUILTIN_DIR = PACKAGE_DIR / "builtin"
 HUMANEVAL_DIR = PACKAGE_DIR / "humaneval"  # written by `harness tasks import humaneval`, not in git
 EASY = (1, 2)  # "builtin:easy"
+# "builtin:demo": what `make demo` runs, sized to be watched (a few minutes on a 2-core machine): every
+# domain, difficulties 1-3, and tasks the embedded model solves some of the time beside ones it does not.
+DEMO = (
+    "create-file-01", "rename-file-01", "make-executable-01", "word-count-01", "count-lines-01",
+    "celsius-to-fahrenheit-01", "config-value-01", "fizzbuzz", "csv-sum", "extract-emails",
+    "log-top-ip", "fix-operator-01",
+)  # fmt: skip
 
 
 def load_suite(
@@ -43,6 +50,9 @@ def load_suite(
     """
     root, preset = _resolve_spec(spec)
     tasks = _discover(root)
+    if str(spec) == "builtin:demo":
+        by_id = {t.id: t for t in tasks}
+        tasks, preset = [by_id[i] for i in DEMO], None
     if not tasks:
         raise UserError(
             f"{display(root)}: no tasks found (expected folders holding task.toml or family.toml)"
@@ -74,6 +84,8 @@ def _resolve_spec(spec: str | Path) -> tuple[Path, Optional[set[int]]]:
         return BUILTIN_DIR, None
     if text == "builtin:easy":
         return BUILTIN_DIR, set(EASY)
+    if text == "builtin:demo":
+        return BUILTIN_DIR, None
     if text == "humaneval":
         if not HUMANEVAL_DIR.is_dir():
             raise UserError(f"{HUMANEVAL_DIR}: not imported yet (run `harness tasks import humaneval` first)")
@@ -82,7 +94,7 @@ def _resolve_spec(spec: str | Path) -> tuple[Path, Optional[set[int]]]:
     if not path.exists():
         raise UserError(
             f'{text}: no such suite (give a folder of tasks, a task folder, "builtin", '
-            '"builtin:easy" or "humaneval")'
+            '"builtin:easy", "builtin:demo" or "humaneval")'
         )
     if path.is_file() and path.name in ("task.toml", "family.toml"):
         path = path.parent
@@ -146,3 +158,23 @@ def _difficulty_filter(value: int | str | Iterable[int] | None) -> Optional[set[
     if not values or not values <= {1, 2, 3, 4, 5}:
         raise UserError(f"difficulty filter must be N or N-M with 1 <= N <= M <= 5 (got {show(value)})")
     return values
+
+
+def spread(tasks: list[Task], n: Optional[int]) -> list[Task]:
+    """`n` tasks spread over the suite: round-robin over (difficulty, domain), and inside each over families,
+    so `--limit 6` of a suite samples its kinds instead of the first six of one (all when n is None)."""
+    if n is None or n >= len(tasks):
+        return list(tasks)
+    groups: dict[tuple, dict[str, list[Task]]] = {}
+    for t in tasks:
+        groups.setdefault((t.difficulty, t.domain), {}).setdefault(t.family or t.id, []).append(t)
+    queues = {k: list(fams.values()) for k, fams in sorted(groups.items())}
+    picked: list[Task] = []
+    while len(picked) < n:
+        for families in queues.values():
+            if families and len(picked) < n:
+                family = families.pop(0)
+                picked.append(family.pop(0))
+                if family:
+                    families.append(family)
+    return picked

@@ -157,3 +157,52 @@ def test_run_shows_its_steps_and_verify_finds_python(image, tmp_path):
     assert f"step 1: $ {fix}  -> exit 0" in proc.stderr
     assert "verify: python -m pytest -q -> exit 0" in proc.stderr and "1 passed" in proc.stderr
     assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+def test_the_demo_selection_covers_every_domain_and_three_difficulties():
+    from tasks.loader import DEMO, load_suite
+    from tasks.model import DOMAINS
+
+    tasks = load_suite("builtin:demo")
+    assert [t.id for t in tasks] == list(DEMO)
+    assert {t.domain for t in tasks} == set(DOMAINS) and {t.difficulty for t in tasks} == {1, 2, 3}
+
+
+def test_limit_spreads_over_difficulties_and_domains():
+    from evaluators.cli import select_tasks
+    from evaluators.run.config import EvalConfig
+
+    picked = select_tasks(EvalConfig(suite="builtin:easy", limit=6))
+    assert (
+        len(picked) == 6 and len({t.domain for t in picked}) >= 4 and {t.difficulty for t in picked} == {1, 2}
+    )
+    assert len({t.family or t.id for t in picked}) == 6
+
+
+@pytest.mark.slow
+def test_make_demo_says_what_it_runs_and_a_second_run_shows_the_first(image, tmp_path):
+    """`make demo`'s command (`harness demo`) on its selection, with a scripted model standing in for the
+    embedded one: it names the tasks up front, ends with three commands to try next, and run again it
+    runs nothing new."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"*": ["Look.\n```bash\nls\n```", SUBMIT]}))
+    out = tmp_path / "demo"
+    first = subprocess.run(
+        [".venv/bin/harness", "demo", "--model", f"replay:{script}", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "on the 12 tasks of builtin:demo" in first.stderr
+    steps = first.stdout.split("next:\n", 1)[1].splitlines()
+    assert len(steps) == 3 and all(line.strip().startswith(".venv/bin/harness ") for line in steps)
+    recorded = (out / "attempts.jsonl").read_text()
+    assert len(recorded.splitlines()) == 12
+    again = subprocess.run(
+        [".venv/bin/harness", "demo", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0 and "the demo has run already" in again.stderr, again.stderr[-2000:]
+    assert (out / "attempts.jsonl").read_text() == recorded and "next:" in again.stdout

@@ -88,6 +88,11 @@ def _offline() -> None:
     # Never reach for the model hub: every load here is from local files.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # Our own progress display says "loading the model"; the library's bars would stand above it.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def _load_gguf(path: Path) -> tuple[Any, Any]:

@@ -73,14 +73,22 @@ class EvalConfig:
     model_options: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
     # The agent loop's limits and sampling (temperature, seed): the record's and the manifest's too.
     loop: LoopConfig = field(default_factory=eval_loop, metadata={"cli": False})
-    # Which tasks: the suite, its filters and the first `limit` of them (select_tasks).
+    # Which tasks: the suite, its filters and `limit` of them spread over its kinds (select_tasks).
     suite: str = field(
         default=DEFAULT_SUITE,
-        metadata={"help": "suite: folder, builtin, builtin:easy", "flag": "--tasks", "metavar": "TASKS"},
+        metadata={
+            "help": "suite: folder, builtin, builtin:easy, builtin:demo",
+            "flag": "--tasks",
+            "metavar": "TASKS",
+        },
     )
     filters: TaskFilter = field(default_factory=TaskFilter, metadata={"cli": False})
     limit: Optional[int] = field(
-        default=None, metadata={"help": "only the first N selected tasks (in suite order)", "metavar": "N"}
+        default=None,
+        metadata={
+            "help": "only N of the selected tasks, spread over difficulties and domains",
+            "metavar": "N",
+        },
     )
     no_internet: bool = field(
         default=False,

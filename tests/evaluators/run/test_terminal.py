@@ -98,19 +98,22 @@ s/attempt      N
 cost           $0.0000
 
 == by domain
-domain run tasks attempts errors solved 95% CI
+domain    run tasks attempts errors solved 95% CI
 ─
-coding run     3        3      0  0.000 0.000-0.000
+data      run     1        1      0  0.000 0.000-0.000
+documents run     1        1      0  0.000 0.000-0.000
+ops       run     1        1      0  0.000 0.000-0.000
 
 == by difficulty
 difficulty run tasks attempts errors solved 95% CI
 ─
-2          run     3        3      0  0.000 0.000-0.000
+1          run     3        3      0  0.000 0.000-0.000
 
 == failure reasons (failed attempts)
 run field       value     count
 ─
-run reason      fail          3
+run reason      fail          2
+run reason      no_answer     1
 run exit_reason submitted     3
 every column, plots and each attempt's steps:
   HARNESS report DIR/run
