@@ -59,7 +59,8 @@ def _register_run(sub) -> None:
         "--apply",
         action="store_true",
         help="write the changes back into the folder when --verify passed: all of them or none; protected "
-        "paths, files that run by themselves, links and version-control files are held back and listed",
+        "paths, files that run by themselves, configuration, compiled files, links and version-control "
+        "files are held back and listed",
     )
     p.add_argument(
         "--no-verify",
@@ -106,7 +107,9 @@ def _add_file_options(p) -> None:
     p.add_argument(
         "--allow-hooks",
         action="store_true",
-        help="with --apply: also write files that run by themselves (git hooks, .envrc, editor tasks, ...)",
+        help="with --apply: also write what the allowlist holds back: files that run by themselves (git "
+        "hooks, .envrc, editor tasks, ...), dotfiles and configuration, compiled files, new files a "
+        "configuration file names (never version control)",
     )
     p.add_argument(
         "--max-copy-mb",

@@ -148,7 +148,7 @@ def holds(root: Path, writes: dict[str, bytes], deleting: Iterable[str], *, allo
     files = [str(p)[top:] for p in _iter_files(root)]  # (string slicing: a repository has 100k files)
     auto = autorun_paths(root, changed, files=files)
     had = _had(root, changed)
-    new = [rel for rel in writes if rel not in had]  # (a removal is never new)
+    new = {rel for rel in writes if rel not in had}  # (a removal is never new)
     named = _referenced(root, files, new)
     for rel in changed:
         if rel in out:
@@ -256,7 +256,7 @@ def _in_repository_folders(root: Path, writes: dict[str, bytes], changed: list[s
     ]
 
 
-def _referenced(root: Path, files: list[str], new: list[str]) -> dict[str, str]:
+def _referenced(root: Path, files: list[str], new: set[str]) -> dict[str, str]:
     """{new path: why} for the new paths that an existing configuration file or script (rule 5) names:
     literally (relative to the folder or to that file's own folder), or by a pattern on an include line
     (make's `-include *.mk`, a shell's `source conf.d/*.sh`). A pattern elsewhere (a linter's
