@@ -22,7 +22,11 @@ graders (the eval phase's train-sample runs; with --budget, as many per task as 
         Log-probabilities are taken at the sampling temperature (logits / T), the distribution the
         tokens were drawn from. LoRA dropout is off, so pi_theta = pi_old before the first update.
 The optimiser settings (lr, epochs, max_steps, batch_tokens, grad_accum, rank, ...) are SFTConfig's;
-the device is lora/sft.py's choice (a GPU when there is one, bf16 there).
+the device is lora/sft.py's choice (a GPU when there is one, bf16 there). The loop stops before a round
+with no mixed group; --stop-when no_improvement applies as it does to rejection sampling, no_new_task
+does not (a policy gradient can raise a solve rate without solving a new task). --hints is refused: a
+hinted attempt is not a sample of the policy. With --budget, a task's group is the attempts the
+allocation gave it (one attempt: no group).
 """
 
 from __future__ import annotations
