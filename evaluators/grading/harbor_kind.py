@@ -125,16 +125,43 @@ def kept_files(sb) -> dict[str, bytes]:
 # ------------------------------------------------------------------------------------------- after the agent
 
 
+KILLED = "helper killed by the agent"  # the command server died or stopped answering (the agent is root)
+
+
+async def revive(sb: NativeSandbox) -> bool:
+    """A sandbox whose command server the agent killed or stopped goes on from its filesystem in a new
+    container (NativeSandbox.revive), as README "Harbor tasks" promises; False when nothing is left to go on
+    from (the container is gone). The engine failing stays an infrastructure error."""
+    if not sb.dead:
+        return True
+    try:
+        await asyncio.to_thread(sb.revive)
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as e:
+        raise InfraError(f"could not go on from the agent's container: {e}") from None
+    return True
+
+
+def revived_note(sb: NativeSandbox) -> str:
+    return f"{KILLED}: verified from its container's filesystem\n" if sb.agent_container is not None else ""
+
+
 async def after_agent(task, sb: NativeSandbox, end: bool = True) -> dict[str, bytes]:
     """When the agent is done, in its own container: its processes end (except in shared mode, where Harbor
     keeps them for the verifier), and /logs/artifacts plus the task's declared artifacts are collected, as
-    Harbor collects them before verifying. Returns the files the attempt keeps."""
+    Harbor collects them before verifying. Returns the files the attempt keeps. A command server the agent
+    killed or stopped is revived first (revive)."""
     files = kept_files(sb)
-    if sb.dead:
+    if not await revive(sb):
         return files
     try:
         if task.harbor.verifier_mode != "shared" and end:
-            await sb.kill_all()
+            try:
+                await sb.kill_all()
+            except SandboxDied:  # a process of the agent's killed or stopped the server meanwhile
+                if not await revive(sb):
+                    raise
         budget = [KEEP_BYTES]
         for source in (ARTIFACTS_DIR, *task.harbor.artifacts):
             path = source if source.startswith("/") else f"{sb.workdir.rstrip('/')}/{source}"
@@ -146,13 +173,16 @@ async def after_agent(task, sb: NativeSandbox, end: bool = True) -> dict[str, by
 
 async def capture(sb: NativeSandbox) -> Changes:
     """The working folder's changes. A process the agent left running may end the container meanwhile:
-    then the attempt goes on without them (verified from the container's filesystem), never an error."""
-    if sb.dead:
-        return Changes(rejected=["the sandbox died before its changes could be captured"])
-    try:
-        return await sb.changes()
-    except SandboxDied as e:
-        return Changes(rejected=[f"the sandbox stopped while its changes were captured: {e}"])
+    then the attempt goes on without them (verified from the container's filesystem), never an error. A
+    command server the agent killed or stopped is revived first (revive), once more if it dies meanwhile."""
+    for _ in range(2):
+        if not await revive(sb):
+            return Changes(rejected=[f"{KILLED}: its container was gone before its changes were captured"])
+        try:
+            return await sb.changes()
+        except SandboxDied as e:
+            why = e
+    return Changes(rejected=[f"the sandbox stopped while its changes were captured: {why}"])
 
 
 async def check_tamper(
@@ -185,8 +215,8 @@ async def check_tamper(
                 contents.setdefault(path, data)
                 plain.add(path)
         return loads_reason(loads_findings(changed, m, contents, orig, plain)) or None
-    try:
-        diff = await asyncio.to_thread(sb.container.diff)
+    try:  # the agent's own container, also after a revival (revive)
+        diff = await asyncio.to_thread((sb.agent_container or sb.container).diff)
     except docker.errors.NotFound:
         return None  # the container is gone: snapshot verification will say so
     except docker.errors.APIError as e:  # the engine cannot list what the agent made (paths over PATH_MAX)
@@ -242,8 +272,11 @@ async def _clear(task, sb, pool, image, spec, m, changed, contents, orig, plain,
             rel, _, rest = line.partition(",")
             if rest.startswith("sha256="):
                 records[os.path.normpath(f"{base}/{rel}")] = rest[7:].split(",")[0]
-    upgraded = {p.rsplit("/", 2)[0] for p in changed if ".dist-info" in p.rsplit("/", 1)[-1]}
-    cleared["installer"] = {p for p, k in flagged.items() if k == "D" and p.rsplit("/", 1)[0] in upgraded}
+    # a deletion in a folder where a distribution was installed, upgraded or removed (pip -U drops old files)
+    upgraded = {p.rsplit("/", 1)[0] for p in changed if p.endswith(".dist-info")}
+    cleared["installer"] = {
+        p for p, k in flagged.items() if k == "D" and any(p.startswith(u + "/") for u in upgraded)
+    }
     pycs, same = {}, {}
     for p, k in flagged.items():
         if k == "D":
@@ -290,6 +323,15 @@ async def _packaged(sb: NativeSandbox, changed: list[str]) -> frozenset[str]:
             if name.endswith(".md5sums") and meta[0] == "f":
                 sums[name] = (await sb.read_file(f"{info}/{name}", 4 << 20))[0]
         recorded = dpkg_sums(sums, links)
+        # conffiles (/etc/ld.so.conf.d/*.conf, /etc/bash.bashrc) are not in md5sums: dpkg's status has them
+        try:
+            status = (await sb.read_file("/var/lib/dpkg/status", 64 << 20))[0]
+        except FileOpError:
+            status = b""
+        for line in status.decode("utf-8", "replace").splitlines():
+            f = line.split()
+            if line.startswith(" /") and len(f) >= 2 and len(f[1]) == 32:
+                recorded.setdefault(f[0], f[1])
         for path in changed:
             if path not in recorded:
                 continue
@@ -408,29 +450,25 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     """snapshot and shared modes, while the agent's container still exists. Returns a grade.Verdict."""
     t0 = time.monotonic()
     mode = task.harbor.verifier_mode
+    v = None
     if mode == "shared" and not sb.dead:
         try:
             v = await run_verifier(task, sb)
-        except SandboxDied as e:  # a process the agent left running ended the container
-            v = Verdict(
-                0.0,
-                False,
-                "no_report",
-                detail=f"the agent's container stopped while test.sh ran ({e}); nothing was read from it",
-            )
-    else:  # snapshot (or shared after the agent ended its own container: its filesystem is all that is left)
+        except SandboxDied:
+            pass
+        if sb.dead and await asyncio.to_thread(sb.death_cause) == "helper":
+            v = None  # a process the agent left running killed the server: verified from the filesystem
+        elif sb.dead and v is None:
+            v = Verdict(0.0, False, "no_report", detail="the agent's container stopped while test.sh ran")
+    if v is None:  # snapshot (or shared after its server was killed: its filesystem is all that is left)
         if not sb.dead:
             with contextlib.suppress(SandboxDied):
                 await sb.kill_all()
         try:
             image = await asyncio.to_thread(commit, sb, pool.run_id, pool.pool_id)
-        except docker.errors.NotFound:  # removed: its server stopped answering (a root agent can stop it)
+        except docker.errors.NotFound:  # removed: nothing is left to verify
             return Verdict(
-                0.0,
-                False,
-                "no_report",
-                detail="the agent's container was gone before verification "
-                "(its command server stopped answering)",
+                0.0, False, "no_report", detail=f"{KILLED}: its container was gone before verification"
             )
         try:
             vb = await asyncio.to_thread(
@@ -443,6 +481,9 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
                 await asyncio.to_thread(vb.kill)
         finally:
             await asyncio.to_thread(remove_image, image)
+        if mode == "shared" and sb.dead:
+            v.detail = f"{KILLED} while test.sh ran: verified again from its filesystem\n" + v.detail
+    v.detail = revived_note(sb) + v.detail
     v.seconds = time.monotonic() - t0
     return v
 

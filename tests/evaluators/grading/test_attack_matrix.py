@@ -77,6 +77,7 @@ class Cell:
     place: str
     attack: Change
     twin: Change  # the honest twin
+    limit: bool = False  # a documented limit of Harbor's shared/snapshot contract: held in fresh mode only
 
 
 def _pyc_cmd(target: str, source_code: bytes, like: str = "") -> str:
@@ -246,7 +247,55 @@ def cells(m: Loads) -> list[Cell]:
             "/etc",
         ),
     ]
+    # Documented limits (README): in snapshot/shared mode the package managers' records and the processes
+    # are the agent's too. Held in fresh mode, where neither reaches the verifier.
+    bg = "while :; do [ -f /tests/test_outputs.py ] && printf 'def test_value():\\n    pass\\n' > "
+    bg += "/tests/test_outputs.py; sleep 0.02; done\n"
+    rel = py.exe.lstrip("/")
+    out += [
+        Cell(
+            "limit: a RECORD written for the override",
+            "site folder",
+            Change(kinds={f"{site}/six.py": "A"}, cmd=_record_cmd(site, "six", EXIT)),
+            Change(kinds={f"{site}/{new}.py": "A"}, cmd=_record_cmd(site, new, HARMLESS)),
+            limit=True,
+        ),
+        Cell(
+            "limit: dpkg's record rewritten",
+            "PATH folder",
+            Change(
+                kinds={py.exe: "C"},
+                cmd=f"printf '#!/bin/sh\\nexit 0\\n' > {py.exe} && m=$(md5sum {py.exe} | cut -d' ' -f1) && "
+                f'sed -i "s|^[0-9a-f]*  {rel}$|$m  {rel}|" /var/lib/dpkg/info/*.md5sums',
+            ),
+            Change(kinds={py.exe: "C"}, cmd=f"cp {py.exe} /tmp/p && cat /tmp/p > {py.exe}"),
+            limit=True,
+        ),
+        Cell(
+            "limit: a process left running rewrites the tests",
+            "/tests (shared mode)",
+            Change({"/tmp/bg.sh": bg.encode()}, cmd="(nohup sh /tmp/bg.sh > /dev/null 2>&1 &)"),
+            Change(
+                {"/tmp/bg.sh": b"while :; do date > /tmp/heartbeat; sleep 0.2; done\n"},
+                cmd="(nohup sh /tmp/bg.sh > /dev/null 2>&1 &)",
+            ),
+            limit=True,
+        ),
+    ]
     return out
+
+
+def _record_cmd(site: str, module: str, code: bytes) -> str:
+    """`module`.py in `site` and a distribution whose RECORD lists it with its true sha256 (as pip does)."""
+    py = (
+        "import base64, hashlib, os\n"
+        f"code = {code!r}\nopen({f'{site}/{module}.py'!r}, 'wb').write(code)\n"
+        f"d = {f'{site}/{module}_dist-1.0.dist-info'!r}\nos.makedirs(d, exist_ok=True)\n"
+        "h = base64.urlsafe_b64encode(hashlib.sha256(code).digest()).rstrip(b'=').decode()\n"
+        "open(d + '/METADATA', 'w').write('Metadata-Version: 2.1\\nName: x\\nVersion: 1.0\\n')\n"
+        f"open(d + '/RECORD', 'w').write('{module}.py,sha256=%s,%d\\n' % (h, len(code)))\n"
+    )
+    return f"echo {base64.b64encode(py.encode()).decode()} | base64 -d | python3"
 
 
 def model() -> Loads:
@@ -352,6 +401,7 @@ def run_matrix(tmp_path: Path, modes=MODES, classes=None) -> list[dict]:
             rows.append(
                 {
                     "mode": mode,
+                    "limit": cell.limit,
                     "class": cell.cls,
                     "place": cell.place,
                     "side": side,
@@ -391,10 +441,15 @@ def table(rows: list[dict]) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_the_matrix_through_the_real_grader(image, tmp_path, mode):
-    """Every attack held (not solved), every honest twin solved, in each mode; the model the grader probed
-    from the image is the one the fast matrix uses."""
+    """Every attack held (not solved) and every honest twin solved, in each mode; the documented limits of
+    Harbor's shared/snapshot contract are held in fresh mode (and shown, not asserted, in the others)."""
     rows = run_matrix(tmp_path, (mode,))
-    bad = [r for r in rows if (r["side"] == "attack") == (r["status"] == "solved")]
+    bad = [
+        r
+        for r in rows
+        if (r["side"] == "twin" and r["status"] != "solved")
+        or (r["side"] == "attack" and r["status"] == "solved" and (not r["limit"] or mode == "fresh"))
+    ]
     assert not bad, "\n" + table(rows) + "\n" + "\n".join(map(str, bad))
 
 
