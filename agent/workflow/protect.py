@@ -87,16 +87,22 @@ def _named_paths(text: str, known: set[str], base: str = "") -> set[str]:
     return found
 
 
+# A line of a hook that runs or loads every file a pattern matches: a loop, `source`/`.`, make's include.
+_LOADING_LINE = re.compile(r"(?m)^[ \t]*(?:for[ \t]+\w+[ \t]+in|-?include|sinclude|source|\.)[ \t]+(.*)$")
+
+
 def _matched_paths(text: str, known: set[str], base: str = "") -> set[str]:
-    """Files of `known` that a path pattern in a hook's text matches (`for f in hooks.d/*.sh`). Only patterns
-    with a folder: a bare `*.js` in a hook manager's configuration selects the files a command checks."""
+    """Files of `known` that a path pattern on a hook's loading line matches (`for f in hooks.d/*.sh`,
+    `source env/*.sh`). Elsewhere (`ruff check src/*.py`, a hook manager's `glob:`) a pattern selects the
+    files a command reads, not code that runs: counting it would hold every edit of the user's sources."""
     found = set()
-    for tok in _TOKEN.findall(text):
-        if "/" not in tok or not ("*" in tok or "?" in tok):
-            continue
-        tok = tok.removeprefix("./")
-        for pattern in {tok, os.path.normpath(os.path.join(base, tok))}:
-            found |= {k for k in known if fnmatch.fnmatchcase(k, pattern)}
+    for line in _LOADING_LINE.findall(text):
+        for tok in _TOKEN.findall(line):
+            if "*" not in tok and "?" not in tok:
+                continue
+            tok = tok.removeprefix("./")
+            for pattern in {tok, os.path.normpath(os.path.join(base, tok))}:
+                found |= {k for k in known if fnmatch.fnmatchcase(k, pattern)}
     return found
 
 
