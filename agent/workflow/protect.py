@@ -73,7 +73,7 @@ _TOKEN = re.compile(r"[^\s'\"`;|&()<>=,\[\]{}:!$]+")
 
 
 # What a script may leave off a file it loads: `require('./lib/util')`, `source lib/env`.
-_IMPLIED = ("", ".js", ".cjs", ".mjs", ".ts", ".py", ".sh", "/index.js")
+_IMPLIED = ("", ".js", ".cjs", ".mjs", ".ts", ".py", ".sh")
 
 
 def _named_paths(text: str, known: set[str], base: str = "") -> set[str]:
