@@ -46,6 +46,11 @@ class SandboxOutOfMemory(LoopExit):
     reason = "sandbox_died"
 
 
+class ServerKilled(SandboxOutOfMemory):
+    """The sandbox's command server was killed or stopped by what ran in it (a Harbor agent is root): the
+    attempt ends as the agent's result and is verified from the container's filesystem."""
+
+
 class ModelFailed(LoopExit):
     reason = "model_error"
 

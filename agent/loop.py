@@ -26,6 +26,7 @@ from agent.exits import (
     MaxSteps,
     ModelFailed,
     SandboxOutOfMemory,
+    ServerKilled,
     Stuck,
     Submitted,
     TokenBudget,
@@ -323,9 +324,14 @@ class _Loop:
                 obs, code, timed_out, seconds = await traced_action(self.sb, action, self.cfg)
             except SandboxDied:
                 # The agent used its memory limit up (processes, or files in /tmp or /workspace) and the
-                # sandbox died of it: the attempt ends as the agent's result, graded like any other. Any
-                # other death stays an infra error, retried by the runner (see SandboxUnresponsive there).
-                if await asyncio.to_thread(self.sb.death_cause) != "oom":
+                # sandbox died of it, or (a root agent, Harbor tasks) it killed or stopped the command
+                # server: the attempt ends as the agent's result, graded like any other. Any other death
+                # stays an infra error, retried by the runner (see SandboxUnresponsive there).
+                cause = await asyncio.to_thread(self.sb.death_cause)
+                if cause == "helper":
+                    step.observation = "[the sandbox's command server was killed or stopped from inside]"
+                    raise ServerKilled() from None
+                if cause != "oom":
                     raise
                 step.observation = "[the sandbox ran out of memory and stopped]"
                 raise SandboxOutOfMemory() from None

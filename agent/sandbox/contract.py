@@ -142,8 +142,10 @@ class Sandbox(Protocol):
         ...
 
     def death_cause(self, wait: float = 5.0) -> Optional[str]:
-        """After SandboxDied: "oom" when what ran inside used the memory limit up, else None (killed from
-        outside, the engine failed, or not provable: an infrastructure error). Blocking."""
+        """After SandboxDied: "oom" when what ran inside used the memory limit up; "helper" where what ran
+        inside can kill or stop the command server (a root agent: NativeSandbox) and the engine still has
+        the container; else None (killed from outside, the engine failed, or not provable: an
+        infrastructure error). Blocking."""
         ...
 
     def kill(self) -> None:

@@ -38,7 +38,7 @@ from agent.sandbox.changes import CaptureError
 from agent.sandbox.client import docker_client, docker_retry
 from agent.sandbox.container import SandboxSpec, hardened, served_container
 from agent.sandbox.images import WORKSPACE
-from agent.sandbox.labels import owner_labels
+from agent.sandbox.labels import LABEL_POOL, LABEL_RUN, LABEL_TASK, owner_labels
 from agent.sandbox.served import ServedSandbox
 from results.errors import InfraError, UserError
 
@@ -110,6 +110,70 @@ class NativeSandbox(ServedSandbox):
     # the container's environment (image ENV + the task's env + Docker's PATH/HOSTNAME)
     env: dict[str, str] = {}
     image_user: str = "root"  # the image's USER
+    # After revive(): the agent's own container (stopped: its filesystem, for `docker diff`) and the image
+    # committed from it; both removed with this sandbox.
+    agent_container = None
+    revived_from: Optional[str] = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.channel._on_unresponsive = self._halt
+
+    def _halt(self):
+        """A server that stopped answering (e.g. the agent stopped it): the container is stopped, not
+        removed, so that its filesystem can still be verified (revive())."""
+        self.channel.close()
+        with contextlib.suppress(Exception):
+            self.container.kill()
+
+    def death_cause(self, wait: float = 5.0) -> Optional[str]:
+        """ "oom" as for any sandbox; else "helper" while the engine still has the container: its command
+        server died or stopped answering with the engine healthy, which the agent (root here, with the
+        default capabilities) can cause (README "Harbor tasks"). None: the engine failed (an infra error)."""
+        if self.host.died_of_oom(wait):
+            return "oom"
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            return None
+        except Exception:
+            return None
+        return "helper"
+
+    def revive(self) -> None:
+        """After the command server died or stopped answering: this sandbox goes on in a new container of the
+        same filesystem (a `docker commit` of the stopped one) with a new command server; what the agent
+        left running does not survive. Blocking (from a thread). Raises docker.errors.NotFound when the
+        container is gone (nothing left to verify), InfraError/APIError when the engine fails."""
+        old = self.container
+        with contextlib.suppress(docker.errors.APIError):  # stopped already when its server was killed
+            old.kill()
+        labels = old.labels  # the run's and the pool's, for the commit and the new container (prune())
+        run_id, pool_id = labels.get(LABEL_RUN, ""), labels.get(LABEL_POOL, "")
+        image = commit(self, run_id, pool_id)
+        try:
+            new = create_native(image, self.limits, run_id, labels.get(LABEL_TASK, "revived"), pool_id)
+        except BaseException:
+            remove_image(image)
+            raise
+        if self.agent_container is None:
+            self.agent_container = old
+        else:  # revived twice: the first container is the agent's; this one was a revival's
+            with contextlib.suppress(docker.errors.APIError, docker.errors.NotFound):
+                old.remove(force=True)
+        if self.revived_from:
+            remove_image(self.revived_from)
+        self.revived_from = image
+        self.host, self.channel, self.id = new.host, new.channel, new.id
+        self.channel._on_unresponsive = self._halt
+
+    def kill(self) -> None:
+        super().kill()
+        if self.agent_container is not None:
+            with contextlib.suppress(Exception):
+                self.agent_container.remove(force=True)
+        if self.revived_from:
+            remove_image(self.revived_from)
 
     async def _op(self, req: dict, timeout: float = 60.0) -> dict:
         reply = await self.channel.request(req, timeout + 15 + len(req.get("data", "")) / 5e6)

@@ -143,10 +143,6 @@ async def revive(sb: NativeSandbox) -> bool:
     return True
 
 
-def revived_note(sb: NativeSandbox) -> str:
-    return f"{KILLED}: verified from its container's filesystem\n" if sb.agent_container is not None else ""
-
-
 async def after_agent(task, sb: NativeSandbox, end: bool = True) -> dict[str, bytes]:
     """When the agent is done, in its own container: its processes end (except in shared mode, where Harbor
     keeps them for the verifier), and /logs/artifacts plus the task's declared artifacts are collected, as
@@ -483,7 +479,6 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
             await asyncio.to_thread(remove_image, image)
         if mode == "shared" and sb.dead:
             v.detail = f"{KILLED} while test.sh ran: verified again from its filesystem\n" + v.detail
-    v.detail = revived_note(sb) + v.detail
     v.seconds = time.monotonic() - t0
     return v
 

@@ -104,6 +104,8 @@ async def run_attempt(
             dur.capture = time.monotonic() - t
             if kind.in_place:  # e.g. tamper checks, then verification while the agent's sandbox lives
                 verdict = await _traced_grade(kind, task, kind.verify_in_place(task, sb, pool, changes))
+            if getattr(sb, "agent_container", None) is not None:  # a root agent killed its command server
+                rec.detail += "helper killed by the agent: graded from its container's filesystem\n"
     if result is not None:
         _record_loop(rec, result)
     rec.patch_files = len(changes.paths)

@@ -716,7 +716,8 @@ def test_an_agent_that_ends_its_own_container_is_still_verified(image, mode):
 
 @pytest.mark.slow
 def test_an_agent_that_freezes_the_command_server_scores_zero_without_crashing_the_run(image):
-    """A root agent can SIGSTOP the helper: the host gives up on that sandbox; the attempt is graded 0."""
+    """A root agent can SIGSTOP the helper: the attempt goes on from its container's filesystem and is graded
+    (0 here: its work is half done), with the reason in its detail."""
     import asyncio
 
     from agent.sandbox import SandboxDied
@@ -733,4 +734,4 @@ def test_an_agent_that_freezes_the_command_server_scores_zero_without_crashing_t
         await asyncio.sleep(0.5)
 
     rec = _attempt(_with_mode(load_task(FIXTURES / "hello-world"), "snapshot"), freeze)
-    assert (rec.solved, rec.reason) == (False, "no_report") and "gone before verification" in rec.detail
+    assert (rec.solved, rec.reason) == (False, "fail") and "helper killed by the agent" in rec.detail
