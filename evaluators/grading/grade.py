@@ -266,6 +266,7 @@ _MKDIRS = f"""import os, sys
 os.chmod({GRADER!r}, 0o700)
 if os.lstat({GRADER!r}).st_mode & 0o7777 != 0o700:
     sys.exit("{GRADER} is not 0700")
+os.umask(0o077)
 for path in sys.argv[1:]:
     os.makedirs(path, exist_ok=True)
 for events in ("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events"):
@@ -292,13 +293,15 @@ def grader_files(files: dict[str, bytes], folder: str, *dirs: str, executable=()
 
 async def mkdirs(sb, *paths: str) -> int | None:
     """Makes /grader root-only (Docker does not always apply a tmpfs mount's mode to its folder: checked)
-    and the folders the verifier needs, before anything is written there. Returns pids_events() as it is
-    before the verifier runs (read in the same command: one round trip less a grading)."""
+    and the folders the verifier needs, root-only too (a process of the candidate's whose working folder is
+    one of them, e.g. started by a test, would reach what is below it without passing /grader). Returns
+    pids_events() as it is before the verifier runs (read in the same command: one round trip less)."""
     if getattr(sb, "forks", False):  # as a fork of its command server: no sh, chmod, stat, mkdir, cat
         r = await sb.exec(["python3", "-I", "-c", _MKDIRS, *paths], 10, user="root", cwd="/", fork=())
     else:
         script = (
-            f'chmod 0700 {GRADER} && [ "$(stat -c %a {GRADER})" = 700 ] && mkdir -p "$@" || exit 1\n'
+            f'chmod 0700 {GRADER} && [ "$(stat -c %a {GRADER})" = 700 ] && (umask 077; mkdir -p "$@") '
+            "|| exit 1\n"
             f"{_PIDS_EVENTS}\ntrue"
         )
         r = await sb.exec(["sh", "-c", script, "_", *paths], 10, user="root", cwd="/")

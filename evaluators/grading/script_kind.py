@@ -10,13 +10,54 @@ from evaluators.grading.kinds import Kind
 from results.errors import UserError
 
 CANDIDATE_UID = AGENT_UID  # the candidate's code runs as the sandbox user
-# On test.sh's PATH: runs the candidate's code as the candidate user with a clean environment.
-AS_CANDIDATE = (
-    f"#!/bin/sh\n# Runs a command as the candidate user, with a clean environment.\n"
-    f"exec setpriv --reuid={CANDIDATE_UID} --regid={CANDIDATE_UID} --clear-groups -- "
-    f"env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace "
-    f'"$@"\n'
-).encode()
+# On test.sh's PATH: runs the candidate's code as the candidate user. What that code can reach names nothing
+# of the grader's: a clean environment, no file descriptor but 0-2 (bash keeps its script open), and no
+# process of the candidate's outlives the call (kill -1 as that user), so none can read the command lines of
+# the verifier's later processes (/proc/<pid>/cmdline is readable by every user; hiding them would need
+# CAP_SYS_ADMIN, which the grading container does not have).
+AS_CANDIDATE = f"""#!/usr/bin/python3 -I
+# Runs a command as the candidate user: a clean environment, only fds 0-2, none of its processes left after.
+import os, signal, sys, time
+U = {CANDIDATE_UID}
+ENV = {{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "WORKSPACE": "/workspace"}}
+def become():
+    os.setgroups([]); os.setresgid(U, U, U); os.setresuid(U, U, U)
+def sweep():  # every process of the candidate's, as the candidate (kill -1 spares the caller)
+    pid = os.fork()
+    if pid == 0:
+        become()
+        for _ in range(200):
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                os._exit(0)
+            time.sleep(0.005)
+        os._exit(1)
+    os.waitpid(pid, 0)
+def stop(sig, frame):
+    sys.exit(128 + sig)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, stop)
+if len(sys.argv) < 2:
+    sys.exit("usage: as-candidate COMMAND [ARG...]")
+pid = os.fork()
+if pid == 0:
+    try:
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+        become()
+        os.execvpe(sys.argv[1], sys.argv[1:], ENV)
+    except OSError as e:
+        sys.stderr.write(f"as-candidate: {{sys.argv[1]}}: {{e.strerror}}\\n")
+    os._exit(127)
+try:
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    code = 128 - code if code < 0 else code
+finally:
+    sweep()
+sys.exit(code)
+""".encode()
 EXPORT_TEST_SH = """# as in harness: test.sh runs as root and starts the candidate's code with `as-candidate CMD...`
 S=$(mktemp -d); chmod 0700 "$S"
 env -i PATH=$H/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 WORKSPACE=/workspace REWARD_FILE="$S/reward.txt" \\
@@ -60,11 +101,13 @@ class ScriptKind(Kind):
         grader = grade.grader_files(files, folder, f"{folder}/home", executable={"bin/as-candidate"})
         grading = grade.grading_sandbox(task, changes, pool, image, prepare=grader)
         async with grading as sb:
-            # Sourced by name from the environment, which only root can read: the command line (readable by
-            # anyone) does not say where the hidden files are. ${BASH_SOURCE[0]} is the script's path.
+            # Sourced by name from the environment, which only root can read, and unset before it runs: the
+            # command line (readable by anyone) does not say where the hidden files are, nor does what test.sh
+            # starts inherit it. ${BASH_SOURCE[0]} is the script's path.
+            source = 'f=$HARNESS_TEST_SH; unset HARNESS_TEST_SH; . "$f"'
             run = await grade.run(
                 sb,
-                ["timeout", "-s", "KILL", str(int(timeout)), "bash", "-c", '. "$HARNESS_TEST_SH"'],
+                ["timeout", "-s", "KILL", str(int(timeout)), "bash", "-c", source],
                 timeout,
                 env,
                 cwd="/workspace",

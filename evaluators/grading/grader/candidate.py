@@ -939,12 +939,21 @@ class CandidateFinder(importlib.abc.MetaPathFinder):
 
 
 def _as_candidate_popen():
-    """Processes the tests start (scripts, CLIs, subprocess) run as the candidate user, not as the runner."""
+    """Processes the tests start (scripts, CLIs, subprocess) run as the candidate user, not as the runner, and
+    inherit nothing that names the grader's folder: the environment is the child's (CHILD_ENV) plus what the
+    test set itself (a variable the runner's own environment does not hold as it is), the working folder
+    the workspace unless the test chose one, no file descriptor but 0-2 unless the test passes some."""
     original = subprocess.Popen.__init__
 
     def __init__(self, *args, **kwargs):
         if os.getuid() == 0 and kwargs.get("user") is None and kwargs.get("group") is None:
             kwargs.update(user=CANDIDATE_UID, group=CANDIDATE_UID, extra_groups=[])
+            given = kwargs.get("env")
+            own = {k: v for k, v in (given or {}).items() if os.environ.get(k) != v}
+            kwargs["env"] = {**CHILD_ENV, **own}
+            kwargs["close_fds"] = True
+            if kwargs.get("cwd") is None:
+                kwargs["cwd"] = WORKSPACE
         original(self, *args, **kwargs)
 
     subprocess.Popen.__init__ = __init__

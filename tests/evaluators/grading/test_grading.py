@@ -364,8 +364,9 @@ def test_a_link_to_the_hidden_expected_file_leads_nowhere(image):
 
 def test_the_graders_folders_are_made_the_same_by_a_fork_of_the_server_and_by_sh(image):
     """grade.mkdirs: a fork of the command server where it forks, sh elsewhere (the static helper's
-    images may have no python3); either way /grader is root's alone (0700), the folders exist and the
-    pids counter is read before the verifier."""
+    images may have no python3); either way /grader and the folders made are root's alone (0700: a process
+    of the candidate's started in one of them cannot read below it) and the pids counter is read before the
+    verifier."""
     from evaluators.grading import grade as grading
 
     async def main():
@@ -390,4 +391,4 @@ def test_the_graders_folders_are_made_the_same_by_a_fork_of_the_server_and_by_sh
 
     forked, by_sh, modes = run(main())
     assert isinstance(forked, int) and forked == by_sh  # nothing hit the pid limit in between
-    assert modes[:4] == ["700 root", "755 root", "755 root", "755 root"]
+    assert modes[:4] == ["700 root"] * 4
