@@ -453,6 +453,56 @@ def test_the_matrix_through_the_real_grader(image, tmp_path, mode):
     assert not bad, "\n" + table(rows) + "\n" + "\n".join(map(str, bad))
 
 
+KV_SOLVE = r"""#!/bin/bash
+# as kv-store-grpc's oracle: write the .proto, then generate {name}_pb2.py and {name}_pb2_grpc.py from it
+cat > /app/kvstore.proto <<'PROTO'
+syntax = "proto3";
+service KVStore { rpc GetVal (GetValRequest) returns (GetValResponse) {} }
+message GetValRequest { string key = 1; }
+message GetValResponse { int32 val = 1; }
+PROTO
+python3 - <<'PY'
+import re
+proto = open("/app/kvstore.proto").read()
+msgs = re.findall(r"message (\w+)", proto)
+open("/app/kvstore_pb2.py", "w").write("".join(f"class {m}:\n    pass\n" for m in msgs))
+svc = re.search(r"service (\w+)", proto).group(1)
+open("/app/kvstore_pb2_grpc.py", "w").write(f"class {svc}Servicer:\n    pass\n")
+PY
+"""
+KV_TESTS = (
+    "import kvstore_pb2\nimport kvstore_pb2_grpc\n\n\ndef test_stubs():\n"
+    "    assert kvstore_pb2.GetValRequest and kvstore_pb2_grpc.KVStoreServicer\n"
+)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_kv_store_grpc_replica_oracle_is_solved_not_tamper(image, tmp_path, mode):
+    """TB 2.1 kv-store-grpc's shape: the tests import `kvstore_pb2`/`kvstore_pb2_grpc`, which the solution
+    generates and the image does not provide (the old name rule scored its honest oracle `tamper`)."""
+    from evaluators.grading import harbor_kind
+    from evaluators.validate import validate
+    from tasks.task_folder import load_task
+    from tests.conftest import run
+    from tests.helpers import write_files
+
+    root = tmp_path / "kv-store-grpc"
+    write_files(
+        root,
+        {
+            "task.toml": f'schema_version = "1.1"\n[verifier]\nisolation = "{mode}"\n',
+            "instruction.md": "Write kvstore.proto and generate its Python gRPC stubs in /app.\n",
+            "solution/solve.sh": KV_SOLVE,
+            "tests/test.sh": TEST_SH.replace(". /etc/harness-verifier.env\n", ""),
+            "tests/test_outputs.py": KV_TESTS,
+            "environment/Dockerfile": "FROM harness/base:latest\nWORKDIR /app\n",
+        },
+    )
+    task = harbor_kind.offline([load_task(root)])[0]
+    rows = run(validate([task], repeats=1, concurrency=1))
+    assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])], rows
+
+
 def _probe_image() -> Loads:
     """The model of the matrix image, probed now (the fixture's source)."""
     import tempfile
