@@ -78,14 +78,14 @@ def json_answer_task(task_id: str, answer: str, command_timeout: float = 10.0) -
 
 
 SCRIPT_TEST = """#!/bin/bash
-# Runs as root in /workspace; the candidate's run.sh runs as the sandbox user.
+# Runs as root in /workspace; the candidate's run.sh runs as the sandbox user. {marker}
 out=$(timeout 10 as-candidate bash run.sh 2>/dev/null)
 if [ "$out" = "{answer}" ]; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE"; fi
 """
 
 
-def script_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Task:
-    """Make run.sh print a line; a test.sh verifier runs it and writes the reward."""
+def script_task(task_id: str, answer: str, command_timeout: float = 10.0, marker: str = "") -> Task:
+    """Make run.sh print a line; a test.sh verifier runs it and writes the reward (`marker`: only there)."""
     return small_task(
         task_id,
         f"Make /workspace/run.sh print {answer}.",
@@ -93,7 +93,7 @@ def script_task(task_id: str, answer: str, command_timeout: float = 10.0) -> Tas
         evaluator=EvaluatorConfig(kind="script"),
         verifier_timeout_sec=30,
         workspace_files={"run.sh": b"echo todo\n"},
-        test_files={"test.sh": SCRIPT_TEST.format(answer=answer).encode()},
+        test_files={"test.sh": SCRIPT_TEST.format(answer=answer, marker=marker).encode()},
         solution_files={"solve.sh": f"echo 'echo {answer}' > run.sh\n".encode()},
     )
 

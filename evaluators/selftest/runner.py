@@ -89,7 +89,7 @@ class Runner:
         if kind == "json_answer":
             return json_answer_task(task_id, self.ctx.answer, command_timeout)
         if kind == "script":
-            return script_task(task_id, self.ctx.answer, command_timeout)
+            return script_task(task_id, self.ctx.answer, command_timeout, self.ctx.marker)
         if kind == "score":
             return score_task(task_id, command_timeout)
         return add_task(task_id, self.ctx.marker if kind == "add_marker" else "", command_timeout)
