@@ -218,7 +218,7 @@ async def check_tamper(
     except docker.errors.APIError as e:  # the engine cannot list what the agent made (paths over PATH_MAX)
         why = str(getattr(e, "explanation", None) or e)
         return (
-            "the engine could not list the container's changes, so what the verifier loads cannot be "
+            "the engine could not list the container's changes, so the verifier's toolchain cannot be "
             f"checked (docker diff: ...{why[-120:]})"
         )
     for d in diff or []:
