@@ -64,25 +64,38 @@ def loops(args) -> dict[str, dict]:
 
 
 def share_round_0(cfgs: dict, log=print) -> list[str]:
-    """Gives the new loop today's round-0 evals of the base model where the two loops would run the same
-    eval (the same tasks and EvalConfig but for its folder): the new loop resumes each, finding every
-    attempt done, so round 0 differs only in its train samples (the new loop spreads its budget).
-    Returns the names of the evals shared."""
-    today, new = cfgs["today"], cfgs["new"]
+    """Gives the new loop today's round-0 evals of the base model (share_evals). Returns their names."""
+    return share_evals(cfgs["today"], cfgs["new"], log, "new", "today's")
+
+
+# What picks a run's tasks besides the suites: runs that differ here evaluate other tasks.
+TASK_SETTINGS = ("limit", "tasks", "heldout", "heldout_families", "family_seed", "cheat_probes", "audit_runs")
+
+
+def share_evals(src, dst, log=print, name: str = "new", whose: str = "today's") -> list[str]:
+    """Copies into run `dst`'s round 0 the evals of the base model that run `src` (a TrainConfig, finished
+    round 0) ran and `dst` would run the same (the same tasks and EvalConfig but for its folder): `dst`
+    resumes each, finding every attempt done, so round 0 measures the base model once. The train samples
+    are shared too when both sample K of every train task (no budget). Returns the names shared."""
+    evals = {k: v[1:] for k, v in measure_evals(src).items()}
+    if src.budget is None and dst.budget is None:
+        evals["train-sample"] = (src.samples, src.temperature)
+    theirs_evals = {k: v[1:] for k, v in measure_evals(dst).items()}
+    theirs_evals.update({"train-sample": (dst.samples, dst.temperature)} if dst.budget is None else {})
+    same_tasks = all(getattr(src, k) == getattr(dst, k) for k in TASK_SETTINGS)
     shared = []
-    for name, (_split, samples, temperature) in measure_evals(today).items():
-        src = Path(today.out) / "round_0" / "eval" / name
-        dst = Path(new.out) / "round_0" / "eval" / name
-        same_tasks = (today.limit, today.tasks, today.heldout) == (new.limit, new.tasks, new.heldout)
-        ours = eval_config(today, samples, temperature, None, None, today.seed)
-        theirs = eval_config(new, *measure_evals(new)[name][1:], None, None, new.seed)
-        if not (same_tasks and ours == theirs and (src / "manifest.json").exists()):
+    for ev, (samples, temperature) in evals.items():
+        s = Path(src.out) / "round_0" / "eval" / ev
+        d = Path(dst.out) / "round_0" / "eval" / ev
+        ours = eval_config(src, samples, temperature, None, None, src.seed)
+        theirs = eval_config(dst, *theirs_evals[ev], None, None, dst.seed) if ev in theirs_evals else None
+        if not (same_tasks and ours == theirs and (s / "manifest.json").exists()):
             continue
-        if not dst.exists():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns(LOCK))
-        shared.append(name)
+        if not d.exists():
+            shutil.copytree(s, d, ignore=shutil.ignore_patterns(LOCK))
+        shared.append(ev)
     if shared:
-        log(f"new: round 0's {', '.join(shared)} evals are today's (the same base model and settings)")
+        log(f"{name}: round 0's {', '.join(shared)} evals are {whose} (the same base model and settings)")
     return shared
 
 
