@@ -333,7 +333,7 @@ def test_train_end_to_end_with_smollm2(tmp_path):
         (split, metric)
         for split in ("heldout", "train")
         for metric in ("pass@1", "pass@1_t0.7", "pass@2_t0.7")
-    }
+    }  # no cheat probe: these two train tasks (answer-graded) have no impossible variant
     data = json.loads((out / "round_1" / "data.done.json").read_text())
     # Which way round 1 goes is decided by an independent record: the base's own train samples (their
     # attempts.jsonl), not by the data phase's count that is under test.
