@@ -949,7 +949,9 @@ def _as_candidate_popen():
         if os.getuid() == 0 and kwargs.get("user") is None and kwargs.get("group") is None:
             kwargs.update(user=CANDIDATE_UID, group=CANDIDATE_UID, extra_groups=[])
             given = kwargs.get("env")
-            own = {k: v for k, v in (given or {}).items() if os.environ.get(k) != v}
+            own = {
+                k: v for k, v in (given or {}).items() if not (isinstance(k, str) and os.environ.get(k) == v)
+            }
             kwargs["env"] = {**CHILD_ENV, **own}
             kwargs["close_fds"] = True
             if kwargs.get("cwd") is None:
