@@ -83,10 +83,13 @@ def default_run_dir(model: str, root: str | os.PathLike = "runs") -> Path:
 # ---------------------------------------------------------------- reading
 
 
-def iter_attempts(path: str | os.PathLike) -> Iterator[Attempt]:
-    """The Attempts of an attempts.jsonl, one at a time (a torn last line is skipped)."""
+def iter_attempts(path: str | os.PathLike, trajectories: bool = True) -> Iterator[Attempt]:
+    """The Attempts of an attempts.jsonl, one at a time (a torn last line is skipped), each checked
+    against the schema; without trajectories, messages and steps are dropped unchecked (tables)."""
     path = Path(path)
     for n, record in enumerate(iter_jsonl(path), start=1):
+        if not trajectories:
+            record = {k: v for k, v in record.items() if k not in ("messages", "steps")}
         try:
             yield Attempt.model_validate(record)
         except ValidationError as e:
@@ -142,18 +145,15 @@ TABLE_COLUMNS = (
     "started_at",
     "finished_at",
 )
-_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in Attempt.model_fields.items()}
 
 
-def _flatten(record: dict[str, Any]) -> dict[str, Any]:
-    row = {c: record.get(c, _DEFAULTS.get(c)) for c in TABLE_COLUMNS if c in _DEFAULTS}
-    durations = record.get("durations") or {}
+def _flatten(a: Attempt) -> dict[str, Any]:
+    row = {c: getattr(a, c) for c in TABLE_COLUMNS if c in Attempt.model_fields}
     for part in ("model", "sandbox", "evaluation", "total"):
-        row[f"duration_{part}"] = float(durations.get(part, 0.0))
-    tests = record.get("tests") or []
-    row["n_tests"] = len(tests)
-    row["n_tests_passed"] = sum(1 for t in tests if t.get("outcome") == "passed")
-    row["n_flags"] = len(record.get("flags") or [])
+        row[f"duration_{part}"] = getattr(a.durations, part)
+    row["n_tests"] = len(a.tests)
+    row["n_tests_passed"] = sum(1 for t in a.tests if t.outcome == "passed")
+    row["n_flags"] = len(a.flags)
     return row
 
 
@@ -189,8 +189,8 @@ class RunReader:
         if unknown:
             raise ValueError(f"unknown attempt columns {unknown}; known: {', '.join(TABLE_COLUMNS)}")
         data: dict[str, list[Any]] = {c: [] for c in cols}
-        for record in self.iter_records():
-            row = _flatten(record)
+        for attempt in iter_attempts(self.attempts_path, trajectories=False):  # the fields checked
+            row = _flatten(attempt)
             for c in cols:
                 data[c].append(row[c])
         return pd.DataFrame(data, columns=cols)

@@ -115,12 +115,14 @@ def mutations(raw: bytes, rng: random.Random, n: int = CASES) -> Iterator[tuple[
             yield "empty", b""
 
 
-def check_reader(path: Path, original: bytes, read: Callable[[], Any], seed: int, names: str) -> int:
+def check_reader(
+    path: Path, original: bytes, read: Callable[[], Any], seed: int, names: str, n: int = CASES
+) -> int:
     """Write each mutation of `original` to `path` and read it: accepted, or a one-line UserError that
     names `names` (the file or folder). Returns how many were refused."""
     rng = random.Random(seed)
     refused = 0
-    for what, data in mutations(original, rng):
+    for what, data in mutations(original, rng, n):
         path.write_bytes(data)
         try:
             read()
@@ -230,6 +232,72 @@ def test_attempts_jsonl_as_a_replay_file_and_as_a_run(tmp_path):
         load_attempts(run)
 
     check_reader(path, original, read_run, 4, str(path))
+
+
+def run_consumers(run: Path, out: Path) -> Callable[[], None]:
+    """What reads a run folder after its reader: the tables (report, compare) and every export format."""
+    from results.export.formats import FORMATS
+    from results.export.run import export_run
+
+    out.mkdir(exist_ok=True)
+
+    def consumers():
+        open_run(run).read_attempts()
+        for fmt in FORMATS:
+            export_run(run, fmt, out / f"{fmt}.jsonl")
+        export_atif(run, out / "x.atif.json")
+
+    return consumers
+
+
+def swapped_records(raw: bytes, rng: random.Random) -> Iterator[tuple[str, bytes]]:
+    """Every field of the record (the first items of each list) given one value of another type."""
+    doc = json.loads(raw)
+    for path in json_paths(doc):
+        if path and path[0] not in ("messages", "steps", "tests", "durations", "flags", "changes", "files"):
+            continue  # the record's scalar fields: the schema's own check covers them
+        new = rng.choice(OTHER_TYPES)
+        yield f"{list(path)} = {str(new)[:20]}", json.dumps(replaced(doc, path, new)).encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("messages", 2, "tool_calls"), 1.5),
+        (("messages", 2, "tool_calls", 0), [{"x": 1}]),
+        (("steps", 0, "tool_calls", 0, "function"), True),
+        (("tests",), "x"),
+        (("tests", 0), None),
+        (("durations", "model"), {"a": 1}),
+        (("flags",), 5),
+    ],
+)
+def test_run_consumers_refuse_or_skip_wrong_types(tmp_path, path, value):
+    """Once AttributeError/TypeError in the report's tables and the exports."""
+    run = real_run(tmp_path)
+    first = (run / ATTEMPTS).read_bytes().splitlines()[0]
+    (run / ATTEMPTS).write_bytes(json.dumps(replaced(json.loads(first), path, value)).encode() + b"\n")
+    try:
+        run_consumers(run, tmp_path / "out")()
+    except UserError as e:
+        assert "\n" not in str(e) and str(run) in str(e)
+
+
+def test_run_consumers_with_every_field_of_a_record_swapped(tmp_path):
+    run = real_run(tmp_path)
+    path = run / ATTEMPTS
+    original = path.read_bytes()
+    first = original.splitlines()[0]
+    read = run_consumers(run, tmp_path / "out")
+    for what, data in swapped_records(first, random.Random(9)):
+        path.write_bytes(data)
+        try:
+            read()
+        except UserError as e:
+            assert "\n" not in str(e) and str(run) in str(e), f"{what}: {e}"
+        except Exception as e:  # anything else is the bug this test is for
+            pytest.fail(f"{what}: {type(e).__name__}: {str(e)[:300]}")
+    path.write_bytes(original)
 
 
 def test_manifest_reader(tmp_path):

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from results.export.messages import content_text, demonstration_turns
+from results.export.messages import checked, content_text, demonstration_turns
 from results.manifest import current_harness_version
 from results.schema import Attempt, Step
 from results.store import open_run
@@ -151,7 +151,9 @@ def export_atif(run_dir: str | Path, out: Optional[str | Path] = None) -> tuple[
     path and how many were written."""
     run = open_run(run_dir, verify=True)
     path = Path(out) if out else run.dir / f"{run.run_id}.atif.json"
-    trajectories = [to_atif(a) for a in run.iter_attempts() if a.status != "error"]
+    trajectories = [
+        to_atif(a) for a in checked(run.iter_attempts(), run.attempts_path) if a.status != "error"
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(trajectories, indent=1) + "\n", encoding="utf-8")

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from results.attempts import is_solved
 from results.errors import UserError
-from results.export.messages import call_arguments, content_text, demonstration_turns, tool_call
+from results.export.messages import call_arguments, checked, content_text, demonstration_turns, tool_call
 from results.schema import Attempt, Step
 from results.store import open_run
 
@@ -234,7 +234,7 @@ def export_inspect(run_dir: str | Path, out: Optional[str | Path] = None) -> tup
     offered = _tool_infos(run.manifest.config.get("tools"), tool)
     samples, scored, solved, rewards, epochs = [], 0, 0, [], 1
     usage: dict[str, Any] = {}
-    for a in run.iter_attempts():
+    for a in checked(run.iter_attempts(), run.attempts_path):
         epochs = max(epochs, a.sample + 1)
         if a.status != "error":  # an infrastructure error has no score: it counts in no metric
             scored += 1

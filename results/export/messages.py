@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
+from results.errors import UserError
 from results.schema import Attempt
 
 DEMONSTRATION = Path(__file__).resolve().parents[2] / "agent" / "prompts" / "demonstration.json"
@@ -17,6 +18,41 @@ def content_text(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
     return "" if content is None else str(content)
+
+
+def _call_problem(tc: Any) -> str:
+    if not isinstance(tc, dict):
+        return f" is {type(tc).__name__}, not an object"
+    if tc.get("function") is not None and not isinstance(tc["function"], dict):
+        return ".function is not an object"
+    return ""
+
+
+def conversation_problem(a: Attempt) -> str:
+    """What in the attempt's conversation is not the shape the exporters read ("" when nothing): messages
+    and tool calls are free-form in the record (the schema cannot type them), so a record edited outside
+    harness can hold anything there."""
+    for i, m in enumerate(a.messages):
+        calls = m.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            return f"messages[{i}].tool_calls is {type(calls).__name__}, not a list"
+        for j, tc in enumerate(calls or []):
+            if problem := _call_problem(tc):
+                return f"messages[{i}].tool_calls[{j}]{problem}"
+    for s in a.steps:
+        for j, tc in enumerate(s.tool_calls):
+            if problem := _call_problem(tc):
+                return f"steps[{s.index}].tool_calls[{j}]{problem}"
+    return ""
+
+
+def checked(attempts: Iterable[Attempt], where: Path) -> Iterator[Attempt]:
+    """The attempts, each refused (one line naming the record and the field) if conversation_problem
+    finds something: for the exports that write one file of all attempts (ATIF, Inspect)."""
+    for a in attempts:
+        if problem := conversation_problem(a):
+            raise UserError(f"{where}: record {a.key}: {problem}; the record was changed outside harness")
+        yield a
 
 
 def tool_call(tc: dict[str, Any]) -> dict[str, Any]:

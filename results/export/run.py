@@ -12,6 +12,7 @@ from typing import Any, Optional
 from results.attempts import action_signature, is_solved
 from results.errors import UserError
 from results.export.formats import CONVERTERS, FORMATS
+from results.export.messages import conversation_problem
 from results.export.validate import VALIDATORS
 from results.schema import Attempt
 from results.store import open_run
@@ -111,6 +112,9 @@ def _records(
     attempt: Attempt, fmt: str, tools: Any
 ) -> tuple[list[dict[str, Any]], Optional[str], Optional[str]]:
     """(the attempt's records in fmt, why none are written, the first problem of an invalid one)."""
+    problem = conversation_problem(attempt)
+    if problem:  # a record changed outside harness: its conversation is not one the converters can read
+        return [], "invalid record", problem
     records = CONVERTERS[fmt](attempt, tools)
     records = records if isinstance(records, list) else [] if records is None else [records]
     if not records:
