@@ -314,11 +314,28 @@ TASK_FOLDERS = [
 ]
 
 
-@pytest.mark.parametrize("folder", TASK_FOLDERS, ids=lambda p: p.name)
-@pytest.mark.parametrize("name", ["task.toml", "instruction.md"])
+TASK_FILES = ["task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh"]
+
+
+@pytest.mark.parametrize(
+    "folder, name",
+    [(f, n) for f in TASK_FOLDERS for n in TASK_FILES if (f / n).is_file()],
+    ids=lambda x: x.name if isinstance(x, Path) else x,
+)
 def test_task_folder_reader(tmp_path, folder, name):
     task = tmp_path / folder.name
     shutil.copytree(folder, task)
     load_task(task)  # the real folder loads
     path = task / name
     check_reader(path, path.read_bytes(), lambda: load_task(task), 6, folder.name)
+
+
+@pytest.mark.parametrize("family", ["fix-operator", "config-value"])
+def test_task_family_reader(tmp_path, family):
+    from tasks.family import load_family
+
+    folder = tmp_path / family
+    shutil.copytree(ROOT / "tasks/builtin/families" / family, folder)
+    load_family(folder)  # the real family loads
+    path = folder / "family.toml"
+    check_reader(path, path.read_bytes(), lambda: load_family(folder), 10, family, n=60)
