@@ -27,7 +27,8 @@ from results.manifest import MANIFEST, Manifest, TaskEntry
 from results.store import ATTEMPTS, RunStore, load_attempts, open_run
 from results.synthetic import make_attempt
 from tasks.task_folder import load_task
-from tests.helpers import CORRECT, STUB, SUBMIT, WRITE_CORRECT
+from tests.conftest import run as run_async
+from tests.helpers import CORRECT, STUB, SUBMIT, WRITE_CORRECT, make_task
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = 120  # mutations per reader: each reader's test stays a few seconds
@@ -339,3 +340,25 @@ def test_task_family_reader(tmp_path, family):
     load_family(folder)  # the real family loads
     path = folder / "family.toml"
     check_reader(path, path.read_bytes(), lambda: load_family(folder), 10, family, n=60)
+
+
+def test_a_real_eval_run_folder_under_every_reader(image, tmp_path):
+    """The same, on what a real eval wrote (Docker): its manifest, its attempts, their ATIF export."""
+    from evaluators.run.config import EvalConfig
+    from evaluators.run.runner import run_eval
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"*": [WRITE_CORRECT, SUBMIT]}))
+    run = tmp_path / "run"
+    run_async(run_eval(EvalConfig(model=f"replay:{script}", out=run), [make_task()], progress=False))
+    assert next(open_run(run, verify=True).iter_attempts()).solved
+    atif, _ = export_atif(run, tmp_path / "run.atif.json")
+    manifest, attempts = run / MANIFEST, run / ATTEMPTS
+    readers = [
+        (manifest, lambda: list(open_run(run).iter_attempts())),
+        (attempts, run_consumers(run, tmp_path / "out")),
+        (attempts, lambda: load_scripts(str(attempts))),
+        (atif, lambda: load_scripts(str(atif))),
+    ]
+    for seed, (path, read) in enumerate(readers):
+        check_reader(path, path.read_bytes(), read, 20 + seed, str(path.parent), n=40)
