@@ -22,13 +22,14 @@ the model the run hands on (best.json: chosen on train) and of its last round, a
 seeds and the 95% CI of a bootstrap over families of the per-task gain pooled over seeds
 (lora/report.aggregate_seeds); the sampled train attempts per round (the equal budget); the share of
 kept trajectories and of trained tokens that came from hinted attempts (every round's data phase,
-pooled over seeds).
+pooled over seeds; '-' where nothing was trained).
 
-Time budget (an estimate to check, not yet a measured run; 90 minutes on 2 cores is the aim): an
-evaluated model costs ~2 + 3 x 12 + 12 + 12 + 24 + 4 = ~90 attempts of at most 5 steps x 64 tokens
-(held-out greedy + 1 sample, family greedy, train greedy, 2 samples on 12 train tasks, 4 cheat probes);
-per seed: round 0 once (~4 min), b's and c's own round-0 samples (~1 min each), four fine-tunings or
-updates (~1 min each) and four round-1 evals (~3-4 min each): ~25 min, three seeds ~75 min.
+Time budget (an estimate, not yet a measured run; the aim is 90 minutes on this 2-core machine): an
+evaluated model runs 12 held-out greedy + 12 sampled, 12 family greedy, 12 train greedy, 24 train samples
+and 4 cheat probes = 76 attempts of at most 5 steps x 64 tokens (~2.5-5 min at the 2-4 s an attempt
+bench/rft_curriculum.py measured); a seed runs a's round 0, b's and c's own round-0 samples and four
+round-1 models (~430 attempts) and four fine-tunings or updates (~1-2 min each): ~20-35 min, three seeds
+~60-105 min. The last round's train samples (lora/train.py samples them every round) are a fifth of it.
 """
 
 from __future__ import annotations
@@ -152,6 +153,10 @@ def gain(x: dict | None) -> str:
     return f"{d['mean']:+.3f} ±{d['sd']:.3f} [{x['delta_ci_low']:+.3f},{x['delta_ci_high']:+.3f}]"
 
 
+def share(x: float) -> str:
+    return "-" if x != x else f"{x:.3f}"  # nan: nothing was trained
+
+
 def table(runs: dict[str, list[dict]]) -> list[str]:
     """The ablation table from verdicts (load's): one row per method and model (result, last round)."""
     lines = [
@@ -169,7 +174,7 @@ def table(runs: dict[str, list[dict]]) -> list[str]:
             lines.append(
                 f"{m + ' ' + METHODS.get(m, ''):<36} {label:<6} {len(vs):>5}  {base['heldout']:>7.3f} "
                 f"{gain(agg.get('heldout')):<31}  {base['family']:>6.3f} {gain(agg.get('family')):<31} "
-                f"{train_attempts(vs):>11.1f} {kept:>11.3f} {tok:>10.3f}"
+                f"{train_attempts(vs):>11.1f} {share(kept):>11} {share(tok):>10}"
             )
     families = {f for vs in runs.values() for v in vs for f in v["split"].get("heldout_families", [])}
     lines.append(f"held-out families: {', '.join(sorted(families)) or 'none'}")
@@ -223,6 +228,11 @@ def main(argv=None) -> int:
             walls += sum(round_walls(out).values())
         cells = ", ".join(f"{k} {v / 60:.1f}" for k, v in sorted(times.items()))
         print(f"  {m}: {cells}; all rounds {walls / 60:.1f}")
+    for seed in range(seeds):
+        for m in METHODS:
+            stopped = Path(args.out) / f"seed{seed}" / m / "stopped.json"
+            if stopped.exists():
+                print(f"{m} seed {seed} stopped: {json.loads(stopped.read_text())['reason']}")
     print(f"wall time {wall / 60:.1f} min; runs in {args.out}, verdicts in {figures}")
     return 0
 
