@@ -242,9 +242,12 @@ def test_every_sandbox_class_has_the_contracts_methods_with_its_signatures(cls):
 NATIVE_ONLY = {"mkdirs", "write_file", "read_file", "remove", "kinds", "list_files", "kill_all", "image_user"}
 # a root agent can kill the static helper: the sandbox goes on from a commit (revive, agent_container)
 NATIVE_ONLY |= {"revive", "agent_container"}
+# the model of what a Harbor verifier loads is asked of the task's image: its id and its environment
+NATIVE_ONLY |= {"image", "env"}
 BEYOND_THE_CONTRACT = {
     # container: commit/diff (Docker only); kept_files: its own bookkeeping set on the sandbox object
     "evaluators/grading/harbor_kind.py": NATIVE_ONLY | {"container", "capture", "kept_files", "limits"},
+    "evaluators/grading/loads.py": NATIVE_ONLY,  # probes a pristine container of a Harbor task's image
 }
 POOL_BEYOND = {
     "evaluators/grading/grade.py": {"add_reclaimer"},  # batch grading: the Docker pool only (run_eval checks)
