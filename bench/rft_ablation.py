@@ -193,7 +193,10 @@ def phase_times(out: Path) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description="\n\n".join(__doc__.split("\n\n")[:2]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", default="runs/rft-ablation", help="folder of the runs; the same folder resumes")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --smoke: 1)")
     p.add_argument("--rounds", type=int, default=1)
@@ -210,7 +213,9 @@ def main(argv=None) -> int:
         print("\n".join(table(load(args.recompute))))
         return 0
     seeds = args.seeds or (1 if args.smoke else 3)
-    default_figures = Path(args.out) / "figures" if args.smoke else Path("bench/figures") / args.name
+    default_figures = (
+        Path(args.out) / "figures" if args.smoke else Path(__file__).parent / "figures" / args.name
+    )
     figures = args.figures or default_figures
     started = time.monotonic()
     for seed in range(seeds):
