@@ -26,6 +26,8 @@ Where things live:
   grading_attacks  the reward cases that attack the verdict itself (code run while it is graded)
   edge_cases    files the grader cannot recreate, odd numbers in reward files, forks at the pid limit
   cross_cases   batch grading: attempts sharing a grading container cannot reach each other's verdicts
+  harbor_cases  a Harbor task per verifier mode: one attack per class of what its verifier loads (each with
+                its honest twin), the kv-store-grpc pattern solved, the command server killed but graded
   apply_cases   `harness run --apply` on a scratch git repository: nothing the agent wrote runs or escapes
   store_cases   a real run folder damaged afterwards: kept objects verified, every reader bounded
   catalogue     all cases in order (CATALOGUE, CASES) and select() by name or glob

@@ -53,10 +53,10 @@ Check = Callable[[Outcome], list[str]]
 @dataclass
 class Case:
     name: str
-    group: str  # host | reward | cross | apply
+    group: str  # host | reward | cross | harbor | apply
     expected: str  # for the table
     script: Callable[[Ctx], list[str]]  # replies of the attacking agent
-    task: str = "answer"  # answer | json_answer | script | score | add | add_marker
+    task: str = "answer"  # answer | json_answer | script | score | add | add_marker | harbor:<mode>
     check: Optional[Check] = None  # the case's own expectation; [] when met
     command_timeout: float = 10.0
     slow: bool = False

@@ -8,12 +8,15 @@ from typing import Optional
 from evaluators.selftest.apply_cases import apply_cases
 from evaluators.selftest.case import Case
 from evaluators.selftest.cross_cases import cross_cases
+from evaluators.selftest.harbor_cases import harbor_cases
 from evaluators.selftest.host_cases import host_cases
 from evaluators.selftest.reward_cases import reward_cases
 from evaluators.selftest.store_cases import store_cases
 from results.errors import UserError
 
-CATALOGUE: list[Case] = host_cases() + store_cases() + reward_cases() + cross_cases() + apply_cases()
+CATALOGUE: list[Case] = (
+    host_cases() + store_cases() + reward_cases() + cross_cases() + harbor_cases() + apply_cases()
+)
 CASES: dict[str, Case] = {c.name: c for c in CATALOGUE}
 
 

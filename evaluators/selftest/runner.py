@@ -30,6 +30,7 @@ from evaluators.selftest.fixtures import (
     script_task,
     write,
 )
+from evaluators.selftest.harbor_cases import harbor_task
 from evaluators.selftest.probes import (
     docker_root,
     file_digest,
@@ -92,6 +93,8 @@ class Runner:
             return script_task(task_id, self.ctx.answer, command_timeout, self.ctx.marker)
         if kind == "score":
             return score_task(task_id, command_timeout)
+        if kind.startswith("harbor:"):  # a Harbor task in that verifier mode (harbor_cases.py)
+            return harbor_task(self.workdir / "harbor", task_id, kind.split(":", 1)[1], command_timeout)
         return add_task(task_id, self.ctx.marker if kind == "add_marker" else "", command_timeout)
 
     def _eval(

@@ -35,6 +35,7 @@ FAST = {
     "long_path",
     "cross_writer_left_behind",
     "apply_hooks",
+    "harbor_snapshot_pytest11_site",
 }
 
 

@@ -11,17 +11,11 @@ from __future__ import annotations
 import pytest
 
 from agent.sandbox import DockerPool, SandboxSpec
+from evaluators.selftest.harbor_cases import kill_helper
 from tests.conftest import run
 from tests.evaluators.grading.test_harbor_runtime import CHECK, SOLVE, eval_replay, harbor_task
 
 pytestmark = pytest.mark.slow
-
-
-def kill_helper(sig: str) -> str:
-    return (
-        "for p in /proc/[0-9]*; do "
-        f'[ "$(readlink $p/exe)" = /.harness-helper ] && kill -{sig} ${{p#/proc/}}; done; true'
-    )
 
 
 VARIANTS = {
