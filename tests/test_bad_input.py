@@ -81,12 +81,14 @@ def test_duplicate_task_ids_are_refused(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_unknown_model_string(tmp_path, image):
     write_task(tmp_path / "suite")
     proc = eval_suite(tmp_path, model="no-such-provider/model-x")
     assert_one_clear_line(proc, "no-such-provider/model-x")
 
 
+@pytest.mark.slow
 def test_missing_api_key_names_the_variable_before_creating_a_run_folder(tmp_path, image):
     write_task(tmp_path / "suite")
     proc = eval_suite(tmp_path, model="openai/gpt-4o-mini", env={"OPENAI_API_KEY": None})
@@ -94,24 +96,28 @@ def test_missing_api_key_names_the_variable_before_creating_a_run_folder(tmp_pat
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_invalid_adapter_path(tmp_path, image):
     write_task(tmp_path / "suite")
     proc = eval_suite(tmp_path, model="local:smollm2-135m", extra=["--adapter", str(tmp_path / "no-adapter")])
     assert_one_clear_line(proc, "no-adapter", "adapter_config.json")
 
 
+@pytest.mark.slow
 def test_unknown_replay_file(tmp_path, image):
     write_task(tmp_path / "suite")
     proc = eval_suite(tmp_path, model=f"replay:{tmp_path / 'missing.json'}")
     assert_one_clear_line(proc, "missing.json")
 
 
+@pytest.mark.slow
 def test_unbuildable_dockerfile(tmp_path, image):
     write_task(tmp_path / "suite", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"})
     proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, "Dockerfile")
 
 
+@pytest.mark.slow
 def test_unbuildable_dockerfile_names_its_task(tmp_path, image):
     write_task(
         tmp_path / "suite", "broken-one", files={"environment/Dockerfile": "FROM harness/base\nRUN exit 3\n"}
@@ -120,12 +126,14 @@ def test_unbuildable_dockerfile_names_its_task(tmp_path, image):
     assert_one_clear_line(proc, "broken-one", "Dockerfile")
 
 
+@pytest.mark.slow
 def test_non_finite_limit_is_refused(tmp_path, image):
     write_task(tmp_path / "suite", toml=GOOD_TOML.replace("pids = 64", "pids = 64\ncpus = inf"))
     proc = eval_suite(tmp_path)
     assert_one_clear_line(proc, "cpus")
 
 
+@pytest.mark.slow
 def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image):
     write_task(
         tmp_path / "suite",
@@ -137,12 +145,14 @@ def test_task_asking_for_more_cpus_than_the_host_has_still_runs(tmp_path, image)
     assert record["status"] == "solved", record["error"]
 
 
+@pytest.mark.slow
 def test_missing_docker_engine(tmp_path):
     write_task(tmp_path / "suite")
     proc = eval_suite(tmp_path, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_one_clear_line(proc, "Docker")
 
 
+@pytest.mark.slow
 def test_selftest_unknown_case_name():
     proc = harness("selftest", "--only", "no_such_case")
     assert_one_clear_line(proc, "no_such_case", "--list")

@@ -222,6 +222,7 @@ def test_replay_script_reader(tmp_path):
     check_reader(script, original.encode(), lambda: load_scripts(str(script)), 2, str(script))
 
 
+@pytest.mark.slow
 def test_attempts_jsonl_as_a_replay_file_and_as_a_run(tmp_path):
     run = real_run(tmp_path)
     path = run / ATTEMPTS
@@ -342,6 +343,7 @@ def test_task_family_reader(tmp_path, family):
     check_reader(path, path.read_bytes(), lambda: load_family(folder), 10, family, n=60)
 
 
+@pytest.mark.slow
 def test_a_real_eval_run_folder_under_every_reader(image, tmp_path):
     """The same, on what a real eval wrote (Docker): its manifest, its attempts, their ATIF export."""
     from evaluators.run.config import EvalConfig

@@ -132,6 +132,7 @@ def test_selection_by_name_and_glob():
     assert len(selftest.select(None)) == len(selftest.CATALOGUE) >= 40
 
 
+@pytest.mark.slow
 def test_cli_lists_and_runs_a_case(image):
     listed = harness("selftest", "--list")
     assert listed.returncode == 0 and "fork_bomb" in listed.stdout and "search_hidden_tests" in listed.stdout

@@ -48,6 +48,7 @@ def test_create_fails_once_then_a_bounded_retry_succeeds(image, tmp_path, monkey
     assert containers_of(out.name) == []
 
 
+@pytest.mark.slow
 def test_create_always_fails_for_one_task_others_unaffected(image, tmp_path, monkeypatch):
     doomed = []
     original = ContainerCollection.create

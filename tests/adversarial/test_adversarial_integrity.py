@@ -88,6 +88,7 @@ def test_escape_terminal_keeps_text_and_neutralises_controls():
     )
 
 
+@pytest.mark.slow
 def test_cli_run_apply_end_to_end_refuses_git_and_escapes_output(image, repo, tmp_path):
     """The agent writes .git/config with core.fsmonitor, a hook, a symlink, and prints escape sequences: the
     user's next `git status` runs nothing of it, and the terminal gets no raw escape byte."""

@@ -122,6 +122,7 @@ def test_kill_9_mid_run_then_resume(image, tmp_path):
     assert sum(v[1] for v in got.values()) == 6  # t1..t3 solved twice, t4 failed twice
 
 
+@pytest.mark.slow
 def test_resume_with_a_changed_task_is_refused(image, tmp_path):
     tasks, model = suite(tmp_path, n=1), replay(tmp_path)
     run = tmp_path / unique("run")

@@ -346,6 +346,7 @@ def test_model_errors_are_infra_errors_not_model_failures(tmp_path):
 # ---- end to end in real sandboxes ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_attempts_in_real_sandboxes_are_graded(image, tmp_path):
     rec = attempt([WRITE_CORRECT, SUBMIT], image, tmp_path)
     assert (rec.solved, rec.reward, rec.exit_reason, rec.n_steps) == (True, 1.0, "submitted", 2)

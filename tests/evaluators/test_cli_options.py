@@ -113,6 +113,7 @@ def test_model_options_for_local_and_replay_backends_are_checked():
         parse_model_options("openai/gpt-4o-mini", ["supports_tools"])
 
 
+@pytest.mark.slow
 def test_cli_rejects_a_bad_model_option_with_exit_code_2():
     p = subprocess.run(
         [sys.executable, "harness.py", "eval", "--model", "local:smollm2-135m", "-M", "top_k=3"],

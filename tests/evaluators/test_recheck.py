@@ -77,6 +77,7 @@ def test_unified_diff_of_new_and_binary_files():
     assert "Binary files a/b.bin and b/b.bin differ" in d
 
 
+@pytest.mark.slow
 def test_eval_keeps_the_diff_and_show_prints_it(image, tmp_path):
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"*": [WRITE_CORRECT, SUBMIT]}))
@@ -104,6 +105,7 @@ def test_eval_keeps_the_diff_and_show_prints_it(image, tmp_path):
     assert "final diff" in html and "<span class='da'>+    return a + b</span>" in html
 
 
+@pytest.mark.slow
 def test_resume_retry_errors_runs_errored_attempts_again(image, flaky, tmp_path):
     reply = {**OK_BODY, "choices": [{"index": 0, "message": {"role": "assistant", "content": WRITE_CORRECT}}]}
     server = flaky([503, 503, 503, (200, {}, reply)])  # the provider is down for the first attempt's 3 tries

@@ -90,6 +90,7 @@ def test_validate_takes_its_pool_from_the_backend_named(monkeypatch):
     assert made and made[0]["warm"] == 2
 
 
+@pytest.mark.slow
 def test_validate_measures_the_oracles_tests_against_their_budget(image):
     """A task whose hidden tests use most of their time budget passes here and times out on a busier
     machine (issue: lru-cache on a loaded CI runner): validate prints its tests' seconds and a note."""

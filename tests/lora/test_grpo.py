@@ -157,6 +157,7 @@ def test_environment_output_tokens_get_no_loss():
 # ---------------------------------------------------------------- the update
 
 
+@pytest.mark.slow
 def test_the_update_raises_the_rewarded_reply_and_lowers_the_other():
     good, bad = run_of("t", 0, True), run_of("t", 1, False)
     rollouts, _ = grpo.build_rollouts([good, bad])

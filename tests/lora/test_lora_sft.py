@@ -89,6 +89,7 @@ def test_only_lora_weights_train():
     assert not any("lm_head" in n or "embed" in n for n in trainable)
 
 
+@pytest.mark.slow
 def test_adapter_saves_loads_and_changes_outputs(tmp_path):
     from peft import PeftModel
 

@@ -131,6 +131,7 @@ def test_hf_dataset_folder_loads_back_with_structured_tool_calls(run, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_trl_sft_trainer_prepares_our_export_offline(run, tmp_path):
     """TRL's SFTTrainer tokenizes the hf-chat folder with a tool-calling template (TRL's own Qwen2.5 training
     template, with generation markers), and its assistant-only loss mask covers our structured tool calls

@@ -73,6 +73,7 @@ def test_inspect_reads_back_our_log(run, tmp_path, suffix):
     assert metrics["accuracy"].value == pytest.approx(3 / 5)  # 3 solved of 5 scored (the error is left out)
 
 
+@pytest.mark.slow
 def test_inspect_dataframes_read_it(run, tmp_path):
     from inspect_ai.analysis import samples_df
 
@@ -128,6 +129,7 @@ def test_inspect_dataframes_read_the_transcript_and_usage(run, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_inspect_cli_runs():
     """The `inspect` command itself starts in this environment (its viewer imports the S3 client)."""
     proc = subprocess.run([str(INSPECT), "--version"], capture_output=True, text=True, timeout=120)

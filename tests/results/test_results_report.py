@@ -162,6 +162,7 @@ def test_summary_files(built, runs):
     assert "**tuned** vs **base**" in md and "### By domain" in md
 
 
+@pytest.mark.slow
 def test_rounds_plot_only_when_round_metrics_exist(runs, tmp_path):
     base = runs[0]
     paths = report.build_report([base], tmp_path / "plain", n_boot=50, echo=lambda s: None)
@@ -264,6 +265,7 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not CHROMIUM.exists(),
     reason="needs /usr/bin/chromium (Debian package 'chromium') to render report.html headless",

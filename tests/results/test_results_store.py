@@ -287,6 +287,7 @@ WRITER = textwrap.dedent("""
 """)  # noqa: E501 -- the writer subprocess's script, byte for byte
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_path):
     run, n = tmp_path / "run", 40
     rng = random.Random(1234)

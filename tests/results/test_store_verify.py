@@ -88,6 +88,7 @@ def test_every_reader_refuses_a_damaged_object_and_writes_nothing(tmp_path, how)
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # no export file, not even a temp
 
 
+@pytest.mark.slow
 def test_the_cli_prints_one_line_for_a_swapped_object(tmp_path):
     """Swapped objects: rescore, show and each export stop with exit 2 and one line, no traceback."""
     run = make_run(tmp_path)
@@ -108,6 +109,7 @@ def test_the_cli_prints_one_line_for_a_swapped_object(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_show_checks_the_attempt_it_shows_not_only_its_diff(tmp_path):
     run = make_run(tmp_path)
     second = list(open_run(run).iter_attempts())[1]

@@ -88,6 +88,7 @@ def loop_on_fake(tmp_path, replies, cfg=None):
 # ---------------------------------------------------------------- fast
 
 
+@pytest.mark.slow
 def test_help_loads_neither_opentelemetry_nor_prometheus():
     code = (
         "import sys, harness; harness.build_parser().format_help(); "

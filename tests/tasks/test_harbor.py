@@ -332,6 +332,7 @@ def _with_mode(task, mode):
     return dataclasses.replace(task, harbor=dataclasses.replace(task.harbor, verifier_mode=mode))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,isolated", [("fresh", 1.0), ("snapshot", 0.0), ("shared", 0.0)])
 def test_what_each_mode_keeps(image, mode, isolated):
     """fresh: only the working folder's changes reach the verifier; snapshot and shared: every change."""
@@ -341,6 +342,7 @@ def test_what_each_mode_keeps(image, mode, isolated):
     assert f'"isolated": {isolated}' in rec.detail and "task reward = 'reward'" in rec.detail
 
 
+@pytest.mark.slow
 def test_python_less_image_in_fresh_mode_loses_changes_outside_the_workdir(minbase):
     task = _with_mode(load_task(FIXTURES / "no-python"), "fresh")
     rec = _attempt(task)
@@ -358,6 +360,7 @@ sleep 0.3
 
 
 # shared: the agent's processes run alongside test.sh, as under Harbor (README: what the agent can still do)
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,writer", [("snapshot", True), ("fresh", True), ("shared", False)])
 def test_planted_rewards_and_background_writers_do_not_count(image, mode, writer):
     async def cheat(task, sb):
@@ -372,6 +375,7 @@ def test_planted_rewards_and_background_writers_do_not_count(image, mode, writer
     assert (rec.solved, rec.reward, rec.reason) == (False, 0.0, "fail"), rec.detail
 
 
+@pytest.mark.slow
 def test_null_agent_is_not_solved_in_every_mode(image):
     for mode in ("fresh", "snapshot", "shared"):
         rec = _attempt(_with_mode(load_task(FIXTURES / "hello-world"), mode), null_policy)
@@ -538,6 +542,7 @@ def test_change_capture_in_a_python_less_image(minbase):
     assert ch.executable == {"sub/run.sh"} and ch.deleted == ["gone.txt"] and ch.rejected == ["symlink link"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["snapshot", "fresh", "shared"])
 def test_users_default_to_the_images_user(image, tmp_path, mode):
     root = harbor_task(
@@ -690,6 +695,7 @@ def test_a_dockerfile_from_an_image_not_here_is_a_clear_error(image, tmp_path):
         run(build_images([load_task(root)], log=lambda m: None))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["shared", "snapshot"])
 def test_an_agent_that_ends_its_own_container_is_still_verified(image, mode):
     """kill -TERM 1 stops the agent's container; its filesystem is verified (a commit of the stopped

@@ -50,6 +50,7 @@ def test_import_is_deterministic(imported, tasks, tmp_path):
     assert again == {k: t.content_hash() for k, t in tasks.items()}
 
 
+@pytest.mark.slow
 def test_reimport_replaces_only_its_own_folder(tmp_path):
     out = tmp_path / "he"
     import_humaneval(out)
@@ -135,6 +136,7 @@ def test_hacks_are_not_solved(tasks, hack, image):
     assert outcomes(g) == {"test_official_check": "failed", "test_canary_first_case": "failed"}
 
 
+@pytest.mark.slow
 def test_checks_that_call_the_function_by_name_use_the_candidate(tasks, image):
     # HumanEval/33's check compares candidate(x) with sort_third(x): as in the official harness, both are the
     # candidate (the prompt's own sort_third is only a docstring and returns None).

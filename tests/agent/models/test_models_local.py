@@ -42,6 +42,7 @@ def test_invalid_adapter_path_is_a_user_error_naming_it(tmp_path):
         get_model("local:smollm2-135m", adapter=str(missing))
 
 
+@pytest.mark.slow
 def test_corrupt_adapter_is_a_user_error(tmp_path):
     import torch
 

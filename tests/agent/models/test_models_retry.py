@@ -123,6 +123,7 @@ def test_a_request_that_always_hangs_fails_with_timeout(flaky):
     assert server.calls == 2
 
 
+@pytest.mark.slow
 def test_litellm_backend_uses_the_same_retry_layer(flaky):
     from agent.models.litellm_model import LiteLLMModel
 

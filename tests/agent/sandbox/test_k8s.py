@@ -165,6 +165,7 @@ def test_a_claimed_sandbox_runs_commands_hardened_and_is_deleted_after(fake_clus
     run(go())
 
 
+@pytest.mark.slow
 def test_an_attempt_runs_and_is_graded_on_k8s_sandboxes(fake_cluster, image, tmp_path):
     """run_attempt (the single-node coroutine) with the k8s pool: the agent's sandbox and a fresh grading
     one."""

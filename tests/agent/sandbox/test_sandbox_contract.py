@@ -183,6 +183,7 @@ def test_changes_since_the_baseline(open_sandbox):
     assert ch.paths == ["edit.txt", "gone.txt", "new/added.txt"]
 
 
+@pytest.mark.slow
 def test_a_killed_sandbox_is_dead_and_not_the_agents_doing(open_sandbox):
     async def go():
         async with open_sandbox() as sb:

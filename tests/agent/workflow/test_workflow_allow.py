@@ -340,6 +340,7 @@ def test_outside_git_the_folders_own_files_count_as_the_users(tmp_path):
     assert res.plan == [".tools/gen.py"] and "dot-folder" in dict(res.held_back)[".tools/new.py"]
 
 
+@pytest.mark.slow
 def test_cli_run_apply_holds_generated_variants_and_applies_their_twins(image, tmp_path):
     """The real path: a scripted agent writes one seed's variants and twins in a sandbox, `harness run
     --apply` lists each held-back path with its reason and writes exactly the twins."""

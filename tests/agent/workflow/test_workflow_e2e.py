@@ -57,6 +57,7 @@ def cli_run(
     )
 
 
+@pytest.mark.slow
 def test_run_apply_on_a_real_repository(image, tmp_path):
     repo = make_repo(tmp_path)
     marker = tmp_path / "agent-code-ran"
@@ -106,6 +107,7 @@ def test_run_apply_on_a_real_repository(image, tmp_path):
     assert (repo / ".git/hook.log").read_text() == hook_log + "user-hook\n" and not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_weakened_test_does_not_pass_verify_and_nothing_is_applied(image, tmp_path):
     repo = make_repo(tmp_path)
     before = tree(repo)

@@ -450,6 +450,7 @@ KV_TESTS = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_a_kv_store_grpc_replica_oracle_is_solved_not_tamper(image, tmp_path, mode):
     """TB 2.1 kv-store-grpc's shape: the tests import `kvstore_pb2`/`kvstore_pb2_grpc`, which the solution

@@ -13,6 +13,7 @@ from evaluators.selftest.fixtures import CORRECT, SUBMIT, WRONG, add_task, bash,
 from results.store import RunReader
 
 
+@pytest.mark.slow
 def test_batch_graded_verdicts_are_each_attempts_own(image, tmp_path, monkeypatch):
     uids: list[int] = []
     turn = GradingStations.turn

@@ -184,6 +184,7 @@ def test_hack_on_an_honest_solution_scores_by_policy(name, image):
     assert v.reason == EXPECTED[name][1] and v.solved == (EXPECTED[name][1] == "pass"), (name, v)
 
 
+@pytest.mark.slow
 def test_timeout_in_hidden_tests_scores_zero(image):
     slow = b"import time\ndef add(a, b):\n    time.sleep(60)\n    return a + b\n"
     v = grade_files({"solution.py": slow}, make_task(verifier_timeout_sec=3), image)
@@ -254,6 +255,7 @@ def script_task() -> Task:
     )
 
 
+@pytest.mark.slow
 def test_script_candidate_cannot_forge_the_reward(image):
     """The verifier runs the candidate's run.sh through as-candidate: it cannot reach $REWARD_FILE (not even
     its name) nor the root-only folder it is in; a writer it leaves behind is killed before the read."""
@@ -345,6 +347,7 @@ def run():
 """
 
 
+@pytest.mark.slow
 def test_a_link_to_the_hidden_expected_file_leads_nowhere(image):
     """The candidate's code, run by the tests, links its output to where the hidden files might be: they
     are in a folder of random name inside root-only /grader, named nowhere the candidate can read."""

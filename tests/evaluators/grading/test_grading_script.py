@@ -57,12 +57,14 @@ def test_no_reward_file_is_no_report(image):
     assert (v.reason, v.reward, v.solved) == ("no_report", 0.0, False), v
 
 
+@pytest.mark.slow
 def test_reward_depends_on_the_workspace(image):
     sh = 'if grep -qx 42 /workspace/out.txt; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE"; fi\n'
     assert grade_script(sh, image, {"out.txt": b"42\n"}).reason == "pass"
     assert grade_script(sh, image, {"out.txt": b"41\n"}).reason == "fail"
 
 
+@pytest.mark.slow
 def test_a_hanging_script_times_out(image):
     v = grade_script('sleep 600\necho 1 > "$REWARD_FILE"\n', image, timeout=2)
     assert (v.reason, v.reward, v.solved) == ("timeout", 0.0, False), v

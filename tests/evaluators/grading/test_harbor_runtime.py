@@ -159,6 +159,7 @@ USE_SERVICE = (
 )
 
 
+@pytest.mark.slow
 def test_a_service_the_agent_starts_serves_its_next_command_and_a_shared_verifier(image, tmp_path):
     """Harbor's agent works in one persistent shell session: a server started in the background (logging to
     the command's output, which has ended) answers the next command, and the verifier in shared mode (the
@@ -180,6 +181,7 @@ def test_a_service_the_agent_starts_serves_its_next_command_and_a_shared_verifie
     assert (recs["svc-snap"]["status"], recs["svc-snap"]["reward"]) == ("failed", 0.0)
 
 
+@pytest.mark.slow
 def test_a_failing_verdict_keeps_the_verifier_output_and_its_files(image, tmp_path):
     """A reward of 0 because a tool was missing is visible from the record alone; test.sh's output, what it
     left in /logs/verifier (ctrf.json) and the artifacts are in the run folder, named by the record."""
@@ -307,6 +309,7 @@ def _attack_tasks(tmp_path, with_oracle: bool):
     return tasks, scripts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_oracle", [False, True], ids=["alone", "on-the-solution"])
 def test_attacks_on_the_harness_own_work_are_graded_never_an_error(image, tmp_path, with_oracle):
     tasks, scripts = _attack_tasks(tmp_path, with_oracle)
@@ -391,6 +394,7 @@ def _steps_task(tmp_path):
     return harbor_kind.offline([load_task(root)])[0]
 
 
+@pytest.mark.slow
 def test_multi_step_tasks_run_each_step_in_the_same_container(image, tmp_path):
     """[[steps]]: each step's instruction, workdir files, solution and verifier in turn; the next step's agent
     sees neither the tests nor the results of the one before; the reward is the mean of the steps."""

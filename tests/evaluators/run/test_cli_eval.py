@@ -163,6 +163,7 @@ def test_every_eval_flag_reaches_the_manifest(image, tmp_path):
     assert len(records(run)) == 10
 
 
+@pytest.mark.slow
 def test_concurrency_and_filters_are_recorded_in_the_manifest(image, tmp_path):
     replies = tmp_path / "r.json"
     replies.write_text(json.dumps({"*": [SUBMIT]}))
@@ -221,6 +222,7 @@ os._exit(0)  # dies without cleaning up: its container is an orphan
 """
 
 
+@pytest.mark.slow
 def test_sandbox_prune_orphans_removes_only_containers_of_dead_processes(image, tmp_path):
     def ours(run_id):
         return docker.from_env().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})

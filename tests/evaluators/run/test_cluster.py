@@ -342,6 +342,7 @@ def test_the_served_model_has_the_adapter_and_nodes_record_one_machines_token_id
     assert reply.completion_ids != on_cluster[0][1]
 
 
+@pytest.mark.slow
 def test_train_cli_says_what_to_install_without_ray(tmp_path):
     code = (
         "import sys; sys.modules['ray'] = None; sys.argv = ['harness', 'train', '--preset', 'rft-smollm2', "

@@ -29,6 +29,7 @@ def test_eval_against_an_openai_compatible_server(image, tmp_path):
     assert rec["prompt_tokens"] > 0  # usage came back over HTTP
 
 
+@pytest.mark.slow
 def test_cli_eval_runs_builtin_tasks_with_a_replay_model(image, tmp_path):
     script = tmp_path / "s.json"
     # create-file-01's oracle action, replayed: the CLI path from arguments to report.

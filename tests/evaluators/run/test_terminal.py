@@ -131,6 +131,7 @@ def normalized(lines: list[str], tmp: Path, script: Path) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_eval_fits_80_columns_from_the_first_line_to_the_summary(image, short_tmp):
     tmp_path = short_tmp
     script = tmp_path / "s.json"
@@ -148,6 +149,7 @@ def test_eval_fits_80_columns_from_the_first_line_to_the_summary(image, short_tm
         term.close()
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_the_resume_command_and_resume_says_what_it_runs_again(image, short_tmp):
     tmp_path = short_tmp
     script = tmp_path / "slow.json"  # every attempt runs a 6 s command first: in flight when interrupted
