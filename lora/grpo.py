@@ -369,7 +369,7 @@ def update_phase(
     stats = tune(
         cfg.model,
         rollouts,
-        replace(cfg, sft=replace(cfg.sft, seed=cfg.sft.seed + r)),
+        replace(cfg, sft=replace(cfg.sft, seed=cfg.sft.seed + 1000 * cfg.seed + r)),  # as rejection sampling
         rd / "adapter",
         continue_from,
     )
