@@ -159,7 +159,7 @@ def cmd_eval(args) -> int:
 
 DEMO_INTRO = (
     "harness demo: the embedded model (SmolLM2-135M, on this CPU) on the {n} tasks of builtin:demo, "
-    "every domain, difficulty 1-3: about 3 minutes on a 2-core machine (the first time also builds "
+    "every domain, difficulty 1-3: about a minute on a 2-core machine (the first time also builds "
     "their images)"
 )
 
