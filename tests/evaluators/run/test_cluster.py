@@ -400,7 +400,14 @@ def test_train_runs_a_round_on_the_cluster(ray_cluster, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     for r in range(2):
         runs = json.loads((out / f"round_{r}" / "eval.done.json").read_text())["runs"]
-        assert set(runs) == {"heldout-greedy", "heldout-sample", "train-greedy", "train-sample"}
+        # impossible-sample: the round's cheat probes (--cheat-probes), on the cluster too
+        assert set(runs) == {
+            "heldout-greedy",
+            "heldout-sample",
+            "train-greedy",
+            "train-sample",
+            "impossible-sample",
+        }
         recs = {name: records(Path(run_dir)) for name, run_dir in runs.items()}
         assert all(r["node"] for rs in recs.values() for r in rs)  # every attempt ran on the cluster
         assert all(
