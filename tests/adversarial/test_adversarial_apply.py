@@ -43,6 +43,7 @@ def test_apply_case(name, runner):
     assert row.ok, f"{row.observed}: " + "; ".join(row.problems)
 
 
+@pytest.mark.slow
 def test_the_hook_case_fails_when_the_guard_is_off(runner):
     """With --allow-hooks the harness writes the agent's hooks by design: the same case must then see its
     hook run on the user's commit and the held-back files land, so the case can fail."""

@@ -195,6 +195,7 @@ def test_command_timeout_is_the_smaller_of_task_and_run():
 # ---- time queued for the model is not the attempt's ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_waiting_for_the_shared_model_slots_does_not_use_up_the_wall_time():
     # Three attempts share one model slot; each reply takes 0.8 s of the model's own time, well inside
     # the 1.5 s limit, but the last attempt waits 1.6 s for the slot first: only the waiting exceeds it.

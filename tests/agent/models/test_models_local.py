@@ -68,6 +68,7 @@ def _tiny_llama():
     return LlamaForCausalLM(config)
 
 
+@pytest.mark.slow
 def test_a_crash_while_caching_leaves_no_cache_and_no_debris(tmp_path):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"x" * 10)

@@ -141,6 +141,7 @@ def test_litellm_backend_uses_the_same_retry_layer(flaky):
     assert sleeps.waits[0] == 3.0 and 0 <= sleeps.waits[1] <= 1.0
 
 
+@pytest.mark.slow
 def test_litellm_backend_does_not_retry_401(flaky):
     from agent.models.litellm_model import LiteLLMModel
 

@@ -6,6 +6,7 @@ import subprocess
 import uuid
 
 import docker
+import pytest
 
 import agent.sandbox.pool as pool_module
 from agent.sandbox import LABEL_RUN, DockerPool, SandboxSpec, prune
@@ -72,6 +73,7 @@ def test_memory_bomb_is_killed_and_reported(image):
     assert r.oom, r
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_process_tree(image):
     async def body(sb):
         r = await sb.exec("sleep 1000 & sleep 1000; echo finished", timeout=2)
@@ -182,6 +184,7 @@ def test_changes_come_back_in_the_listings_round_trip_unless_past_the_caps(image
     assert any("past the caps" in r for r in past.rejected)
 
 
+@pytest.mark.slow
 def test_pool_under_concurrent_users_leaks_nothing(image):
     run_id = "t-" + uuid.uuid4().hex[:8]
 
