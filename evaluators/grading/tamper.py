@@ -266,7 +266,9 @@ def _python(path, kind, verb, name, py, m, contents, changes) -> tuple[str, str]
     if top in CUSTOMIZE:
         return f"{verb} {path} (runs in every Python)", "dpkg"
     if rel.endswith(".pth") and "/" not in rel and entry in py.site and _imports_line(contents.get(path)):
-        return f"{verb} {path} (a .pth import line: runs in every Python)", "dpkg"
+        # "installer": pip installs such files too (setuptools' distutils-precedence.pth, pulled in by an
+        # honest `pip install grpcio-tools` on an image without setuptools), listed in the RECORD it writes
+        return f"{verb} {path} (a .pth import line: runs in every Python)", "installer"
     parts = rel.split("/")
     if len(parts) == 2 and parts[1] == "entry_points.txt" and parts[0].endswith((".dist-info", ".egg-info")):
         group = _autoloads(contents.get(path))

@@ -276,15 +276,17 @@ def cells(m: Loads) -> list[Cell]:
     return out
 
 
-def _record_cmd(site: str, module: str, code: bytes) -> str:
-    """`module`.py in `site` and a distribution whose RECORD lists it with its true sha256 (as pip does)."""
+def _record_cmd(site: str, module: str, code: bytes, name: str = "") -> str:
+    """`module`.py (or `name`) in `site` and a distribution whose RECORD lists it with its true sha256 (as
+    pip does)."""
+    name = name or f"{module}.py"
     py = (
         "import base64, hashlib, os\n"
-        f"code = {code!r}\nopen({f'{site}/{module}.py'!r}, 'wb').write(code)\n"
+        f"code = {code!r}\nopen({f'{site}/{name}'!r}, 'wb').write(code)\n"
         f"d = {f'{site}/{module}_dist-1.0.dist-info'!r}\nos.makedirs(d, exist_ok=True)\n"
         "h = base64.urlsafe_b64encode(hashlib.sha256(code).digest()).rstrip(b'=').decode()\n"
         "open(d + '/METADATA', 'w').write('Metadata-Version: 2.1\\nName: x\\nVersion: 1.0\\n')\n"
-        f"open(d + '/RECORD', 'w').write('{module}.py,sha256=%s,%d\\n' % (h, len(code)))\n"
+        f"open(d + '/RECORD', 'w').write('{name},sha256=%s,%d\\n' % (h, len(code)))\n"
     )
     return f"echo {base64.b64encode(py.encode()).decode()} | base64 -d | python3"
 
@@ -517,3 +519,38 @@ if __name__ == "__main__":
             tamper.loads_reason = lambda *a, **k: ""
         with tempfile.TemporaryDirectory() as tmp:
             print(table(run_matrix(Path(tmp))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["snapshot", "shared"])
+def test_an_import_pth_that_pip_recorded_is_an_install_not_tamper(image, tmp_path, mode):
+    """kv-store-grpc's real oracle pip-installs grpcio-tools, which pulls in setuptools and with it
+    distutils-precedence.pth (an import line) on an image without setuptools: a .pth its installer's RECORD
+    lists with its sha256 is an install, solved; the same file without that record is tamper (the rule's
+    unit test)."""
+    from evaluators.grading import harbor_kind
+    from evaluators.validate import validate
+    from tasks.task_folder import load_task
+    from tests.conftest import run
+    from tests.helpers import write_files
+
+    py = model().pythons[0]
+    site = min([s for s in py.site if s in py.path], key=py.path.index)
+    pth = b"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; os.environ.get(var)\n"  # setuptools' shape
+    root = tmp_path / "kv-store-pip"
+    write_files(
+        root,
+        {
+            "task.toml": f'schema_version = "1.1"\n[verifier]\nisolation = "{mode}"\n',
+            "instruction.md": "Write kvstore.proto and generate its Python gRPC stubs in /app.\n",
+            "solution/solve.sh": KV_SOLVE
+            + _record_cmd(site, "setuptools", pth, "distutils-precedence.pth")
+            + "\n",
+            "tests/test.sh": TEST_SH.replace(". /etc/harness-verifier.env\n", ""),
+            "tests/test_outputs.py": KV_TESTS,
+            "environment/Dockerfile": "FROM harness/base:latest\nWORKDIR /app\n",
+        },
+    )
+    task = harbor_kind.offline([load_task(root)])[0]
+    rows = run(validate([task], repeats=1, concurrency=1))
+    assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])], rows
