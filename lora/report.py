@@ -45,16 +45,31 @@ def verdicts(out: Path) -> dict[str, Any]:
         counts = {k: (len(data[k]) if k == "tasks" else data[k]) for k in DATA_FIELDS if k in data}
         if "filter" in data:  # the kept attempts, beside hinted_kept: the share that came from hints
             counts["kept"] = data["filter"]["kept"]
-        rounds[str(r)] = {"runs": runs, "data": counts}
+        rounds[str(r)] = {"runs": runs, "data": counts, "seconds": _round_seconds(out / f"round_{r}")}
         r += 1
     best = out / "best.json"
+    stopped = out / "stopped.json"
     return {
         "fields": list(VERDICT_FIELDS),
         "config": json.loads((out / "config.json").read_text(encoding="utf-8")),
         "split": read_split(out),
         "best": json.loads(best.read_text(encoding="utf-8")) if best.exists() else None,
+        "stopped": json.loads(stopped.read_text(encoding="utf-8")) if stopped.exists() else None,
         "rounds": rounds,
     }
+
+
+def _round_seconds(rd: Path) -> dict[str, float]:
+    """Seconds a round spent per eval and in fine-tuning/update (its metrics.json; {} before it exists):
+    what a reported table cost, kept beside its verdicts."""
+    path = rd / "metrics.json"
+    if not path.exists():
+        return {}
+    m = json.loads(path.read_text(encoding="utf-8"))
+    seconds = {name: round(float(p["seconds"]), 1) for name, p in (m.get("phases") or {}).items()}
+    if "seconds" in (m.get("sft") or {}):
+        seconds["sft/update"] = round(float(m["sft"]["seconds"]), 1)
+    return seconds
 
 
 def write_verdicts(out: Path, path: Path) -> Path:

@@ -40,6 +40,11 @@ def test_verdicts_are_recomputable_and_seeds_aggregate_with_a_family_bootstrap(t
                 g = greedy(v, r, split)
                 assert sum(g.values()) / len(g) == pytest.approx(row[0]["value"])
         assert v == verdicts(out) and v["split"]["heldout_families"] and v["rounds"]["1"]["data"]["examples"]
+        # what the run cost and why it stopped travel with its verdicts
+        assert v["stopped"]["reason"] == json.loads((out / "stopped.json").read_text())["reason"]
+        assert set(v["rounds"]["0"]["seconds"]) == set(v["rounds"]["0"]["runs"])
+        sft = json.loads((out / "round_1" / "metrics.json").read_text())["sft"]
+        assert v["rounds"]["1"]["seconds"].get("sft/update") == sft.get("seconds")
     agg = aggregate_seeds(files)
     held = json.loads(files[0].read_text())["split"]["heldout_families"]
     # by hand: on the family split every seed's result round adds instance 1 of the held families f0..f(seed)
