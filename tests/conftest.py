@@ -2,6 +2,11 @@
 
 Every test that uses the `image` fixture (or is marked `docker`) needs a Docker engine: it gets the `docker`
 marker, and it is skipped with one clear reason when no engine answers.
+
+`make test` runs the suite on several pytest-xdist workers (`-n 3 --dist loadgroup`); `xdist_groups` below
+says which tests must share one worker. Everything else is written to run beside other harness runs on one
+machine anyway: containers, networks and snapshot images carry their run's id, `prune` takes a run id (or only
+dead processes' orphans), and images and the model cache are built by atomic rename or by content hash.
 """
 
 import asyncio
@@ -54,10 +59,32 @@ def pytest_configure(config):
     )
 
 
+# Tests that start a local Ray cluster (tests/ray_cluster.py) run one at a time on one worker: each cluster is
+# a head and a worker node of its own, and test_cluster.py's is a session fixture (made once, not per worker).
+RAY_MODULES = ("tests/evaluators/run/test_cluster.py", "tests/test_teardown.py")
+
+
+def xdist_group(item) -> str:
+    """The worker group a test must run in under `-n`, or "" where any worker will do."""
+    if item.nodeid.split("::")[0] in RAY_MODULES:
+        return "ray"
+    # A module- or session-scoped fixture of a test module (a model loaded, a server or receiver started, a
+    # suite imported) is made once per worker: its module's tests that use it share one worker, so it is made
+    # once, as in a serial run. The conftest's own (`image`) are cheap lookups and need no group.
+    info = getattr(item, "_fixtureinfo", None)  # pytest's record of the fixtures a test function uses
+    for defs in info.name2fixturedefs.values() if info else ():
+        if defs[-1].scope in ("module", "session") and defs[-1].baseid.endswith(".py"):
+            return defs[-1].baseid
+    return ""
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "image" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_setup(item):

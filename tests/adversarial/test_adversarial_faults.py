@@ -167,9 +167,9 @@ def restart_engine(timeout: float = 120.0):
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    os.environ.get("HARNESS_TEST_ENGINE_RESTART") != "1",
-    reason="restarts the Docker engine, which kills every container on this machine; "
-    "set HARNESS_TEST_ENGINE_RESTART=1 to run it",
+    os.environ.get("HARNESS_TEST_ENGINE_RESTART") != "1" or "PYTEST_XDIST_WORKER" in os.environ,
+    reason="restarts the Docker engine, which kills every container on this machine (the other workers' "
+    "too): set HARNESS_TEST_ENGINE_RESTART=1 and run it without -n",
 )
 def test_engine_restart_during_a_run(image, tmp_path, monkeypatch):
     restarted = []
