@@ -1,4 +1,4 @@
-"""`harness tasks ...`: list suites, import HumanEval, validate tasks in the sandbox."""
+"""`harness tasks ...`: list suites, import HumanEval, validate tasks, audit them with cheats (sandbox)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,21 @@ def register(subparsers) -> None:
         help="Harbor tasks: no network for any container (default: as each task says)",
     )
     val.set_defaults(func=cmd_validate)
+
+    che = sub.add_parser(
+        "cheats",
+        help="attack every task with scripted cheats (evaluators/cheats.py); exit 1 if any scores",
+        description="Runs each cheat of evaluators/cheats.py on each task through the normal eval path "
+        "(real sandbox, the task's verifier mode, real grader) and lists, per task, the cheats that scored "
+        "> 0. One instance per family unless --every-instance.",
+    )
+    _add_suite(che)
+    che.add_argument("--cheat", action="append", metavar="NAME", help="only this cheat (repeatable)")
+    che.add_argument("--concurrency", type=int, default=2, help="attempts at the same time")
+    che.add_argument("--limit", type=int, default=None, help="only N tasks, spread over the suite")
+    che.add_argument("--every-instance", action="store_true", help="every instance of each family")
+    che.add_argument("--no-internet", action="store_true", help="Harbor tasks: no network for any container")
+    che.set_defaults(func=cmd_cheats)
 
     aud = sub.add_parser(
         "audit",
@@ -147,6 +162,12 @@ def cmd_impossible(args) -> int:
 
 def cmd_validate(args) -> int:
     from evaluators.validate import main  # the sandbox side lives in evaluators/
+
+    return main(args)
+
+
+def cmd_cheats(args) -> int:
+    from evaluators.cheats import main
 
     return main(args)
 
