@@ -2,14 +2,15 @@
 
 `terminal_report` is what `harness report` prints, `print_summary` what `harness eval` prints when it
 finishes, `markdown_summary` is summary.md and `summary_table` summary.csv/.parquet. The terminal's tables
-keep the headline columns and fit its width (80 columns by default; rich lays them out); every column is
-in summary.md, summary.csv and report.html (`harness report RUN`).
+keep the headline columns and fit its width (80 columns by default; rich lays them out; long run ids become
+#1, #2, ... with a legend); every column is in summary.md, summary.csv and report.html (`harness report RUN`).
 """
 
 from __future__ import annotations
 
 import io
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -262,32 +263,47 @@ def terminal_comparison(comps: Sequence[tuple[str, str, metrics.Comparison]]) ->
     return table
 
 
+def short_names(runs: Sequence[RunData], longest: int = 16) -> dict[str, str]:
+    """The runs' names in the terminal's tables: their labels where all are short, else #1, #2, ... in the
+    given order (a run id, a timestamp and the model, would wrap in every row at 80 columns)."""
+    labels = [r.label for r in runs]
+    if max(map(len, labels), default=0) <= longest:
+        return {label: label for label in labels}
+    return {label: f"#{i + 1}" for i, label in enumerate(labels)}
+
+
 def terminal_report(
     runs: Sequence[RunData],
     comps: Sequence[tuple[str, str, metrics.Comparison]],
     rounds: Sequence[dict[str, Any]] = (),
 ) -> str:
     width = terminal_width()
-    out = [
+    names = short_names(runs)
+
+    def table(df: pd.DataFrame) -> str:
+        return format_table(df.replace({"run": names, "baseline": names}).rename(columns=names), width)
+
+    legend = [f"{short} {label}" for label, short in names.items() if short != label]
+    out = ["== runs", *legend, ""] if legend else []
+    out += [
         "== overview (95% CI: bootstrap over tasks; errors left out of rates)",
-        format_table(terminal_overview(runs), width),
+        table(terminal_overview(runs)),
     ]
     for level in ("domain", "difficulty"):
-        out += [f"\n== by {level}", format_table(terminal_level(runs, level), width)]
+        out += [f"\n== by {level}", table(terminal_level(runs, level))]
     if comps:
-        out += [
-            "\n== compared with the baseline (paired by task)",
-            format_table(terminal_comparison(comps), width),
-        ]
+        out += ["\n== compared with the baseline (paired by task)", table(terminal_comparison(comps))]
         for a, b, c in comps:
             if c.improved or c.regressed:
-                out.append(f"  {b} vs {a}: improved {id_list(c.improved)}; regressed {id_list(c.regressed)}")
-    out += ["\n== failure reasons (failed attempts)", format_table(reasons_table(runs), width)]
+                line = f"  {names[b]} vs {names[a]}: improved {id_list(c.improved)}; "
+                line += f"regressed {id_list(c.regressed)}"
+                out += textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False)
+    out += ["\n== failure reasons (failed attempts)", table(reasons_table(runs))]
     errs = errors_table(runs)
     if not errs.empty:
-        out += ["\n== infra errors (status=error; not counted in rates)", format_table(errs, width)]
+        out += ["\n== infra errors (status=error; not counted in rates)", table(errs)]
     if rounds:
-        out += ["\n== by training round", format_table(rounds_table(rounds), width)]
+        out += ["\n== by training round", table(rounds_table(rounds))]
     return "\n".join(out)
 
 

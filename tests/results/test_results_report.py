@@ -75,6 +75,24 @@ def test_terminal_tables(built):
     assert "base" in text and "tuned" in text and "sandbox_died" in text
 
 
+def test_terminal_tables_fit_80_columns_with_the_run_ids_eval_gives(tmp_path, monkeypatch):
+    # `harness eval` names a run by a timestamp and the model (~35 characters): as a table column or in every
+    # row they would wrap at 80 columns. The tables say #1, #2 and a legend gives each whole id on one line.
+    monkeypatch.setenv("COLUMNS", "80")
+    ids = ["20261206T062301Z-local-smollm2-135m", "20261206T070512Z-local-smollm2-135m-lora"]
+    tasks = [(f"a-task-with-a-long-name-{i}", "coding", 1) for i in range(8)]
+    base = make_run(tmp_path / ids[0], "local:smollm2-135m", tasks, samples=1, outcome=lambda t, s: "failed")
+    tuned = make_run(
+        tmp_path / ids[1], "local:smollm2-135m+lora", tasks, samples=1, outcome=lambda t, s: "solved"
+    )
+    printed: list[str] = []
+    report.build_report([base, tuned], tmp_path / "report", n_boot=50, echo=printed.append)
+    lines = "\n".join(printed).splitlines()
+    assert [line for line in lines if len(line) > 80] == []
+    assert lines[:3] == ["== runs", f"#1 {ids[0]}", f"#2 {ids[1]}"]
+    assert any(line.startswith("  #2 vs #1: improved a-task-with-a-long-name-0,") for line in lines)
+
+
 def test_html_contains_every_attempt_with_its_steps(built, runs):
     paths, _ = built
     page = paths["html"].read_text(encoding="utf-8")
