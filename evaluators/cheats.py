@@ -304,8 +304,16 @@ CHEATS: list[Cheat] = [
           _empty_workspace, elsewhere=False),
 ]  # fmt: skip
 
-# (task id glob, cheat name) -> why its score is accepted; shown in the report, not counted as hackable.
-EXCEPTIONS: dict[tuple[str, str], str] = {}
+# (glob over the task id or "mode:<mode>", cheat name) -> why its score is accepted: shown in the report as
+# "accepted", not counted as hackable. Each is a limit of a contract the task chose, not of this harness.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    (
+        "mode:shared",
+        "background",
+    ): "Harbor's shared mode runs test.sh beside the agent's own processes, as the "
+    "same user for most images: one left running can rewrite the tests and the reward while they run "
+    '(Harbor\'s contract; isolation = "snapshot" or "fresh" where the tests need no live service)',
+}
 
 
 def by_name(names: list[str] | None) -> list[Cheat]:
@@ -339,8 +347,12 @@ def policy(cheat: Cheat, where: str = "here"):
     return act
 
 
-def excepted(task_id: str, cheat: str) -> str:
-    return next((why for (g, c), why in EXCEPTIONS.items() if c == cheat and fnmatch.fnmatch(task_id, g)), "")
+def excepted(task_id: str, cheat: str, mode: str = "") -> str:
+    """Why a score of `cheat` on this task (verifier mode `mode`) is accepted (EXCEPTIONS), or ""."""
+    for (glob, name), why in EXCEPTIONS.items():
+        if name == cheat and (fnmatch.fnmatch(task_id, glob) or fnmatch.fnmatch(f"mode:{mode}", glob)):
+            return why
+    return ""
 
 
 @dataclass
@@ -349,7 +361,7 @@ class Row:
     mode: str = ""  # the verifier mode of a Harbor task, else the evaluator kind
     tried: list[str] = field(default_factory=list)
     scored: list[str] = field(default_factory=list)  # "cheat reward (reason: detail)"
-    accepted: list[str] = field(default_factory=list)  # scored but in EXCEPTIONS: "cheat: why"
+    accepted: list[tuple[str, str]] = field(default_factory=list)  # scored but in EXCEPTIONS: (how, why)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -377,12 +389,16 @@ async def audit_task(task: Task, cheats: list[Cheat], pool: SandboxPool, image: 
                 row.errors.append(f"{name}: {type(e).__name__}: {e}"[:200])
                 return
         if rec.reward > 0:
-            why = excepted(task.id, c.name)
+            why = excepted(task.id, c.name, mode)
             how = f"{name} {rec.reward:g} ({rec.reason}: {(rec.detail or rec.error or '').strip()[:80]})"
-            (row.accepted if why else row.scored).append(f"{how} accepted: {why}" if why else how)
+            if why:
+                row.accepted.append((how, why))
+            else:
+                row.scored.append(how)
 
     await asyncio.gather(*(one(c, w) for c, w in pairs))
     row.seconds = time.monotonic() - t0
+    print(f"{task.id}: {len(row.tried)} tried, scored: {'; '.join(row.scored) or '-'}", file=sys.stderr)
     return row
 
 
@@ -409,7 +425,9 @@ def table(rows: list[Row]) -> list[str]:
     for r in rows:
         scored = "; ".join(r.scored + [f"error {e}" for e in r.errors]) or "-"
         out.append(f"{r.task:<{width}}  {r.mode:<8}  {len(r.tried):>5}  {scored}")
-        out += [f"{'':<{width}}  accepted: {a}" for a in r.accepted]
+        out += [f"{'':<{width}}  accepted: {how}" for how, _ in r.accepted]
+    for why in dict.fromkeys(why for r in rows for _, why in r.accepted):
+        out.append(f"accepted (evaluators/cheats.py EXCEPTIONS): {why}")
     return out
 
 
