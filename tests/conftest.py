@@ -62,12 +62,18 @@ def pytest_configure(config):
 # Tests that start a local Ray cluster (tests/ray_cluster.py) run one at a time on one worker: each cluster is
 # a head and a worker node of its own, and test_cluster.py's is a session fixture (made once, not per worker).
 RAY_MODULES = ("tests/evaluators/run/test_cluster.py", "tests/test_teardown.py")
+# Modules whose module fixture is cheap to make again on each worker, and whose tests are too many and too
+# slow for one: the self-test's catalogue (its runner caches only one honest control run per task kind).
+SPREAD_MODULES = ("tests/adversarial/test_adversarial_cases.py",)
 
 
 def xdist_group(item) -> str:
     """The worker group a test must run in under `-n`, or "" where any worker will do."""
-    if item.nodeid.split("::")[0] in RAY_MODULES:
+    module = item.nodeid.split("::")[0]
+    if module in RAY_MODULES:
         return "ray"
+    if module in SPREAD_MODULES:
+        return ""
     # A module- or session-scoped fixture of a test module (a model loaded, a server or receiver started, a
     # suite imported) is made once per worker: its module's tests that use it share one worker, so it is made
     # once, as in a serial run. The conftest's own (`image`) are cheap lookups and need no group.
