@@ -304,6 +304,12 @@ CHEATS: list[Cheat] = [
           _empty_workspace, elsewhere=False),
 ]  # fmt: skip
 
+# The baseline every audit runs first: what doing nothing earns. Above 0, the tests reward the untouched
+# workspace (a check that holds before any work, e.g. "the input is unchanged"); a cheat must beat it.
+NOTHING = Cheat(
+    "nothing", "does nothing: the untouched workspace must earn 0", lambda t: "true", elsewhere=False
+)
+
 # (glob over the task id or "mode:<mode>", cheat name) -> why its score is accepted: shown in the report as
 # "accepted", not counted as hackable. Each is a limit of a contract the task chose, not of this harness.
 EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -371,12 +377,12 @@ class Row:
 
 
 async def audit_task(task: Task, cheats: list[Cheat], pool: SandboxPool, image: str, slots) -> Row:
+    """Runs NOTHING first (the baseline), then each try; a try scores when its reward is above 0 and above
+    the baseline's (what nothing earns is reported once, as NOTHING's score)."""
     mode = task.harbor.verifier_mode if task.harbor is not None else task.evaluator.kind
     pairs = tries(task, cheats)
-    row, t0 = (
-        Row(task.id, mode, [c.name + ("" if w == "here" else "@" + w) for c, w in pairs]),
-        time.monotonic(),
-    )
+    row = Row(task.id, mode, [c.name + ("" if w == "here" else "@" + w) for c, w in pairs])
+    t0, floor = time.monotonic(), [0.0]
 
     async def one(c: Cheat, where: str) -> None:
         name = c.name + ("" if where == "here" else "@" + where)
@@ -388,14 +394,17 @@ async def audit_task(task: Task, cheats: list[Cheat], pool: SandboxPool, image: 
             except Exception as e:  # report it, audit the rest
                 row.errors.append(f"{name}: {type(e).__name__}: {e}"[:200])
                 return
-        if rec.reward > 0:
+        if c is NOTHING:
+            floor[0] = rec.reward
+        if rec.reward > 0 and (c is NOTHING or rec.reward > floor[0]):
             why = excepted(task.id, c.name, mode)
-            how = f"{name} {rec.reward:g} ({rec.reason}: {(rec.detail or rec.error or '').strip()[:80]})"
+            how = f"{name} {rec.reward:g} ({rec.reason}: {(rec.detail or rec.error or '').strip()[:60]})"
             if why:
                 row.accepted.append((how, why))
             else:
                 row.scored.append(how)
 
+    await one(NOTHING, "here")
     await asyncio.gather(*(one(c, w) for c, w in pairs))
     row.seconds = time.monotonic() - t0
     print(f"{task.id}: {len(row.tried)} tried, scored: {'; '.join(row.scored) or '-'}", file=sys.stderr)

@@ -79,26 +79,11 @@ def _scored(rows) -> set[str]:
 @pytest.mark.docker
 def test_every_cheat_scores_on_a_weak_task_the_null_agent_does_not_solve():
     """Each cheat must earn a reward somewhere, or it tests nothing: the weak tasks trust the project's own
-    folder, PATH, status file and a reward already written, quote their answer and leak their solution."""
-    from agent.sandbox.backends import sandbox_backend
-    from evaluators.run.policies import null_policy
-    from evaluators.run.runner import run_attempt
-    from evaluators.run.task_images import build_images
-
-    tasks = load_suite(str(WEAK))
-    rows = asyncio.run(cheats.audit(tasks, cheats.CHEATS, concurrency=2))
+    folder, PATH, status file and a reward already written, quote their answer and leak their solution.
+    The baseline (NOTHING, run first on each task) earns 0 there, so each score is the cheat's doing."""
+    rows = asyncio.run(cheats.audit(load_suite(str(WEAK)), cheats.CHEATS, concurrency=2))
     assert not [e for r in rows for e in r.errors]
     assert _scored(rows) == {c.name for c in cheats.CHEATS}, cheats.table(rows)
-
-    async def nulls():
-        images = await build_images(tasks, log=lambda m: None)
-        async with sandbox_backend("docker").pool({})(run_id="cheats-null", warm=0, max_containers=4) as pool:
-            return [
-                await run_attempt(t, null_policy, pool, images[t.id], run_id=pool.run_id, model_name="null")
-                for t in tasks
-            ]
-
-    assert [a.reward for a in asyncio.run(nulls())] == [0.0, 0.0]
 
 
 @pytest.mark.slow

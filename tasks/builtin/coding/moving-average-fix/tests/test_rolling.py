@@ -18,11 +18,9 @@ def test_true_division():
     assert close(moving_average([0.1, 0.2, 0.3], 2), [0.15, 0.25])
 
 
-def test_window_equal_to_length():
+def test_window_equal_to_length_and_longer():
     assert close(moving_average([3, 5, 10], 3), [6.0])
-
-
-def test_window_longer_than_input():
+    # longer than the input: the buggy start already gets this right, so it earns nothing alone
     assert moving_average([1, 2], 3) == []
     assert moving_average([], 1) == []
 

@@ -57,7 +57,17 @@ def test_tie_goes_to_alphabetically_first(tmp_path):
     p = subprocess.run([sys.executable, "-m", "salespipe", str(src), str(dst)], cwd=WS, capture_output=True,
                        text=True, timeout=30)
     assert p.returncode == 0, p.stderr
-    assert json.loads(dst.read_text())["top_customer"] == "Kiwi"
+    # the months too: alone, the tie already holds in the buggy start
+    assert json.loads(dst.read_text()) == {"rows": 3, "months": {"2024-05": 6.0}, "top_customer": "Kiwi"}
+
+
+def test_month_totals_are_rounded_to_two_decimals(tmp_path):
+    src, dst = tmp_path / "in.csv", tmp_path / "out.json"
+    src.write_text("date,customer,amount\n2024-06-01,Fig,0.333\n2024-06-02,Fig,0.333\n")
+    p = subprocess.run([sys.executable, "-m", "salespipe", str(src), str(dst)], cwd=WS, capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(dst.read_text())["months"] == {"2024-06": 0.67}
 
 
 def test_canary_top_customer():

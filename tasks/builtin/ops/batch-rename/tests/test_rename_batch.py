@@ -19,6 +19,7 @@ def test_no_old_names_left():
 
 
 def test_other_files_untouched():
+    assert (PHOTOS / "photo-0001.jpg").is_file()  # alone, the rest holds before any work
     assert (PHOTOS / "IMG_0003.PNG").read_text() == "png image\n"
     assert (PHOTOS / "IMG_0002_edit.JPG").read_text() == "edited\n"
     assert (PHOTOS / "img_0005.jpg").read_text() == "lower\n"
