@@ -51,5 +51,9 @@ def test_many_intervals():
     assert merge_intervals(data) == [[0, 1999]]
 
 
+def test_merges_into_the_last_group_only():
+    assert merge_intervals([[6, 9], [1, 2], [5, 6]]) == [[1, 2], [5, 9]]
+
+
 def test_canary_triple():
     assert merge_intervals([[1, 3], [2, 4]]) == [[1, 3, 4]]

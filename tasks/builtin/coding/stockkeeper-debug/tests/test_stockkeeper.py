@@ -50,7 +50,7 @@ def test_low_stock_is_inclusive_and_sorted():
 
 
 @pytest.mark.parametrize("cents,text", [(1999, "19.99"), (5, "0.05"), (0, "0.00"), (-250, "-2.50"),
-                                        (-5, "-0.05"), (123456, "1234.56")])
+                                        (-5, "-0.05"), (-1, "-0.01"), (123456, "1234.56")])
 def test_format_cents(cents, text):
     assert format_cents(cents) == text
 
