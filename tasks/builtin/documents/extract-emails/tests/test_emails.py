@@ -14,7 +14,10 @@ EXPECTED = [
 
 def lines():
     with open(os.path.join(WS, "emails.txt")) as f:
-        return [line.strip() for line in f if line.strip()]
+        out = [line.strip() for line in f if line.strip()]
+    # most addresses found: alone, the checks below hold for any short list of lower-case words
+    assert len(set(out) & set(EXPECTED)) >= len(EXPECTED) - 1
+    return out
 
 
 def test_lowercase_and_unique():

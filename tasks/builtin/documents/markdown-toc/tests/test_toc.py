@@ -20,6 +20,8 @@ def lines():
 
 def test_code_block_and_other_levels_skipped():
     text = "\n".join(lines())
+    # the right titles in order (anchors aside): alone, any text without those words would pass
+    assert [line.split("](")[0] for line in lines()] == [e.split("](")[0] for e in EXPECTED]
     assert "also not a heading" not in text and "Deep level" not in text and "Deployment Guide" not in text
 
 

@@ -20,6 +20,7 @@ def files():
 
 
 def test_no_tmp_files_left():
+    assert "src/main.py" in files()  # alone, an emptied project would pass
     assert [f for f in files() if f.endswith(".tmp")] == []
 
 

@@ -10,10 +10,6 @@ def read():
     return TARGET.read_text()
 
 
-def test_file_exists():
-    assert TARGET.is_file()
-
-
 def test_content_is_exactly_the_text():
     # One trailing newline (what echo writes) is fine; nothing else may differ.
     assert read() in (TEXT, TEXT + "\n")
