@@ -192,4 +192,8 @@ def main(args) -> int:
         print(line, file=sys.stderr)
     bad = [r for r in rows if not r.ok]
     print(f"{len(rows) - len(bad)}/{len(rows)} tasks valid in {time.monotonic() - t0:.0f}s")
+    if getattr(args, "mutants", 0):  # then test strength, of the valid tasks (evaluators/mutants.py)
+        from evaluators import mutants
+
+        mutants.main([t for t, r in zip(tasks, rows) if r.ok], args)
     return 1 if bad else 0

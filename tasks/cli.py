@@ -58,6 +58,16 @@ def register(subparsers) -> None:
         action="store_true",
         help="Harbor tasks: no network for any container (default: as each task says)",
     )
+    val.add_argument(
+        "--mutants",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then run N mutants of each valid task's oracle through its hidden tests and print each "
+        "task's kill rate; under 0.8 is weak (evaluators/mutants.py; one instance per family)",
+    )
+    val.add_argument("--mutants-out", type=Path, help="with --mutants: every mutant's outcome here (TSV)")
+    val.add_argument("-v", "--verbose", action="store_true", help="with --mutants: list the survivors")
     val.set_defaults(func=cmd_validate)
 
     che = sub.add_parser(

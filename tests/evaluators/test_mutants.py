@@ -160,3 +160,24 @@ def test_weak_tests_let_mutants_survive_and_strong_ones_kill_them(monkeypatch):
     loop = rows["loop"]
     assert loop.count("timeout") == 2 and loop.kill_rate == 1.0, [(m.what, m.outcome) for m in loop.mutants]
     assert {m.what for m in loop.mutants if m.outcome == "timeout"} == {"i += 1 -> i -= 1", "i += 1 -> pass"}
+
+
+def test_validate_hands_its_valid_tasks_to_the_mutation_run(monkeypatch):
+    """`harness tasks validate --mutants N -v`: the mutation table follows, for the tasks that validated."""
+    from evaluators import validate
+    from harness import build_parser
+
+    args = build_parser().parse_args(["tasks", "validate", "builtin", "--mutants", "3", "-v"])
+    assert args.mutants == 3 and args.verbose and args.mutants_out is None
+    tasks = [replace(make_task(), id="good"), replace(make_task(), id="bad")]
+    monkeypatch.setattr("tasks.loader.load_suite", lambda *a, **k: tasks)
+
+    async def rows(tasks, **kw):
+        return [validate.Row("good"), validate.Row("bad", problems=["oracle not solved"])]
+
+    monkeypatch.setattr(validate, "validate", rows)
+    handed = []
+    monkeypatch.setattr(mutants, "main", lambda tasks, args: handed.append([t.id for t in tasks]))
+    assert validate.main(args) == 1 and handed == [["good"]]
+    args.mutants = 0
+    assert validate.main(args) == 1 and handed == [["good"]]  # without --mutants: no mutation run
