@@ -2,8 +2,10 @@
 
 Per task: the schema loads; the image builds; the oracle is solved on every repeat; the untouched
 workspace (null agent) is not solved; hidden tests are unreachable from the agent's sandbox; the
-instruction does not quote the hidden tests. An impossible variant (tag "impossible", tasks/impossible.py)
-must instead FAIL with the oracle on every repeat: its tests contradict the instruction the oracle follows.
+instruction does not quote the hidden tests; nor do the task's files show a defect (evaluators/task_lint.py:
+the solution given away, hidden tests that need the network or read the date). An impossible variant
+(tag "impossible", tasks/impossible.py) must instead FAIL with the oracle on every repeat: its tests
+contradict the instruction the oracle follows.
 Runs concurrently through the warm pool.
 """
 
@@ -21,6 +23,7 @@ from evaluators.grading.grade import GradingStations
 from evaluators.run.policies import null_policy, oracle_policy
 from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
+from evaluators.task_lint import lint
 from tasks.model import Task
 
 
@@ -36,6 +39,7 @@ class Row:
     tests_budget: float = 0.0
     problems: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)  # "oracle|null reason reward", one per attempt
+    attempts: list = field(default_factory=list, repr=False)  # their records, for results.metrics.audit_tasks
 
     @property
     def ok(self) -> bool:
@@ -85,6 +89,7 @@ async def validate_task(
     leaks = leaked_lines(task)
     if leaks:
         row.problems.append(f"instruction quotes hidden tests: {leaks[0][:60]!r}")
+    row.problems += lint(task)
 
     async def oracle_and_probe(task: Task, sb: Sandbox):
         problem = await hidden_tests_unreachable(task, sb)
@@ -114,6 +119,7 @@ async def validate_task(
         task, null_policy, pool, image, run_id=pool.run_id, model_name="null", stations=stations
     )
     row.verdicts = [f"oracle {r.reason} {r.reward:g}" for r in runs] + [f"null {null.reason} {null.reward:g}"]
+    row.attempts = [*runs, null]
     row.null = "solved" if null.solved else "not solved"
     if null.solved:
         row.problems.append("the untouched workspace is solved: the tests check nothing the agent must do")
