@@ -19,7 +19,8 @@ def rows():
 
 
 def test_header():
-    assert rows()[0] == ["id", "name", "email", "signup_date"]
+    # and a first row: alone, the header the instruction spells out earns credit with no work
+    assert rows()[0] == ["id", "name", "email", "signup_date"] and rows()[1] == EXPECTED[0]
 
 
 def test_rows_without_email_dropped():

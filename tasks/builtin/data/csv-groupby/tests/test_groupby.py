@@ -12,7 +12,8 @@ def rows():
 
 
 def test_header():
-    assert rows()[0] == ["region", "total", "count"]
+    # and one row per region: alone, the header the instruction spells out earns credit with no work
+    assert rows()[0] == ["region", "total", "count"] and len(rows()) == len(EXPECTED) + 1
 
 
 def test_one_row_per_region_sorted():
