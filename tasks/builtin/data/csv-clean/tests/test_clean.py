@@ -25,7 +25,7 @@ def test_header():
 
 def test_rows_without_email_dropped():
     ids = [r[0] for r in rows()[1:]]
-    assert "2" not in ids and "7" not in ids
+    assert "1" in ids and "2" not in ids and "7" not in ids  # "1": alone, no rows at all would pass
 
 
 def test_duplicates_removed_and_sorted_numerically():
