@@ -443,13 +443,13 @@ def table(rows: list[Row]) -> list[str]:
 def main(args) -> int:
     from tasks.loader import load_suite, spread
 
+    cheats = by_name(args.cheat)  # a misspelt name fails before the suite loads
     tasks = load_suite(args.suite)
     if not args.every_instance:
         tasks = one_per_family(tasks)
     tasks = spread(tasks, args.limit)
     if args.no_internet:
         tasks = kinds.offline(tasks)
-    cheats = by_name(args.cheat)
     t0 = time.monotonic()
     rows = asyncio.run(audit(tasks, cheats, args.concurrency))
     for line in table(rows):
