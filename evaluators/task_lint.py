@@ -16,12 +16,20 @@ from tasks.model import Task
 
 # A line this long is distinctive: shorter ones (`set -e`, `fi`, `return out`) appear in any two files.
 MIN_LINE = 25
+SHORT_LINE = 8  # `return x`: a line of code, not `fi` or `EOF`
 _COMMON = ("import ", "from ", "#", "def ", "class ", "cat >", "cat <<", "python3 ", "set -", "cd ")
 
+# a fetch call, or curl/wget in a command's place (not "apt-get install -y curl")
 NETWORK = re.compile(
     r"\burlopen\(|\brequests\.(get|post|head)\(|\bhttpx\.|\bhttp\.client\b|\bsocket\.create_connection\("
-    r"|\bsocket\.getaddrinfo\(|\bgethostbyname\(|(^|[\s;|&(])(curl|wget)\s|\b(nc|ping)\s+-"
+    r"|\bsocket\.getaddrinfo\(|\bgethostbyname\(|\b(nc|ping)\s+-"
+    r"""|(^|[;|&(`"'\[]|\$\()\s*(sudo\s+)?["']?(curl|wget)(\s|["'],)""",
+    re.M,
 )
+# a URL whose host is not this container's own: a service the test started itself needs no network
+LOCAL = r"(localhost|127\.[\d.]+|0\.0\.0\.0|\[::1\])"
+REMOTE_URL = re.compile(rf"\b(https?|ftp)://(?!{LOCAL}[:/'\"\s]|{LOCAL}$)[\w.-]+", re.M)
+LOCAL_HOST = re.compile(rf"\b{LOCAL}\b")
 # time.time() is left out: tests use it for unique names and elapsed time, not for the date
 CLOCK = re.compile(
     r"\b(datetime|date)\.(now|today|utcnow)\(|\btime\.(localtime|gmtime|ctime)\(\)"
@@ -29,11 +37,11 @@ CLOCK = re.compile(
 )
 
 
-def _lines(data: bytes) -> set[str]:
+def _lines(data: bytes, min_len: int = MIN_LINE) -> set[str]:
     out = set()
     for line in data.decode("utf-8", "replace").splitlines():
         line = line.strip()
-        if len(line) >= MIN_LINE and not line.startswith(_COMMON):
+        if len(line) >= min_len and not line.startswith(_COMMON):
             out.add(line)
     return out
 
@@ -43,16 +51,19 @@ def solution_leaks(task: Task) -> list[str]:
     starting file (the workspace, or the context a Dockerfile copies from), and an answer task's expected
     answer quoted in the instruction."""
     problems = []
-    lines = set().union(*(_lines(d) for d in task.solution_files.values()))
+    starting = {**task.workspace_files, **task.build_context}
+    # a line the starting files hold is given anyway (HumanEval: the prompt is the stub and the instruction)
+    given = set().union(*(_lines(d) for d in starting.values()))
+    lines = set().union(*(_lines(d) for d in task.solution_files.values())) - given
     quoted = sorted(line for line in lines if line in task.instruction)
     if quoted:
         problems.append(f"instruction quotes the solution: {quoted[0][:60]!r}")
-    # all of a solution file's distinctive lines (2 or more) in one starting file: a fix task's oracle
-    # rewrites a starting file, so some of its lines are there already, but never all (the fix is not)
-    starting = {**task.workspace_files, **task.build_context}
+    # all of a solution file's lines (2 or more of 8+ characters) in one starting file: a fix task's oracle
+    # rewrites a starting file, so some of its lines are there already, but never all (the fix is not);
+    # short lines count here, since a solution's distinctive lines can all be given (HumanEval's prompt)
     for sol, data in sorted(task.solution_files.items()):
-        own = _lines(data)
-        where = [p for p, d in sorted(starting.items()) if len(own) >= 2 and own <= _lines(d)]
+        own = _lines(data, SHORT_LINE)
+        where = [p for p, d in sorted(starting.items()) if len(own) >= 2 and own <= _lines(d, SHORT_LINE)]
         if where:
             problems.append(f"starting file {where[0]} holds the solution ({sol}, {len(own)} lines)")
             break
@@ -69,16 +80,18 @@ def _tests_text(task: Task) -> list[tuple[str, str]]:
 
 
 def network_use(task: Task) -> list[str]:
-    """Hidden tests that fetch from the network, in a task whose verifier has none: no solution passes."""
+    """Hidden tests that fetch from another machine, in a task whose verifier has no network. A fetch counts
+    when the file names a remote URL, or fetches and names no local address (the target is computed)."""
     harbor = task.harbor
     if task.environment.allow_internet or (harbor is not None and getattr(harbor, "verifier_network", False)):
         return []
     for name, text in _tests_text(task):
-        m = NETWORK.search(text)
-        if m:
-            call = m.group(0).strip(" (")
+        call = NETWORK.search(text)
+        remote = REMOTE_URL.search(text)
+        if call and (remote or not LOCAL_HOST.search(text)):
+            what = remote.group(0) if remote else call.group(0).strip(" (;|&`$")
             return [
-                f"hidden test {name} uses the network ({call}) but its verifier has none:"
+                f"hidden test {name} uses the network ({what}) but its verifier has none:"
                 " ship the data with the tests"
             ]
     return []
@@ -97,6 +110,8 @@ def clock_use(task: Task) -> list[str]:
     return []
 
 
-def lint(task: Task) -> list[str]:
-    """Every problem the task's files show, one line each."""
-    return solution_leaks(task) + network_use(task) + clock_use(task)
+def lint(task: Task, oracle_passed: bool = False) -> list[str]:
+    """Every problem the task's files show, one line each. A fetch the oracle passed without does not decide
+    the verdict (Terminal-Bench's test.sh fetches uv's installer; the image has uv), so it is reported only to
+    explain an oracle that fails."""
+    return solution_leaks(task) + ([] if oracle_passed else network_use(task)) + clock_use(task)

@@ -89,7 +89,6 @@ async def validate_task(
     leaks = leaked_lines(task)
     if leaks:
         row.problems.append(f"instruction quotes hidden tests: {leaks[0][:60]!r}")
-    row.problems += lint(task)
 
     async def oracle_and_probe(task: Task, sb: Sandbox):
         problem = await hidden_tests_unreachable(task, sb)
@@ -109,6 +108,7 @@ async def validate_task(
     row.tests_budget = task.verifier_timeout_sec
     row.oracle = f"{solved}/{repeats}"
     row.flaky = 0 < solved < repeats
+    row.problems += lint(task, oracle_passed=solved == repeats)
     if "impossible" in task.tags:  # the oracle follows the instruction: an impossible variant must fail it
         if solved:
             row.problems.append("impossible variant solved by the oracle: its tests do not contradict it")

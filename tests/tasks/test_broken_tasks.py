@@ -76,12 +76,15 @@ def test_static_checks_flag_their_classes_and_no_real_task(tmp_path, builtin):
             assert found_classes(problems, False, []) == [cls]
         else:
             assert problems == [], (t.id, problems)
+    from tasks.humaneval import import_humaneval
+
     for suite in (
         "builtin",
         ROOT / "tests" / "fixtures" / "terminal-bench",
         ROOT / "tests" / "fixtures" / "harbor",
+        import_humaneval(tmp_path / "humaneval"),
     ):
-        assert {t.id: lint(t) for t in load_suite(suite) if lint(t)} == {}
+        assert {t.id: lint(t) for t in load_suite(str(suite)) if lint(t)} == {}
 
 
 def test_findings_read_as_classes():
@@ -116,3 +119,42 @@ def test_validate_and_audit_find_one_of_each_class(tmp_path, builtin):
             assert found, (r.task, r.oracle)  # all failing reads as oracle-fails: found, not by its name
         else:
             assert right_class(cls, found), (r.task, found, r.problems)
+
+
+def test_static_checks_spare_what_is_given_or_local(builtin):
+    """The false positives found on real tasks: HumanEval's instruction quotes the prompt the starting file
+    holds anyway; a Terminal-Bench service test fetches from its own container and installs curl; a task's
+    fetch the oracle passed without decides nothing, so it explains only an oracle failure."""
+    from dataclasses import replace
+
+    base = next(t for t in builtin if t.evaluator.kind == "pytest")
+    name = sorted(base.test_files)[0]
+    prompt = 'def add(a, b):\n    """Return the sum of a and b, for any two numbers."""\n'
+    given = replace(
+        base,
+        instruction=base.instruction + "\n" + prompt,
+        workspace_files={**base.workspace_files, "solution.py": prompt.encode()},
+        solution_files={"solve.sh": f"cat > solution.py <<'EOF'\n{prompt}    return a + b\nEOF\n".encode()},
+    )
+    assert lint(given) == []
+    pasted = replace(given, instruction=given.instruction + "\n    return a + b  # the whole trick is here\n")
+    pasted = replace(pasted, solution_files={"solve.sh": b"    return a + b  # the whole trick is here\n"})
+    assert [p for p in lint(pasted) if "instruction quotes" in p]
+
+    def with_test(text: str):
+        t = replace(base, test_files={**base.test_files, name: base.test_files[name] + text.encode()})
+        return replace(t, environment=replace(t.environment, allow_internet=False))
+
+    local = with_test('\ndef test_served():\n    assert requests.get("http://localhost:8080/x").ok\n')
+    assert lint(local) == []
+    installs = with_test("\n# apt-get install -y curl\n")
+    assert lint(installs) == []
+    for remote in (
+        '\ndef test_ref():\n    urllib.request.urlopen("https://data.example.org/ref.json")\n',
+        '\ndef test_ref():\n    os.system("curl -LsSf https://astral.sh/uv/install.sh | sh")\n',
+        '\ndef test_ref():\n    subprocess.run(["wget", "-q", "ftp://mirror.example.net/ref"])\n',
+        "\ndef test_ref():\n    requests.get(URL)\n",  # a computed target, no local address named
+    ):
+        t = with_test(remote)
+        assert [p for p in lint(t) if "uses the network" in p], remote
+        assert lint(t, oracle_passed=True) == [], remote
