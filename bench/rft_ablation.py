@@ -38,7 +38,7 @@ import argparse
 import json
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -146,6 +146,20 @@ def train_attempts(vs: list[dict]) -> float:
     return sum(counts) / len(counts) if counts else float("nan")
 
 
+def hinted_solved(vs: list[dict]) -> str:
+    """Sampled hinted attempts solved / run, over every round of every run ('-' where none ran): whether
+    the hints helped the model solve anything it then trains on."""
+    rows = [
+        row
+        for v in vs
+        for rd in v["rounds"].values()
+        for name, rs in rd["runs"].items()
+        if name.startswith("train-hinted")
+        for row in rs
+    ]
+    return f"{sum(bool(r[2]) for r in rows)}/{len(rows)}" if rows else "-"
+
+
 def gain(x: dict | None) -> str:
     if not x:
         return f"{'-':<31}"
@@ -164,7 +178,7 @@ def table(runs: dict[str, list[dict]]) -> list[str]:
         "[95% CI, bootstrap over families, seeds pooled]",
         f"{'method':<36} {'model':<6} {'seeds':>5}  {'r0 inst':>7} {'instance held-out gain':<31}  "
         f"{'r0 fam':>6} {'family held-out gain':<31} {'attempts/rd':>11} {'hinted kept':>11} "
-        f"{'hinted tok':>10}",
+        f"{'hinted tok':>10} {'hinted solved':>13}",
     ]
     for m, vs in runs.items():
         kept, tok = hinted_shares(vs)
@@ -174,8 +188,11 @@ def table(runs: dict[str, list[dict]]) -> list[str]:
             lines.append(
                 f"{m + ' ' + METHODS.get(m, ''):<36} {label:<6} {len(vs):>5}  {base['heldout']:>7.3f} "
                 f"{gain(agg.get('heldout')):<31}  {base['family']:>6.3f} {gain(agg.get('family')):<31} "
-                f"{train_attempts(vs):>11.1f} {share(kept):>11} {share(tok):>10}"
+                f"{train_attempts(vs):>11.1f} {share(kept):>11} {share(tok):>10} {hinted_solved(vs):>13}"
             )
+    for m, vs in runs.items():  # why each run ended (a stop rule can end a run before --rounds)
+        said = Counter((v.get("stopped") or {}).get("reason", "not recorded") for v in vs)
+        lines.append(f"{m} stopped: " + "; ".join(f"{r} (x{n})" for r, n in sorted(said.items())))
     families = {f for vs in runs.values() for v in vs for f in v["split"].get("heldout_families", [])}
     lines.append(f"held-out families: {', '.join(sorted(families)) or 'none'}")
     return lines

@@ -64,6 +64,7 @@ def write_figures(folder: Path) -> None:
             ],
         ),
     }
+    files["a-seed0"]["stopped"] = {"round": 1, "reason": "reached the last round (1)"}
     folder.mkdir(parents=True)
     for name, v in files.items():
         (folder / f"{name}.json").write_text(json.dumps(v))
@@ -86,15 +87,17 @@ def test_recompute_gives_the_table_of_a_hand_computation(tmp_path, capsys):
     assert "+0.375 ±0.177 [+0.000,+0.750]" in a, a
     assert "+0.000 ±0.000 [+0.000,+0.000]" in a, a
     assert re.search(r" 2\s+0\.000 ", a), a  # 2 seeds, base 0
-    assert re.search(r"8\.0\s+0\.000\s+0\.000$", a), a  # 8 train attempts a round; nothing hinted
+    assert re.search(r"8\.0\s+0\.000\s+0\.000\s+-$", a), a  # 8 train attempts a round; nothing hinted
     assert row(out, "a", "last") == a.replace(" result ", " last   ")  # its result is its last round
     # c hands on round 0 (chosen on train): no gain; its last round gained G1 (2 of 4 family tasks)
     c, c_last = row(out, "c", "result"), row(out, "c", "last")
     assert c.count("+0.000 ±0.000 [+0.000,+0.000]") == 2, c
     assert "+0.500 ±0.000 [+0.000,+1.000]" in c_last, c_last
-    # 3 of 4 kept trajectories and 120 of 200 trained tokens came from hinted attempts; 8 attempts a round
-    assert re.search(r"8\.0\s+0\.750\s+0\.600$", c), c
+    # 3 of 4 kept trajectories and 120 of 200 trained tokens came from hinted attempts; 8 attempts a round;
+    # its 4 hinted samples (round 0) solved nothing
+    assert re.search(r"8\.0\s+0\.750\s+0\.600\s+0/4$", c), c
     assert "held-out families: G1, G2" in out
+    assert "a stopped: not recorded (x1); reached the last round (1) (x1)" in out
 
 
 def test_recompute_refuses_a_folder_without_verdicts(tmp_path):
