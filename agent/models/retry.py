@@ -176,7 +176,8 @@ async def call_with_retries(
     async def once() -> T:
         nonlocal attempts
         attempts += 1
-        return await asyncio.wait_for(request(), policy.timeout)
+        async with asyncio.timeout(policy.timeout):  # not wait_for: see agent/sandbox/transport.py
+            return await request()
 
     async def backoff(seconds: float) -> None:  # the provider's rate limit or outage: not the agent's time
         with waiting():

@@ -142,7 +142,10 @@ class CommandChannel:
                 await asyncio.to_thread(self._send, data)
             else:
                 self._send(data)
-            return await asyncio.wait_for(fut, host_timeout)
+            # asyncio.timeout, not wait_for: 3.11's wait_for drops a cancellation (Ctrl-C) that lands
+            # as the reply arrives, and the run goes on as if never interrupted
+            async with asyncio.timeout(host_timeout):
+                return await fut
         except asyncio.TimeoutError:
             # The server itself stopped answering (e.g. starved by a fork bomb): this sandbox is done.
             self.mark_dead(f"no answer within {host_timeout:.0f}s")
