@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -416,3 +417,10 @@ def suite_sample(tasks):
             picked.append(t)
             seen.add((t.family, t.split))
     return picked
+
+
+def signals_as_in_a_shell() -> None:
+    """preexec_fn for a child a test interrupts: Ctrl-C, SIGTERM and SIGHUP back to their defaults. A suite
+    started in the background (`make test &`, nohup) ignores SIGINT or SIGHUP, and children inherit that."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)

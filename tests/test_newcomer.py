@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from results.commandline import invocation
-from tests.helpers import GOOD_TOML, ROOT, SUBMIT, write_task
+from tests.helpers import GOOD_TOML, ROOT, SUBMIT, signals_as_in_a_shell, write_task
 
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a login shell's, no venv
 
@@ -89,6 +89,7 @@ def test_the_printed_resume_command_runs_from_a_shell_without_the_venv(image, tm
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=signals_as_in_a_shell,
     )
     deadline = time.monotonic() + 120
     while not (run / "manifest.json").exists() and time.monotonic() < deadline and proc.poll() is None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import signals_as_in_a_shell
 from tests.ray_cluster import available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,10 @@ def test_the_engine_setup_starts_outlives_the_command_that_started_it(tmp_path, 
     line = engine_start_line().replace("/usr/sbin/dockerd", str(stand_in))
     line = line.replace("/tmp/harness-dockerd.log", str(tmp_path / "log"))
     caller = subprocess.Popen(
-        ["bash", "-c", f"{line}\nsleep 300"], start_new_session=True, stdin=subprocess.PIPE
+        ["bash", "-c", f"{line}\nsleep 300"],
+        start_new_session=True,
+        stdin=subprocess.PIPE,
+        preexec_fn=signals_as_in_a_shell,
     )
     try:
         end = time.monotonic() + 20
@@ -125,6 +129,7 @@ def test_an_interrupted_test_run_stops_its_ray_cluster(tmp_path, sig):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=signals_as_in_a_shell,
     )
     ns = ""
     try:
