@@ -411,14 +411,18 @@ async def audit_task(task: Task, cheats: list[Cheat], pool: SandboxPool, image: 
     return row
 
 
-async def audit(tasks: list[Task], cheats: list[Cheat], concurrency: int = 2) -> list[Row]:
+async def audit(
+    tasks: list[Task], cheats: list[Cheat] | dict[str, list[Cheat]], concurrency: int = 2
+) -> list[Row]:
+    """Every cheat on every task, or (a dict: task id -> cheats) each task's own share of them."""
+    own = cheats if isinstance(cheats, dict) else {t.id: cheats for t in tasks}
     images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
     slots = asyncio.Semaphore(concurrency)
     pool_class = sandbox_backend("docker").pool({})
     async with pool_class(
         run_id=f"cheats-{int(time.time())}", warm=2, max_containers=2 * concurrency + 2
     ) as pool:
-        return await asyncio.gather(*(audit_task(t, cheats, pool, images[t.id], slots) for t in tasks))
+        return await asyncio.gather(*(audit_task(t, own[t.id], pool, images[t.id], slots) for t in tasks))
 
 
 def one_per_family(tasks: list[Task]) -> list[Task]:

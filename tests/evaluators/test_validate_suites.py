@@ -52,7 +52,9 @@ def test_humaneval_import_is_valid(tmp_path):
     folder = import_humaneval(tmp_path / "humaneval")
     tasks = load_suite(str(folder))
     assert len(tasks) == 164
-    rows = asyncio.run(validate(tasks, repeats=1, concurrency=4))
+    # every 4th problem in the sandbox (41; all 164: ~10 min), every one by the static checks
+    # (tests/tasks/test_broken_tasks.py); `harness tasks validate` on the import runs them all
+    rows = asyncio.run(validate(tasks[::4], repeats=1, concurrency=4))
     bad = [(r.task, r.problems) for r in rows if not r.ok]
     assert not bad, bad
 
