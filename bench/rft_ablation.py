@@ -24,12 +24,10 @@ seeds and the 95% CI of a bootstrap over families of the per-task gain pooled ov
 kept trajectories and of trained tokens that came from hinted attempts (every round's data phase,
 pooled over seeds; '-' where nothing was trained).
 
-Time budget (an estimate, not yet a measured run; the aim is 90 minutes on this 2-core machine): an
-evaluated model runs 12 held-out greedy + 12 sampled, 12 family greedy, 12 train greedy, 24 train samples
-and 4 cheat probes = 76 attempts of at most 5 steps x 64 tokens (~2.5-5 min at the 2-4 s an attempt
-bench/rft_curriculum.py measured); a seed runs a's round 0, b's and c's own round-0 samples and four
-round-1 models (~430 attempts) and four fine-tunings or updates (~1-2 min each): ~20-35 min, three seeds
-~60-105 min. The last round's train samples (lora/train.py samples them every round) are a fifth of it.
+Time, measured (the defaults, on the 2-core machine, most of it shared with a test run): 127 min for
+three seeds; per method over the seeds, a 43.5 min (its round 0 is everyone's), b 38.9, c 29.8, d 13.8
+(bench/figures/rft-ablation/run.txt); seed 0, alone for its first 10 min, took 36 min. Hints start from round
+1's samples, so only --rounds 2 or more can train on hinted attempts.
 """
 
 from __future__ import annotations
