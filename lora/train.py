@@ -513,8 +513,10 @@ def _no_improvement(out: Path, r: int) -> Optional[str]:
     """Why the loop should stop after round r, from train tasks only (held-out is what the result is
     reported on, so it never steers): the train solve rate (greedy pass@1 over every train task: the
     sampled rate covers only the tasks the budget chose) did not beat the best of the earlier rounds,
-    and round r's unhinted train samples solved no train task that earlier rounds' had not. None: one
-    of them moved."""
+    and round r's train samples solved no train task that earlier rounds' had not. Hinted samples count:
+    a task solved only from a hint is new data the next round trains on (without the hint), and a rule
+    that ignored them stopped the hinted loop before its hints ever reached the model. None: one of
+    them moved."""
     rows = load_rounds(out)
     greedy = {x["round"]: x["value"] for x in rows if x["split"] == "train" and x["metric"] == "pass@1"}
     now, before = greedy.get(r), max((v for k, v in greedy.items() if k < r), default=None)
@@ -530,12 +532,11 @@ def _no_improvement(out: Path, r: int) -> Optional[str]:
 
 
 def _solved_in_samples(out: Path, r: int) -> set[str]:
-    """The train tasks round r's unhinted train samples solved (strictly)."""
+    """The train tasks round r's train samples, hinted or not, solved (strictly, with no exploit flag)."""
     ev = phase_done(out / f"round_{r}", "eval") or {"runs": {}}
     return {
         a.task_id
-        for name, run_dir in _train_runs(ev).items()
-        if "hinted" not in name
+        for run_dir in _train_runs(ev).values()
         for a in load_attempts(Path(run_dir))
         if is_solved(a, strict=True) and not record_flags(a)
     }

@@ -234,3 +234,30 @@ def test_round_cis_resample_families_not_instances(tmp_path):
     # with two clusters a resample is all-a, all-b or mixed: the 95% interval is [0, 1]
     assert (by_family["ci_low"], by_family["ci_high"]) == (0.0, 1.0)
     assert by_task["ci_high"] - by_task["ci_low"] < 1.0
+
+
+def test_a_task_solved_only_from_a_hint_is_progress_for_the_stop_rule(tmp_path):
+    """Round 1 did not beat round 0 on train greedy, and its only new solve came from a hinted attempt:
+    that solve is what round 2 trains on, so the loop goes on (the rule ignored hinted solves: the ablation's
+    hinted runs stopped before training on any). A round with nothing new, hinted or not, still stops."""
+    from tests.lora_fakes import attempt
+
+    def eval_phase(r: int, runs: dict[str, list]) -> None:
+        paths = {}
+        for name, attempts in runs.items():
+            folder = tmp_path / f"round_{r}" / "eval" / name
+            folder.mkdir(parents=True)
+            (folder / "attempts.jsonl").write_text("".join(a.model_dump_json() + "\n" for a in attempts))
+            paths[name] = str(folder)
+        lt.mark_done(tmp_path / f"round_{r}", "eval", {"runs": paths})
+
+    train = {"split": "train", "metric": "pass@1", "value": 0.5, "ci_low": 0.0, "ci_high": 1.0}
+    (tmp_path / "rounds.jsonl").write_text("".join(json.dumps({**train, "round": r}) + "\n" for r in (0, 1)))
+    failed = dict(status="failed", reward=0.0, reason="fail")
+    eval_phase(0, {"train-sample": [attempt("t1"), attempt("t2", **failed)]})
+    eval_phase(1, {"train-sample-x1": [attempt("t1")], "train-hinted-x2": [attempt("t2", 1)]})
+    assert lt._no_improvement(tmp_path, 1) is None
+    eval_phase(2, {"train-sample-x1": [attempt("t1")], "train-hinted-x2": [attempt("t2", 1, **failed)]})
+    rows = [json.dumps({**train, "round": r}) + "\n" for r in (0, 1, 2)]
+    (tmp_path / "rounds.jsonl").write_text("".join(rows))
+    assert "solved no new train task" in lt._no_improvement(tmp_path, 2)
