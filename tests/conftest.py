@@ -11,6 +11,7 @@ dead processes' orphans), and images and the model cache are built by atomic ren
 
 import asyncio
 import functools
+import os
 import signal
 import sys
 from pathlib import Path
@@ -43,7 +44,19 @@ def _terminated(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def one_torch_thread() -> None:
+    """Several workers on 2 cores, each with torch's default of one OpenMP thread per core, spin-wait on each
+    other: measured beside a busy machine, bench/hint_forms.py --smoke took 181 s with the default threads and
+    39 s with one. The environment reaches the benches, `harness` runs and Ray nodes the tests start."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # already imported (by a plugin): it read the variable before we set it
+        sys.modules["torch"].set_num_threads(1)
+
+
 def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # an xdist worker: one CPU thread for torch, here and in children
+        one_torch_thread()
     # A stopped test run (`timeout make test`, a CI cancel: SIGTERM) ends as Ctrl-C does, so that fixtures and
     # `finally` blocks stop the servers and clusters they started (tests/ray_cluster.py also has a reaper).
     signal.signal(signal.SIGTERM, _terminated)
