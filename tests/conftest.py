@@ -97,6 +97,10 @@ def xdist_group(item) -> str:
     return ""
 
 
+# tryfirst: xdist's own hook turns the xdist_group markers into worker groups, and a conftest hook runs after
+# it otherwise (it is registered first), so no group was ever made: module fixtures (a model, a suite) were
+# made on each worker and the Ray tests ran side by side.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "image" in getattr(item, "fixturenames", ()):
