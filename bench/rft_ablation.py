@@ -7,7 +7,7 @@ sampled train attempts per round, over several seeds, on the instance and the fa
     c  the new loop with hints (rft-curriculum as it is: never-solved tasks sampled from a hint)
     d  the policy-gradient mode (--method grpo): groups of K attempts per train task
 
-    python bench/rft_ablation.py [--out runs/rft-ablation] [--seeds 3] [--rounds 1] [--limit 12] [--samples 2]
+    python bench/rft_ablation.py [--out runs/rft-ablation] [--seeds 3] [--rounds 2] [--limit 12] [--samples 2]
     python bench/rft_ablation.py --smoke --out DIR        # minutes: 1 task a split, 1 round, 1 seed
     python bench/rft_ablation.py --recompute bench/figures/rft-ablation   # the table from the kept files
 
@@ -24,10 +24,10 @@ seeds and the 95% CI of a bootstrap over families of the per-task gain pooled ov
 kept trajectories and of trained tokens that came from hinted attempts (every round's data phase,
 pooled over seeds; '-' where nothing was trained).
 
-Time, measured (the defaults, on the 2-core machine, most of it shared with a test run): 127 min for
-three seeds; per method over the seeds, a 43.5 min (its round 0 is everyone's), b 38.9, c 29.8, d 13.8
-(bench/figures/rft-ablation/run.txt); seed 0, alone for its first 10 min, took 36 min. Hints start from round
-1's samples, so only --rounds 2 or more can train on hinted attempts.
+Time, measured (the defaults, on the 2-core machine): 184 min for three seeds, summed over the phases a 64.1
+min (its round 0 is everyone's), b 49.8, c 42.7, d 25.8 (bench/figures/rft-ablation/run.txt: rounds 0-1 ran
+first, beside a test run, and the folder was resumed for round 2). Hints start from round 1's samples, so
+only round 2 on can train on hinted attempts: hence 2 rounds by default.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--out", default="runs/rft-ablation", help="folder of the runs; the same folder resumes")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --smoke: 1)")
-    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--limit", type=int, default=12, help="instances per split, spread over the families")
     p.add_argument("--samples", type=int, default=2, help="K: attempts per train task a round (a, d)")
     p.add_argument("--name", default="rft-ablation", help="the table's name: bench/figures/<name>/")
