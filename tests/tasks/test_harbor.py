@@ -23,7 +23,7 @@ from tasks.export import export_task
 from tasks.loader import load_suite
 from tasks.task_folder import load_task
 from tests.conftest import run
-from tests.helpers import suite_sample, write_files
+from tests.helpers import write_files
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harbor"
 
@@ -486,11 +486,13 @@ def test_exported_tasks_validate_one_of_each_kind(image, tmp_path):
 @pytest.mark.slow
 def test_exported_builtin_suite_validates(image, tmp_path):
     """The built-in suite exported to Harbor's format and loaded back grades as it does natively: every
-    hand-written task, and one train and one held-out instance of each family (tests.helpers.suite_sample)."""
-    tasks = suite_sample(load_suite("builtin"))
+    hand-written task and one instance of each family (a family's instances export alike)."""
+    from evaluators.cheats import one_per_family
+
+    tasks = one_per_family(load_suite("builtin"))
     rows = run(validate(_exported(tmp_path, tasks), repeats=1, concurrency=4))
     bad = [(r.task, r.oracle, r.null, r.problems) for r in rows if not r.ok]
-    assert bad == [] and len(rows) == len(tasks) > 60
+    assert bad == [] and len(rows) == len(tasks) > 50
 
 
 def test_export_cli(tmp_path, capsys):
