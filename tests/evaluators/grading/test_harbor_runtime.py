@@ -7,6 +7,7 @@ Real Docker; the images are our base image and tasks built FROM it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
@@ -499,7 +500,13 @@ def test_a_timeout_kills_the_commands_group_and_what_was_left_running_ends_with_
             async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
                 left = await sb.exec("setsid sleep 300 > /dev/null 2>&1 & echo started", timeout=10)
                 slow = await sb.exec("sleep 301 & sleep 302", timeout=1)
-                after_timeout = (await sb.exec("ps -eo args", timeout=10)).stdout
+                # SIGKILL to the group is sent before the reply; on a loaded machine its members can take a
+                # moment to die, so look a few times (they would live 300 s if the kill were never sent)
+                for _ in range(20):
+                    after_timeout = (await sb.exec("ps -eo args", timeout=10)).stdout
+                    if "sleep 301" not in after_timeout and "sleep 302" not in after_timeout:
+                        break
+                    await asyncio.sleep(0.1)
                 await sb.kill_all()
                 after_kill_all = (await sb.exec("ps -eo args", timeout=10)).stdout
                 return left, slow, after_timeout, after_kill_all
