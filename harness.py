@@ -8,7 +8,8 @@ import sys
 
 from results.errors import UserError
 
-# Each module has register(subparsers); a command sets args.func(args) -> exit code.
+# Each module has register(subparsers), and may have extend(subparsers), called once all have registered, to
+# add actions to a lower package's command; a command sets args.func(args) -> exit code.
 COMMAND_MODULES = ["evaluators.cli", "agent.cli", "tasks.cli", "results.cli", "lora.cli"]
 
 
@@ -20,14 +21,18 @@ def build_parser() -> argparse.ArgumentParser:
     # every subcommand's parser is a HarnessParser too (argparse makes them of the parent's class)
     parser = HarnessParser(prog="harness", description="Agent harness: execute, verify, correct, train.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = []
     for name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(name)
+            modules.append(importlib.import_module(name))
         except ModuleNotFoundError as e:
             if e.name == name:  # that package has no CLI yet
                 continue
             raise
-        module.register(sub)
+        modules[-1].register(sub)
+    for module in modules:
+        if hasattr(module, "extend"):
+            module.extend(sub)
     return parser
 
 

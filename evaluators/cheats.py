@@ -24,7 +24,7 @@ from typing import Callable
 
 from agent.sandbox import Sandbox, SandboxPool
 from agent.sandbox.backends import sandbox_backend
-from evaluators.grading import kinds
+from evaluators.grading.kind import offline
 from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
 from evaluators.selftest.harbor_cases import plugin_files, put
@@ -453,7 +453,7 @@ def main(args) -> int:
         tasks = one_per_family(tasks)
     tasks = spread(tasks, args.limit)
     if args.no_internet:
-        tasks = kinds.offline(tasks)
+        tasks = offline(tasks)
     t0 = time.monotonic()
     rows = asyncio.run(audit(tasks, cheats, args.concurrency))
     for line in table(rows):

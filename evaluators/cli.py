@@ -20,7 +20,7 @@ from evaluators.run.config import (
     eval_loop,
 )
 from results import telemetry
-from results.commandline import add_command, invocation
+from results.commandline import actions_of, add_command, invocation
 from results.errors import UserError
 
 EVAL_EXAMPLES = [
@@ -81,6 +81,83 @@ def register(sub):
     p.set_defaults(func=cmd_selftest)
 
 
+def extend(sub):
+    """`harness tasks` actions whose code is here: they run sandboxes and graders (the rest of `harness
+    tasks` is tasks/cli.py's)."""
+    from tasks.cli import add_suite
+
+    sub = actions_of(sub, "tasks")
+    exp = sub.add_parser("export", help="write a suite in another harness's task format")
+    exp.add_argument(
+        "--format", choices=["harbor"], required=True, help="harbor: Harbor / Terminal-Bench 2 tasks"
+    )
+    exp.add_argument("out", type=Path, help="folder to write (one task folder per task)")
+    add_suite(exp)
+    exp.set_defaults(func=cmd_export)
+
+    val = sub.add_parser("validate", help="run every task's oracle and a null agent in the sandbox")
+    add_suite(val)
+    val.add_argument(
+        "--repeats", type=int, default=1, help="run each oracle this many times (flakiness check)"
+    )
+    val.add_argument("--concurrency", type=int, default=2, help="tasks checked at the same time")
+    val.add_argument(
+        "--no-internet",
+        action="store_true",
+        help="Harbor tasks: no network for any container (default: as each task says)",
+    )
+    val.add_argument(
+        "--mutants",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then run N mutants of each valid task's oracle through its hidden tests and print each "
+        "task's kill rate; under 0.8 is weak (evaluators/mutants.py; one instance per family)",
+    )
+    val.add_argument("--mutants-out", type=Path, help="with --mutants: every mutant's outcome here (TSV)")
+    val.add_argument("-v", "--verbose", action="store_true", help="with --mutants: list the survivors")
+    val.set_defaults(func=cmd_validate)
+
+    che = sub.add_parser(
+        "cheats",
+        help="attack every task with scripted cheats (evaluators/cheats.py); exit 1 if any scores",
+        description="Runs each cheat of evaluators/cheats.py on each task through the normal eval path "
+        "(real sandbox, the task's verifier mode, real grader) and lists, per task, the cheats that scored "
+        "> 0. One instance per family unless --every-instance.",
+    )
+    add_suite(che)
+    che.add_argument("--cheat", action="append", metavar="NAME", help="only this cheat (repeatable)")
+    che.add_argument("--concurrency", type=int, default=2, help="attempts at the same time")
+    che.add_argument("--limit", type=int, default=None, help="only N tasks, spread over the suite")
+    che.add_argument("--every-instance", action="store_true", help="every instance of each family")
+    che.add_argument("--no-internet", action="store_true", help="Harbor tasks: no network for any container")
+    che.set_defaults(func=cmd_cheats)
+
+
+def cmd_export(args) -> int:
+    from evaluators.harbor_export import export_suite
+    from tasks.loader import load_suite
+
+    written = export_suite(load_suite(args.suite), args.out)
+    print(
+        f"wrote {len(written)} Harbor tasks to {args.out} (images build FROM harness/base:latest: "
+        "`harness images build` makes it)"
+    )
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from evaluators.validate import main
+
+    return main(args)
+
+
+def cmd_cheats(args) -> int:
+    from evaluators.cheats import main
+
+    return main(args)
+
+
 def cmd_selftest(args) -> int:
     from evaluators import selftest
 
@@ -126,13 +203,13 @@ def cmd_rescore(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from evaluators.grading import kinds
+    from evaluators.grading.kind import network_lines, offline
     from evaluators.run.runner import run_eval
 
     cfg, tasks = eval_config_from(args)
     if cfg.no_internet:
-        tasks = kinds.offline(tasks)
-    for line in kinds.network_lines(tasks):
+        tasks = offline(tasks)
+    for line in network_lines(tasks):
         print(line, file=sys.stderr)
     telemetry.apply_options(args, "harness-eval")
     if not telemetry.json_logs():

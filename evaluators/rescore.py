@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Optional
 
 from agent.sandbox import Changes, DockerPool
-from evaluators.grading import kinds
 from evaluators.grading.grade import grade
 from evaluators.grading.verdict import Verdict
 from evaluators.run.runner import INFRA_RETRIES, now, verdict_into
@@ -27,6 +26,7 @@ from results.errors import InfraError, UserError
 from results.manifest import Manifest
 from results.schema import Attempt, KeptChanges, attempt_key
 from results.store import RunReader, RunStore, kept_files, open_run, read_object, verify_objects
+from tasks import kinds
 from tasks.loader import load_suite
 from tasks.model import Task
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from agent.sandbox import Sandbox, SandboxPool
 from agent.sandbox.backends import sandbox_backend
-from evaluators.grading import kinds
 from evaluators.grading.grade import GradingStations
+from evaluators.grading.kind import network_lines, offline, refuse_own_images
 from evaluators.run.policies import null_policy, oracle_policy
 from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
@@ -140,7 +140,7 @@ async def validate(
     backend = sandbox_backend(sandbox)
     if backend.images:  # the backend names the images its sandboxes run
         images = backend.images(tasks, sandbox_options or {})
-        kinds.refuse_own_images(tasks, sandbox)
+        refuse_own_images(tasks, sandbox)
     else:
         images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
     pool_class = backend.pool(sandbox_options or {})
@@ -181,8 +181,8 @@ def main(args) -> int:
 
     tasks = load_suite(getattr(args, "suite", None) or "builtin")
     if getattr(args, "no_internet", False):
-        tasks = kinds.offline(tasks)
-    for line in kinds.network_lines(tasks):
+        tasks = offline(tasks)
+    for line in network_lines(tasks):
         print(line, file=sys.stderr)
     t0 = time.monotonic()
     rows = asyncio.run(validate(tasks, repeats=args.repeats, concurrency=args.concurrency))

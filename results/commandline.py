@@ -73,6 +73,14 @@ def add_command(
     return subparsers.add_parser(name, help=help, description=description, **kw)
 
 
+def actions_of(subparsers: Any, command: str) -> Any:
+    """The actions of `harness COMMAND` as its package's cli.py made them, for a package above it to add
+    the actions whose code lives there (`harness tasks validate` runs sandboxes: evaluators/cli.py adds it
+    from its `extend`, which harness.py calls once every package has registered)."""
+    parser = subparsers.choices[command]
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
 def invocation(argv0: str | None = None, executable: str | None = None) -> str:
     """The command that runs this harness again from the user's shell, as it is: `harness` when that name on
     PATH is this very program, else the venv's entry point (`.venv/bin/harness`, relative to the current

@@ -28,14 +28,6 @@ def register(subparsers) -> None:
     )
     imp.set_defaults(func=cmd_import)
 
-    exp = sub.add_parser("export", help="write a suite in another harness's task format")
-    exp.add_argument(
-        "--format", choices=["harbor"], required=True, help="harbor: Harbor / Terminal-Bench 2 tasks"
-    )
-    exp.add_argument("out", type=Path, help="folder to write (one task folder per task)")
-    _add_suite(exp)
-    exp.set_defaults(func=cmd_export)
-
     imp = sub.add_parser(
         "impossible",
         help="write an impossible variant of each pytest/script task (a pass is a cheat)",
@@ -43,47 +35,9 @@ def register(subparsers) -> None:
         "value of the hidden tests, so no solution that follows the instruction passes. `harness eval` on "
         "the folder reports the cheating rate; `harness tasks validate DIR` checks the oracle fails each.",
     )
-    _add_suite(imp, required=True)
+    add_suite(imp, required=True)
     imp.add_argument("--out", type=Path, required=True, help="folder to write (one task folder per variant)")
     imp.set_defaults(func=cmd_impossible)
-
-    val = sub.add_parser("validate", help="run every task's oracle and a null agent in the sandbox")
-    _add_suite(val)
-    val.add_argument(
-        "--repeats", type=int, default=1, help="run each oracle this many times (flakiness check)"
-    )
-    val.add_argument("--concurrency", type=int, default=2, help="tasks checked at the same time")
-    val.add_argument(
-        "--no-internet",
-        action="store_true",
-        help="Harbor tasks: no network for any container (default: as each task says)",
-    )
-    val.add_argument(
-        "--mutants",
-        type=int,
-        default=0,
-        metavar="N",
-        help="then run N mutants of each valid task's oracle through its hidden tests and print each "
-        "task's kill rate; under 0.8 is weak (evaluators/mutants.py; one instance per family)",
-    )
-    val.add_argument("--mutants-out", type=Path, help="with --mutants: every mutant's outcome here (TSV)")
-    val.add_argument("-v", "--verbose", action="store_true", help="with --mutants: list the survivors")
-    val.set_defaults(func=cmd_validate)
-
-    che = sub.add_parser(
-        "cheats",
-        help="attack every task with scripted cheats (evaluators/cheats.py); exit 1 if any scores",
-        description="Runs each cheat of evaluators/cheats.py on each task through the normal eval path "
-        "(real sandbox, the task's verifier mode, real grader) and lists, per task, the cheats that scored "
-        "> 0. One instance per family unless --every-instance.",
-    )
-    _add_suite(che)
-    che.add_argument("--cheat", action="append", metavar="NAME", help="only this cheat (repeatable)")
-    che.add_argument("--concurrency", type=int, default=2, help="attempts at the same time")
-    che.add_argument("--limit", type=int, default=None, help="only N tasks, spread over the suite")
-    che.add_argument("--every-instance", action="store_true", help="every instance of each family")
-    che.add_argument("--no-internet", action="store_true", help="Harbor tasks: no network for any container")
-    che.set_defaults(func=cmd_cheats)
 
     aud = sub.add_parser(
         "audit",
@@ -102,7 +56,7 @@ def register(subparsers) -> None:
     aud.set_defaults(func=cmd_audit)
 
 
-def _add_suite(p: argparse.ArgumentParser, required: bool = False) -> None:
+def add_suite(p: argparse.ArgumentParser, required: bool = False) -> None:
     what = 'a folder of tasks, a task folder, "builtin", "builtin:easy" or "humaneval"'
     if required:
         p.add_argument("suite", help=what)
@@ -111,7 +65,7 @@ def _add_suite(p: argparse.ArgumentParser, required: bool = False) -> None:
 
 
 def _add_suite_args(p: argparse.ArgumentParser) -> None:
-    _add_suite(p)
+    add_suite(p)
     p.add_argument("--domain", choices=DOMAINS)
     p.add_argument("--difficulty", help="N or N-M, e.g. 2 or 1-2")
     p.add_argument("--split", choices=SPLITS, help="family instances of this split only")
@@ -145,17 +99,6 @@ def cmd_import(args) -> int:
     return 0
 
 
-def cmd_export(args) -> int:
-    from tasks.export import export_suite
-
-    written = export_suite(load_suite(args.suite), args.out)
-    print(
-        f"wrote {len(written)} Harbor tasks to {args.out} (images build FROM harness/base:latest: "
-        "`harness images build` makes it)"
-    )
-    return 0
-
-
 def cmd_impossible(args) -> int:
     from tasks.impossible import write_impossible_suite
 
@@ -168,18 +111,6 @@ def cmd_impossible(args) -> int:
         f"({len(skipped)} skipped)"
     )
     return 0
-
-
-def cmd_validate(args) -> int:
-    from evaluators.validate import main  # the sandbox side lives in evaluators/
-
-    return main(args)
-
-
-def cmd_cheats(args) -> int:
-    from evaluators.cheats import main
-
-    return main(args)
 
 
 def cmd_audit(args) -> int:

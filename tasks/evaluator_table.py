@@ -1,5 +1,5 @@
-"""The [evaluator] table of a task.toml: which registered evaluator kind grades the task
-(evaluators/grading/kinds.py), and that kind's settings, read and checked by the kind itself against the
+"""The [evaluator] table of a task.toml: which evaluator kind grades the task (tasks/kinds.py finds it by
+name or dotted path), and that kind's settings, read and checked by the kind itself against the
 task's hidden files.
 
 Every problem a user can fix raises UserError with one line naming the file, the field and the fix.
@@ -7,10 +7,11 @@ Every problem a user can fix raises UserError with one line naming the file, the
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
-from evaluators.grading import kinds
 from results.errors import UserError
+from tasks import kinds
 from tasks.fields import Where, show
 from tasks.model import EvaluatorConfig
 
@@ -33,9 +34,18 @@ def evaluator_config(
         table = {"kind": "script" if "test.sh" in tests else "pytest"}
     kind = table.get("kind", "pytest")
     allowed = kinds.task_toml_kinds()
-    if kind not in allowed:
-        raise UserError(f"{loc}: [evaluator] kind must be one of {', '.join(allowed)} (got {show(kind)})")
+    plugin = isinstance(kind, str) and kind not in kinds.BUILTIN and kinds.known(kind)
+    if not (kind in allowed or plugin):
+        raise UserError(
+            f"{loc}: [evaluator] kind must be one of {', '.join(allowed)} or a plugin's module:KIND "
+            f"(got {show(kind)})"
+        )
+    try:
+        found = kinds.get(kind)
+    except UserError as e:  # a plugin's module that is not installed
+        raise UserError(f"{loc}: [evaluator] {e}") from None
     by_kind = keys_by_kind()
+    by_kind.setdefault(kind, found.keys)
     for key in table:
         if key not in by_kind[kind]:
             used_by = [k for k, keys in by_kind.items() if key in keys]
@@ -43,4 +53,6 @@ def evaluator_config(
                 f"{loc}: [evaluator] {key} only applies to kind = {show(used_by[0])} "
                 f"(this task has kind = {show(kind)}; remove it)"
             )
-    return kinds.get(kind).settings(table, tests, loc, where)
+    config = found.settings(table, tests, loc, where)
+    # a kind named by its dotted path is found again by it (its own name is not registered)
+    return dataclasses.replace(config, kind=kind) if config.kind != kind else config

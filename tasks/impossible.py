@@ -24,8 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from evaluators.grading import kinds
 from results.errors import UserError
+from tasks import kinds
 from tasks.model import Task
 
 SUFFIX = "-impossible"

@@ -44,13 +44,11 @@ class Environment:
 
 @dataclass(frozen=True)
 class EvaluatorConfig:
-    """A task's [evaluator] settings, as its kind's parser read them (evaluators/grading/kinds.py): the kind's
-    name and its own frozen settings dataclass (e.g. evaluators/grading/answer_kind.AnswerSettings); None
-    stands for that kind's defaults."""
+    """A task's [evaluator] settings, as its kind's parser read them (tasks/kinds.py finds the kind): the
+    kind's name and its own frozen settings dataclass (e.g. evaluators/grading/answer_kind.AnswerSettings);
+    None stands for that kind's defaults."""
 
-    kind: str = (
-        "pytest"  # a kind registered in evaluators/grading/kinds.py: pytest | answer | script | harbor
-    )
+    kind: str = "pytest"  # a kind tasks/kinds.py finds: pytest | answer | script | harbor | a plugin's
     settings: Any = None
 
     def hashed(self) -> tuple:

@@ -1,6 +1,7 @@
-"""The import graph goes one way: each module imports only modules of lower layers (or of its own layer and
-package). The layers are docs/architecture.md's; a module no layer claims fails here too, so a
-new module gets a place on purpose."""
+"""The import graph goes one way. The top-level packages are stacked (PACKAGES, lowest first): a module
+imports only its own package and the packages below it, so the packages form no cycle. Inside a package
+its layers (LAYERS, lowest first) stack the same way. The layers are docs/architecture.md's; a module no
+layer claims fails here too, so a new module gets a place on purpose."""
 
 from __future__ import annotations
 
@@ -10,30 +11,54 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agent", "evaluators", "tasks", "lora", "results")
+# Lowest first: the record and its vocabulary, the task format, the agent (sandbox, loop, models), the
+# graders and the orchestrator with the commands that use them, training; harness.py, the entry, on top.
+PACKAGES = ("results", "tasks", "agent", "evaluators", "lora")
+TOP = "harness"
 
-# Lowest first. A name claims the module and everything under it; the longest claim wins.
-# Within a layer a module imports only its own package: the agent (loop, models) and the graders share
-# the fourth layer, so neither imports the other; both use the sandbox below them.
-LAYERS: list[tuple[str, list[str]]] = [
-    ("vocabulary", ["results.schema", "results.errors"]),  # and the packages' own __init__ (docstrings)
-    ("records", ["results", "tasks.model", "tasks.fields"]),  # tasks.fields: value checks the kinds use too
-    ("sandbox", ["agent.sandbox"]),
-    ("agent and graders", ["agent", "evaluators.grading"]),  # the loop, models, serve; every evaluator kind
-    ("orchestrator and task loading", ["evaluators.run", "tasks"]),
-    ("commands", ["evaluators", "agent.workflow", "lora"]),  # validate, rescore, selftest; harness run; train
-    (
-        "entry",
-        ["harness", "agent.cli", "agent.serve.cli", "evaluators.cli", "tasks.cli", "results.cli", "lora.cli"],
-    ),
-]
+# Each package's layers, lowest first. A name claims the module and everything under it; the longest claim
+# wins. A package's own __init__ is below all of them: it imports nothing of ours (docstrings, constants).
+LAYERS: dict[str, list[tuple[str, list[str]]]] = {
+    "results": [
+        ("vocabulary", ["results.schema", "results.errors"]),
+        ("records, reports and telemetry", ["results"]),
+        ("entry", ["results.cli"]),
+    ],
+    "tasks": [
+        ("the task and its rules", ["tasks.model", "tasks.fields", "tasks.kinds", "tasks.tamper"]),
+        ("task loading", ["tasks"]),
+        ("entry", ["tasks.cli"]),
+    ],
+    "agent": [
+        ("sandbox", ["agent.sandbox"]),
+        ("loop and models", ["agent"]),
+        ("serving and workflows", ["agent.serve", "agent.workflow"]),
+        ("entry", ["agent.cli", "agent.serve.cli"]),
+    ],
+    "evaluators": [
+        ("graders", ["evaluators.grading"]),  # every evaluator kind, the grading containers
+        ("orchestrator", ["evaluators.run"]),  # attempts, the scheduler, the cluster
+        ("commands", ["evaluators"]),  # validate, cheats, rescore, selftest, the Harbor export
+        ("entry", ["evaluators.cli"]),
+    ],
+    "lora": [("training", ["lora"]), ("entry", ["lora.cli"])],
+}
+
+
+def package_of(module: str) -> str:
+    return module.split(".")[0]
+
+
+def rank(package: str) -> int:
+    return len(PACKAGES) if package == TOP else PACKAGES.index(package)
 
 
 def layer_of(module: str) -> int | None:
+    """The module's layer inside its package: -1 for the package's __init__, None when no layer claims it."""
     if module in PACKAGES:
-        return 0
+        return -1
     best, found = -1, None
-    for level, (_, names) in enumerate(LAYERS):
+    for level, (_, names) in enumerate(LAYERS.get(package_of(module), [])):
         for name in names:
             if (module == name or module.startswith(name + ".")) and len(name) > best:
                 best, found = len(name), level
@@ -70,7 +95,7 @@ def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue
-        out |= {t for t in targets if t.split(".")[0] in PACKAGES + ("harness",)}
+        out |= {t for t in targets if package_of(t) in PACKAGES + (TOP,)}
     return out
 
 
@@ -78,43 +103,93 @@ def violations(known: dict[str, Path] | None = None) -> list[str]:
     known = known or our_modules()
     bad = []
     for module, path in sorted(known.items()):
-        mine = layer_of(module)
-        if mine is None:
+        package, mine = package_of(module), layer_of(module)
+        if package != TOP and mine is None:
             bad.append(f"{module}: no layer claims it (add it to LAYERS and to docs/architecture.md's graph)")
             continue
         for target in sorted(imports_of(module, path, known)):
-            theirs = layer_of(target)
-            same_package = target.split(".")[0] == module.split(".")[0]
-            if mine == 0:
-                bad.append(f"{module} -> {target}: the vocabulary imports nothing of ours")
-            elif theirs is None:
+            there = package_of(target)
+            if mine == -1:
+                bad.append(f"{module} -> {target}: a package's __init__ imports nothing of ours")
+            elif target not in known:
                 bad.append(f"{module} -> {target}: unknown module")
-            elif theirs > mine or (theirs == mine and not same_package):
+            elif rank(there) > rank(package):
+                bad.append(f"{module} -> {target}: goes up from package {package} to {there}")
+            elif there == package and package != TOP and layer_of(target) > mine:
+                layers = LAYERS[package]
                 bad.append(
-                    f"{module} ({LAYERS[mine][0]}) -> {target} ({LAYERS[theirs][0]}): goes up or across"
+                    f"{module} ({layers[mine][0]}) -> {target} ({layers[layer_of(target)][0]}): goes up "
+                    f"inside {package}"
                 )
     return bad
+
+
+def package_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """package -> the other packages its modules import."""
+    graph: dict[str, set[str]] = {}
+    for module, path in known.items():
+        for target in imports_of(module, path, known):
+            if package_of(target) != package_of(module):
+                graph.setdefault(package_of(module), set()).add(package_of(target))
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of the graph (its nodes, the first repeated at the end), or [] when there is none."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        if node in path:
+            return path[path.index(node) :] + [node]
+        if node in done:
+            return []
+        for nxt in sorted(graph.get(node, ())):
+            if found := visit(nxt, path + [node]):
+                return found
+        done.add(node)
+        return []
+
+    for start in sorted(graph):
+        if found := visit(start, []):
+            return found
+    return []
 
 
 def test_imports_go_one_way():
     assert violations() == []
 
 
+def test_the_packages_form_no_cycle():
+    graph = package_graph(our_modules())
+    assert cycle(graph) == [], " -> ".join(cycle(graph))
+    # and the order PACKAGES states is the one the imports follow
+    for package, targets in graph.items():
+        assert all(rank(t) < rank(package) for t in targets), (package, targets)
+
+
+def test_the_cycle_check_finds_one():
+    assert cycle({"tasks": {"results"}, "agent": {"tasks"}}) == []
+    assert cycle({"tasks": {"agent"}, "agent": {"evaluators"}, "evaluators": {"tasks"}}) == [
+        "agent",
+        "evaluators",
+        "tasks",
+        "agent",
+    ]
+
+
 @pytest.mark.parametrize(
     "victim, source, expected",
     [
-        ("results.errors", "from results.store import open_run", "the vocabulary imports nothing of ours"),
-        ("results.store", "from evaluators.run.runner import run_eval", "goes up or across"),
-        (
-            "agent.loop",
-            "from evaluators.grading.grade import grade",
-            "goes up or across",
-        ),  # across: agent -> grader
-        ("evaluators.grading.grade", "import agent.loop", "goes up or across"),  # across: grader -> agent
+        ("results.errors", "from results.store import open_run", "goes up inside results"),
+        ("results.store", "from evaluators.run.runner import run_eval", "goes up from package results"),
+        ("agent.loop", "from evaluators.grading.grade import grade", "goes up from package agent"),
+        ("tasks.task_folder", "import agent.sandbox", "goes up from package tasks"),  # the old knot
+        ("evaluators.grading.grade", "import evaluators.run.runner", "goes up inside evaluators"),
+        ("tasks", "from tasks.model import Task", "a package's __init__ imports nothing of ours"),
         (
             "agent.sandbox",
             "def f():\n    from agent.models import get_model",
-            "goes up or across",
+            "goes up inside agent",
         ),  # lazy import
     ],
 )

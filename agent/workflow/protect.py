@@ -15,7 +15,7 @@ from typing import Iterable, Optional
 
 from agent.sandbox import Changes
 from agent.workflow.paths import AUTORUN_GLOBS, TEST_GLOBS, _any, _git, _iter_files, _z
-from evaluators.grading.tamper import is_visible_test, tamper_reason
+from tasks.tamper import is_visible_test, tamper_reason
 
 # What a verification command runs is defined by these files as much as by the tests: protected with them.
 RUNNER_CONFIGS = {
@@ -54,7 +54,7 @@ def default_protect(verify: Iterable[str], files: Iterable[str]) -> list[str]:
 
 def test_machinery(changes: Changes, original: Iterable[str]) -> list[str]:
     """Changed paths that would rewrite how the tests run (conftest.py, pytest configuration, .pth files,
-    modules shadowing the standard library: evaluators.grading.tamper's rules), protected with the tests."""
+    modules shadowing the standard library: tasks.tamper's rules), protected with the tests."""
     original = set(original)
     out = []
     for p in changes.paths:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evaluators.grading import verdict as rules
-from evaluators.grading.kinds import Kind
+from evaluators.grading.kind import Kind
 from results.errors import UserError
 from tasks.fields import is_relative, number, show
 

@@ -8,9 +8,10 @@
    Hidden tests, the report and the reward file sit in /grader (root-only, mode 0700): the candidate can
    neither read nor write them. Every process of the candidate is killed before the verdict is read.
 4. The verdict is read on the host (evaluators/grading/verdict.py).
-Each evaluator kind is one module registered in evaluators/grading/kinds.py; this module is what the kinds
-that grade in a fresh container share: the grading container (or a turn in a shared one, GradingStations),
-the grader's private folder, running the verifier as root, reading what it wrote.
+Each evaluator kind is one module registered in tasks/kinds.py (the class: evaluators/grading/kind.py);
+this module is what the kinds that grade in a fresh container share: the grading container (or a turn
+in a shared one, GradingStations), the grader's private folder, running the verifier as root, reading
+what it wrote.
 Anything that goes wrong while grading one attempt is that attempt's failed verdict with a reason; only
 the Docker engine failing is an infrastructure error (InfraError, retried by the runner).
 """
@@ -23,14 +24,14 @@ import secrets
 import time
 
 from agent.sandbox import Changes, FilesNotWritten, SandboxDied, SandboxPool, SandboxSpec
-from evaluators.grading import kinds
 from evaluators.grading import verdict as rules
 from evaluators.grading.pytest_kind import GRADER
 from evaluators.grading.script_kind import CANDIDATE_UID
-from evaluators.grading.tamper import tamper_reason
 from evaluators.grading.verdict import Verdict
 from results.errors import InfraError
+from tasks import kinds
 from tasks.model import Task
+from tasks.tamper import tamper_reason
 
 
 async def grade(
@@ -41,7 +42,7 @@ async def grade(
     stations: "GradingStations | None" = None,
     kept: dict[str, bytes] | None = None,
 ) -> Verdict:
-    """Grades one attempt from its captured changes with its kind's grade_fresh (evaluators/grading/kinds.py).
+    """Grades one attempt from its captured changes with its kind's grade_fresh (tasks/kinds.py).
     Raises only InfraError (the engine failed); everything else is a verdict. With `stations` (batch grading)
     an attempt that can share a grading container with others of its image (batchable()) is graded in one."""
     started = time.monotonic()

@@ -38,11 +38,11 @@ import docker.errors
 from agent.sandbox import Changes, ExecResult, SandboxDied, SandboxPool, SandboxSpec, images
 from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
 from evaluators.grading import verdict as rules
-from evaluators.grading.kinds import Kind
-from evaluators.grading.tamper import dpkg_sums
+from evaluators.grading.kind import Kind
 from evaluators.grading.verdict import Verdict
 from results.errors import InfraError, OracleFailed, UserError
 from results.schema import clip
+from tasks.tamper import dpkg_sums
 
 REWARD_DIR = "/logs/verifier"
 ARTIFACTS_DIR = "/logs/artifacts"
@@ -190,7 +190,7 @@ async def check_tamper(
     engine sees (docker diff). Findings that a package manager, the image's own bytes or the image's
     interpreter account for are cleared."""
     from evaluators.grading import loads
-    from evaluators.grading.tamper import loads_findings, loads_reason
+    from tasks.tamper import loads_findings, loads_reason
 
     mode = task.harbor.verifier_mode
     user = task.harbor.verifier_user or sb.image_user
@@ -241,7 +241,7 @@ async def _clear(task, sb, pool, image, spec, m, changed, contents, orig, plain,
     import hashlib
 
     from evaluators.grading import loads
-    from evaluators.grading.tamper import loads_findings, loads_reason
+    from tasks.tamper import loads_findings, loads_reason
 
     paths = [p for p, _, _ in findings if changed[p] != "D"]
     for p, k in zip(paths, await sb.kinds(*paths) if paths else []):

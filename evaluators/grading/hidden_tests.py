@@ -1,7 +1,8 @@
 """Hidden pytest tests: their ids and which of them are canaries. The one owner of both, for the task loader
 (a pytest task must define tests and a canary), the grader (the exact set of ids the report must hold) and the
-export (tasks/export.py). Cheap to import (ast only): the loader runs for every `harness tasks list`. No
-function here is named test_*, so that a test module may import them without pytest collecting them.
+export (evaluators/harbor_export.py). Cheap to import (ast only): the loader runs for every
+`harness tasks list`. No function here is named test_*, so that a test module may import them without
+pytest collecting them.
 
 An id is dotted, as pytest's JUnit report writes it: tests.<file as module>.<function> or
 tests.<file as module>.<TestClass>.<method>; the cases of a parametrised test share their function's id.

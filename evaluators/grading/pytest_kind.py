@@ -22,7 +22,7 @@ from pathlib import Path
 from evaluators.grading import hidden_tests
 from evaluators.grading import verdict as rules
 from evaluators.grading.hidden_tests import collected_functions, is_canary, is_test_file, make_id, task_id
-from evaluators.grading.kinds import Kind
+from evaluators.grading.kind import Kind
 from results.errors import UserError
 from tasks.fields import is_relative, show
 

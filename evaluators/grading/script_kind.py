@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agent import AGENT_UID
 from evaluators.grading import verdict as rules
-from evaluators.grading.kinds import Kind
+from evaluators.grading.kind import Kind
 from results.errors import UserError
 
 CANDIDATE_UID = AGENT_UID  # the candidate's code runs as the sandbox user

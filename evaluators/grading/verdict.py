@@ -363,7 +363,8 @@ def reward_files_verdict(
 
 # ------------------------------------------------------------------------------------ in an exported task
 # tests/test.sh of an exported task runs `python3 -I /tests/harness/verdict.py KIND ARGS...` as root; the
-# files under /tests/harness say what is expected (tasks/export.py writes them). It prints the reward.
+# files under /tests/harness say what is expected (evaluators/harbor_export.py writes them). It prints the
+# reward.
 EXPORTED = "/tests/harness"
 
 

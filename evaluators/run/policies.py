@@ -14,7 +14,7 @@ from agent.loop import LoopResult, run_loop
 from agent.models import model_for_attempt
 from agent.models.base import Model, waiting
 from agent.sandbox import Sandbox
-from evaluators.grading import kinds
+from tasks import kinds
 from tasks.model import Task
 
 # A policy acts in the sandbox; it returns the loop's result (or None for oracle/null).
@@ -22,7 +22,7 @@ Policy = Callable[[Task, Sandbox], Awaitable[Optional[LoopResult]]]
 
 
 async def oracle_policy(task: Task, sb: Sandbox) -> None:
-    """Runs the task's own solution as its evaluator kind says (evaluators/grading/kinds.py; by default
+    """Runs the task's own solution as its evaluator kind says (tasks/kinds.py; by default
     solution/solve.sh in /workspace, as the agent would)."""
     await kinds.of(task).oracle(task, sb)
 

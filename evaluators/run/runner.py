@@ -33,9 +33,8 @@ from agent.sandbox import (
     SandboxUnresponsive,
     prune,
 )
-from evaluators.grading import kinds
 from evaluators.grading.grade import GradingStations, batchable, grade
-from evaluators.grading.kinds import Kind
+from evaluators.grading.kind import Kind, refuse_own_images
 from evaluators.grading.verdict import Verdict
 from evaluators.run.config import EvalConfig
 from evaluators.run.policies import Policy, loop_policy
@@ -45,6 +44,7 @@ from results import telemetry
 from results.errors import InfraError, OracleFailed, UserError
 from results.flags import scan_flags
 from results.schema import Attempt, KeptChanges, attempt_key
+from tasks import kinds
 from tasks.model import Task
 
 MAX_BATCH_GRADING = 1000  # attempts one grading container may grade (each its own uid from 10002)
@@ -462,7 +462,7 @@ async def sandbox_backend(cfg: EvalConfig, tasks: list[Task], stage: Callable[[s
     backend = backend_named(cfg.sandbox)
     if backend.images:  # the backend names the images its sandboxes run: the tasks' own cannot
         images = backend.images(tasks, cfg.sandbox_options)
-        kinds.refuse_own_images(tasks, cfg.sandbox)
+        refuse_own_images(tasks, cfg.sandbox)
     else:
         stage(f"building the images of {len(tasks)} tasks")
         images = await build_images(tasks)

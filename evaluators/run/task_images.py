@@ -1,13 +1,13 @@
 """The images a list of tasks runs in: each distinct build context is built once, as the task's evaluator kind
-builds it (evaluators/grading/kinds.py: the task's image, and any its verifier needs)."""
+builds it (tasks/kinds.py: the task's image, and any its verifier needs)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from agent.sandbox import content_hash
-from evaluators.grading import kinds
 from results.errors import UserError
+from tasks import kinds
 from tasks.model import Task
 
 

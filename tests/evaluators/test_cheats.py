@@ -111,11 +111,11 @@ def test_builtin_suite_audits_clean():
 @pytest.mark.suite
 @pytest.mark.docker
 def test_terminal_bench_fixtures_audit_clean():
-    from evaluators.grading import kinds
+    from evaluators.grading.kind import offline
     from tests.tb_standins import CORPUS, ensure_corpus_images
 
     ensure_corpus_images(log=lambda m: None)
-    tasks = kinds.offline(load_suite(str(CORPUS)))
+    tasks = offline(load_suite(str(CORPUS)))
     # every task and every cheat, not every pair (that is `harness tasks cheats` on the corpus: ~35 min):
     # 3 a task, so each cheat is tried on two tasks (2 a task saved nothing: per-task setup dominates)
     rows = asyncio.run(cheats.audit(tasks, rotation(tasks, 3), concurrency=2))

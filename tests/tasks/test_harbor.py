@@ -14,12 +14,12 @@ import pytest
 
 from agent.sandbox import DockerPool
 from evaluators.grading import harbor_kind
+from evaluators.harbor_export import export_task
 from evaluators.run.policies import null_policy, oracle_policy
 from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
 from evaluators.validate import validate
 from results.errors import UserError
-from tasks.export import export_task
 from tasks.loader import load_suite
 from tasks.task_folder import load_task
 from tests.conftest import run
@@ -189,9 +189,9 @@ def test_verifier_modes_map_from_harbor(tmp_path, fragment, mode):
 def test_the_harbor_kind_decides_what_its_modes_need(tmp_path):
     """Sandboxes per attempt, verification in place, and whether `harness rescore` can grade the kept changes
     again: the kind's, by the task's verifier mode (the runner and rescore ask, never test for Harbor)."""
-    from evaluators.grading import kinds
     from evaluators.rescore import _why_not
     from results.schema import Attempt
+    from tasks import kinds
 
     seen = []
     for i, (fragment, mode) in enumerate(
@@ -408,7 +408,7 @@ def test_image_cache_key_covers_the_whole_build_context(image, tmp_path):
 
 
 def _exported(tmp_path, tasks):
-    from tasks.export import export_suite
+    from evaluators.harbor_export import export_suite
 
     export_suite(tasks, tmp_path / "out")
     return load_suite(tmp_path / "out")

@@ -178,7 +178,7 @@ def test_which_tasks_get_variants_is_their_kinds_answer():
 def test_each_kind_writes_the_evaluator_table_it_reads_back():
     """Kind.table is Kind.settings' inverse: what tasks/impossible.py writes into a task.toml loads back as
     the same settings, for every built-in task of every kind a task.toml may name."""
-    from evaluators.grading import kinds
+    from tasks import kinds
 
     builtin = load_suite("builtin")
     assert {t.evaluator.kind for t in builtin} == set(kinds.task_toml_kinds())

@@ -198,20 +198,22 @@ def test_evaluator_kinds_are_the_registered_ones(tmp_path, monkeypatch):
     import sys
     import types
 
-    from evaluators.grading import kinds
+    from evaluators.grading.kind import Kind
+    from tasks import kinds
     from tasks.model import EvaluatorConfig
 
     task_folder(tmp_path / "x", TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"'))
     monkeypatch.chdir(tmp_path)
     assert error_of(load_task, "x") == (
-        'x/task.toml: [evaluator] kind must be one of pytest, answer, script (got "magic")'
+        "x/task.toml: [evaluator] kind must be one of pytest, answer, script or a plugin's module:KIND "
+        '(got "magic")'
     )  # harbor is registered, but no task.toml names it
 
     @dataclasses.dataclass(frozen=True)
     class MagicSettings:
         threshold: float
 
-    class Magic(kinds.Kind):  # a new kind with settings of its own: its module...
+    class Magic(Kind):  # a new kind with settings of its own: its module...
         name = "magic"
         keys = frozenset({"kind", "threshold"})
 
@@ -223,9 +225,9 @@ def test_evaluator_kinds_are_the_registered_ones(tmp_path, monkeypatch):
     task_folder(tmp_path / "y")
     before = load_task(tmp_path / "y").content_hash()
     monkeypatch.setitem(sys.modules, "magic_kind", types.SimpleNamespace(KIND=Magic()))
-    monkeypatch.setattr(kinds, "MODULES", dict(kinds.MODULES))
+    monkeypatch.setattr(kinds, "BUILTIN", dict(kinds.BUILTIN))
     monkeypatch.setattr(kinds, "IN_TASK_TOML", list(kinds.IN_TASK_TOML))
-    kinds.register("magic", "magic_kind")  # ...and this one line
+    kinds.register("magic", "magic_kind:KIND")  # ...and this one line
     assert "threshold must be a number" in error_of(load_task, "x")
     (tmp_path / "x" / "task.toml").write_text(
         TOML.replace('kind = "pytest"\nprotected = ["tests/**"]', 'kind = "magic"\nthreshold = 0.5')

@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 
 from evaluators.grading.loads import Loads
-from evaluators.grading.tamper import loads_findings
 from evaluators.selftest.harbor_cases import (
     EXIT,
     HARMLESS,
@@ -43,6 +42,7 @@ from evaluators.selftest.harbor_cases import (
     solve,
 )
 from evaluators.selftest.harbor_cases import pyc_cmd as _pyc_cmd
+from tasks.tamper import loads_findings
 
 MODEL = Path(__file__).resolve().parents[2] / "fixtures" / "loads" / "matrix-model.json"
 
@@ -513,7 +513,7 @@ if __name__ == "__main__":
     else:  # --rule-off: the same matrix with the tamper rule disabled (which attacks forge a 1.0 without it)
         import tempfile
 
-        from evaluators.grading import tamper
+        from tasks import tamper
 
         if "--rule-off" in sys.argv:
             tamper.loads_reason = lambda *a, **k: ""

@@ -281,23 +281,24 @@ def test_answer_parsers_are_bounded(monkeypatch):
 def test_grade_dispatches_through_the_kind_registry(monkeypatch):
     import types
 
-    from evaluators.grading import kinds
+    from evaluators.grading.kind import Kind
     from evaluators.grading.verdict import Verdict
+    from tasks import kinds
 
-    assert list(kinds.MODULES) == ["pytest", "answer", "script", "harbor"]
+    assert list(kinds.BUILTIN) == ["pytest", "answer", "script", "harbor"]
     assert kinds.task_toml_kinds() == ("pytest", "answer", "script")
-    assert [kinds.get(k).name for k in kinds.MODULES] == list(kinds.MODULES)
+    assert [kinds.get(k).name for k in kinds.BUILTIN] == list(kinds.BUILTIN)
 
-    class Magic(kinds.Kind):
+    class Magic(Kind):
         name = "magic"
 
         async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
             return Verdict(0.5, False, "fail", detail=f"magic {task.id} {image}")
 
     monkeypatch.setitem(sys.modules, "magic_kind", types.SimpleNamespace(KIND=Magic()))
-    monkeypatch.setattr(kinds, "MODULES", dict(kinds.MODULES))
+    monkeypatch.setattr(kinds, "BUILTIN", dict(kinds.BUILTIN))
     monkeypatch.setattr(kinds, "IN_TASK_TOML", list(kinds.IN_TASK_TOML))
-    kinds.register("magic", "magic_kind")
+    kinds.register("magic", "magic_kind:KIND")
     v = run(grade(make_task(evaluator=EvaluatorConfig(kind="magic")), Changes(), None, "img"))
     assert (v.reward, v.reason, v.detail) == (0.5, "fail", "magic add img")
     v = run(grade(make_task(evaluator=EvaluatorConfig(kind="unregistered")), Changes(), None, "img"))

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import DockerPool
-from evaluators.grading import harbor_kind, kinds
+from evaluators.grading import harbor_kind
+from evaluators.grading.kind import network_lines, offline
 from evaluators.run.policies import oracle_policy
 from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
@@ -481,7 +482,7 @@ WD, STD, SITE, DIST = (
     ],
 )
 def test_the_tamper_rule_over_the_probed_model(changes, contents, original, expected, clear):
-    from evaluators.grading.tamper import loads_findings
+    from tasks.tamper import loads_findings
     from tests.evaluators.grading.test_attack_matrix import model
 
     found = loads_findings(changes, model(), contents, original)
@@ -537,9 +538,9 @@ def test_one_line_says_which_tasks_have_network_and_why(tmp_path):
     # what the CLIs print: one line per kind with something to say; an ordinary task says nothing, and
     # --no-internet leaves it as it is
     ordinary = make_task()
-    assert kinds.network_lines([ordinary, on, load_task(root)]) == [line]
-    assert kinds.network_lines([ordinary]) == [] and kinds.offline([ordinary]) == [ordinary]
-    off = kinds.offline([load_task(root)])[0]
+    assert network_lines([ordinary, on, load_task(root)]) == [line]
+    assert network_lines([ordinary]) == [] and offline([ordinary]) == [ordinary]
+    off = offline([load_task(root)])[0]
     assert off.environment.allow_internet is False and "--no-internet" in off.harbor.network_why
 
 

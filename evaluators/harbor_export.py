@@ -22,12 +22,13 @@ import shutil
 from pathlib import Path
 
 from agent import AGENT_UID
-from evaluators.grading import kinds, verdict
+from evaluators.grading import verdict
+from tasks import kinds
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
 # The exported tests/test.sh, byte for byte: {kind} is the task's evaluator kind's own lines, which run its
-# hidden checks and set $reward (evaluators/grading/kinds.Kind.export).
+# hidden checks and set $reward (evaluators/grading/kind.Kind.export).
 TEST_SH = """#!/bin/bash
 # Exported by harness: runs the hidden checks as the sandbox user, decides as root, writes the reward.
 set -u

@@ -1,11 +1,11 @@
-"""evaluators/grading/tamper.tamper_reason: what an agent may not add or change, and what it may (no false
+"""tasks/tamper.tamper_reason: what an agent may not add or change, and what it may (no false
 positives)."""
 
 from __future__ import annotations
 
 import pytest
 
-from evaluators.grading.tamper import tamper_reason
+from tasks.tamper import tamper_reason
 
 ORIGINAL = ["solution.py", "tests/test_public.py", "data/input.csv", "pkg/__init__.py", "README.md"]
 

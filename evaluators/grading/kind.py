@@ -1,54 +1,35 @@
-"""Evaluator kinds: the one registry of the ways an attempt can be graded, and what a kind decides.
+"""What an evaluator kind decides: the `Kind` base class every kind subclasses, and the run's questions that
+go to each task's kind (`refuse_own_images`, `offline`, `network_lines`). The registry that finds a kind by
+name is tasks/kinds.py.
 
-A kind is one module under evaluators/grading/ holding one `Kind` subclass instance named KIND; it owns its
-[evaluator] settings (`keys` and `settings`, the parser the task loader calls; `table`, its inverse), its
-sandbox needs (`limits`, `containers`, `batchable`), the attempt's hooks (`prepare`, `oracle`,
-`has_steps`/`run_steps`, `after_agent`, `capture`, `verify_in_place`), its grading (`grade_fresh`), its
-images (`image_key`, `build_image`, `own_image`), its network (`offline`, `network_line`), its impossible
-variants (`variant_tests`, `no_variant`) and its export to Harbor's format (`export`). The defaults below are
-an ordinary kind's: the agent works in /workspace of a sandbox of the task's limits, its changes are captured
-and the sandbox released, then a fresh grading container (or none) grades. evaluators/run/ (runner.py,
-policies.py, task_images.py), evaluators/cli.py, evaluators/validate.py, tasks/export.py, tasks/impossible.py
-and the task loader ask the task's kind and never test for one by name.
+A kind is one module (evaluators/grading/<name>_kind.py, or a plugin's) holding one `Kind` subclass instance
+named KIND; it owns its [evaluator] settings (`keys` and `settings`, the parser the task loader calls;
+`table`, its inverse), its sandbox needs (`limits`, `containers`, `batchable`), the attempt's hooks
+(`prepare`, `oracle`, `has_steps`/`run_steps`, `after_agent`, `capture`, `verify_in_place`), its grading
+(`grade_fresh`), its images (`image_key`, `build_image`, `own_image`), its network (`offline`,
+`network_line`), its impossible variants (`variant_tests`, `no_variant`) and its export to Harbor's format
+(`export`). The defaults below are an ordinary kind's: the agent works in /workspace of a sandbox of the
+task's limits, its changes are captured and the sandbox released, then a fresh grading container (or none)
+grades. evaluators/run/ (runner.py, policies.py, task_images.py), evaluators/cli.py, evaluators/validate.py,
+evaluators/harbor_export.py, tasks/impossible.py and the task loader ask the task's kind and never test for
+one by name.
 
-Adding a kind: write evaluators/grading/<name>_kind.py with `KIND = MyKind()` and register it below (one
-line). Kind modules are imported on first use; those a task.toml names must stay cheap to import (the
-standard library, ids, verdict rules): `harness tasks list` parses their settings without paying for the
-sandbox or Docker's client, which their hooks import when they run.
+Kind modules are imported on first use; those a task.toml names must stay cheap to import (the standard
+library, ids, verdict rules): `harness tasks list` parses their settings without paying for the sandbox or
+Docker's client, which their hooks import when they run.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Optional
 
 from results.errors import OracleFailed, UserError
+from tasks.kinds import get, of
 
 if TYPE_CHECKING:
     from agent.sandbox import Changes, Sandbox, SandboxPool, SandboxSpec
     from evaluators.grading.verdict import Verdict
     from tasks.model import EvaluatorConfig, Task
-
-MODULES: dict[str, str] = {}  # kind name -> its module, in registration order (the order messages list them)
-IN_TASK_TOML: list[str] = []  # the kinds a task.toml may name in [evaluator] kind (others: the task's layout)
-
-
-def register(name: str, module: str, *, in_task_toml: bool = True) -> None:
-    if name in MODULES:
-        raise ValueError(f"evaluator kind {name!r} is registered twice")
-    MODULES[name] = module
-    if in_task_toml:
-        IN_TASK_TOML.append(name)
-
-
-def get(name: str) -> "Kind":
-    """The registered kind of that name (KeyError for another)."""
-    return importlib.import_module(MODULES[name]).KIND
-
-
-def of(task: "Task") -> "Kind":
-    """The kind that grades `task`."""
-    return get(task.evaluator.kind)
 
 
 def refuse_own_images(tasks: "list[Task]", sandbox: str) -> None:
@@ -73,11 +54,6 @@ def network_lines(tasks: "list[Task]") -> list[str]:
     for t in tasks:
         by_kind.setdefault(t.evaluator.kind, []).append(t)
     return [line for name, group in by_kind.items() if (line := get(name).network_line(group))]
-
-
-def task_toml_kinds() -> tuple[str, ...]:
-    """The kinds a task.toml may name in [evaluator] kind."""
-    return tuple(IN_TASK_TOML)
 
 
 class Kind:
@@ -220,14 +196,6 @@ class Kind:
 
     # ---------------------------------------------------------------------------------------- export
     def export(self, task: "Task") -> tuple[str, dict[str, bytes]]:
-        """For `harness tasks export --format harbor` (tasks/export.py): the lines of the exported
+        """For `harness tasks export --format harbor` (evaluators/harbor_export.py): the lines of the exported
         tests/test.sh that set $reward, and the files under tests/harness/ (besides verdict.py)."""
         raise UserError(f"task {task.id}: a {self.name} task cannot be exported to Harbor's format")
-
-
-register("pytest", "evaluators.grading.pytest_kind")
-register("answer", "evaluators.grading.answer_kind")
-register("script", "evaluators.grading.script_kind")
-# Harbor tasks have no [evaluator]: a tests/test.sh writing /logs/verifier/reward.txt selects it
-# (tasks/harbor.py)
-register("harbor", "evaluators.grading.harbor_kind", in_task_toml=False)
