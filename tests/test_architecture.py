@@ -45,6 +45,17 @@ LAYERS: dict[str, list[tuple[str, list[str]]]] = {
 }
 
 
+def diagram() -> str:
+    """The layers as the README draws them: one row a package, the highest on top; each row imports only the
+    rows below it, and inside a row a layer imports only itself and the layers to its left."""
+    rows = [f"{TOP + '.py':<12} the command line: every package's commands"]
+    for package in reversed(PACKAGES):
+        rows.append(f"{package + '/':<12} " + " > ".join(name for name, _ in LAYERS[package]))
+    width = max(map(len, rows))
+    rule = "-" * width
+    return "\n".join([rule, *(r for row in rows for r in (row, rule))])
+
+
 def package_of(module: str) -> str:
     return module.split(".")[0]
 
@@ -165,6 +176,11 @@ def test_the_packages_form_no_cycle():
     # and the order PACKAGES states is the one the imports follow
     for package, targets in graph.items():
         assert all(rank(t) < rank(package) for t in targets), (package, targets)
+
+
+def test_the_readme_draws_these_layers():
+    readme = (ROOT / "README.md").read_text()
+    assert f"```text\n{diagram()}\n```" in readme, "README's Architecture diagram: paste diagram()'s output"
 
 
 def test_the_cycle_check_finds_one():

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from agent.config import LoopConfig, add_field_options, add_loop_options
 from agent.models import DEFAULT_MODEL
+from tasks.model import DOMAINS
 
 DEFAULT_SUITE = "builtin:easy"
 
@@ -24,7 +25,7 @@ class TaskFilter:
     """Which tasks of the suite run (tasks.loader.load_suite's filters); recorded as config["filters"]."""
 
     domain: Optional[str] = field(
-        default=None, metadata={"help": "only tasks of this domain (coding, data, ops, documents, science)"}
+        default=None, metadata={"help": f"only tasks of this domain ({', '.join(DOMAINS)})"}
     )
     difficulty: Optional[int] = field(default=None, metadata={"help": "only tasks of this difficulty (1-5)"})
     split: Optional[str] = field(
@@ -62,6 +63,10 @@ class K8sOptions:
 
 def eval_loop() -> LoopConfig:
     return LoopConfig(seed=0)  # eval's runs are seeded (LoopConfig's None: not)
+
+
+# Settings that are the run's place or its machine's, not what was run: the manifest leaves them out.
+NOT_RECORDED = ("out", "resume", "retry_errors", "max_sandboxes", "sandbox_options")
 
 
 @dataclass
@@ -172,8 +177,9 @@ class EvalConfig:
         return Path(self.resume or self.out or default_run_dir(self.model))
 
     def record(self, task_ids: list[str], tools: Any) -> dict[str, Any]:
-        """The manifest's config: what a later report, resume or rescore reads back (from_record)."""
-        return {
+        """The manifest's config: what a later report, resume or rescore reads back (from_record). A setting
+        this does not name is recorded as it is, so a new field reaches the manifest with no line here."""
+        named = {
             "model": self.model,
             "suite": self.suite,
             "tasks": sorted(task_ids),
@@ -190,6 +196,12 @@ class EvalConfig:
             "sandbox": self.sandbox,
             "cluster": self.cluster,
         }  # recorded, not compared on resume (results/manifest.RESUME_KEYS)
+        rest = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in named and f.name not in NOT_RECORDED
+        }
+        return {**named, **{k: str(v) if isinstance(v, Path) else v for k, v in rest.items()}}
 
     @classmethod
     def from_record(cls, model: str, config: dict[str, Any]) -> "EvalConfig":
@@ -234,6 +246,11 @@ def add_eval_options(parser: argparse.ArgumentParser) -> None:
     add_loop_options(parser, "seed", defaults={"seed": (None, eval_loop().seed)})
     add("out", "no_internet", "resume", "retry_errors", "cluster", "sandbox")
     add_field_options(parser, K8sOptions, unset=True, prefix="k8s_")
+    # a field not placed above gets its option here, so a new setting needs no line in this function
+    placed = {"model", "suite", "limit", "samples", "concurrency", "model_concurrency", "batch_grading"}
+    placed |= {"out", "no_internet", "resume", "retry_errors", "cluster", "sandbox"}
+    if rest := [f.name for f in fields(EvalConfig) if f.name not in placed and f.metadata.get("cli", True)]:
+        add(*rest)
 
 
 LOOP_OPTIONS = (
