@@ -6,7 +6,8 @@ native tool calls, or text (one ```bash block per reply) for models without tool
 model is told and how its replies are read is agent/prompt_format.py.
 Each step is query (ask the model), execute (run its actions, build the observation) and the limit
 checks; whatever ends the attempt raises a LoopExit (agent/exits.py) whose `reason` is the recorded
-exit_reason.
+exit_reason. The loop makes no span or metric: it announces each model call and tool call to
+results/hooks.py's observer, which telemetry subscribes to while it is on.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from agent.exits import (
 from agent.models.base import WAITING, Completion, Model, ModelError, Waiting
 from agent.models.retry import ContextLengthError
 from agent.prompt_format import TOOLS, opening_messages, parse_text_reply, parse_tool_calls, prompt
-from results import telemetry
+from results import hooks
 from results.schema import Action, Step, clip
 
 # The sandbox package (Docker SDK) is imported where a sandbox is used (see _Loop.execute), so that the
@@ -83,50 +84,6 @@ async def run_action(sb: Sandbox, action: Action, cfg: LoopConfig) -> tuple[str,
     if r.oom:
         output += "\n[the command was killed: out of memory]"
     return prompt("observation", exit_code=r.exit_code, output=output), r.exit_code, False, r.duration
-
-
-async def traced_action(
-    sb: Sandbox, action: Action, cfg: LoopConfig
-) -> tuple[str, Optional[int], bool, float]:
-    """run_action inside an `execute_tool {tool}` span, and its duration in the tool metric."""
-    tool = "bash" if action.kind == "bash" else action.kind
-    if not telemetry.tracing():
-        result = await run_action(sb, action, cfg)
-        telemetry.record_tool(tool, result[3])
-        return result
-    attrs = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": tool,
-        "gen_ai.tool.type": "function",
-        "gen_ai.tool.call.id": action.tool_call_id,
-        "openinference.span.kind": "TOOL",
-    }
-    if telemetry.capture_content():
-        attrs["gen_ai.tool.call.arguments"] = action.command if action.kind == "bash" else action.path
-    with telemetry.span(f"execute_tool {tool}", attrs) as span:
-        obs, code, timed_out, seconds = await run_action(sb, action, cfg)
-        span.set(
-            {
-                "process.exit.code": code,
-                "harness.tool.duration_s": seconds,
-                "harness.tool.timed_out": timed_out,
-                "harness.tool.output_truncated": "characters cut here ...]" in obs,
-            }
-        )
-        if telemetry.capture_content():
-            span.set({"gen_ai.tool.call.result": obs})
-    telemetry.record_tool(tool, seconds)
-    return obs, code, timed_out, seconds
-
-
-def _output_messages(completion: Completion) -> str:
-    calls = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-        for c in completion.tool_calls
-    ]
-    return telemetry.messages_attr(
-        [{"role": "assistant", "content": completion.content, "tool_calls": calls}]
-    )
 
 
 def fit_context(model: Model, messages: list[dict], reply_tokens: int) -> bool:
@@ -195,6 +152,7 @@ class _Loop:
         self.waiting = Waiting()
         self.tokens = self.cost = 0.0
         self.recent: list[str] = []  # each step's actions, to see the same ones repeated
+        self.observer = hooks.observer()  # hears its model and tool calls (telemetry, while it is on)
 
     def start(self, instruction: str, example: Sequence[dict] = ()) -> None:
         """The system prompt, the worked example (text protocol), the task's example (a hint) and the
@@ -212,69 +170,51 @@ class _Loop:
 
     async def query(self, index: int) -> tuple[Step, Completion]:
         """Asks the model for its next reply; records it as a step and as the assistant's message."""
-        cfg, started, name = self.cfg, time.monotonic(), self.model.name
-        waited = self.waiting.seconds()
-        attrs = None
-        if telemetry.tracing():  # nothing is built while tracing is off
-            attrs = {
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": telemetry.provider_name(name),
-                "gen_ai.request.model": name,
-                "gen_ai.request.temperature": cfg.temperature,
-                "gen_ai.request.max_tokens": cfg.max_reply_tokens,
-                "harness.step": index,
-                "openinference.span.kind": "LLM",  # Phoenix's own span kind, beside the conventions'
-            }
-            if telemetry.capture_content():
-                attrs["gen_ai.input.messages"] = telemetry.messages_attr(clean(self.res.messages))
-        with telemetry.span(f"chat {name}", attrs, kind="CLIENT") as span:
-            call = asyncio.ensure_future(
-                self.model.complete(
-                    clean(self.res.messages),
-                    tools=self.tools if self.use_tools else None,
-                    temperature=cfg.temperature,
-                    max_tokens=cfg.max_reply_tokens,
-                    seed=None if cfg.seed is None else cfg.seed + index,
-                )
-            )
+        cfg, messages = self.cfg, clean(self.res.messages)
+        started, waited = time.monotonic(), self.waiting.seconds()
+        announce = self.observer.model_call
+        with announce(self.model.name, index, cfg.temperature, cfg.max_reply_tokens, messages) as watch:
+            call = self.ask(messages, index)
             try:
-                while not call.done():  # until the deadline, moved on by the time the call spends queued
-                    left = max(self.deadline + self.waiting.seconds(), started + 1.0) - time.monotonic()
-                    if left <= 0:
-                        raise WallTime()
-                    await asyncio.wait({call}, timeout=left)
-                completion = call.result()[0]
+                completion = await self.reply(call, started)
             except (WallTime, ContextLengthError, ModelError) as e:
-                # the time spent waiting counts as model time, though no reply came
-                self.res.unanswered_model_seconds += time.monotonic() - started
-                error = "timeout" if isinstance(e, WallTime) else type(e).__name__
-                span.set({"error.type": error})
-                telemetry.record_chat(name, time.monotonic() - started, 0, 0, error)
+                seconds = time.monotonic() - started
+                self.res.unanswered_model_seconds += seconds  # waited for, though no reply came: model time
+                watch.failed("timeout" if isinstance(e, WallTime) else type(e).__name__, seconds)
                 if isinstance(e, WallTime):
                     raise
                 if isinstance(e, ContextLengthError):  # the server's own count said the prompt no longer fits
                     raise ContextExceeded() from None
                 raise ModelFailed(e) from None
             finally:
-                if not call.done():  # the limit or a cancellation: stop the model's work for this call
-                    call.cancel()
-                    await asyncio.wait({call}, timeout=5)
-            if telemetry.tracing():
-                span.set(
-                    {
-                        "gen_ai.response.model": name,
-                        "gen_ai.response.finish_reasons": [completion.finish_reason],
-                        "gen_ai.usage.input_tokens": completion.prompt_tokens,
-                        "gen_ai.usage.output_tokens": completion.completion_tokens,
-                        "gen_ai.usage.cache_read.input_tokens": completion.cached_tokens,
-                        "harness.cost_usd": completion.cost,
-                    }
-                )
-            if telemetry.capture_content():
-                span.set({"gen_ai.output.messages": _output_messages(completion)})
-        telemetry.record_chat(
-            name, time.monotonic() - started, completion.prompt_tokens, completion.completion_tokens
+                await _stop(call)
+            watch.answered(completion, time.monotonic() - started)
+        return self.record_reply(index, completion, started, waited), completion
+
+    def ask(self, messages: list[dict], index: int) -> asyncio.Future:
+        """Starts the model call: a task of its own, which the wall-time limit can stop waiting for."""
+        cfg = self.cfg
+        return asyncio.ensure_future(
+            self.model.complete(
+                messages,
+                tools=self.tools if self.use_tools else None,
+                temperature=cfg.temperature,
+                max_tokens=cfg.max_reply_tokens,
+                seed=None if cfg.seed is None else cfg.seed + index,
+            )
         )
+
+    async def reply(self, call: asyncio.Future, started: float) -> Completion:
+        """The call's reply, waited for until the deadline (moved on by the time the call spends queued)."""
+        while not call.done():
+            left = max(self.deadline + self.waiting.seconds(), started + 1.0) - time.monotonic()
+            if left <= 0:
+                raise WallTime()
+            await asyncio.wait({call}, timeout=left)
+        return call.result()[0]
+
+    def record_reply(self, index: int, completion: Completion, started: float, waited: float) -> Step:
+        """The reply as the attempt's next step (its actions parsed) and as the assistant's message."""
         step = Step(
             index=index,
             raw_output=completion.content,
@@ -306,7 +246,7 @@ class _Loop:
         step.actions = (
             parse_tool_calls(completion) if self.use_tools else [parse_text_reply(completion.content)]
         )
-        return step, completion
+        return step
 
     async def execute(self, step: Step, completion: Completion) -> None:
         """Runs the step's actions in the sandbox; their output goes back to the model as the observation."""
@@ -321,7 +261,9 @@ class _Loop:
                     )
                 raise Submitted()
             try:
-                obs, code, timed_out, seconds = await traced_action(self.sb, action, self.cfg)
+                with self.observer.tool_call(action) as tool:
+                    obs, code, timed_out, seconds = await run_action(self.sb, action, self.cfg)
+                    tool.ran(obs, code, timed_out, seconds)
             except SandboxDied:
                 # The agent used its memory limit up (processes, or files in /tmp or /workspace) and the
                 # sandbox died of it, or (a root agent, Harbor tasks) it killed or stopped the command
@@ -357,3 +299,10 @@ class _Loop:
             raise CostBudget()
         if time.monotonic() >= self.deadline + self.waiting.seconds():
             raise WallTime()
+
+
+async def _stop(call: asyncio.Future) -> None:
+    """Stops the model's work for a call the wall-time limit or a cancellation cut short."""
+    if not call.done():
+        call.cancel()
+        await asyncio.wait({call}, timeout=5)

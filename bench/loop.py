@@ -14,10 +14,11 @@ mini-swe-agent (which needs installing): seconds; tests/bench/test_bench_smoke.p
    sandbox, the loop, capture, grading in a fresh container, a durable record) and, on the same image
    with the same scripted commands, mini-swe-agent (its DockerEnvironment + DeterministicModel; no
    grading). mini-swe-agent is installed into .venv-bench on first use (benchmark only).
-4. Tracing (results/telemetry.py): attempts per minute and loop overhead per step with tracing off, on to
-   a local file (--trace), and on to a live OTLP/HTTP receiver (Arize Phoenix from .venv-phoenix when
-   there, else a minimal local receiver that accepts and drops), interleaved in the same run; and what the
-   switched-off hooks cost per step (timed directly: they are too cheap to see in attempts per minute).
+4. Tracing (results/telemetry.py; the spans come from results/telemetry_hooks.py): attempts per minute and
+   loop overhead per step with tracing off, on to a local file (--trace), and on to a live OTLP/HTTP
+   receiver (Arize Phoenix from .venv-phoenix when there, else a minimal local receiver that accepts and
+   drops), interleaved in the same run; and what the loop's announcements cost per step with nobody
+   listening (results/hooks.py; timed directly: they are too cheap to see in attempts per minute).
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ sys.path.insert(0, str(ROOT))
 from agent.config import LoopConfig  # noqa: E402
 from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
+from agent.models.base import Completion  # noqa: E402
 from agent.sandbox import DockerPool, SandboxSpec  # noqa: E402
 from agent.sandbox.images import ensure_base_image  # noqa: E402
 from evaluators.grading.pytest_kind import PytestSettings  # noqa: E402
 from evaluators.run.config import EvalConfig  # noqa: E402
 from evaluators.run.runner import run_eval  # noqa: E402
-from results import telemetry  # noqa: E402
+from results import hooks, telemetry  # noqa: E402
+from results.schema import Action  # noqa: E402
 from tasks.model import EvaluatorConfig, Task  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -213,17 +216,17 @@ def _tracing(mode: str, receivers: dict, trace_file: Path) -> None:
 
 
 def off_hook_cost_ns(reps: int = 200_000) -> float:
-    """Nanoseconds the switched-off hooks of one loop step take: the chat span, the tool span, the
-    capture check and the two metric calls."""
+    """Nanoseconds the loop's announcements of one step take with nobody listening (results/hooks.py): its
+    model call and its tool call, each told the outcome."""
     telemetry.shutdown_tracing()
+    reply, action, messages = Completion(content="x"), Action(kind="bash", command="true"), [{}]
+    observer = hooks.observer()  # as the loop does, once an attempt
     t = time.perf_counter()
     for _ in range(reps):
-        with telemetry.span("chat m", None) as sp:
-            telemetry.capture_content()
-            sp.set({})
-        telemetry.record_chat("m", 0.0, 1, 1)
-        telemetry.tracing()
-        telemetry.record_tool("bash", 0.0)
+        with observer.model_call("m", 0, 0.0, 1, messages) as call:
+            call.answered(reply, 0.0)
+        with observer.tool_call(action) as tool:
+            tool.ran("", 0, False, 0.0)
     return (time.perf_counter() - t) / reps * 1e9
 
 
@@ -432,7 +435,7 @@ def install_phase_probes():
     import agent.sandbox.container as container_mod
     import agent.sandbox.pool as pool_mod
     import evaluators.grading.grade as grade_mod
-    import evaluators.run.runner as runner_mod
+    import evaluators.run.attempt as attempt_mod
     from agent.sandbox.served import ServedSandbox as Sandbox
     from results.store import RunStore
 
@@ -496,7 +499,7 @@ def install_phase_probes():
     orig_release = pool_mod.DockerPool.release
     pool_mod.DockerPool.release = _timed_async(orig_release, lambda: f"{role()}: release (hand-off)")
 
-    orig_grade = runner_mod.grade
+    orig_grade = attempt_mod.grade
 
     async def grade(*a, **kw):
         token = _ROLE.set("grading")
@@ -508,7 +511,7 @@ def install_phase_probes():
             if PHASES is not None:
                 PHASES.add("grading: total", time.perf_counter() - t)
 
-    runner_mod.grade = grade
+    attempt_mod.grade = grade
     RunStore.append = _timed_thread(RunStore.append, "record (append + fsync)")
 
 

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from evaluators.run.attempt import run_attempt
 from evaluators.run.policies import Policy, oracle_policy
-from evaluators.run.runner import run_attempt
 from results.errors import InfraError
 from tasks.impossible import _splice
 from tasks.model import Task

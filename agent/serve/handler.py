@@ -35,7 +35,7 @@ class Handler(LocalReplies, OtherReplies, BaseHTTPRequestHandler):
     models: dict[str, Model] = {}
     api_key: Optional[str] = None
     stop_after_block: bool = False  # see start_server
-    metrics: Any = None  # telemetry.ServeMetrics, for GET /metrics (None: prometheus-client is missing)
+    metrics: Any = None  # GET /metrics's registry (results/prometheus.ServeMetrics; None without the package)
     run: Callable[[Any], Any]
     _status = 0  # the response's HTTP status: the access log, the request's span and metrics
     _span: Any = telemetry.NO_SPAN

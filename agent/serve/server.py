@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from agent.models import Model, get_model
 from agent.serve.handler import Handler
-from results import telemetry
+from results import prometheus
 from results.errors import UserError
 
 
@@ -166,7 +166,7 @@ def _bound_handler(
 def _serve_metrics(models: dict[str, Model]) -> Any:
     """GET /metrics's registry (None without prometheus-client: then /metrics is a 404 like any path)."""
     try:
-        return telemetry.ServeMetrics(models)
+        return prometheus.ServeMetrics(models)
     except ImportError:
         return None
 

@@ -1,6 +1,6 @@
 """The policies: what acts in an attempt's sandbox between its starting files and the capture of its
 changes. The agent loop (loop_policy), the task's own solution (oracle_policy), or nothing (null_policy).
-evaluators/run/runner.py runs an attempt with one of them."""
+evaluators/run/attempt.py runs an attempt with one of them."""
 
 from __future__ import annotations
 

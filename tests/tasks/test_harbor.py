@@ -15,8 +15,8 @@ import pytest
 from agent.sandbox import DockerPool
 from evaluators.grading import harbor_kind
 from evaluators.harbor_export import export_task
+from evaluators.run.attempt import run_attempt
 from evaluators.run.policies import null_policy, oracle_policy
-from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
 from evaluators.validate import validate
 from results.errors import UserError

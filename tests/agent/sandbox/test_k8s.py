@@ -21,8 +21,8 @@ from agent.sandbox.k8s import (
     render_template,
     render_warm_pool,
 )
+from evaluators.run.attempt import run_attempt
 from evaluators.run.policies import loop_policy
-from evaluators.run.runner import run_attempt
 from results.errors import UserError
 from tests.conftest import ROOT, run
 from tests.helpers import SUBMIT, WRITE_CORRECT, make_task

@@ -10,8 +10,8 @@ from evaluators.grading.grade import grade
 from evaluators.grading.hidden_tests import expected_ids
 from evaluators.grading.verdict import answer_matches
 from evaluators.grading.verdict import pytest_verdict as verdict
+from evaluators.run.attempt import run_attempt
 from evaluators.run.policies import null_policy
-from evaluators.run.runner import run_attempt
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run
 from tests.helpers import CORRECT, HIDDEN, WRONG, make_task

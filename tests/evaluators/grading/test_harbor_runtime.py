@@ -16,8 +16,8 @@ import pytest
 from agent.sandbox import DockerPool
 from evaluators.grading import harbor_kind
 from evaluators.grading.kind import network_lines, offline
+from evaluators.run.attempt import run_attempt
 from evaluators.run.policies import oracle_policy
-from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
 from tasks.task_folder import load_task
 from tests.conftest import run

@@ -1,0 +1,200 @@
+"""One attempt, start to record: fresh sandbox -> starting files -> a policy acts (evaluators/run/policies.py:
+the agent loop, the oracle, or nothing) -> changes captured -> sandbox destroyed -> graded in a fresh
+container (or as the task's evaluator kind says) -> one record. evaluators/run/runner.py retries attempts and
+runs many at once. Each phase is announced to results/hooks.py's observer (where telemetry's spans and
+metrics come from).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import datetime, timezone
+from typing import Awaitable, Callable, Optional
+
+from agent.loop import LoopResult
+from agent.sandbox import Changes, FilesNotWritten, Sandbox, SandboxPool, SandboxSpec
+from evaluators.grading.grade import GradingStations, grade
+from evaluators.grading.kind import Kind
+from evaluators.grading.verdict import Verdict
+from evaluators.run.policies import Policy
+from results import hooks
+from results.errors import InfraError, OracleFailed
+from results.flags import scan_flags
+from results.schema import Attempt, KeptChanges, attempt_key
+from tasks import kinds
+from tasks.model import Task
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# the provider refused the conversation's content: the attempt's own failure
+REJECTED_STATUSES = (400, 413, 422)
+
+
+async def run_attempt(
+    task: Task,
+    policy: Policy,
+    pool: SandboxPool,
+    image: str,
+    *,
+    run_id: str,
+    model_name: str,
+    sample: int = 0,
+    temperature: float = 0.0,
+    keep: Optional[Callable[[Task, Changes], KeptChanges]] = None,
+    stations: Optional[GradingStations] = None,
+) -> Attempt:
+    """One attempt, start to record. Infrastructure failures raise InfraError (the caller retries);
+    nothing the agent does in its sandbox raises: it is graded. `keep` stores the final changes in the
+    run folder (RunStore.keep_changes) before the record that names them is written."""
+    started, t0 = now(), time.monotonic()
+    rec = new_record(task, run_id, model_name, sample, temperature, image)
+    rec.started_at = started
+    result: Optional[LoopResult] = None
+    verdict = None
+    kind = kinds.of(task)  # what the attempt's sandbox is, what runs in it around the policy, what grades
+    kept: dict[str, bytes] = {}
+    dur = rec.durations
+    async with contextlib.AsyncExitStack() as stack:  # the sandbox is released when the block ends
+        sb, dur.acquire = await _acquire(stack, pool, image, kind.limits(task), task.id)
+        t = time.monotonic()
+        await _set_up(task, kind, sb)
+        dur.setup, t = time.monotonic() - t, time.monotonic()
+        if kind.has_steps(task):  # the agent and a verifier per step
+            with hooks.observer().grading(kind.span(task)) as watch:
+                verdict, result, kept, changes = await kind.run_steps(task, policy, sb, pool, image)
+                watch.graded(verdict)
+            dur.agent = time.monotonic() - t
+        else:
+            try:
+                result = await policy(task, sb)
+            except OracleFailed as e:
+                rec.error = str(e)
+            kept = await kind.after_agent(task, sb)
+            dur.agent, t = time.monotonic() - t, time.monotonic()
+            changes = await _capture(kind, task, sb)
+            dur.capture = time.monotonic() - t
+            if kind.in_place:  # e.g. tamper checks, then verification while the agent's sandbox lives
+                verdict = await _graded(kind, task, kind.verify_in_place(task, sb, pool, changes))
+            if getattr(sb, "agent_container", None) is not None:  # a root agent killed its command server
+                rec.detail += "helper killed by the agent: graded from its container's filesystem\n"
+    if result is not None:
+        _record_loop(rec, result)
+    rec.patch_files = len(changes.paths)
+    if keep is not None:
+        rec.changes = await asyncio.to_thread(keep, task, changes)
+    if changes.rejected and not verdict:
+        rec.detail += "not captured: " + "; ".join(changes.rejected)[:300] + "\n"
+    if verdict is None:
+        verdict = await _graded(kind, task, grade(task, changes, pool, image, stations, kept))
+    _record_verdict(rec, verdict, kept)
+    rec.durations.total = time.monotonic() - t0
+    rec.finished_at = now()
+    return rec
+
+
+async def _acquire(
+    stack: contextlib.AsyncExitStack, pool: SandboxPool, image: str, limits: SandboxSpec, task_id: str
+) -> tuple[Sandbox, float]:
+    """(the attempt's sandbox, released when the stack closes; the seconds it took to get it)."""
+    t = time.monotonic()
+    with hooks.observer().acquire(image) as watch:
+        sb = await stack.enter_async_context(pool.sandbox(image, limits, task=task_id))
+        seconds = time.monotonic() - t
+        watch.acquired(getattr(sb, "warm_start", None), seconds)  # None: a pool that does not say (k8s)
+    return sb, seconds
+
+
+async def _set_up(task: Task, kind: Kind, sb: Sandbox) -> None:
+    """The task's starting files and its kind's preparation, then the baseline the changes are read from."""
+    try:
+        await sb.put_files(task.workspace_files, executable=task.executable_files)
+    except FilesNotWritten as e:  # nothing of the agent's yet: the task's files, or the engine
+        raise InfraError(str(e)) from None
+    await kind.prepare(task, sb)
+    await sb.mark_baseline()
+
+
+async def _graded(kind: Kind, task: Task, grading: Awaitable[Optional[Verdict]]) -> Optional[Verdict]:
+    """A grading's verdict (None: the kind leaves it to the fresh grading), announced as one."""
+    with hooks.observer().grading(kind.span(task)) as watch:
+        verdict = await grading
+        watch.graded(verdict)
+    return verdict
+
+
+async def _capture(kind: Kind, task: Task, sb: Sandbox) -> Changes:
+    """The agent's final changes, as its kind reads them from the sandbox."""
+    with hooks.observer().capture() as watch:
+        changes = await kind.capture(task, sb)
+        watch.captured(len(changes.paths), len(changes.rejected))
+    return changes
+
+
+def _record_loop(rec: Attempt, result: LoopResult) -> None:
+    """What the policy's loop did, into the record. A provider that failed (not a refusal of the
+    conversation's content) is an infrastructure error: InfraError, and the attempt runs again."""
+    rec.steps, rec.messages, rec.exit_reason = result.steps, result.messages, result.exit_reason
+    rec.n_steps = len(result.steps)
+    rec.prompt_tokens = sum(s.prompt_tokens for s in result.steps)
+    rec.completion_tokens = sum(s.completion_tokens for s in result.steps)
+    rec.cost = sum(s.cost for s in result.steps)
+    rec.durations.model, rec.durations.sandbox = result.model_seconds, result.tool_seconds
+    rec.flags = scan_flags(result.steps)
+    rec.durations.model_unanswered = result.unanswered_model_seconds
+    if result.unanswered_model_seconds and result.exit_reason == "wall_time":
+        rec.detail = (
+            f"the model had not replied after {result.unanswered_model_seconds:.1f} s when the "
+            f"wall-time limit ended the attempt (step {len(result.steps)})\n"
+        )
+    if result.exit_reason == "model_error":
+        if result.model_error_status not in REJECTED_STATUSES:  # the provider failed, not the model: infra
+            raise InfraError(result.model_error or "model error")
+        rec.error = (result.model_error or "")[:2000]  # the conversation was refused: graded as it stands
+
+
+def verdict_into(rec: Attempt, verdict: Verdict) -> None:
+    """A verdict's outcome into a record (a fresh attempt's, or a rescored copy's): reward, solved, reason,
+    the tests' outcomes and the status they make."""
+    rec.reward, rec.solved, rec.reason, rec.tests = (
+        verdict.reward,
+        verdict.solved,
+        verdict.reason,
+        verdict.tests,
+    )
+    rec.status = "solved" if verdict.solved else "failed"
+
+
+def _record_verdict(rec: Attempt, verdict: Verdict, kept: dict[str, bytes]) -> None:
+    """The verdict into the record, with what explains it: the verifier's output, and the files it and
+    the kind kept (stored in the run folder)."""
+    verdict_into(rec, verdict)
+    rec.detail = (rec.detail + verdict.detail)[:1000]
+    rec.verifier_output = verdict.output
+    rec.keep_files({**kept, **verdict.files})
+    rec.durations.evaluation = verdict.seconds
+
+
+def new_record(
+    task: Task, run_id: str, model_name: str, sample: int, temperature: float, image: str
+) -> Attempt:
+    """The record of one attempt, before anything happened (the one place an Attempt is started)."""
+    return Attempt(
+        key=attempt_key(run_id, task.id, sample),
+        run_id=run_id,
+        task_id=task.id,
+        task_version=task.version,
+        domain=task.domain,
+        difficulty=task.difficulty,
+        split=task.split,
+        sample=sample,
+        model=model_name,
+        temperature=temperature,
+        image=image,
+        grading_hash=task.grading_hash(),
+        impossible="impossible" in task.tags,
+    )
