@@ -10,7 +10,7 @@ named KIND; it owns its [evaluator] settings (`keys` and `settings`, the parser 
 `network_line`), its impossible variants (`variant_tests`, `no_variant`) and its export to Harbor's format
 (`export`). The defaults below are an ordinary kind's: the agent works in /workspace of a sandbox of the
 task's limits, its changes are captured and the sandbox released, then a fresh grading container (or none)
-grades. evaluators/run/ (attempt.py, runner.py, policies.py, task_images.py), evaluators/cli.py, evaluators/validate.py,
+grades. evaluators/run/ (runner.py, policies.py, task_images.py), evaluators/cli.py, evaluators/validate.py,
 evaluators/harbor_export.py, tasks/impossible.py and the task loader ask the task's kind and never test for
 one by name.
 
