@@ -24,7 +24,7 @@ from typing import Callable
 
 from agent.sandbox import Sandbox, SandboxPool
 from agent.sandbox.backends import sandbox_backend
-from evaluators.grading.kind import offline
+from evaluators.run.network import offline
 from evaluators.run.runner import run_attempt
 from evaluators.run.task_images import build_images
 from evaluators.selftest.harbor_cases import plugin_files, put

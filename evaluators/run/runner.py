@@ -34,12 +34,13 @@ from agent.sandbox import (
     prune,
 )
 from evaluators.grading.grade import GradingStations, batchable, grade
-from evaluators.grading.kind import Kind, refuse_own_images
+from evaluators.grading.kind import InPlace, Kind, OwnSandbox, Steps
 from evaluators.grading.verdict import Verdict
+from evaluators.run.attempt_sandbox import sandbox_of
 from evaluators.run.config import EvalConfig
 from evaluators.run.policies import Policy, loop_policy
 from evaluators.run.progress import Progress, attempt_name
-from evaluators.run.task_images import build_images
+from evaluators.run.task_images import build_images, refuse_own_images
 from results import telemetry
 from results.errors import InfraError, OracleFailed, UserError
 from results.flags import scan_flags
@@ -80,15 +81,18 @@ async def run_attempt(
     rec.started_at = started
     result: Optional[LoopResult] = None
     verdict = None
-    kind = kinds.of(task)  # what the attempt's sandbox is, what runs in it around the policy, what grades
+    kind = kinds.of(
+        task
+    )  # what grades, and (its own sandbox or the ordinary one) what runs around the policy
+    box = sandbox_of(kind)
     kept: dict[str, bytes] = {}
     dur = rec.durations
     async with contextlib.AsyncExitStack() as stack:  # the sandbox is released when the block ends
-        sb, dur.acquire = await _acquire(stack, pool, image, kind.limits(task), task.id)
+        sb, dur.acquire = await _acquire(stack, pool, image, box.limits(task), task.id)
         t = time.monotonic()
-        await _set_up(task, kind, sb)
+        await _set_up(task, box, sb)
         dur.setup, t = time.monotonic() - t, time.monotonic()
-        if kind.has_steps(task):  # the agent and a verifier per step
+        if isinstance(kind, Steps) and kind.has_steps(task):  # the agent and a verifier per step
             with telemetry.span("grade", kind.span(task)) as span:
                 verdict, result, kept, changes = await kind.run_steps(task, policy, sb, pool, image)
                 span.set(_verdict_attrs(verdict))
@@ -98,11 +102,11 @@ async def run_attempt(
                 result = await policy(task, sb)
             except OracleFailed as e:
                 rec.error = str(e)
-            kept = await kind.after_agent(task, sb)
+            kept = await box.after_agent(task, sb)
             dur.agent, t = time.monotonic() - t, time.monotonic()
-            changes = await _capture(kind, task, sb)
+            changes = await _capture(box, task, sb)
             dur.capture = time.monotonic() - t
-            if kind.in_place:  # e.g. tamper checks, then verification while the agent's sandbox lives
+            if isinstance(kind, InPlace):  # e.g. tamper checks, then verification while the sandbox lives
                 verdict = await _traced_grade(kind, task, kind.verify_in_place(task, sb, pool, changes))
             if getattr(sb, "agent_container", None) is not None:  # a root agent killed its command server
                 rec.detail += "helper killed by the agent: graded from its container's filesystem\n"
@@ -136,13 +140,13 @@ async def _acquire(
     return sb, seconds
 
 
-async def _set_up(task: Task, kind: Kind, sb: Sandbox) -> None:
+async def _set_up(task: Task, box: OwnSandbox, sb: Sandbox) -> None:
     """The task's starting files and its kind's preparation, then the baseline the changes are read from."""
     try:
         await sb.put_files(task.workspace_files, executable=task.executable_files)
     except FilesNotWritten as e:  # nothing of the agent's yet: the task's files, or the engine
         raise InfraError(str(e)) from None
-    await kind.prepare(task, sb)
+    await box.prepare(task, sb)
     await sb.mark_baseline()
 
 
@@ -155,10 +159,10 @@ async def _traced_grade(kind: Kind, task: Task, grading: Awaitable[Optional[Verd
     return verdict
 
 
-async def _capture(kind: Kind, task: Task, sb: Sandbox) -> Changes:
+async def _capture(box: OwnSandbox, task: Task, sb: Sandbox) -> Changes:
     """The agent's final changes, as its kind reads them from the sandbox."""
     with telemetry.span("capture changes") as span:
-        changes = await kind.capture(task, sb)
+        changes = await box.capture(task, sb)
         span.set(
             {"harness.changes.files": len(changes.paths), "harness.changes.rejected": len(changes.rejected)}
         )
@@ -220,7 +224,7 @@ def _verdict_attrs(verdict) -> dict:
 def containers_per_attempt(task: Task) -> int:
     """Sandboxes one attempt takes from the pool (its kind says: the agent's, and a grading container unless
     the verdict is read on the host or in the agent's own container)."""
-    return kinds.of(task).containers(task)
+    return sandbox_of(kinds.of(task)).containers(task)
 
 
 def expected_containers(todo: list[Task], stations: Optional[GradingStations], concurrency: int) -> int:
