@@ -24,8 +24,8 @@ from typing import Callable
 
 from agent.sandbox import Sandbox, SandboxPool
 from agent.sandbox.backends import sandbox_backend
-from evaluators.grading.kind import offline
 from evaluators.run.attempt import run_attempt
+from evaluators.run.network import offline
 from evaluators.run.task_images import build_images
 from evaluators.selftest.harbor_cases import plugin_files, put
 from tasks.model import Task

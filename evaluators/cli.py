@@ -203,7 +203,7 @@ def cmd_rescore(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from evaluators.grading.kind import network_lines, offline
+    from evaluators.run.network import network_lines, offline
     from evaluators.run.runner import run_eval
 
     cfg, tasks = eval_config_from(args)

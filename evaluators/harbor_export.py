@@ -23,12 +23,14 @@ from pathlib import Path
 
 from agent import AGENT_UID
 from evaluators.grading import verdict
+from evaluators.grading.kind import Exportable
+from results.errors import UserError
 from tasks import kinds
 from tasks.model import Task
 
 BASE_IMAGE = "harness/base:latest"  # `harness images build` tags it; Harbor users build it the same way
 # The exported tests/test.sh, byte for byte: {kind} is the task's evaluator kind's own lines, which run its
-# hidden checks and set $reward (evaluators/grading/kind.Kind.export).
+# hidden checks and set $reward (evaluators/grading/kind.Exportable.export).
 TEST_SH = """#!/bin/bash
 # Exported by harness: runs the hidden checks as the sandbox user, decides as root, writes the reward.
 set -u
@@ -109,7 +111,10 @@ def dockerfile(task: Task) -> str:
 
 
 def export_task(task: Task, out: Path) -> Path:
-    lines, harness_files = kinds.of(task).export(task)  # UserError for a kind that cannot be exported
+    kind = kinds.of(task)
+    if not isinstance(kind, Exportable):
+        raise UserError(f"task {task.id}: a {kind.name} task cannot be exported to Harbor's format")
+    lines, harness_files = kind.export(task)  # UserError for a task it cannot export
     root = out / task.id
     if root.exists():
         shutil.rmtree(root)

@@ -19,6 +19,7 @@ from typing import Optional
 
 from agent.sandbox import Changes, DockerPool
 from evaluators.grading.grade import grade
+from evaluators.grading.kind import InPlace
 from evaluators.grading.verdict import Verdict
 from evaluators.run.attempt import now, verdict_into
 from evaluators.run.runner import INFRA_RETRIES
@@ -47,7 +48,8 @@ def _why_not(attempt: Attempt, task: Optional[Task]) -> str:
         return "infrastructure error (nothing to grade)"
     if attempt.changes is None:
         return "changes not kept (a run written before they were)"
-    return kinds.of(task).not_regradable(task)  # Harbor: verified in the agent's container (now gone)
+    kind = kinds.of(task)  # an InPlace kind may have verified in the agent's container (now gone)
+    return kind.not_regradable(task) if isinstance(kind, InPlace) else ""
 
 
 async def rescore_run(

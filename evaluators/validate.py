@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from agent.sandbox import Sandbox, SandboxPool
 from agent.sandbox.backends import sandbox_backend
 from evaluators.grading.grade import GradingStations
-from evaluators.grading.kind import network_lines, offline, refuse_own_images
 from evaluators.run.attempt import run_attempt
+from evaluators.run.network import network_lines, offline
 from evaluators.run.policies import null_policy, oracle_policy
-from evaluators.run.task_images import build_images
+from evaluators.run.task_images import build_images, refuse_own_images
 from evaluators.task_lint import lint
 from tasks.model import Task
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from results import plugins
 from results.errors import UserError
 from tasks import kinds
 from tasks.fields import Where, show
@@ -22,8 +23,14 @@ def keys_by_kind() -> dict[str, frozenset[str]]:
 
 
 def all_keys() -> set[str]:
-    """Every key an [evaluator] table may hold."""
+    """Every key an [evaluator] table of a kind named by name may hold."""
     return set().union(*keys_by_kind().values())
+
+
+def by_path(table: Optional[dict]) -> bool:
+    """Whether the table names its kind by a dotted path (module:KIND): only that kind knows its keys."""
+    kind = (table or {}).get("kind")
+    return isinstance(kind, str) and kind not in kinds.BUILTIN and plugins.is_path(kind)
 
 
 def evaluator_config(
@@ -49,6 +56,9 @@ def evaluator_config(
     for key in table:
         if key not in by_kind[kind]:
             used_by = [k for k, keys in by_kind.items() if key in keys]
+            if not used_by:
+                allowed = ", ".join(sorted(by_kind[kind]))
+                raise UserError(f"{loc}: [evaluator] unknown key {show(key)} (allowed: {allowed})")
             raise UserError(
                 f"{loc}: [evaluator] {key} only applies to kind = {show(used_by[0])} "
                 f"(this task has kind = {show(kind)}; remove it)"

@@ -13,6 +13,9 @@ How the one change is chosen, first that applies:
           number of an EXPECTED = {...} line (an embedded Python check) changes
 The variant is written as a task folder in our format: id "<id>-impossible", tag "impossible", the same
 instruction, starting files, environment and oracle. Tasks with no such value are listed, not written.
+
+Which test files hold the expected values is the task's evaluator kind's answer: a kind with the `Variants`
+capability (defined here, the one place that asks; evaluators/grading/kind.py lists the others) names them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
@@ -30,6 +34,21 @@ from tasks.model import Task
 
 SUFFIX = "-impossible"
 TAG = "impossible"
+NO_VARIANT = "evaluator kind {} (its verdict has no expected value in a test file to contradict)"
+
+
+class Variants(ABC):
+    """An evaluator kind's capability: its verdict checks expected values that its hidden test files hold,
+    which an impossible variant contradicts. A kind without it gets no variant."""
+
+    @abstractmethod
+    def variant_tests(self, task: Task) -> tuple[str, list[str]]:
+        """The language of those test files ("python" or "shell") and their names; ("", []) when this task
+        has none (then no_variant says why)."""
+
+    def no_variant(self, task: Task) -> str:
+        """Why a task of this kind gets no impossible variant."""
+        return NO_VARIANT.format(self.name)
 
 
 def changed(value: Any) -> Any:
@@ -157,9 +176,12 @@ def mutate_script(src: str) -> Optional[tuple[str, str]]:
 
 def make_variant(task: Task) -> tuple[Optional[Task], str]:
     """The impossible variant of `task` and what was changed, or None and why not."""
-    lang, names = kinds.of(task).variant_tests(task)
+    kind = kinds.of(task)
+    if not isinstance(kind, Variants):
+        return None, NO_VARIANT.format(kind.name)
+    lang, names = kind.variant_tests(task)
     if not names:
-        return None, kinds.of(task).no_variant(task)
+        return None, kind.no_variant(task)
     files = dict(task.test_files)
     for name in names:
         try:

@@ -7,7 +7,7 @@ the task.toml). So the task loader reads a kind's settings through the kind's ow
 package imports nothing of evaluators/: the kinds' code stays one module each, in the grading layer.
 
 Adding a built-in kind: evaluators/grading/<name>_kind.py with `KIND = MyKind()`, and one `register` line
-below.
+below; a kind of one's own needs neither (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ def get(name: str) -> Any:
     if target is None:
         raise UserError(f"evaluator kind {name!r}: choose one of {', '.join(task_toml_kinds())}")
     kind = plugins.load(target, f"evaluator kind {name!r}")
+    if isinstance(kind, type) or not callable(getattr(kind, "grade", None)):  # e.g. KIND = MyKind (no call)
+        raise UserError(
+            f"evaluator kind {name!r}: {target} is not a kind object (an instance of a subclass of "
+            "evaluators.grading.kind.Kind: KIND = MyKind())"
+        )
     if kind.name != name and not plugins.is_path(name):
         raise UserError(f"evaluator kind {name!r}: {target} is a kind named {kind.name!r}")
     return kind

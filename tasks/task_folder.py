@@ -97,6 +97,8 @@ def build_task(files: dict[str, bytes], *, where: Where, default_id: str, path: 
     for table in OUR_KEYS:
         if table in data and not isinstance(data[table], dict):
             raise UserError(f"{loc}: [{table}] must be a table")
+        if table == "evaluator" and evaluator_table.by_path(data.get(table)):
+            continue  # its kind's own keys: evaluator_config checks them once it has found the kind
         ours = evaluator_table.all_keys() if table == "evaluator" else OUR_KEYS[table]
         check_keys(data.get(table, {}), ours, HARBOR_IGNORED[table], loc, f"[{table}] ")
 

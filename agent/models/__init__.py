@@ -13,6 +13,10 @@ Spec strings:
     openai-compat:MODEL                 the same, with the server given as base_url=http://HOST:PORT/v1
     replay:/path/file                   scripted replies: a JSON object of per-task scripts or a recorded
                                         attempts.jsonl (see agent/models/replay.py)
+    NAME:TARGET                         a plugin backend: an installed package's entry point NAME in group
+                                        "harness.models" (results/plugins.py), given TARGET
+    py:MODULE:FUNCTION[:TARGET]         a plugin backend named by its dotted path, importable from the
+                                        Python path (e.g. py:mypkg.echo:from_spec:hello)
     anything else                       LiteLLM: openai/gpt-4o-mini, anthropic/..., gemini/...,
                                         openrouter/..., ollama/...; API keys from the usual env vars
                                         (OPENAI_API_KEY, ...)
@@ -30,7 +34,9 @@ Options (unknown ones are a UserError; values may be strings, e.g. from the comm
                     not know here for these two backends: -M top_p=0.9 -M reasoning_effort=low)
 
 Adding a backend: a module with a `from_spec(target, spec, options) -> Model` function, and one `register`
-line below (its prefix, that function, the options it takes).
+line below (its prefix, that function, the options it takes). A plugin's function (an entry point, or
+py:MODULE:FUNCTION) needs no line here: it takes price_in, price_out and the -M options it lists in an
+OPTIONS attribute of its own, if any (docs/extending.md).
 
 Per attempt the agent loop calls `model_for_attempt(model, task_id, sample)` and uses what it returns:
 the model itself for every backend except replay, which gives a fresh per-task script.
@@ -38,13 +44,13 @@ the model itself for every backend except replay, which gives a fresh per-task s
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
 from agent.models.base import Completion, Model, ModelError, ToolCall
 from agent.models.options import ModelOptions
 from agent.models.retry import ContextLengthError, RetryPolicy
+from results import plugins
 from results.errors import UserError
 
 __all__ = [
@@ -57,6 +63,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "MODEL_OPTION_HELP",
     "add_model_option",
+    "backend",
     "get_model",
     "model_for_attempt",
 ]
@@ -82,6 +89,8 @@ class Backend:
 
 BACKENDS: dict[str, Backend] = {}  # in registration order
 FALLBACK = "litellm"  # a spec with no registered prefix: LiteLLM's own names (openai/gpt-4o-mini)
+BY_PATH = "py"  # py:MODULE:FUNCTION[:TARGET]: a backend named by its dotted path (a spec's first colon ends
+# its backend's name, so the path cannot stand alone as a task.toml's kind or --sandbox's value does)
 
 
 def register(name: str, build: str, options: set[str], *, extra_params: bool = False) -> None:
@@ -105,9 +114,34 @@ register(
 )
 
 
-def backend_of(spec: str) -> str:
-    prefix = spec.split(":", 1)[0]
-    return prefix if prefix in BACKENDS and prefix != FALLBACK else FALLBACK
+def resolve(spec: str) -> tuple[Backend, str]:
+    """The backend a spec names and the target it is given: a registered prefix, py:MODULE:FUNCTION, an
+    installed plugin's entry point, else LiteLLM with the whole spec."""
+    prefix, colon, rest = spec.partition(":")
+    if prefix in BACKENDS and prefix != FALLBACK:
+        return BACKENDS[prefix], rest
+    if colon and prefix == BY_PATH:
+        module, _, rest = rest.partition(":")
+        function, _, target = rest.partition(":")
+        if not module or not function:
+            raise UserError(f"model {spec}: write py:MODULE:FUNCTION[:TARGET], e.g. py:mypkg.echo:from_spec")
+        return _plugin(f"{module}:{function}"), target
+    if colon and (found := plugins.installed("models").get(prefix)):
+        return _plugin(found, prefix), rest
+    return BACKENDS[FALLBACK], spec
+
+
+def backend(spec: str) -> Backend:
+    """The backend a spec names (resolve)."""
+    return resolve(spec)[0]
+
+
+def _plugin(target: str, name: str = "") -> Backend:
+    """A plugin's backend: its function's OPTIONS (besides price_in and price_out), no extra request keys."""
+    build = plugins.load(target, f"model backend {name or target!r}")
+    if not callable(build):
+        raise UserError(f"model backend {name or target!r}: {target} is not a from_spec function")
+    return Backend(name or target, target, frozenset(_COMMON | set(getattr(build, "OPTIONS", ()))), False)
 
 
 def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
@@ -115,7 +149,7 @@ def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
     spec = (spec or "").strip()
     if not spec:
         raise UserError(f"no model given; e.g. --model {DEFAULT_MODEL}")
-    backend = BACKENDS[backend_of(spec)]
+    backend, target = resolve(spec)
     options = {k: v for k, v in options.items() if v is not None}
     unknown = sorted(set(options) - backend.options)
     if unknown:
@@ -123,9 +157,8 @@ def get_model(spec: str = DEFAULT_MODEL, **options: Any) -> Model:
             f"model {spec}: unknown option(s) {', '.join(unknown)} for the {backend.name} backend; "
             f"valid: {', '.join(sorted(backend.options)) or 'none'}"
         )
-    target = spec if backend.name == FALLBACK else spec.split(":", 1)[1]
-    module, function = backend.build.split(":")
-    return getattr(importlib.import_module(module), function)(target, spec, ModelOptions(options))
+    build = plugins.load(backend.build, f"model backend {backend.name!r}")
+    return build(target, spec, ModelOptions(options))
 
 
 def add_model_option(parser: Any, help: str = MODEL_OPTION_HELP) -> None:
@@ -147,7 +180,7 @@ def parse_model_options(spec: str, pairs: list[str]) -> dict[str, Any]:
     extra request parameter (the value read as JSON when it parses: 0.9, true, {"a": 1}; else a string)."""
     import json
 
-    backend = BACKENDS[backend_of(spec or DEFAULT_MODEL)]
+    backend = resolve(spec or DEFAULT_MODEL)[0]
     options: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for pair in pairs:

@@ -1,8 +1,10 @@
-"""Small helpers shared by the backends: reading OpenAI-shaped responses, prices, token estimates."""
+"""Small helpers shared by the backends: reading OpenAI-shaped responses, prices, token estimates, and
+importing litellm (its backend and the others' token counts use it)."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Optional
 
 from agent.models.base import Completion, ToolCall
@@ -110,14 +112,19 @@ def message_text(message: dict[str, Any]) -> str:
     return str(content)
 
 
+def import_litellm() -> Any:
+    """litellm, imported offline-friendly and quiet (it would otherwise fetch its price map from the web)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
 def litellm_tokens(model: str, messages: list[dict[str, Any]]) -> int:
     """Prompt tokens as the provider's tokenizer counts them, via litellm's token_counter (tiktoken for
     OpenAI and unknown models, the bundled Anthropic/DeepSeek tokenizers, ...); approx_tokens when litellm
     cannot count. Offline (HF_HUB_OFFLINE=1) litellm is told not to download Hugging Face tokenizers."""
-    import os
-
-    from agent.models.litellm_model import import_litellm
-
     litellm = import_litellm()
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         litellm.disable_hf_tokenizer_download = True

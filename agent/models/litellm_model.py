@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any, Optional
 
 from agent.models.base import Completion
-from agent.models.common import apply_prices, completions_of, litellm_tokens, set_cost
+from agent.models.common import apply_prices, completions_of, import_litellm, litellm_tokens, set_cost
 from agent.models.options import ModelOptions
 from agent.models.retry import RetryPolicy, call_with_retries
 from results.errors import UserError
@@ -15,15 +14,6 @@ from results.errors import UserError
 # Listed by litellm.validate_environment but not needed: these have working defaults.
 _OPTIONAL_ENV = {"OLLAMA_API_BASE"}
 DEFAULT_CONTEXT_WINDOW = 8192
-
-
-def import_litellm() -> Any:
-    """litellm, imported offline-friendly and quiet (it would otherwise fetch its price map from the web)."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    return litellm
 
 
 class LiteLLMModel:

@@ -29,10 +29,10 @@ from typing import Any, Optional
 from agent.models.base import Completion, ModelError, ToolCall
 from agent.models.common import apply_prices, approx_tokens, parse_arguments
 from agent.models.options import ModelOptions
+from agent.models.replay_atif import ANY_SAMPLE, load_atif_scripts, parse_atif_text
 from results.errors import UserError
 from results.jsonl import bounded_json_text, read_bounded
 
-ANY_SAMPLE = -1  # format (a): one script for every sample
 DEFAULT_TASK = "*"
 
 Script = list[Completion]
@@ -126,8 +126,6 @@ def load_scripts(path: str) -> dict[str, dict[int, Script]]:
     where = f"replay:{path}"
     raw = read_bounded(Path(path).expanduser(), MAX_REPLAY_BYTES, where)
     text = bounded_json_text(raw, where, MAX_REPLAY_BYTES, FORMATS_HINT)  # nothing below can recurse deep
-    from agent.models.replay_atif import load_atif_scripts, parse_atif_text
-
     trajectories = parse_atif_text(text, path)
     if trajectories:
         return load_atif_scripts(trajectories, path)

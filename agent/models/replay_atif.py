@@ -16,8 +16,9 @@ import json
 from typing import Any, Optional
 
 from agent.models.base import Completion, ToolCall
-from agent.models.replay import ANY_SAMPLE
 from results.errors import UserError
+
+ANY_SAMPLE = -1  # a replay script's key for a script that plays for every sample (agent/models/replay.py)
 
 OUR_TOOLS = ("bash", "write_file", "submit")
 SHELL_ARGUMENTS = ("command", "cmd", "keystrokes", "script")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evaluators.grading import verdict as rules
-from evaluators.grading.kind import Kind
+from evaluators.grading.kind import Exportable, Kind
 from results.errors import UserError
 from tasks.fields import is_relative, number, show
 
@@ -26,10 +26,10 @@ class AnswerSettings:
     tolerance: float = 1e-6  # numeric mode
 
 
-class AnswerKind(Kind):
+class AnswerKind(Kind, Exportable):
     name = "answer"
-    keys = frozenset({"kind", "answer_file", "mode", "expected", "tolerance"})
     Settings = AnswerSettings
+    grading_container = False  # decided on the host from the captured bytes
 
     def settings(self, table, tests, loc, where):
         from tasks.model import EvaluatorConfig
@@ -67,22 +67,9 @@ class AnswerKind(Kind):
             kind=self.name, settings=AnswerSettings(answer_file, mode, expected, tolerance)
         )
 
-    def table(self, task):
+    async def grade(self, task, sub):
         ev = self.settings_of(task)
-        return {
-            "kind": self.name,
-            "answer_file": ev.answer_file,
-            "mode": ev.mode,
-            "expected": ev.expected,
-            "tolerance": ev.tolerance,
-        }
-
-    def containers(self, task):
-        return 1  # decided on the host from the captured bytes
-
-    async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
-        ev = self.settings_of(task)
-        data = changes.files.get(ev.answer_file, task.workspace_files.get(ev.answer_file))
+        data = sub.changes.files.get(ev.answer_file, task.workspace_files.get(ev.answer_file))
         return rules.answer_verdict(data, ev.answer_file, ev.expected, ev.mode, ev.tolerance)
 
     def export(self, task):

@@ -9,9 +9,9 @@
    neither read nor write them. Every process of the candidate is killed before the verdict is read.
 4. The verdict is read on the host (evaluators/grading/verdict.py).
 Each evaluator kind is one module registered in tasks/kinds.py (the class: evaluators/grading/kind.py);
-this module is what the kinds that grade in a fresh container share: the grading container (or a turn
-in a shared one, GradingStations), the grader's private folder, running the verifier as root, reading
-what it wrote.
+this module hands an attempt to its kind's `grade`, and holds what the kinds that grade in a fresh container
+share: the grading container (or a turn in a shared one, GradingStations), the grader's private folder,
+running the verifier as root, reading what it wrote.
 Anything that goes wrong while grading one attempt is that attempt's failed verdict with a reason; only
 the Docker engine failing is an infrastructure error (InfraError, retried by the runner).
 """
@@ -20,18 +20,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
 import time
+from typing import Optional
 
+from agent import AGENT_UID
 from agent.sandbox import Changes, FilesNotWritten, SandboxDied, SandboxPool, SandboxSpec
 from evaluators.grading import verdict as rules
-from evaluators.grading.pytest_kind import GRADER
-from evaluators.grading.script_kind import CANDIDATE_UID
+from evaluators.grading.kind import Batchable
 from evaluators.grading.verdict import Verdict
 from results.errors import InfraError
 from tasks import kinds
 from tasks.model import Task
 from tasks.tamper import tamper_reason
+
+GRADER = "/grader"  # the grading container's root-only folder: the grader's private folders are below it
+CANDIDATE_UID = AGENT_UID  # the candidate's code runs as the sandbox user
+
+
+@dataclasses.dataclass
+class Submission:
+    """What `Kind.grade` grades: the agent's captured changes (the agent's sandbox is gone), the files the
+    attempt kept, and where a grading container comes from."""
+
+    task: Task
+    changes: Changes
+    kept: dict[str, bytes]
+    pool: SandboxPool
+    image: str
+    stations: Optional[GradingStations] = None  # a Batchable attempt's turn in a shared container
+
+    def container(self, prepare=None) -> grading_sandbox:
+        """`async with sub.container() as sb`: a fresh container of the task's image and limits with the
+        pristine workspace plus the changes, written as the candidate user (`.uid`); `prepare(sb)` runs
+        beside that (its result is `.prepared`). The grader runs there as root, the candidate's code as
+        `.uid`."""
+        return grading_sandbox(self.task, self.changes, self.pool, self.image, self.stations, prepare)
 
 
 async def grade(
@@ -42,14 +67,14 @@ async def grade(
     stations: "GradingStations | None" = None,
     kept: dict[str, bytes] | None = None,
 ) -> Verdict:
-    """Grades one attempt from its captured changes with its kind's grade_fresh (tasks/kinds.py).
+    """Grades one attempt from its captured changes with its kind's `grade` (tasks/kinds.py).
     Raises only InfraError (the engine failed); everything else is a verdict. With `stations` (batch grading)
     an attempt that can share a grading container with others of its image (batchable()) is graded in one."""
     started = time.monotonic()
     try:
         kind = kinds.of(task)
-        shared = stations if stations is not None and kind.batchable(task) else None
-        v = await kind.grade_fresh(task, changes, pool, image, kept, shared)
+        shared = stations if stations is not None and batchable(task) else None
+        v = await kind.grade(task, Submission(task, changes, kept or {}, pool, image, shared))
     except InfraError:
         raise
     except FilesNotWritten as e:  # a live sandbox refused the files (their names or contents): the attempt's
@@ -61,12 +86,10 @@ async def grade(
 
 
 def batchable(task: Task) -> bool:
-    """Whether an attempt of this task may be graded in a grading container shared with other attempts (its
-    kind decides: only pytest with the candidate behind the proxy and no network)."""
-    try:
-        return kinds.of(task).batchable(task)
-    except KeyError:  # an unregistered kind: graded alone (its verdict says why it cannot be)
-        return False
+    """Whether an attempt of this task may be graded in a grading container shared with other attempts (a
+    Batchable kind decides: pytest with the candidate behind the proxy and no network); else not."""
+    kind = kinds.of(task)
+    return isinstance(kind, Batchable) and kind.batchable(task)
 
 
 def private_folder() -> str:

@@ -22,11 +22,11 @@ from pathlib import Path
 from evaluators.grading import hidden_tests
 from evaluators.grading import verdict as rules
 from evaluators.grading.hidden_tests import collected_functions, is_canary, is_test_file, make_id, task_id
-from evaluators.grading.kind import Kind
+from evaluators.grading.kind import Batchable, Exportable, Kind
 from results.errors import UserError
 from tasks.fields import is_relative, show
+from tasks.impossible import Variants
 
-GRADER = "/grader"  # the grading container's root-only folder (evaluators/grading/grade.py)
 _HERE = Path(__file__).parent / "grader"
 GRADER_CONFTEST = (_HERE / "grader_conftest.py").read_bytes()
 CANDIDATE_PROXY = (_HERE / "candidate.py").read_bytes()
@@ -117,7 +117,7 @@ def command() -> tuple[list[str], str]:
     return argv, report
 
 
-def clean_env(import_mode: str, call_timeout: float, folder: str = GRADER) -> dict[str, str]:
+def clean_env(import_mode: str, call_timeout: float, folder: str) -> dict[str, str]:
     """The test runner's environment: nothing the candidate could have set survives into it."""
     return {
         "PATH": "/usr/bin:/bin",
@@ -154,7 +154,7 @@ class PytestSettings:
     import_mode: str = "proxy"
 
 
-class PytestKind(Kind):
+class PytestKind(Kind, Batchable, Variants, Exportable):
     name = "pytest"
     keys = frozenset({"kind", "protected", "import_mode"})
     Settings = PytestSettings
@@ -207,12 +207,12 @@ class PytestKind(Kind):
         task's: those keep a container each."""
         return self.settings_of(task).import_mode == "proxy" and not task.environment.allow_internet
 
-    async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
+    async def grade(self, task, sub):
         from evaluators.grading import grade
         from results.schema import TestOutcome
 
         settings = self.settings_of(task)
-        why = grade.tamper(task, changes, settings.protected)
+        why = grade.tamper(task, sub.changes, settings.protected)
         if why:
             return rules.Verdict(0.0, False, "tamper", detail=why)
         prepared = prepare(task.test_files)
@@ -229,7 +229,7 @@ class PytestKind(Kind):
         folder = grade.private_folder()
         env = clean_env(settings.import_mode, timeout, folder)
         grader = grade.grader_files(files, folder, f"{folder}/tmp", f"{folder}/home")
-        grading = grade.grading_sandbox(task, changes, pool, image, stations, grader)
+        grading = sub.container(grader)
         async with grading as sb:
             env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
             # pytest and its plugins imported once per grading container, by its command server: a batch's

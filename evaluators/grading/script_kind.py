@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from agent import AGENT_UID
 from evaluators.grading import verdict as rules
-from evaluators.grading.kind import Kind
+from evaluators.grading.kind import Exportable, Kind
 from results.errors import UserError
+from tasks.impossible import Variants
 
-CANDIDATE_UID = AGENT_UID  # the candidate's code runs as the sandbox user
-# On test.sh's PATH: runs the candidate's code as the candidate user. What that code can reach names nothing
-# of the grader's: a clean environment, no file descriptor but 0-2 (bash keeps its script open), and no
-# process of the candidate's outlives the call (kill -1 as that user), so none can read the command lines of
-# the verifier's later processes (/proc/<pid>/cmdline is readable by every user; hiding them would need
-# CAP_SYS_ADMIN, which the grading container does not have).
+# On test.sh's PATH: runs the candidate's code as the candidate user (the sandbox user). What that code can
+# reach names nothing of the grader's: a clean environment, no file descriptor but 0-2 (bash keeps its script
+# open), and no process of the candidate's outlives the call (kill -1 as that user), so none can read the
+# command lines of the verifier's later processes (/proc/<pid>/cmdline is readable by every user; hiding them
+# would need CAP_SYS_ADMIN, which the grading container does not have).
 AS_CANDIDATE = f"""#!/usr/bin/python3 -I
 # Runs a command as the candidate user: a clean environment, only fds 0-2, none of its processes left after.
 import os, signal, sys, time
-U = {CANDIDATE_UID}
+U = {AGENT_UID}
 ENV = {{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "WORKSPACE": "/workspace"}}
 def become():
     os.setgroups([]); os.setresgid(U, U, U); os.setresuid(U, U, U)
@@ -66,7 +66,7 @@ reward=$(/usr/bin/python3 -I $H/verdict.py script "$S/reward.txt")
 """  # noqa: E501 -- in the exported tests/test.sh, byte for byte
 
 
-class ScriptKind(Kind):
+class ScriptKind(Kind, Variants, Exportable):
     name = "script"
 
     def settings(self, table, tests, loc, where):
@@ -79,10 +79,10 @@ class ScriptKind(Kind):
             )
         return EvaluatorConfig(kind=self.name)
 
-    async def grade_fresh(self, task, changes, pool, image, kept=None, stations=None):
+    async def grade(self, task, sub):
         from evaluators.grading import grade
 
-        why = grade.tamper(task, changes)
+        why = grade.tamper(task, sub.changes)
         if why:
             return rules.Verdict(0.0, False, "tamper", detail=why)
         timeout = task.verifier_timeout_sec
@@ -99,7 +99,7 @@ class ScriptKind(Kind):
             "HARNESS_TEST_SH": f"{folder}/tests/test.sh",
         }
         grader = grade.grader_files(files, folder, f"{folder}/home", executable={"bin/as-candidate"})
-        grading = grade.grading_sandbox(task, changes, pool, image, prepare=grader)
+        grading = sub.container(grader)
         async with grading as sb:
             # Sourced by name from the environment, which only root can read, and unset before it runs: the
             # command line (readable by anyone) does not say where the hidden files are, nor does what test.sh

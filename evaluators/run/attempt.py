@@ -16,8 +16,9 @@ from typing import Awaitable, Callable, Optional
 from agent.loop import LoopResult
 from agent.sandbox import Changes, FilesNotWritten, Sandbox, SandboxPool, SandboxSpec
 from evaluators.grading.grade import GradingStations, grade
-from evaluators.grading.kind import Kind
+from evaluators.grading.kind import InPlace, Kind, OwnSandbox, Steps
 from evaluators.grading.verdict import Verdict
+from evaluators.run.attempt_sandbox import sandbox_of
 from evaluators.run.policies import Policy
 from results import hooks
 from results.errors import InfraError, OracleFailed
@@ -56,15 +57,18 @@ async def run_attempt(
     rec.started_at = started
     result: Optional[LoopResult] = None
     verdict = None
-    kind = kinds.of(task)  # what the attempt's sandbox is, what runs in it around the policy, what grades
+    kind = kinds.of(
+        task
+    )  # what grades, and (its own sandbox or the ordinary one) what runs around the policy
+    box = sandbox_of(kind)
     kept: dict[str, bytes] = {}
     dur = rec.durations
     async with contextlib.AsyncExitStack() as stack:  # the sandbox is released when the block ends
-        sb, dur.acquire = await _acquire(stack, pool, image, kind.limits(task), task.id)
+        sb, dur.acquire = await _acquire(stack, pool, image, box.limits(task), task.id)
         t = time.monotonic()
-        await _set_up(task, kind, sb)
+        await _set_up(task, box, sb)
         dur.setup, t = time.monotonic() - t, time.monotonic()
-        if kind.has_steps(task):  # the agent and a verifier per step
+        if isinstance(kind, Steps) and kind.has_steps(task):  # the agent and a verifier per step
             with hooks.observer().grading(kind.span(task)) as watch:
                 verdict, result, kept, changes = await kind.run_steps(task, policy, sb, pool, image)
                 watch.graded(verdict)
@@ -74,11 +78,11 @@ async def run_attempt(
                 result = await policy(task, sb)
             except OracleFailed as e:
                 rec.error = str(e)
-            kept = await kind.after_agent(task, sb)
+            kept = await box.after_agent(task, sb)
             dur.agent, t = time.monotonic() - t, time.monotonic()
-            changes = await _capture(kind, task, sb)
+            changes = await _capture(box, task, sb)
             dur.capture = time.monotonic() - t
-            if kind.in_place:  # e.g. tamper checks, then verification while the agent's sandbox lives
+            if isinstance(kind, InPlace):  # e.g. tamper checks, then verification while the sandbox lives
                 verdict = await _graded(kind, task, kind.verify_in_place(task, sb, pool, changes))
             if getattr(sb, "agent_container", None) is not None:  # a root agent killed its command server
                 rec.detail += "helper killed by the agent: graded from its container's filesystem\n"
@@ -109,13 +113,13 @@ async def _acquire(
     return sb, seconds
 
 
-async def _set_up(task: Task, kind: Kind, sb: Sandbox) -> None:
+async def _set_up(task: Task, box: OwnSandbox, sb: Sandbox) -> None:
     """The task's starting files and its kind's preparation, then the baseline the changes are read from."""
     try:
         await sb.put_files(task.workspace_files, executable=task.executable_files)
     except FilesNotWritten as e:  # nothing of the agent's yet: the task's files, or the engine
         raise InfraError(str(e)) from None
-    await kind.prepare(task, sb)
+    await box.prepare(task, sb)
     await sb.mark_baseline()
 
 
@@ -127,10 +131,10 @@ async def _graded(kind: Kind, task: Task, grading: Awaitable[Optional[Verdict]])
     return verdict
 
 
-async def _capture(kind: Kind, task: Task, sb: Sandbox) -> Changes:
+async def _capture(box: OwnSandbox, task: Task, sb: Sandbox) -> Changes:
     """The agent's final changes, as its kind reads them from the sandbox."""
     with hooks.observer().capture() as watch:
-        changes = await kind.capture(task, sb)
+        changes = await box.capture(task, sb)
         watch.captured(len(changes.paths), len(changes.rejected))
     return changes
 

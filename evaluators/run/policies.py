@@ -14,6 +14,7 @@ from agent.loop import LoopResult, run_loop
 from agent.models import model_for_attempt
 from agent.models.base import Model, waiting
 from agent.sandbox import Sandbox
+from evaluators.run.attempt_sandbox import sandbox_of
 from tasks import kinds
 from tasks.model import Task
 
@@ -22,9 +23,9 @@ Policy = Callable[[Task, Sandbox], Awaitable[Optional[LoopResult]]]
 
 
 async def oracle_policy(task: Task, sb: Sandbox) -> None:
-    """Runs the task's own solution as its evaluator kind says (tasks/kinds.py; by default
-    solution/solve.sh in /workspace, as the agent would)."""
-    await kinds.of(task).oracle(task, sb)
+    """Runs the task's own solution as its evaluator kind's sandbox says (evaluators/run/attempt_sandbox.py;
+    an ordinary kind's: solution/solve.sh in /workspace, as the agent would)."""
+    await sandbox_of(kinds.of(task)).oracle(task, sb)
 
 
 async def null_policy(task: Task, sb: Sandbox) -> None:

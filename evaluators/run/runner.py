@@ -23,12 +23,12 @@ from agent.models.base import Model
 from agent.prompt_format import TOOLS
 from agent.sandbox import DockerPool, SandboxPool, SandboxUnresponsive, prune
 from evaluators.grading.grade import GradingStations, batchable
-from evaluators.grading.kind import refuse_own_images
 from evaluators.run.attempt import new_record, now, run_attempt
+from evaluators.run.attempt_sandbox import sandbox_of
 from evaluators.run.config import EvalConfig
 from evaluators.run.policies import Policy, loop_policy
 from evaluators.run.progress import Progress, attempt_name
-from evaluators.run.task_images import build_images
+from evaluators.run.task_images import build_images, refuse_own_images
 from results import hooks, telemetry
 from results.errors import InfraError, UserError
 from results.schema import Attempt, attempt_key
@@ -96,7 +96,7 @@ async def _attempt_with_retries(
 def containers_per_attempt(task: Task) -> int:
     """Sandboxes one attempt takes from the pool (its kind says: the agent's, and a grading container unless
     the verdict is read on the host or in the agent's own container)."""
-    return kinds.of(task).containers(task)
+    return sandbox_of(kinds.of(task)).containers(task)
 
 
 def expected_containers(todo: list[Task], stations: Optional[GradingStations], concurrency: int) -> int:

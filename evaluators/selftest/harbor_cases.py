@@ -14,7 +14,8 @@ import base64
 import json
 from pathlib import Path
 
-from evaluators.grading import harbor_kind
+from evaluators.grading.harbor import environment
+from evaluators.grading.harbor.runtime import KILLED
 from evaluators.selftest.case import Case, Check, both, detail_has, graded, has, status_is
 from evaluators.selftest.fixtures import SUBMIT, bash
 from tasks.model import Task
@@ -60,7 +61,7 @@ def harbor_task(folder: Path, task_id: str, mode: str, command_timeout: float = 
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    return harbor_kind.offline([load_task(root)])[0]
+    return environment.offline([load_task(root)])[0]
 
 
 def solve(answer: int) -> str:
@@ -141,7 +142,7 @@ def _attack(name: str, mode: str, what: str, attack: str, twin: str) -> Case:
 
 
 def _kill(mode: str) -> Case:
-    killed: Check = detail_has(harbor_kind.KILLED)
+    killed: Check = detail_has(KILLED)
     return Case(
         f"harbor_{mode}_kill_command_server",
         "harbor",

@@ -13,9 +13,9 @@ import pytest
 
 from agent.sandbox import Changes, DockerPool, SandboxSpec
 from agent.sandbox.changes import PATH_MAX, unwritable
-from evaluators.grading import harbor_kind
 from evaluators.grading.answer_kind import AnswerSettings
 from evaluators.grading.grade import grade
+from evaluators.grading.harbor import runtime, verifier
 from evaluators.grading.verdict import Verdict, answer_matches, parse_number, parse_reward, parse_reward_json
 from evaluators.selftest.edge_cases import FORK_WORKERS, NAME_LIMITS
 from evaluators.selftest.fixtures import CORRECT, add_task, answer_task
@@ -256,7 +256,7 @@ def test_parse_reward_json(raw, expected):
     ],
 )
 def test_harbor_verdict_is_bounded(txt, js, reason, detail):
-    v = harbor_kind.verdict(txt, js)
+    v = verifier.verdict(txt, js)
     assert isinstance(v, Verdict) and v.reason == reason and detail in v.detail, v.detail
 
 
@@ -322,7 +322,7 @@ def test_a_harbor_test_sh_timeout_says_whether_the_pid_limit_was_reached(image, 
 
     rec = _harbor_attempt(task, nothing)
     assert (rec.status, rec.reason) == ("failed", "timeout"), (rec.status, rec.reason, rec.error, rec.detail)
-    limit = harbor_kind.limits(task).pids
+    limit = runtime.limits(task).pids
     if forks:
         assert f"reached the sandbox's limit of {limit} processes" in rec.detail, rec.detail
         assert "forks refused)" in rec.detail
@@ -433,7 +433,7 @@ def test_the_static_helpers_walk_lists_what_it_cannot_capture_and_keeps_the_rest
     async def go():
         images = await build_images([task], log=lambda m: None)
         async with DockerPool(run_id="harbor-rt-test", warm=0) as pool:
-            async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
+            async with pool.sandbox(images[task.id], runtime.limits(task)) as sb:
                 await sb.mark_baseline()
                 r = await sb.exec(["python3", "-c", make], timeout=60)
                 assert r.exit_code == 0, r.output

@@ -111,7 +111,7 @@ def test_builtin_suite_audits_clean():
 @pytest.mark.suite
 @pytest.mark.docker
 def test_terminal_bench_fixtures_audit_clean():
-    from evaluators.grading.kind import offline
+    from evaluators.run.network import offline
     from tests.tb_standins import CORPUS, ensure_corpus_images
 
     ensure_corpus_images(log=lambda m: None)

@@ -10,7 +10,8 @@ import json
 import jsonschema
 import pytest
 
-from agent.models.replay import ANY_SAMPLE, load_scripts
+from agent.models.replay import load_scripts
+from agent.models.replay_atif import ANY_SAMPLE
 from evaluators.run.config import EvalConfig
 from evaluators.run.runner import run_eval
 from results.export.atif import export_atif, to_atif

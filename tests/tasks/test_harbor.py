@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import DockerPool
-from evaluators.grading import harbor_kind
+from evaluators.grading.harbor import runtime, verifier
 from evaluators.harbor_export import export_task
 from evaluators.run.attempt import run_attempt
 from evaluators.run.policies import null_policy, oracle_policy
@@ -189,7 +189,9 @@ def test_verifier_modes_map_from_harbor(tmp_path, fragment, mode):
 def test_the_harbor_kind_decides_what_its_modes_need(tmp_path):
     """Sandboxes per attempt, verification in place, and whether `harness rescore` can grade the kept changes
     again: the kind's, by the task's verifier mode (the runner and rescore ask, never test for Harbor)."""
+    from evaluators.grading.kind import InPlace
     from evaluators.rescore import _why_not
+    from evaluators.run.attempt_sandbox import sandbox_of
     from results.schema import Attempt
     from tasks import kinds
 
@@ -205,7 +207,12 @@ def test_the_harbor_kind_decides_what_its_modes_need(tmp_path):
         kind = kinds.of(task)
         attempt = Attempt.model_construct(status="failed", changes=object())
         seen.append(
-            (task.harbor.verifier_mode, kind.containers(task), kind.in_place, _why_not(attempt, task))
+            (
+                task.harbor.verifier_mode,
+                sandbox_of(kind).containers(task),
+                isinstance(kind, InPlace),
+                _why_not(attempt, task),
+            )
         )
     assert seen == [
         ("shared", 1, True, "verified in the agent's container (shared)"),
@@ -246,7 +253,7 @@ def test_network_policy(tmp_path, fragment, net):
 def test_verifier_network_policy(tmp_path, fragment, verifier_net):
     task = load_task(harbor_task(tmp_path, 'schema_version = "1.4"\n' + fragment))
     assert task.harbor.verifier_network is verifier_net
-    assert harbor_kind.verifier_limits(task).network is verifier_net
+    assert runtime.verifier_limits(task).network is verifier_net
 
 
 @pytest.mark.parametrize(
@@ -289,7 +296,7 @@ def test_without_a_dockerfile_environment_files_start_in_the_workdir(tmp_path):
     ],
 )
 def test_reward_files(txt, js, reward, reason, detail):
-    v = harbor_kind.verdict(txt, js)
+    v = verifier.verdict(txt, js)
     assert (v.reward, v.reason) == (reward, reason) and detail in v.detail
 
 
@@ -470,10 +477,12 @@ def test_exported_verdict_is_our_verdict_module_byte_for_byte(tmp_path):
 
 
 def _one_of_each_kind():
+    from tasks import kinds as registry
+
     kinds: dict[str, object] = {}
     for t in load_suite("builtin"):
         kinds.setdefault(t.evaluator.kind, t)
-    assert set(kinds) == {"pytest", "answer", "script"}
+    assert set(kinds) == set(registry.task_toml_kinds())  # every kind a task.toml may name
     return list(kinds.values())
 
 
@@ -570,7 +579,7 @@ def test_harbor_sandbox_keeps_the_hardening(image, tmp_path):
 
     async def go():
         async with DockerPool(run_id="harbor-test", warm=0) as pool:
-            async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
+            async with pool.sandbox(image, runtime.limits(task)) as sb:
                 r = await sb.exec(
                     "id -u; ls /sys/class/net; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status;"
                     " touch /etc/x && echo rw",
@@ -683,7 +692,7 @@ def test_public_network_mode_gives_an_interface(image, tmp_path):
 
     async def go():
         async with DockerPool(run_id="harbor-test", warm=0) as pool:
-            async with pool.sandbox(image, harbor_kind.limits(task)) as sb:
+            async with pool.sandbox(image, runtime.limits(task)) as sb:
                 return (await sb.exec("ls /sys/class/net", 10)).stdout.split()
 
     assert "lo" in (nets := run(go())) and len(nets) >= 2

@@ -156,8 +156,9 @@ def test_training_leaves_flagged_and_impossible_attempts_out():
 
 
 def test_which_tasks_get_variants_is_their_kinds_answer():
-    """Kind.variant_tests: pytest tasks get one in a .py test file, script tasks in test.sh; an answer task
-    and a Harbor-format task (its verifier is not ours to change) get none, and say why."""
+    """The kind's Variants capability: pytest tasks get one in a .py test file, script tasks in test.sh; an
+    answer task (no Variants) and a Harbor-format task (its verifier is not ours to change) get none, and say
+    why."""
     from evaluators.grading.answer_kind import AnswerSettings
     from tasks.model import EvaluatorConfig
 

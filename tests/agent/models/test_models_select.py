@@ -101,7 +101,7 @@ def test_known_litellm_model_metadata(monkeypatch):
 
 
 def test_litellm_cost_comes_from_the_price_map(monkeypatch):
-    from agent.models.litellm_model import import_litellm
+    from agent.models.common import import_litellm
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     model = get_model("openai/gpt-4o-mini")
@@ -176,6 +176,36 @@ def echo_backend(target, spec, options):
     return ReplayModel({}, name=f"{spec}|{target}|{options.int('depth')}")
 
 
+def plugin_backend(target, spec, options):
+    """A backend named by its dotted path (py:MODULE:FUNCTION:TARGET): the options it lists are its own."""
+    from agent.models.replay import ReplayModel
+
+    return ReplayModel({}, name=f"{spec}|{target}|{options.int('depth')}")
+
+
+plugin_backend.OPTIONS = {"depth"}
+
+
+def test_a_plugin_backend_by_entry_point_or_dotted_path(monkeypatch):
+    import agent.models as models
+    from results import plugins
+
+    path = "tests.agent.models.test_models_select:plugin_backend"
+    model = get_model(f"py:{path}:abc", depth="3", price_in=1)
+    assert model.name == f"py:{path}:abc|abc|3"
+    assert get_model(f"py:{path}").name == f"py:{path}||None"  # the target is optional
+    with pytest.raises(UserError, match="unknown option.*top_p"):
+        get_model(f"py:{path}:abc", top_p=0.9)
+    with pytest.raises(UserError, match="write py:MODULE:FUNCTION"):
+        get_model("py:tests.agent.models.test_models_select")
+    with pytest.raises(UserError, match="no module 'nowhere_at_all'"):
+        get_model("py:nowhere_at_all:from_spec:x")
+    real = plugins.installed
+    monkeypatch.setattr(plugins, "installed", lambda r: {"echo2": path} if r == "models" else real(r))
+    assert models.backend("echo2:x").name == "echo2" and get_model("echo2:x", depth=1).name == "echo2:x|x|1"
+    assert models.backend("local:x").name == "local"  # a registered prefix comes first
+
+
 def test_a_new_backend_is_one_registration(monkeypatch):
     """A model backend is a module with a build function and one register() line: the spec's prefix
     selects it, its options are checked, and -M keys it does not know are refused (no extra_params)."""
@@ -185,7 +215,7 @@ def test_a_new_backend_is_one_registration(monkeypatch):
     models.register("echo", "tests.agent.models.test_models_select:echo_backend", {"depth"})
     model = get_model("echo:abc", depth="3")
     assert model.name == "echo:abc|abc|3"
-    assert models.backend_of("echo:x") == "echo" and models.backend_of("nope:x") == "litellm"
+    assert models.backend("echo:x").name == "echo" and models.backend("nope:x").name == "litellm"
     with pytest.raises(UserError, match="unknown option.*temperature.*echo backend"):
         get_model("echo:abc", temperature=1)
     with pytest.raises(UserError, match="the echo backend has no option 'top_p'"):

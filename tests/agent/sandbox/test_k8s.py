@@ -330,7 +330,7 @@ def test_cli_k8s_without_an_image_is_a_one_line_error(tmp_path):
 
 @pytest.mark.parametrize("harbor", [True, False])
 def test_cli_k8s_refuses_tasks_with_their_own_image(tmp_path, harbor):
-    """Whether a task has an image of its own is its kind's answer (Kind.own_image), asked by the runner:
+    """Whether a task has an image of its own is its kind's answer (OwnImage.own_image), asked by the runner:
     the k8s backend runs the base image only."""
     import shutil
     import subprocess

@@ -245,14 +245,15 @@ NATIVE_ONLY = {"mkdirs", "write_file", "read_file", "remove", "kinds", "list_fil
 NATIVE_ONLY |= {"revive", "agent_container"}
 # the model of what a Harbor verifier loads is asked of the task's image: its id and its environment
 NATIVE_ONLY |= {"image", "env"}
+HARBOR = NATIVE_ONLY | {"container", "capture", "kept_files", "limits"}
 BEYOND_THE_CONTRACT = {
     # container: commit/diff (Docker only); kept_files: its own bookkeeping set on the sandbox object
-    "evaluators/grading/harbor_kind.py": NATIVE_ONLY | {"container", "capture", "kept_files", "limits"},
+    **{f"evaluators/grading/harbor/{m}.py": HARBOR for m in ("runtime", "tamper", "verifier", "steps")},
     "evaluators/grading/loads.py": NATIVE_ONLY,  # probes a pristine container of a Harbor task's image
 }
 POOL_BEYOND = {
     "evaluators/grading/grade.py": {"add_reclaimer"},  # batch grading: the Docker pool only (run_eval checks)
-    "evaluators/grading/harbor_kind.py": {"pool_id"},  # the labels of a committed snapshot image: Docker only
+    "evaluators/grading/harbor/verifier.py": {"pool_id"},  # a committed snapshot image's labels: Docker only
 }
 
 

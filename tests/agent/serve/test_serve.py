@@ -216,7 +216,7 @@ def test_model_errors_are_500_with_the_message(serve_script):
 
 
 def test_litellm_calls_serve(serve_script):
-    from agent.models.litellm_model import import_litellm
+    from agent.models.common import import_litellm
 
     server = serve_script(["via litellm"])
     litellm = import_litellm()
@@ -301,7 +301,7 @@ def test_cli_registers_serve_with_defaults():
 
 @pytest.mark.model
 def test_serve_smollm2_to_the_openai_client_and_litellm():
-    from agent.models.litellm_model import import_litellm
+    from agent.models.common import import_litellm
 
     server = start_server("local:smollm2-135m")
     try:

@@ -532,7 +532,7 @@ def test_sixteen_concurrent_streams_each_get_their_own_tokens(server, api):
 
 
 def test_litellm_streams_and_calls_tools(server):
-    from agent.models.litellm_model import import_litellm
+    from agent.models.common import import_litellm
 
     litellm = import_litellm()
 

@@ -457,7 +457,7 @@ KV_TESTS = (
 def test_a_kv_store_grpc_replica_oracle_is_solved_not_tamper(image, tmp_path, mode):
     """TB 2.1 kv-store-grpc's shape: the tests import `kvstore_pb2`/`kvstore_pb2_grpc`, which the solution
     generates and the image does not provide (the old name rule scored its honest oracle `tamper`)."""
-    from evaluators.grading import harbor_kind
+    from evaluators.grading.harbor import environment
     from evaluators.validate import validate
     from tasks.task_folder import load_task
     from tests.conftest import run
@@ -475,7 +475,7 @@ def test_a_kv_store_grpc_replica_oracle_is_solved_not_tamper(image, tmp_path, mo
             "environment/Dockerfile": "FROM harness/base:latest\nWORKDIR /app\n",
         },
     )
-    task = harbor_kind.offline([load_task(root)])[0]
+    task = environment.offline([load_task(root)])[0]
     rows = run(validate([task], repeats=1, concurrency=1))
     assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])], rows
 
@@ -485,7 +485,8 @@ def _probe_image() -> Loads:
     import tempfile
 
     from agent.sandbox import DockerPool
-    from evaluators.grading import harbor_kind, loads
+    from evaluators.grading import loads
+    from evaluators.grading.harbor import environment, runtime
     from tests.conftest import run
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -493,9 +494,9 @@ def _probe_image() -> Loads:
 
         async def go():
             async with DockerPool(run_id="matrix-probe", warm=0) as pool:
-                img = harbor_kind.task_image(t, log=lambda m: None)
+                img = environment.task_image(t, log=lambda m: None)
                 return await loads.model(
-                    t, pool, img, "root", dataclasses.replace(harbor_kind.verifier_limits(t), network=False)
+                    t, pool, img, "root", dataclasses.replace(runtime.verifier_limits(t), network=False)
                 )
 
         return run(go())
@@ -528,7 +529,7 @@ def test_an_import_pth_that_pip_recorded_is_an_install_not_tamper(image, tmp_pat
     distutils-precedence.pth (an import line) on an image without setuptools: a .pth its installer's RECORD
     lists with its sha256 is an install, solved; the same file without that record is tamper (the rule's
     unit test)."""
-    from evaluators.grading import harbor_kind
+    from evaluators.grading.harbor import environment
     from evaluators.validate import validate
     from tasks.task_folder import load_task
     from tests.conftest import run
@@ -551,6 +552,6 @@ def test_an_import_pth_that_pip_recorded_is_an_install_not_tamper(image, tmp_pat
             "environment/Dockerfile": "FROM harness/base:latest\nWORKDIR /app\n",
         },
     )
-    task = harbor_kind.offline([load_task(root)])[0]
+    task = environment.offline([load_task(root)])[0]
     rows = run(validate([task], repeats=1, concurrency=1))
     assert [(r.oracle, r.null, r.problems) for r in rows] == [("1/1", "not solved", [])], rows

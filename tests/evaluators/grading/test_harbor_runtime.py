@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agent.sandbox import DockerPool
-from evaluators.grading import harbor_kind
-from evaluators.grading.kind import network_lines, offline
+from evaluators.grading.harbor import environment, runtime
 from evaluators.run.attempt import run_attempt
+from evaluators.run.network import network_lines, offline
 from evaluators.run.policies import oracle_policy
 from evaluators.run.task_images import build_images
 from tasks.task_folder import load_task
@@ -44,7 +44,7 @@ def harbor_task(
         **(extra or {}),
     }
     write_files(root, files)
-    return harbor_kind.offline([load_task(root)])[0]
+    return environment.offline([load_task(root)])[0]
 
 
 def attempt(task, policy=oracle_policy):
@@ -75,7 +75,7 @@ def test_a_commands_environment_is_what_docker_exec_gives(image, tmp_path, user)
     async def go():
         images = await build_images([task], log=lambda m: None)
         async with DockerPool(run_id="harbor-rt-test", warm=0) as pool:
-            async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
+            async with pool.sandbox(images[task.id], runtime.limits(task)) as sb:
                 ours = await sb.exec(["env"], timeout=10, user=user)
                 for _ in range(3):  # the SDK's exec_run has come back empty on a loaded machine: ask again
                     theirs = sb.container.exec_run(["env"], user=user).output.decode()
@@ -120,7 +120,7 @@ def test_no_internet_forces_the_network_off_and_the_default_follows_harbor(tmp_p
     )
     task = load_task(root)
     assert task.environment.allow_internet is True and task.harbor.network_why.startswith("no network key")
-    off = harbor_kind.offline([task])[0]
+    off = environment.offline([task])[0]
     assert off.environment.allow_internet is False and off.harbor.verifier_network is False
     assert "--no-internet" in off.harbor.network_why
     assert dataclasses.replace(task, id="x").harbor.verifier_network is True
@@ -393,7 +393,7 @@ def _steps_task(tmp_path):
         "&& echo two > b.txt\n",
     }
     write_files(root, files)
-    return harbor_kind.offline([load_task(root)])[0]
+    return environment.offline([load_task(root)])[0]
 
 
 @pytest.mark.slow
@@ -498,7 +498,7 @@ def test_a_timeout_kills_the_commands_group_and_what_was_left_running_ends_with_
     async def go():
         images = await build_images([task], log=lambda m: None)
         async with DockerPool(run_id="harbor-rt-test", warm=0) as pool:
-            async with pool.sandbox(images[task.id], harbor_kind.limits(task)) as sb:
+            async with pool.sandbox(images[task.id], runtime.limits(task)) as sb:
                 left = await sb.exec("setsid sleep 300 > /dev/null 2>&1 & echo started", timeout=10)
                 slow = await sb.exec("sleep 301 & sleep 302", timeout=1)
                 # SIGKILL to the group is sent before the reply; on a loaded machine its members can take a
@@ -531,7 +531,7 @@ def test_one_line_says_which_tasks_have_network_and_why(tmp_path):
             "solution/solve.sh": "true\n",
         },
     )
-    line = harbor_kind.network_line([on, load_task(root)])
+    line = environment.network_line([on, load_task(root)])
     assert "\n" not in line and line.startswith("Harbor tasks: ")
     assert "(b) network: [environment] allow_internet = true" in line
     assert "(a) no network: --no-internet (was: no network key: Harbor's default" in line

@@ -1,8 +1,8 @@
 """The agent cannot turn its container into an `error` (issue 39, item 3): a root agent in a Harbor task that
 kills (SIGKILL) or stops (SIGSTOP) the harness's command server, found by its executable's path in /proc,
 ends as a graded verdict in every verifier mode: the attempt goes on from its container's filesystem
-(harbor_kind.revive), so an honest solution that does the same is still solved. Our own tasks' command
-server runs as root while the agent is uid 10001: it cannot be killed or stopped at all.
+(evaluators/grading/harbor/runtime.revive), so an honest solution that does the same is still solved. Our own
+tasks' command server runs as root while the agent is uid 10001: it cannot be killed or stopped at all.
 
 Real Docker; Harbor tasks built FROM our base image; a replay model runs the agent's commands."""
 
