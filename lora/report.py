@@ -22,7 +22,7 @@ def verdicts(out: Path) -> dict[str, Any]:
     """A finished run's record: its settings, split, result (best.json), each round's data counts and
     every eval attempt's verdict as a row of VERDICT_FIELDS (solved: strictly, as training counts it;
     None for an infra error, which no rate counts)."""
-    from lora.train import phase_done, read_split
+    from lora.rundir import phase_done, read_split
 
     out = Path(out)
     rounds: dict[str, Any] = {}
