@@ -434,7 +434,7 @@ def install_phase_probes():
     import evaluators.grading.grade as grade_mod
     import evaluators.run.runner as runner_mod
     from agent.sandbox.served import ServedSandbox as Sandbox
-    from results.store import RunStore
+    from results.run_writer import RunStore
 
     if getattr(install_phase_probes, "done", False):
         return
