@@ -43,8 +43,8 @@ from typing import Any, Callable, Iterable, Optional
 from lora.config import PGConfig, SFTConfig, TrainConfig
 from lora.data import IGNORE, build_examples, has_token_ids, write_dataset
 from results.attempts import is_solved
-from results.metrics import record_flags
 from results.schema import Attempt
+from results.task_audit import record_flags
 
 EPS = 1e-6  # keeps a near-uniform group's advantages finite
 

@@ -33,8 +33,8 @@ from lora.rundir import (
 )
 from results import telemetry
 from results.attempts import is_solved
-from results.metrics import task_rates
 from results.store import load_attempts
+from results.task_audit import task_rates
 
 
 def _data_phase(cfg: TrainConfig, out: Path, r: int, end_of_turn: Optional[int], encode=None) -> dict:

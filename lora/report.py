@@ -11,8 +11,9 @@ from typing import Any, Iterable
 
 from results.attempts import is_solved
 from results.jsonl import write_json_atomic
-from results.metrics import cluster_bootstrap_ci, mean_and_spread, record_flags
+from results.metrics import cluster_bootstrap_ci, mean_and_spread
 from results.store import load_attempts
+from results.task_audit import record_flags
 
 VERDICT_FIELDS = ("task_id", "sample", "solved", "flagged", "tamper", "impossible")
 DATA_FIELDS = ("examples", "target_tokens", "hinted_examples", "hinted_target_tokens", "hinted_kept", "tasks")

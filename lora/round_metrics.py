@@ -11,9 +11,10 @@ from typing import Any, Optional
 
 from lora.rundir import _write_json, phase_done
 from results.attempts import is_solved
-from results.metrics import cluster_bootstrap_ci, per_task_pass, record_flags, task_rates
+from results.metrics import cluster_bootstrap_ci, per_task_pass
 from results.rounds import ROUNDS_FILE, append_rounds, append_task_rates, load_rounds
 from results.store import load_attempts
+from results.task_audit import record_flags, task_rates
 
 
 def metric_name(k: int, temperature: float) -> str:

@@ -52,9 +52,9 @@ def spread(tasks: list, n: Optional[int]) -> list:
 
 
 def _broken_tasks(runs: list[str], more: Optional[list] = None) -> set[str]:
-    """Tasks the audit (results.metrics.audit_tasks) marks broken, over these runs' attempts and `more`."""
-    from results.metrics import audit_tasks
+    """Tasks the audit (results.task_audit.audit_tasks) marks broken, over these runs' attempts and `more`."""
     from results.store import find_attempt_files, iter_attempts
+    from results.task_audit import audit_tasks
 
     attempts = [a for path in find_attempt_files(runs) for a in iter_attempts(path)] if runs else []
     attempts += more or []

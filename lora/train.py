@@ -51,9 +51,9 @@ from lora.rundir import _broken_tasks, _family, _train_runs, _write_json, _write
 from results import telemetry
 from results.attempts import is_solved
 from results.errors import UserError
-from results.metrics import record_flags
 from results.rounds import load_rounds
 from results.store import load_attempts
+from results.task_audit import record_flags
 
 # ---------------------------------------------------------------- the loop
 
