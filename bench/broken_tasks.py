@@ -2,7 +2,7 @@
 """How well `harness tasks validate` and `harness tasks audit` find broken tasks (issue 41 item 3): writes the
 planted set (tasks/broken.py: each built-in task with one defect of a known class, and unchanged built-in
 tasks as clean controls), validates it as `harness tasks validate --repeats N` does, audits the oracle and
-null attempts that validate made (results.metrics.audit_tasks), and prints the confusion table.
+null attempts that validate made (results.task_audit.audit_tasks), and prints the confusion table.
 
     python bench/broken_tasks.py                      # the full set (41 planted, 53 controls), --repeats 5
     python bench/broken_tasks.py --small --repeats 3  # one per class and four controls
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluators.validate import validate
-from results.metrics import audit_tasks
+from results.task_audit import audit_tasks
 from tasks.broken import CLASSES, CLEAN, found_classes, right_class, write_broken_set
 from tasks.loader import load_suite
 

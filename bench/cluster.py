@@ -110,8 +110,8 @@ def _sample_records(path: Path, n: int) -> list[dict]:
 def store_rate(sample: Path, n: int = 300) -> float:
     """RunStore.append records per second (each one write + fsync), with this run's real records."""
     from results.manifest import Manifest
+    from results.run_writer import RunStore
     from results.schema import Attempt
-    from results.store import RunStore
 
     out = Path(tempfile.mkdtemp(prefix="bench-store-")) / "run"
     store = RunStore.create(out, Manifest.build("bench", {"bench": True}, []))

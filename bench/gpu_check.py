@@ -756,6 +756,8 @@ def no_sandbox_eval(
 def section_e2e(
     plan: dict, budget: Budget, log: Callable[[str], None], work: Path, sandbox: bool = True
 ) -> dict:
+    import lora.backend as lb
+    import lora.rundir as lrd
     import lora.train as lt
     from agent.models.local import LocalModel
     from agent.models.replay import ReplayModel
@@ -768,7 +770,7 @@ def section_e2e(
     folder = random_model_folder(work / "e2e-tiny", "tiny")
     model = f"local:{folder}"
     sandbox = "docker" if sandbox and docker_ok() else "none"
-    tasks = {split: lt.spread(lt._load_tasks("builtin:easy", split), 1) for split in ("train", "heldout")}
+    tasks = {split: lrd.spread(lb._load_tasks("builtin:easy", split), 1) for split in ("train", "heldout")}
     scripts = work / "oracle.json"
     scripts.write_text(json.dumps({t.id: oracle_replies(t) for ts in tasks.values() for t in ts}))
     student = LocalModel(str(folder))  # only its encode() and tokenizer: the teacher records in its ids
@@ -800,7 +802,7 @@ def section_e2e(
                 max_tokens=cfg.loop.max_reply_tokens or 64,
             )
         if not is_teacher:
-            return lt._run_eval(cfg, task_list)
+            return lb._run_eval(cfg, task_list)
         from dataclasses import replace
 
         from agent.config import LoopConfig
@@ -811,11 +813,11 @@ def section_e2e(
             asyncio.run(runner_eval(replace(cfg, loop=loop), task_list, progress=False, model_obj=teacher))
         )
 
-    backend = lt.Backend(
+    backend = lb.Backend(
         load_tasks=lambda spec, split: tasks[split],
         run_eval=run_eval,
-        fine_tune=lt._fine_tune,
-        end_of_turn=lt._end_of_turn,
+        fine_tune=lb._fine_tune,
+        end_of_turn=lb._end_of_turn,
     )
     cfg = config_from(
         None,
@@ -848,8 +850,8 @@ def section_e2e(
     finally:
         student.close()
     r1 = out / "round_1"
-    data = lt.phase_done(r1, "data") or {}
-    sft = lt.phase_done(r1, "sft") or {}
+    data = lrd.phase_done(r1, "data") or {}
+    sft = lrd.phase_done(r1, "sft") or {}
     metrics = json.loads((r1 / "metrics.json").read_text()) if (r1 / "metrics.json").exists() else {}
     rows = (
         [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines() if x.strip()]

@@ -38,9 +38,9 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.models import local as local_module
-from agent.models import local_decoding
-from agent.models.local import LocalModel, _has_block
+from agent.models import local_decoding, local_worker
+from agent.models.local import LocalModel
+from agent.models.local_worker import _has_block
 
 PROMPTS = Path(__file__).resolve().parent.parent / "agent" / "prompts"
 TASKS = [
@@ -197,7 +197,7 @@ class Meter:
         self.steps = self.rows = self.cells = self.groups = self.tokens = 0
 
     def __enter__(self):
-        self.saved = local_module.step
+        self.saved = local_worker.step
 
         def step(model, batch):
             self.steps += 1
@@ -206,11 +206,11 @@ class Meter:
             self.groups += len(batch.groups)
             return self.saved(model, batch)
 
-        local_module.step = step
+        local_worker.step = step
         return self
 
     def __exit__(self, *exc):
-        local_module.step = self.saved
+        local_worker.step = self.saved
 
     def snapshot(self) -> dict:
         return {

@@ -437,7 +437,7 @@ def install_phase_probes():
     import evaluators.grading.grade as grade_mod
     import evaluators.run.attempt as attempt_mod
     from agent.sandbox.served import ServedSandbox as Sandbox
-    from results.store import RunStore
+    from results.run_writer import RunStore
 
     if getattr(install_phase_probes, "done", False):
         return

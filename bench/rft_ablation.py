@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lora.config import config_from
 from lora.report import aggregate_seeds, write_verdicts
-from lora.train import read_split, run
+from lora.rundir import read_split
+from lora.train import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rft_curriculum import round_walls, share_evals  # bench/rft_curriculum.py

@@ -41,7 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lora.config import config_from
-from lora.train import eval_config, measure_evals, run
+from lora.phases import eval_config, measure_evals
+from lora.train import run
 from results.metrics import bootstrap_ci
 from results.store import LOCK
 

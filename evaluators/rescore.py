@@ -26,8 +26,9 @@ from evaluators.run.runner import INFRA_RETRIES
 from evaluators.run.task_images import build_images
 from results.errors import InfraError, UserError
 from results.manifest import Manifest
+from results.run_writer import RunStore
 from results.schema import Attempt, KeptChanges, attempt_key
-from results.store import RunReader, RunStore, kept_files, open_run, read_object, verify_objects
+from results.store import RunReader, kept_files, open_run, read_object, verify_objects
 from tasks import kinds
 from tasks.loader import load_suite
 from tasks.model import Task

@@ -39,7 +39,7 @@ class Row:
     tests_budget: float = 0.0
     problems: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)  # "oracle|null reason reward", one per attempt
-    attempts: list = field(default_factory=list, repr=False)  # their records, for results.metrics.audit_tasks
+    attempts: list = field(default_factory=list, repr=False)  # their records (results.task_audit.audit_tasks)
 
     @property
     def ok(self) -> bool:

@@ -1,5 +1,5 @@
 """Where a round's samples go (lora/train.py with a --budget): a fixed number of train attempts per
-round, spread by each task's measured solve rate (results.metrics.task_rates), a curriculum over the
+round, spread by each task's measured solve rate (results.task_audit.task_rates), a curriculum over the
 tasks' difficulty, and hints for the tasks never solved.
 
 Allocation of a budget B over the pool (the train tasks up to the curriculum's difficulty level), from
@@ -72,7 +72,7 @@ class Allocation:
 
 
 def classify(rate: Any) -> str:
-    """saturated | never | frontier | new, from a results.metrics.TaskRate (or None: not measured)."""
+    """saturated | never | frontier | new, from a results.task_audit.TaskRate (or None: not measured)."""
     if rate is None or rate.n == 0:
         return "new"
     if rate.n >= 2 and rate.solved >= SATURATED * rate.n:

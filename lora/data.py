@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterable, Optional
 
 from results.attempts import action_signature, is_solved
 from results.errors import UserError
-from results.metrics import record_flags
 from results.schema import Attempt, Step
+from results.task_audit import record_flags
 
 IGNORE = -100  # label of a position that gets no loss (torch cross_entropy's ignore_index)
 
@@ -37,7 +37,7 @@ class FilterStats:
     duplicate: int = 0
     over_cap: int = 0
     flagged: int = 0  # the record carries exploit flags (a non-empty `flags` field)
-    broken_task: int = 0  # its task is one the audit marks broken (results.metrics.audit_tasks)
+    broken_task: int = 0  # its task is one the audit marks broken (results.task_audit.audit_tasks)
     hint_not_rebuilt: int = 0  # a hinted attempt whose unhinted token ids could not be rebuilt exactly
     tasks: int = 0  # distinct tasks among the kept attempts
     hinted: int = 0  # kept attempts that were sampled with a hint (trained without it)

@@ -43,8 +43,8 @@ from typing import Any, Callable, Iterable, Optional
 from lora.config import PGConfig, SFTConfig, TrainConfig
 from lora.data import IGNORE, build_examples, has_token_ids, write_dataset
 from results.attempts import is_solved
-from results.metrics import record_flags
 from results.schema import Attempt
+from results.task_audit import record_flags
 
 EPS = 1e-6  # keeps a near-uniform group's advantages finite
 
@@ -303,8 +303,8 @@ def fine_tune(
 ) -> dict:
     """The real model's update: load it, add (or continue) the LoRA adapter, update, save."""
     from agent.models.local_loading import load_hf
+    from lora.backend import local_spec
     from lora.sft import free_memory, prepare_model, save_adapter
-    from lora.train import local_spec
 
     base, _tokenizer = load_hf(local_spec(model))
     sft = replace(cfg.sft, dropout=0.0)  # pi_theta = pi_old before the first update
@@ -323,7 +323,7 @@ def fine_tune(
 def data_phase(cfg: TrainConfig, out: Path, r: int) -> dict:
     """Round r's rollouts from round r-1's train samples (unhinted: the policy's own), written to
     round_r/rollouts.jsonl; the counts in round_r/data.done.json."""
-    from lora.train import _broken_tasks, _train_runs, mark_done, phase_done
+    from lora.rundir import _broken_tasks, _train_runs, mark_done, phase_done
     from results.store import load_attempts
 
     ev = phase_done(out / f"round_{r - 1}", "eval")
@@ -357,7 +357,7 @@ def update_phase(
     cfg: TrainConfig, out: Path, r: int, log: Callable[[str], None], tune: Callable = fine_tune
 ) -> dict:
     """Round r's update of the policy (round r-1's adapter; the base model's fresh one at round 1)."""
-    from lora.train import mark_done
+    from lora.rundir import mark_done
 
     rd = out / f"round_{r}"
     rollouts = read_rollouts(rd / "rollouts.jsonl")

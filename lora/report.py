@@ -11,8 +11,9 @@ from typing import Any, Iterable
 
 from results.attempts import is_solved
 from results.jsonl import write_json_atomic
-from results.metrics import cluster_bootstrap_ci, mean_and_spread, record_flags
+from results.metrics import cluster_bootstrap_ci, mean_and_spread
 from results.store import load_attempts
+from results.task_audit import record_flags
 
 VERDICT_FIELDS = ("task_id", "sample", "solved", "flagged", "tamper", "impossible")
 DATA_FIELDS = ("examples", "target_tokens", "hinted_examples", "hinted_target_tokens", "hinted_kept", "tasks")
@@ -22,7 +23,7 @@ def verdicts(out: Path) -> dict[str, Any]:
     """A finished run's record: its settings, split, result (best.json), each round's data counts and
     every eval attempt's verdict as a row of VERDICT_FIELDS (solved: strictly, as training counts it;
     None for an infra error, which no rate counts)."""
-    from lora.train import phase_done, read_split
+    from lora.rundir import phase_done, read_split
 
     out = Path(out)
     rounds: dict[str, Any] = {}

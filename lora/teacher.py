@@ -55,7 +55,7 @@ def student_tokenizer(student: str) -> Any:
     from transformers import AutoTokenizer
 
     from agent.models.local_loading import cache_dir_for, load_hf, resolve
-    from lora.train import local_spec
+    from lora.backend import local_spec
 
     spec = local_spec(student)
     kind, path, _ = resolve(spec)
@@ -67,7 +67,7 @@ def student_tokenizer(student: str) -> Any:
 
 
 def _teacher_eval(student: str, cfg: Any, tasks: list) -> Path:
-    """lora/train._run_eval with the teacher as the model object."""
+    """lora/backend._run_eval with the teacher as the model object."""
     from agent.models import get_model
     from evaluators.run.runner import run_eval
 
@@ -78,7 +78,7 @@ def _teacher_eval(student: str, cfg: Any, tasks: list) -> Path:
 
 
 def teacher_backend(backend: Any, student: str) -> Any:
-    """`backend` (lora/train.Backend) with the teacher's evals, and the student wherever the loop names the
+    """`backend` (lora/backend.Backend) with the teacher's evals, and the student wherever the loop names the
     model it trains (fine-tuning, its end-of-turn token, its prompt encoder)."""
 
     def fine_tune(model: str, *args: Any) -> dict:

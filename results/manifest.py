@@ -2,7 +2,7 @@
 a recorded run without mixing two experiments.
 
 The manifest holds config, model, task suite (id, version, content hash), images, versions and times;
-results.store writes it (always replaced whole) and reads it back.
+results.run_writer writes it (always replaced whole), results.store reads it back.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ TASK_RATES_FILE = "task_rates.jsonl"
 
 
 def append_task_rates(folder: str | Path, round_: int, run: str, rates: Iterable[Any]) -> None:
-    """Append one eval run's per-task solve rates (results.metrics.TaskRate) to folder/task_rates.jsonl:
+    """Append one eval run's per-task solve rates (results.task_audit.TaskRate) to folder/task_rates.jsonl:
     {round, run, task_id, split, domain, difficulty, n, solved, rate, ci_low, ci_high, tamper, flagged,
     errors}. Rows already there for (round, run) are not written again (a resumed eval phase)."""
     from dataclasses import asdict

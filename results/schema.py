@@ -91,7 +91,7 @@ class Durations(BaseModel):
 
 
 class KeptChanges(BaseModel):
-    """Where the attempt's final changes are kept in the run folder (results/store.py keep_changes): each
+    """Where the attempt's final changes are kept in the run folder (results/run_writer.py keep_changes): each
     captured file by the sha256 of its bytes under objects/, and a unified diff against the starting files."""
 
     files: dict[str, str] = Field(default_factory=dict)  # path -> sha256 of its content (objects/)
@@ -158,7 +158,7 @@ class Attempt(BaseModel):
     flags: list[Flag] = Field(default_factory=list)
     impossible: bool = False  # the task was an impossible variant: solving it means cheating
     verifier_output: str = ""  # Harbor tasks: test.sh's stdout and stderr, head and tail
-    files: list[KeptFile] = Field(default_factory=list)  # kept in the run folder (results/store.py)
+    files: list[KeptFile] = Field(default_factory=list)  # kept in the run folder (results/run_writer.py)
     _file_data: dict[str, bytes] = PrivateAttr(
         default_factory=dict
     )  # their bytes until the store writes them

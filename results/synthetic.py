@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from results.manifest import Manifest, TaskEntry
+from results.run_writer import RunStore
 from results.schema import Action, Attempt, Durations, Step, TestOutcome, attempt_key
-from results.store import RunStore
 
 SYSTEM = (
     "You are a software engineer working in /workspace. "

@@ -357,7 +357,7 @@ def found_classes(problems: list[str], flaky: bool, audit_verdicts: list[str]) -
     """The classes that validate's problems (and flaky flag) and audit's verdicts of the oracle/null
     attempts point to. Validate cannot tell a wrong test from a wrong oracle or an impossible spec (all
     three: the oracle is not solved), so "oracle-fails" stands for the three (see ORACLE_FAILS)."""
-    from results.metrics import FLAKY, NEVER, SOLVED_BY_NULL
+    from results.task_audit import FLAKY, NEVER, SOLVED_BY_NULL
 
     found = set()
     for p in problems:

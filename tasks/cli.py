@@ -114,8 +114,8 @@ def cmd_impossible(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from results.metrics import audit_tasks
     from results.store import find_attempt_files, iter_attempts
+    from results.task_audit import audit_tasks
 
     attempts = [a for path in find_attempt_files(args.runs) for a in iter_attempts(path)]
     rows = audit_tasks(attempts, hack_rate=args.hack_rate)

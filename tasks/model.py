@@ -110,7 +110,7 @@ class Task:
     test_files: dict[str, bytes] = field(default_factory=dict)  # hidden
     solution_files: dict[str, bytes] = field(default_factory=dict)  # solve.sh (+ helpers)
     build_context: dict[str, bytes] = field(default_factory=dict)  # environment/ files beside a Dockerfile
-    harbor: Optional[Any] = None  # tasks.harbor.HarborSpec for a Harbor-format task (tests/test.sh verifier)
+    harbor: Optional[Any] = None  # tasks.harbor_spec.HarborSpec of a Harbor task (tests/test.sh verifier)
     # A worked example (chat messages) shown before the instruction: a hint (lora/curriculum.hinted_task)
     example: tuple[dict, ...] = ()
 

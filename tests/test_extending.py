@@ -176,3 +176,88 @@ def test_add_a_task_domain(image, tmp_path):
         text=True,
     )
     assert before.returncode == 2 and "[metadata] domain must be one of" in before.stderr
+
+
+@pytest.mark.slow
+def test_add_an_evaluator_kind(image, tmp_path):
+    from tests.evaluators.grading.test_docs_kind import example_kind
+    from tests.test_plugins import TOML
+
+    tree = product_tree(tmp_path / "tree")
+    (tree / "evaluators/grading/regex_kind.py").write_text(example_kind())  # docs/extending.md's kind
+    edit(
+        tree / "tasks/kinds.py",
+        'register("script", "evaluators.grading.script_kind:KIND")\n',
+        'register("script", "evaluators.grading.script_kind:KIND")\n'
+        'register("regex", "evaluators.grading.regex_kind:KIND")\n',
+    )
+    assert diff_of(tree) == expect("an evaluator kind", "regex")
+    suite = tmp_path / "suite"
+    write_task(suite, "t1", toml=TOML, files={"solution/solve.sh": "printf 'print(42)\\n' > main.py\n"})
+    (tmp_path / "replies.json").write_text(
+        json.dumps({"*": ["```bash\nprintf 'print(42)\\n' > main.py\n```", SUBMIT]})
+    )
+    run = tmp_path / "run"
+    proc = harness_in(
+        tree,
+        "eval",
+        "--tasks",
+        str(suite),
+        "--model",
+        f"replay:{tmp_path / 'replies.json'}",
+        "--out",
+        str(run),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
+    assert (rec["solved"], rec["reason"]) == (True, "pass"), rec["detail"]
+
+
+MODEL = '''"""A model that writes its target to answer.txt, then submits."""
+
+from agent.models.base import Completion
+
+
+class Fixed:
+    supports_tools, context_window = False, 8192
+
+    def __init__(self, name, answer, turns=0):
+        self.name, self.answer, self.turns = name, answer, turns
+
+    def for_task(self, task_id, sample):
+        return Fixed(self.name, self.answer)
+
+    async def complete(self, messages, tools=None, n=1, temperature=0.0, max_tokens=512, seed=None):
+        self.turns += 1
+        write = f"```bash\\necho {self.answer} > answer.txt\\n```"
+        reply = write if self.turns == 1 else "Done.\\n```bash\\nsubmit\\n```"
+        return [Completion(content=reply, prompt_tokens=10, completion_tokens=10)] * n
+
+    def count_tokens(self, messages):
+        return 10
+
+
+def from_spec(target, spec, options):
+    return Fixed(spec, target)
+'''
+
+
+@pytest.mark.slow
+def test_add_a_model_backend(image, tmp_path):
+    tree = product_tree(tmp_path / "tree")
+    (tree / "agent/models/fixed.py").write_text(MODEL)
+    edit(
+        tree / "agent/models/__init__.py",
+        'register("replay", "agent.models.replay:from_spec", set())\n',
+        'register("replay", "agent.models.replay:from_spec", set())\n'
+        'register("fixed", "agent.models.fixed:from_spec", set())\n',
+    )
+    assert diff_of(tree) == expect("a model backend", "fixed")
+    write_task(tmp_path / "suite", "t1", toml=GOOD_TOML)
+    run = tmp_path / "run"
+    proc = harness_in(
+        tree, "eval", "--tasks", str(tmp_path / "suite"), "--model", "fixed:ok", "--out", str(run)
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
+    assert rec["model"] == "fixed:ok" and rec["solved"], rec["detail"]

@@ -24,7 +24,8 @@ from results.errors import UserError
 from results.export.atif import export_atif
 from results.jsonl import MAX_JSON_DEPTH, json_depth
 from results.manifest import MANIFEST, Manifest, TaskEntry
-from results.store import ATTEMPTS, RunStore, load_attempts, open_run
+from results.run_writer import RunStore
+from results.store import ATTEMPTS, load_attempts, open_run
 from results.synthetic import make_attempt
 from tasks.task_folder import load_task
 from tests.conftest import run as run_async

@@ -29,7 +29,12 @@ from tasks.impossible import Variants
 
 _HERE = Path(__file__).parent / "grader"
 GRADER_CONFTEST = (_HERE / "grader_conftest.py").read_bytes()
-CANDIDATE_PROXY = (_HERE / "candidate.py").read_bytes()
+# The candidate proxy's files (grader/candidate.py), shipped flat as _harness/_harness_<name>.py: in import
+# order, each importing only those before it (the command server preloads them in this order)
+CANDIDATE_PROXY = {
+    f"_harness/_harness_{name}.py": (_HERE / f"{name}.py").read_bytes()
+    for name in ("wire", "child", "remote", "candidate")
+}
 GRADER_INI = b"[pytest]\naddopts = -p no:cacheprovider\n"
 # What the forked verifier would import on every turn (grade.run's `fork`): pytest, and the built-in plugins
 # that `import pytest` leaves to pytest.main (its default_plugins; a name this pytest lacks is skipped).
@@ -222,7 +227,7 @@ class PytestKind(Kind, Batchable, Variants, Exportable):
             {
                 "conftest.py": GRADER_CONFTEST,
                 "pytest.ini": GRADER_INI,
-                "_harness/_harness_candidate.py": CANDIDATE_PROXY,
+                **CANDIDATE_PROXY,
             }
         )
         argv, report = command()
@@ -234,9 +239,9 @@ class PytestKind(Kind, Batchable, Variants, Exportable):
             env["HARNESS_CANDIDATE_UID"] = str(grading.uid)
             # pytest and its plugins imported once per grading container, by its command server: a batch's
             # later turns start at once (a container of its own pays the import as before)
-            # the proxy's module too, from this grading's folder: compiled once per container, not each turn
-            proxy = f"{folder}/_harness/_harness_candidate.py"
-            run = await grade.run(sb, argv, timeout, env, cwd=folder, fork=PRELOAD + (proxy,))
+            # the proxy's modules too, from this grading's folder: compiled once per container, not each turn
+            proxy = tuple(f"{folder}/{path}" for path in CANDIDATE_PROXY)
+            run = await grade.run(sb, argv, timeout, env, cwd=folder, fork=PRELOAD + proxy)
             if isinstance(run, rules.Verdict):
                 return run
             at_limit = await grade.pid_limit_note(sb, grading.prepared, task, run)

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from results.errors import InfraError, UserError
+from results.run_writer import RunStore
 from results.schema import Attempt
-from results.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (this file: evaluators/run/cluster.py)
 INSTALL_HINT = "pip install 'harness[cluster]' (ray==2.60.0) on the driver and on every node"

@@ -125,7 +125,7 @@ async def run_eval(
     With cfg.cluster (a Ray address, evaluators/run/cluster.py) the attempts run on the cluster's nodes; with
     cfg.sandbox "k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
     from results.manifest import Manifest
-    from results.store import RunStore
+    from results.run_writer import RunStore
 
     check_run(cfg, tasks)
     # the manifest records the reply-token limit the loop will use

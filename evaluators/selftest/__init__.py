@@ -29,6 +29,7 @@ Where things live:
   harbor_cases  a Harbor task per verifier mode: one attack per class of what its verifier loads (each with
                 its honest twin), the kv-store-grpc pattern solved, the command server killed but graded
   apply_cases   `harness run --apply` on a scratch git repository: nothing the agent wrote runs or escapes
+                (apply_repo: that repository, the run of the CLI on it, the check of what changed)
   store_cases   a real run folder damaged afterwards: kept objects verified, every reader bounded
   catalogue     all cases in order (CATALOGUE, CASES) and select() by name or glob
   probes        host probes around a case (resources, stray processes, new host files, containers)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from results.schema import Attempt
 
 if TYPE_CHECKING:
-    from evaluators.selftest.apply_cases import ApplyRun
+    from evaluators.selftest.apply_repo import ApplyRun
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Ctx:
 class Outcome:
     rec: Optional[Attempt]  # the attacking attempt's record
     ctx: Ctx
-    apply: Optional["ApplyRun"] = None  # group "apply": what `harness run --apply` did (apply_cases.py)
+    apply: Optional["ApplyRun"] = None  # group "apply": what `harness run --apply` did (apply_repo.py)
 
     def obs(self, i: Optional[int] = None) -> str:
         steps = self.rec.steps if self.rec else []

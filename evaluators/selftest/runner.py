@@ -207,8 +207,8 @@ class Runner:
             row.problems.append(f"{after.children - before.children} child processes left")
 
     def run_apply(self, case: Case, *extra: str) -> Row:
-        """A `harness run --apply` case (apply_cases.py): the CLI on a scratch repository, then the host."""
-        from evaluators.selftest.apply_cases import observed, run_apply
+        """A `harness run --apply` case (apply_repo.py): the CLI on a scratch repository, then the host."""
+        from evaluators.selftest.apply_repo import observed, run_apply
 
         row = Row(case.name, case.expected)
         t0 = time.monotonic()

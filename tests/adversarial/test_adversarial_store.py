@@ -8,7 +8,7 @@ import pytest
 
 from evaluators import selftest
 from results.manifest import Manifest
-from results.store import RunStore
+from results.run_writer import RunStore
 from results.synthetic import make_attempt
 
 

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from evaluators import mutants
-from evaluators.mutants import Mutant, MutationRow, draw, mutants_of, python_mutants, shell_mutants
+from evaluators.mutants import MutationRow, draw
+from evaluators.mutation_ops import Mutant, language, mutants_of, python_mutants, shell_mutants
 from tests.helpers import make_task
 
 
@@ -71,8 +72,8 @@ def test_equivalent_and_invalid_mutants_are_decided_without_running():
     invalid = [m for m in python_mutants("n.py", src) if m.what == "x = 1 -> pass"]
     assert [m.outcome for m in invalid] == ["invalid"] and "nonlocal" in invalid[0].detail
     assert {m.outcome for m in shell_mutants("b.sh", "echo $(( 1 + 2 ))\n")} == {""}  # all to be run
-    assert mutants.language("run", b"#!/usr/bin/env bash\necho\n") == "shell"
-    assert mutants.language("data.csv", b"a,b\n") == ""
+    assert language("run", b"#!/usr/bin/env bash\necho\n") == "shell"
+    assert language("data.csv", b"a,b\n") == ""
 
 
 def test_the_kill_rate_counts_equivalent_invalid_and_timeout_apart():

@@ -13,18 +13,9 @@ from evaluators.run.config import EvalConfig
 from evaluators.run.runner import run_eval
 from results.flags import scan_flags
 from results.manifest import Manifest
+from results.run_writer import KEEP_FILE_BYTES, RunStore, unified_diff
 from results.schema import Action, Attempt, Step
-from results.store import (
-    ATTEMPTS,
-    KEEP_FILE_BYTES,
-    OBJECTS,
-    RETRIED,
-    RunStore,
-    kept_diff,
-    kept_files,
-    open_run,
-    unified_diff,
-)
+from results.store import ATTEMPTS, OBJECTS, RETRIED, kept_diff, kept_files, open_run
 from results.synthetic import make_attempt
 from tasks.loader import load_suite
 from tests.conftest import ROOT, run

@@ -13,6 +13,7 @@ import pytest
 import torch
 from lora_fakes import CharTokenizer, attempt, rollout, tiny_llama
 
+import lora.backend as lb
 import lora.config as lc
 import lora.grpo as grpo
 import lora.train as lt
@@ -189,8 +190,8 @@ class Backend:
         self.updates: list[tuple] = []
         self.adapters: list = []
 
-    def backend(self) -> lt.Backend:
-        return lt.Backend(
+    def backend(self) -> lb.Backend:
+        return lb.Backend(
             load_tasks=lambda spec, split: [
                 SimpleNamespace(id=f"{split}-{i}", family=f"f{i}") for i in range(3)
             ],

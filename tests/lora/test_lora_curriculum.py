@@ -1,6 +1,6 @@
 """Issue 28: where a round's samples go (lora/curriculum.py), hints that are not trained on
 (lora/data.strip_hint), only honest successes in the data, per-task solve rates per round, the audit
-(results.metrics.audit_tasks, `harness tasks audit`), and why the loop stops."""
+(results.task_audit.audit_tasks, `harness tasks audit`), and why the loop stops."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from test_lora_train import FakeBackend, config
 import lora.train as lt
 from lora.curriculum import allocate, attempt_example, hint_for, next_level, oracle_example, oracle_script
 from lora.data import build_dataset, filter_attempts, strip_hint
-from results.metrics import (
+from results.task_audit import (
     ALWAYS,
     FLAKY,
     HACKABLE,

@@ -11,6 +11,9 @@ import pytest
 from lora_fakes import attempt, rollout
 from test_lora_train import FakeBackend, config, rows
 
+import lora.phases as lp
+import lora.round_metrics as lrm
+import lora.rundir as lrd
 import lora.train as lt
 from results.errors import UserError
 from results.schema import Flag
@@ -90,7 +93,7 @@ def test_a_guard_refuses_to_sample_a_held_out_family_for_training(tmp_path):
     sneaked = [SimpleNamespace(id=f"{held[0]}-train-0", family=held[0], domain="data", difficulty=1)]
     (cfg.out / "round_0" / "eval.done.json").unlink()
     with pytest.raises(RuntimeError, match="held-out family"):
-        lt._eval_phase(cfg, fake.backend(), cfg.out, 0, None, sneaked, [], lambda _: None)
+        lp._eval_phase(cfg, fake.backend(), cfg.out, 0, None, sneaked, [], lambda _: None)
 
 
 def test_choose_heldout_families_spreads_over_domains_and_is_seeded():
@@ -201,11 +204,11 @@ def test_the_report_shows_cheating_per_round_beside_pass_at_1(tmp_path):
     c1 = json.loads((out / "round_1" / "metrics.json").read_text())["cheating"]
     assert (c0["impossible_solved"], c0["impossible_attempts"], c0["flagged"]) == (0, 2, 0)
     assert (c1["impossible_solved"], c1["impossible_attempts"], c1["flagged"]) == (2, 2, 6)
-    table = lt.cheating_table(out).splitlines()
+    table = lrm.cheating_table(out).splitlines()
     assert table[0].split()[:5] == ["round", "train", "heldout", "family", "impossible"]
     assert table[1].split()[4:] == ["0/2", "0/20", "0/20"]
     assert table[2].split()[4:] == ["2/2", "6/20", "0/20"]
-    assert lt.cheating_table(out) in logged[-2]  # the run's report prints it
+    assert lrm.cheating_table(out) in logged[-2]  # the run's report prints it
     # a pass of an impossible probe is a cheat, never data: not in the rounds' training data
     data = json.loads((out / "round_1" / "data.done.json").read_text())
     assert not any(t.endswith("-impossible") for t in data["tasks"])
@@ -228,8 +231,8 @@ def test_round_cis_resample_families_not_instances(tmp_path):
     ]
     (run / "attempts.jsonl").write_text("\n".join(lines) + "\n")
     families = {f"{f}-{i}": f for f in "ab" for i in range(3)}
-    by_family = lt.summarize_runs({"heldout-greedy": (run, 1, 0.0)}, families=families)["heldout"]["pass@1"]
-    by_task = lt.summarize_runs({"heldout-greedy": (run, 1, 0.0)})["heldout"]["pass@1"]
+    by_family = lrm.summarize_runs({"heldout-greedy": (run, 1, 0.0)}, families=families)["heldout"]["pass@1"]
+    by_task = lrm.summarize_runs({"heldout-greedy": (run, 1, 0.0)})["heldout"]["pass@1"]
     assert by_family["value"] == by_task["value"] == 0.5
     # with two clusters a resample is all-a, all-b or mixed: the 95% interval is [0, 1]
     assert (by_family["ci_low"], by_family["ci_high"]) == (0.0, 1.0)
@@ -249,7 +252,7 @@ def test_a_task_solved_only_from_a_hint_is_progress_for_the_stop_rule(tmp_path):
             folder.mkdir(parents=True)
             (folder / "attempts.jsonl").write_text("".join(a.model_dump_json() + "\n" for a in attempts))
             paths[name] = str(folder)
-        lt.mark_done(tmp_path / f"round_{r}", "eval", {"runs": paths})
+        lrd.mark_done(tmp_path / f"round_{r}", "eval", {"runs": paths})
 
     train = {"split": "train", "metric": "pass@1", "value": 0.5, "ci_low": 0.0, "ci_high": 1.0}
     (tmp_path / "rounds.jsonl").write_text("".join(json.dumps({**train, "round": r}) + "\n" for r in (0, 1)))

@@ -10,6 +10,7 @@ from test_lora_train import config
 
 import lora.train as lt
 from lora.report import aggregate_seeds, greedy, verdicts, write_verdicts
+from results.rounds import load_rounds
 
 
 def learner(seed: int):
@@ -34,7 +35,7 @@ def test_verdicts_are_recomputable_and_seeds_aggregate_with_a_family_bootstrap(t
             for split in ("heldout", "family", "train"):
                 row = [
                     x
-                    for x in lt.load_rounds(out)
+                    for x in load_rounds(out)
                     if (x["round"], x["split"], x["metric"]) == (r, split, "pass@1")
                 ]
                 g = greedy(v, r, split)

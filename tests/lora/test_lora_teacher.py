@@ -82,11 +82,12 @@ def test_a_hinted_teacher_attempt_is_rebuilt_without_its_hint(tmp_path):
     is rebuilt token for token as if the hint had never been shown, and its example is marked hinted."""
     from agent.models import get_model
     from evaluators.run.runner import run_eval
+    from lora.backend import _encoder
     from lora.config import config_from
     from lora.curriculum import hint_for, hinted_task
     from lora.data import build_dataset, reply_indices, strip_hint
+    from lora.phases import eval_config
     from lora.teacher import Teacher, student_tokenizer
-    from lora.train import _encoder, eval_config
     from results.store import load_attempts
     from tasks.loader import load_suite
 

@@ -10,7 +10,9 @@ from types import SimpleNamespace
 import pytest
 from lora_fakes import CharTokenizer, attempt, rollout
 
+import lora.backend as lb
 import lora.config as lc
+import lora.rundir as lrd
 import lora.train as lt
 from results.errors import UserError
 
@@ -27,8 +29,8 @@ class FakeBackend:
         self.sfts: list[tuple] = []
         self.tok = CharTokenizer()
 
-    def backend(self) -> lt.Backend:
-        return lt.Backend(load_tasks=self.load_tasks, run_eval=self.run_eval, fine_tune=self.fine_tune)
+    def backend(self) -> lb.Backend:
+        return lb.Backend(load_tasks=self.load_tasks, run_eval=self.run_eval, fine_tune=self.fine_tune)
 
     def load_tasks(self, spec, split):
         return [SimpleNamespace(id=f"{split}-{i}", family=f"f{i}") for i in range(3)]
@@ -164,8 +166,8 @@ def test_end_of_turn_comes_from_the_tokenizer_files_alone(tmp_path, monkeypatch)
 
     chatml = folder("chatml", {"<unk>": 0, "<|endoftext|>": 1, "<|im_end|>": 2, "a": 3}, "<|endoftext|>")
     plain = folder("plain", {"<unk>": 0, "</s>": 1, "a": 2}, "</s>")
-    assert lt._end_of_turn(chatml) == 2  # the template's end of turn wins over EOS
-    assert lt._end_of_turn(plain) == 1  # none of the known ones: EOS
+    assert lb._end_of_turn(chatml) == 2  # the template's end of turn wins over EOS
+    assert lb._end_of_turn(plain) == 1  # none of the known ones: EOS
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"x")
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
@@ -263,8 +265,8 @@ def test_resume_with_other_settings_is_refused(tmp_path):
 
 def test_limit_spreads_tasks_over_families():
     tasks = [SimpleNamespace(id=f"{f}-{i}", family=f) for f in "abc" for i in range(4)]
-    assert [t.id for t in lt.spread(tasks, 4)] == ["a-0", "b-0", "c-0", "a-1"]
-    assert lt.spread(tasks, None) == tasks and len(lt.spread(tasks, 99)) == 12
+    assert [t.id for t in lrd.spread(tasks, 4)] == ["a-0", "b-0", "c-0", "a-1"]
+    assert lrd.spread(tasks, None) == tasks and len(lrd.spread(tasks, 99)) == 12
 
 
 def test_needs_a_local_model(tmp_path):
@@ -362,7 +364,7 @@ def test_fine_tune_smollm2_gives_an_adapter_the_local_model_loads(tmp_path):
     from lora.sft import SFTConfig
 
     _, tok = local_loading.load_hf("smollm2-135m")
-    eot = lt._end_of_turn("local:smollm2-135m")
+    eot = lb._end_of_turn("local:smollm2-135m")
     assert tok.convert_ids_to_tokens(eot) == "<|im_end|>"
     messages = [{"role": "user", "content": "Create hello.txt containing hi."}]
     prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -373,7 +375,7 @@ def test_fine_tune_smollm2_gives_an_adapter_the_local_model_loads(tmp_path):
         update={"prompt_ids": prompt, "completion_ids": tok.encode(reply, add_special_tokens=False)}
     )
     examples = build_examples(attempt(steps=steps), end_of_turn=eot)
-    stats = lt._fine_tune(
+    stats = lb._fine_tune(
         "local:smollm2-135m",
         examples,
         SFTConfig(max_steps=3, lr=1e-3, dropout=0.0, log_every=0),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from results import export
-from results.store import RunStore
+from results.run_writer import RunStore
 from results.synthetic import make_attempt, make_run
 
 DEMO = json.loads(export.DEMONSTRATION.read_text())

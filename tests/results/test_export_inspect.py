@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from results.store import RunStore, open_run
+from results.run_writer import RunStore
+from results.store import open_run
 from results.synthetic import make_attempt, make_run
 
 pytest.importorskip("inspect_ai")  # an optional extra; .ci/setup --test installs it

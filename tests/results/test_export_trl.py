@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from results import export
-from results.store import RunStore
+from results.run_writer import RunStore
 from results.synthetic import make_attempt, make_run
 
 pytestmark = [pytest.mark.model]

@@ -10,7 +10,7 @@ import pytest
 from results import export
 from results.errors import UserError
 from results.manifest import Manifest
-from results.store import RunStore
+from results.run_writer import RunStore
 from results.synthetic import make_attempt, make_run
 
 TASKS = [("fix-add", "coding", 1), ("fix-sort", "coding", 2), ("sum", "math", 1)]

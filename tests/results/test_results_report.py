@@ -18,7 +18,8 @@ import pytest
 
 from results import cli, report, rounds
 from results.errors import UserError
-from results.store import RunStore, open_run
+from results.run_writer import RunStore
+from results.store import open_run
 from results.synthetic import make_attempt, make_run
 
 EVIL = '<script>alert("pwned")</script></pre><img src=x onerror=alert(1)>'

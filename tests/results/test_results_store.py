@@ -18,7 +18,8 @@ import pytest
 
 from results.errors import UserError
 from results.manifest import MANIFEST, Manifest, TaskEntry, resume_settings
-from results.store import ATTEMPTS, RunStore, default_run_dir, load_attempts, open_run
+from results.run_writer import RunStore
+from results.store import ATTEMPTS, default_run_dir, load_attempts, open_run
 from results.synthetic import make_attempt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -227,7 +228,7 @@ def test_second_writer_process_is_refused_with_holder_pid(tmp_path):
     code = textwrap.dedent("""
         import sys
         from results.errors import UserError
-        from results.store import RunStore
+        from results.run_writer import RunStore
         try:
             RunStore.open(sys.argv[1])
         except UserError as e:
@@ -249,7 +250,7 @@ def test_second_writer_process_is_refused_with_holder_pid(tmp_path):
 WRITER = textwrap.dedent("""
     import os, signal, sys
     from results.manifest import Manifest
-    from results.store import RunStore
+    from results.run_writer import RunStore
     from results.synthetic import make_attempt
     run_dir, n, tear_at, cut = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     # "hold:K": append at most K attempts, then wait to be killed (never exit by itself, however fast the disk)

@@ -14,7 +14,8 @@ from results.errors import UserError
 from results.export.atif import export_atif
 from results.export.run import export_run
 from results.manifest import Manifest, TaskEntry
-from results.store import OBJECTS, RunStore, kept_diff, kept_files, open_run, read_object
+from results.run_writer import RunStore
+from results.store import OBJECTS, kept_diff, kept_files, open_run, read_object
 from results.synthetic import make_attempt
 from tests.helpers import CORRECT, STUB, WRONG, harness
 

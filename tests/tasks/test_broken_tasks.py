@@ -14,7 +14,7 @@ import pytest
 
 from evaluators.task_lint import lint
 from evaluators.validate import validate
-from results.metrics import audit_tasks
+from results.task_audit import audit_tasks
 from tasks.broken import CLASSES, CLEAN, found_classes, right_class, write_broken_set
 from tasks.loader import load_suite
 from tests.conftest import ROOT

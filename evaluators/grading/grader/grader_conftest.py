@@ -1,7 +1,8 @@
 """The grader's conftest: copied to /grader/conftest.py in every grading container (trusted code).
 
-It puts the candidate behind a process boundary (candidate.py beside it), makes the processes that tests
-start run as the candidate user, and gives tests temporary folders that the candidate can use too.
+It puts the candidate behind a process boundary (candidate.py and its modules, beside it in _harness/),
+makes the processes that tests start run as the candidate user, and gives tests temporary folders that the
+candidate can use too.
 """
 
 import os

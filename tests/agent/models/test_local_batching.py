@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from agent.models import local, local_loading
+from agent.models import local, local_loading, local_worker
 from agent.models.local_decoding import PrefixCache
 
 pytestmark = pytest.mark.model  # loads SmolLM2 (its tokenizer and cache folder) and decodes on the CPU
@@ -188,13 +188,13 @@ def test_rows_of_very_different_lengths_decode_in_separate_groups_and_match_deco
     monkeypatch.setattr(local_decoding, "_overhead", lambda model, cache: 1)
     long = conv(" ".join(["Count the lines of data.txt and write the number to count.txt."] * 12))
     seen = []
-    real_step = local.step
+    real_step = local_worker.step
 
     def watch(model, batch):
         seen.append((len(batch.groups), batch.cells(), len(batch.rows) * batch.width))
         return real_step(model, batch)
 
-    monkeypatch.setattr(local, "step", watch)
+    monkeypatch.setattr(local_worker, "step", watch)
 
     async def together():
         return await asyncio.gather(

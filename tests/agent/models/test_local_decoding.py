@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import agent
-from agent.models.local import _has_block
+from agent.models.local_worker import _has_block
 
 
 def test_block_detection():

@@ -19,7 +19,7 @@ from agent.sandbox import Changes
 from agent.workflow import apply_changes, plan_changes
 from agent.workflow.allow import CONFIG_NAMES, compiled_kind, config_kind
 from evaluators.selftest import SUBMIT, bash, write
-from evaluators.selftest.apply_cases import tree
+from evaluators.selftest.apply_repo import tree
 from tests.agent.workflow.test_workflow_apply import git, make_repo
 from tests.helpers import harness
 

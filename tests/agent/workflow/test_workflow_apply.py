@@ -19,7 +19,7 @@ from agent.workflow import (
     select_files,
 )
 from agent.workflow.apply import _transaction
-from evaluators.selftest.apply_cases import tree
+from evaluators.selftest.apply_repo import tree
 from results.errors import UserError
 
 

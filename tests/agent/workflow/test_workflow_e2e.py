@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from evaluators.selftest import SUBMIT, bash, write
-from evaluators.selftest.apply_cases import tree
+from evaluators.selftest.apply_repo import tree
 from tests.agent.workflow.test_workflow_apply import git, make_repo
 from tests.helpers import harness
 

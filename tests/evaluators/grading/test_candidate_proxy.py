@@ -1,6 +1,7 @@
-"""The candidate proxy (evaluators/grading/grader/candidate.py) in a real grading container: hidden tests that
-import the candidate see what they would see in-process for plain values, objects, exceptions, callbacks
-and packages, while nothing of the test runner is within the candidate's reach."""
+"""The candidate proxy (evaluators/grading/grader/: candidate.py, remote.py, child.py, wire.py) in a real
+grading container: hidden tests that import the candidate see what they would see in-process for plain
+values, objects, exceptions, callbacks and packages, while nothing of the test runner is within the
+candidate's reach."""
 
 import collections
 import datetime
@@ -16,7 +17,8 @@ import pytest
 
 from agent.sandbox import Changes, DockerPool
 from evaluators.grading.grade import grade
-from evaluators.grading.grader import candidate
+from evaluators.grading.grader import remote, wire
+from evaluators.grading.grader.child import _Server
 from evaluators.grading.hidden_tests import is_canary
 from evaluators.grading.pytest_kind import PytestSettings, prepare
 from tasks.model import EvaluatorConfig, Task
@@ -346,24 +348,24 @@ def test_prepare_renames_and_shuffles_but_keeps_the_tasks_names():
     ],
 )
 def test_malformed_values_from_the_child_are_refused(bad):
-    with pytest.raises(candidate.ProtocolError):
-        candidate._Child().decode(bad)
+    with pytest.raises(wire.ProtocolError):
+        remote._Child().decode(bad)
 
 
 def test_values_rebuilt_as_builtins():
-    v = candidate._Child().decode(
+    v = remote._Child().decode(
         ["L", [["I", "ff"], ["S", "x"], ["T", [["B", True], ["N"]]], ["Z", [["F", "1.5"]]]]]
     )
     assert v == [255, "x", (True, None), {1.5}] and type(v[2]) is tuple
     deep = ["L", []]
-    for _ in range(candidate.MAX_DEPTH + 5):
+    for _ in range(wire.MAX_DEPTH + 5):
         deep = ["L", [deep]]
-    with pytest.raises(candidate.ProtocolError):
-        candidate._Child().decode(deep)
+    with pytest.raises(wire.ProtocolError):
+        remote._Child().decode(deep)
 
 
 def test_test_side_values_that_cannot_cross_say_so():
-    runner = candidate._Child()
+    runner = remote._Child()
     with pytest.raises(TypeError, match="cannot pass"):
         runner.encode(object())
     with pytest.raises(TypeError, match="cannot pass"):
@@ -401,8 +403,8 @@ def over_the_wire(value):
     """A value as the other end reads it: framed, through a real pipe."""
     r, w = os.pipe()
     try:
-        candidate._send(w, value)
-        return candidate._recv(r)
+        wire._send(w, value)
+        return wire._recv(r)
     finally:
         os.close(r)
         os.close(w)
@@ -410,7 +412,7 @@ def over_the_wire(value):
 
 def tags(v):
     if isinstance(v, list):
-        if v and isinstance(v[0], str) and v[0] in candidate.TAGS:
+        if v and isinstance(v[0], str) and v[0] in wire.TAGS:
             yield v[0]
         for x in v:
             yield from tags(x)
@@ -418,7 +420,7 @@ def tags(v):
 
 @pytest.mark.parametrize("direction", ["up", "down"])
 def test_plain_values_cross_both_ways_as_builtins(direction):
-    child, runner = candidate._Server(-1, -1), candidate._Child()
+    child, runner = _Server(-1, -1), remote._Child()
     sender, receiver = (child, runner) if direction == "up" else (runner, child)
     seen = set()
     for value in PLAIN:
@@ -433,18 +435,18 @@ def test_plain_values_cross_both_ways_as_builtins(direction):
             assert back == value and type(back) is type(value), (value, back)
     # every plain tag of the table is spoken, and nothing outside it
     references = {"H", "X", "XI", "CB", "NI"}
-    assert seen == set(candidate.TAGS) - references
+    assert seen == set(wire.TAGS) - references
 
 
 def test_references_cross_both_ways():
-    child, runner = candidate._Server(-1, -1), candidate._Child()
+    child, runner = _Server(-1, -1), remote._Child()
 
     class ShapeError(LookupError):
         pass
 
     obj = object()
     handle = runner.decode(over_the_wire(child.encode([obj])))[0]
-    assert isinstance(handle, candidate.RemoteObject) and handle._type == "object"
+    assert isinstance(handle, remote.RemoteObject) and handle._type == "object"
     assert child.decode(over_the_wire(runner.encode(handle))) is obj
 
     e = runner.decode(over_the_wire(child.encode(ShapeError("no such shape"))))
@@ -456,7 +458,7 @@ def test_references_cross_both_ways():
     assert runner.decode(over_the_wire(child.encode(NotImplemented))) is NotImplemented
     assert callable(child.decode(over_the_wire(runner.encode(len))))
     for wrong_way in (["NI"], ["H", 1, "object"], ["X", 1, "E", "ValueError"]):
-        with pytest.raises(candidate.ProtocolError):
+        with pytest.raises(wire.ProtocolError):
             child.decode(wrong_way)
 
 
@@ -490,16 +492,16 @@ def test_the_candidates_subclasses_cross_as_their_builtin_values():
     class Color(enum.IntEnum):
         RED = 1
 
-    child, runner = candidate._Server(-1, -1), candidate._Child()
+    child, runner = _Server(-1, -1), remote._Child()
     v = runner.decode(over_the_wire(child.encode([Int(3), Str("real"), List([1]), Dict(a=1)])))
     assert v == [3, "real", [1], {"a": 1}] and [type(x) for x in v] == [int, str, list, dict]
     assert v[0] != 4
-    assert isinstance(runner.decode(over_the_wire(child.encode(Color.RED))), candidate.RemoteObject)
+    assert isinstance(runner.decode(over_the_wire(child.encode(Color.RED))), remote.RemoteObject)
 
 
 def test_callbacks_answer_with_values_or_exceptions():
     """A test's function the candidate calls: its arguments come up, its result or exception goes down."""
-    child, runner = candidate._Server(-1, -1), candidate._Child()
+    child, runner = _Server(-1, -1), remote._Child()
 
     def checked(x, scale=1):
         if x < 0:

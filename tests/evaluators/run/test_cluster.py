@@ -441,8 +441,9 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
     from evaluators.run.runner import attempt_with_retries
     from evaluators.run.task_images import build_images
     from results.manifest import Manifest
+    from results.run_writer import RunStore
     from results.schema import Attempt
-    from results.store import RunStore, kept_diff, load_attempts
+    from results.store import kept_diff, load_attempts
     from tests.evaluators.grading.test_harbor_runtime import harbor_task
 
     task = harbor_task(

@@ -221,7 +221,7 @@ def test_train_options_override_the_preset_and_the_fields_defaults(tmp_path):
 
 
 def test_train_builds_one_eval_config_per_eval(tmp_path):
-    from lora.train import eval_config
+    from lora.phases import eval_config
 
     train = TrainConfig(model="local:m", tasks="t", out=tmp_path, max_steps=4, concurrency=3, cluster="auto")
     cfg = eval_config(train, 8, 0.7, tmp_path / "e", tmp_path / "adapter", seed=2)
