@@ -21,8 +21,7 @@ from agent.sandbox import Changes, DockerPool
 from evaluators.grading.grade import grade
 from evaluators.grading.kind import InPlace
 from evaluators.grading.verdict import Verdict
-from evaluators.run.attempt import now, verdict_into
-from evaluators.run.runner import INFRA_RETRIES
+from evaluators.run.attempt import INFRA_RETRIES, now, verdict_into
 from evaluators.run.task_images import build_images
 from results.errors import InfraError, UserError
 from results.manifest import Manifest

@@ -1,6 +1,6 @@
 """What the training loop needs from the rest of harness: Backend (the operations lora/train.py calls), the
 real ones (default_backend: the task loader, the runner, LoRA fine-tuning, the local model's tokenizer),
-and the check that the models it samples and trains are local ones (local_spec)."""
+and the check that the models it samples and trains are local ones (lora/config.local_spec)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from lora.config import TrainConfig
+from lora.config import TrainConfig, local_spec
 from lora.sft import SFTConfig
 from results.errors import UserError
 
@@ -115,15 +115,6 @@ def default_backend(student: Optional[str] = None) -> Backend:
 
         return teacher_backend(backend, student)
     return backend
-
-
-def local_spec(model: str) -> str:
-    if not model.startswith("local:") or not model[len("local:") :]:
-        raise UserError(
-            f"train needs a local model (local:NAME, e.g. local:smollm2-135m), or a replay: teacher with "
-            f"--student local:NAME; got {model!r}"
-        )
-    return model[len("local:") :]
 
 
 def _check_models(cfg: TrainConfig) -> None:

@@ -311,3 +311,13 @@ def check_config(out: Path, cfg: TrainConfig) -> None:
             )
     else:
         write_json_atomic(path, mine)  # atomic: a crash leaves no half of it
+
+
+def local_spec(model: str) -> str:
+    """The local model a `local:NAME` spec names; a UserError for a model train cannot fine-tune."""
+    if not model.startswith("local:") or not model[len("local:") :]:
+        raise UserError(
+            f"train needs a local model (local:NAME, e.g. local:smollm2-135m), or a replay: teacher with "
+            f"--student local:NAME; got {model!r}"
+        )
+    return model[len("local:") :]

@@ -303,7 +303,7 @@ def fine_tune(
 ) -> dict:
     """The real model's update: load it, add (or continue) the LoRA adapter, update, save."""
     from agent.models.local_loading import load_hf
-    from lora.backend import local_spec
+    from lora.config import local_spec
     from lora.sft import free_memory, prepare_model, save_adapter
 
     base, _tokenizer = load_hf(local_spec(model))

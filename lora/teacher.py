@@ -55,7 +55,7 @@ def student_tokenizer(student: str) -> Any:
     from transformers import AutoTokenizer
 
     from agent.models.local_loading import cache_dir_for, load_hf, resolve
-    from lora.backend import local_spec
+    from lora.config import local_spec
 
     spec = local_spec(student)
     kind, path, _ = resolve(spec)

@@ -1,8 +1,8 @@
 """One attempt, start to record: fresh sandbox -> starting files -> a policy acts (evaluators/run/policies.py:
 the agent loop, the oracle, or nothing) -> changes captured -> sandbox destroyed -> graded in a fresh
-container (or as the task's evaluator kind says) -> one record. evaluators/run/runner.py retries attempts and
-runs many at once. Each phase is announced to results/hooks.py's observer (where telemetry's spans and
-metrics come from).
+container (or as the task's evaluator kind says) -> one record; and its retries after an infrastructure error
+(attempt_with_retries). evaluators/run/runner.py runs many at once. Each phase is announced to
+results/hooks.py's observer (where telemetry's spans and metrics come from).
 """
 
 from __future__ import annotations
@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import traceback
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Optional
 
 from agent.loop import LoopResult
-from agent.sandbox import Changes, FilesNotWritten, Sandbox, SandboxPool, SandboxSpec
+from agent.sandbox import Changes, FilesNotWritten, Sandbox, SandboxPool, SandboxSpec, SandboxUnresponsive
 from evaluators.grading.grade import GradingStations, grade
 from evaluators.grading.kind import InPlace, Kind, OwnSandbox, Steps
 from evaluators.grading.verdict import Verdict
 from evaluators.run.attempt_sandbox import sandbox_of
 from evaluators.run.policies import Policy
 from results import hooks
-from results.errors import InfraError, OracleFailed
+from results.errors import InfraError, OracleFailed, UserError
 from results.flags import scan_flags
 from results.schema import Attempt, KeptChanges, attempt_key
 from tasks import kinds
@@ -34,6 +35,61 @@ def now() -> str:
 
 # the provider refused the conversation's content: the attempt's own failure
 REJECTED_STATUSES = (400, 413, 422)
+INFRA_RETRIES = 2  # an attempt hit by an infrastructure error is run again this many times
+
+
+async def attempt_with_retries(
+    task: Task, make_policy: Callable[[], Policy], pool: SandboxPool, image: str, **kw
+) -> Attempt:
+    """One attempt, announced as one over every try (its trace); the record keeps the trace id."""
+    sample = kw.get("sample", 0)
+    key = attempt_key(kw["run_id"], task.id, sample)
+    with hooks.observer().attempt(key, task.id, kw["run_id"], sample, kw["model_name"]) as watch:
+        rec = await _attempt_with_retries(task, make_policy, pool, image, watch, **kw)
+        rec.trace_id = watch.trace_id
+        watch.finished(rec)
+    return rec
+
+
+async def _attempt_with_retries(
+    task: Task,
+    make_policy: Callable[[], Policy],
+    pool: SandboxPool,
+    image: str,
+    watch: hooks.AttemptWatch,
+    **kw,
+) -> Attempt:
+    """Retries infrastructure failures a bounded number of times; then records status=error. Any other
+    exception (a bug, or something no check foresaw) is recorded as this attempt's failure: one attempt
+    never aborts the run, and nothing an agent causes can turn its failure into an excluded error."""
+    last, unresponsive = "", 0
+    rec_args = (task, kw["run_id"], kw["model_name"], kw.get("sample", 0), kw.get("temperature", 0.0), image)
+    for attempt_try in range(1 + INFRA_RETRIES):
+        try:
+            return await run_attempt(task, make_policy(), pool, image, **kw)
+        except (InfraError, OSError) as e:
+            last = f"{type(e).__name__}: {e}"
+            unresponsive += isinstance(e, SandboxUnresponsive)
+            watch.retrying(attempt_try, e, again=attempt_try < INFRA_RETRIES)
+        except (UserError, asyncio.CancelledError):
+            raise  # bad input stops the run with its one-line message; cancellation is the caller's
+        except Exception as e:
+            rec = new_record(*rec_args)
+            rec.status, rec.reason = "failed", "harness_error"
+            rec.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"[:2000]
+            rec.finished_at = now()
+            return rec
+    rec = new_record(*rec_args)
+    if unresponsive == 1 + INFRA_RETRIES:  # every try: not a passing fault, the attempt's own doing
+        rec.status, rec.reason, rec.error, rec.finished_at = (
+            "failed",
+            "sandbox_unresponsive",
+            last[:2000],
+            now(),
+        )
+        return rec
+    rec.status, rec.reason, rec.error, rec.finished_at = "error", "infra_error", last[:2000], now()
+    return rec
 
 
 async def run_attempt(

@@ -186,8 +186,8 @@ class HeldObjects:
 
 
 async def attempt_to_ship(task, make_policy, pool, image: str, *, node: str, **kw) -> dict[str, Any]:
-    """One attempt on a node (runner.attempt_with_retries, its changes kept by HeldObjects), as shipped()."""
-    from evaluators.run.runner import attempt_with_retries
+    """One attempt on a node (attempt.attempt_with_retries, its changes kept by HeldObjects), as shipped()."""
+    from evaluators.run.attempt import attempt_with_retries
 
     held = HeldObjects()
     rec = await attempt_with_retries(

@@ -1,8 +1,7 @@
 """Runs many attempts concurrently and records each one as it finishes.
 
-One attempt (evaluators/run/attempt.py): fresh sandbox -> starting files -> a policy acts -> changes captured
--> sandbox destroyed -> graded in a fresh container -> one record. Here: its retries after an infrastructure
-error, and the run around the attempts. Model calls and sandbox work overlap under asyncio; separate limits
+One attempt, and its retries after an infrastructure error: evaluators/run/attempt.py. Here: the run around
+the attempts. Model calls and sandbox work overlap under asyncio; separate limits
 bound concurrent attempts, model requests and containers. What happens is announced to results/hooks.py's
 observer, where telemetry's spans and metrics come from.
 """
@@ -12,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -21,76 +19,21 @@ from agent.config import LoopConfig, default_reply_tokens
 from agent.models import get_model
 from agent.models.base import Model
 from agent.prompt_format import TOOLS
-from agent.sandbox import DockerPool, SandboxPool, SandboxUnresponsive, prune
+from agent.sandbox import DockerPool, prune
 from evaluators.grading.grade import GradingStations, batchable
-from evaluators.run.attempt import new_record, now, run_attempt
+from evaluators.run.attempt import attempt_with_retries, run_attempt
 from evaluators.run.attempt_sandbox import sandbox_of
 from evaluators.run.config import EvalConfig
-from evaluators.run.policies import Policy, loop_policy
+from evaluators.run.policies import loop_policy
 from evaluators.run.progress import Progress, attempt_name
 from evaluators.run.task_images import build_images, refuse_own_images
 from results import hooks, telemetry
-from results.errors import InfraError, UserError
+from results.errors import UserError
 from results.schema import Attempt, attempt_key
 from tasks import kinds
 from tasks.model import Task
 
 MAX_BATCH_GRADING = 1000  # attempts one grading container may grade (each its own uid from 10002)
-INFRA_RETRIES = 2  # an attempt hit by an infrastructure error is run again this many times
-
-
-async def attempt_with_retries(
-    task: Task, make_policy: Callable[[], Policy], pool: SandboxPool, image: str, **kw
-) -> Attempt:
-    """One attempt, announced as one over every try (its trace); the record keeps the trace id."""
-    sample = kw.get("sample", 0)
-    key = attempt_key(kw["run_id"], task.id, sample)
-    with hooks.observer().attempt(key, task.id, kw["run_id"], sample, kw["model_name"]) as watch:
-        rec = await _attempt_with_retries(task, make_policy, pool, image, watch, **kw)
-        rec.trace_id = watch.trace_id
-        watch.finished(rec)
-    return rec
-
-
-async def _attempt_with_retries(
-    task: Task,
-    make_policy: Callable[[], Policy],
-    pool: SandboxPool,
-    image: str,
-    watch: hooks.AttemptWatch,
-    **kw,
-) -> Attempt:
-    """Retries infrastructure failures a bounded number of times; then records status=error. Any other
-    exception (a bug, or something no check foresaw) is recorded as this attempt's failure: one attempt
-    never aborts the run, and nothing an agent causes can turn its failure into an excluded error."""
-    last, unresponsive = "", 0
-    rec_args = (task, kw["run_id"], kw["model_name"], kw.get("sample", 0), kw.get("temperature", 0.0), image)
-    for attempt_try in range(1 + INFRA_RETRIES):
-        try:
-            return await run_attempt(task, make_policy(), pool, image, **kw)
-        except (InfraError, OSError) as e:
-            last = f"{type(e).__name__}: {e}"
-            unresponsive += isinstance(e, SandboxUnresponsive)
-            watch.retrying(attempt_try, e, again=attempt_try < INFRA_RETRIES)
-        except (UserError, asyncio.CancelledError):
-            raise  # bad input stops the run with its one-line message; cancellation is the caller's
-        except Exception as e:
-            rec = new_record(*rec_args)
-            rec.status, rec.reason = "failed", "harness_error"
-            rec.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"[:2000]
-            rec.finished_at = now()
-            return rec
-    rec = new_record(*rec_args)
-    if unresponsive == 1 + INFRA_RETRIES:  # every try: not a passing fault, the attempt's own doing
-        rec.status, rec.reason, rec.error, rec.finished_at = (
-            "failed",
-            "sandbox_unresponsive",
-            last[:2000],
-            now(),
-        )
-        return rec
-    rec.status, rec.reason, rec.error, rec.finished_at = "error", "infra_error", last[:2000], now()
-    return rec
 
 
 def containers_per_attempt(task: Task) -> int:

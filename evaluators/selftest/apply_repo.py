@@ -12,11 +12,10 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from evaluators.selftest.case import Case, Ctx, Outcome
+from evaluators.selftest.case import ApplyRun, Case, Ctx, Outcome
 
 HOOKS = "tools/hooks"  # core.hooksPath: inside the working tree, and no well-known name
 INCLUDED = "tools/git.cfg"  # .git/config includes it (include.path, relative to .git as git reads it)
@@ -30,27 +29,6 @@ HOOK_MODULES = {
     "hooktools/check.py": "import json\n\nfrom hooktools import rules\n\nprint(json.dumps(rules.RULES))\n",
     "hooktools/rules.py": "RULES = ['no-print']\n",
 }
-
-
-@dataclass
-class ApplyRun:
-    """What one `harness run --apply` on the scratch repository did, and the commit after it."""
-
-    repo: Path
-    marker: Path  # what the agent's hooks and auto-run files would create
-    outside: Path  # a host folder beside the repository that links point into
-    returncode: int
-    stdout: str
-    stderr: str
-    pid: int  # the CLI's process: its containers carry this pid label
-    before: dict = field(default_factory=dict)  # tree() before the run
-    after: dict = field(default_factory=dict)  # tree() after the apply, before the commit
-    commit: str = ""  # the user's `git commit` after the apply: "" when it succeeded, else why not
-    hook_log: tuple[str, str] = ("", "")  # .git/hook.log before and after the commit
-
-    @property
-    def changed(self) -> set[str]:
-        return {p for p in set(self.before) | set(self.after) if self.before.get(p) != self.after.get(p)}
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:

@@ -4,14 +4,11 @@ expectations (checks) that cases are built from. A check returns the problems it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 from results.schema import Attempt
-
-if TYPE_CHECKING:
-    from evaluators.selftest.apply_repo import ApplyRun
 
 
 @dataclass
@@ -35,10 +32,31 @@ class Ctx:
 
 
 @dataclass
+class ApplyRun:
+    """What one `harness run --apply` on the scratch repository did, and the commit after it."""
+
+    repo: Path
+    marker: Path  # what the agent's hooks and auto-run files would create
+    outside: Path  # a host folder beside the repository that links point into
+    returncode: int
+    stdout: str
+    stderr: str
+    pid: int  # the CLI's process: its containers carry this pid label
+    before: dict = field(default_factory=dict)  # tree() before the run
+    after: dict = field(default_factory=dict)  # tree() after the apply, before the commit
+    commit: str = ""  # the user's `git commit` after the apply: "" when it succeeded, else why not
+    hook_log: tuple[str, str] = ("", "")  # .git/hook.log before and after the commit
+
+    @property
+    def changed(self) -> set[str]:
+        return {p for p in set(self.before) | set(self.after) if self.before.get(p) != self.after.get(p)}
+
+
+@dataclass
 class Outcome:
     rec: Optional[Attempt]  # the attacking attempt's record
     ctx: Ctx
-    apply: Optional["ApplyRun"] = None  # group "apply": what `harness run --apply` did (apply_repo.py)
+    apply: Optional[ApplyRun] = None  # group "apply": what `harness run --apply` did (apply_repo.py)
 
     def obs(self, i: Optional[int] = None) -> str:
         steps = self.rec.steps if self.rec else []

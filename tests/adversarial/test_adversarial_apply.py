@@ -6,7 +6,8 @@ listed. `harness selftest --only 'apply_*'` runs the same cases without pytest."
 import pytest
 
 from evaluators import selftest
-from evaluators.selftest.apply_repo import ApplyRun, tree
+from evaluators.selftest.apply_repo import tree
+from evaluators.selftest.case import ApplyRun
 from tests.adversarial.test_adversarial_cases import FAST
 
 APPLY = [c.name for c in selftest.CATALOGUE if c.group == "apply"]

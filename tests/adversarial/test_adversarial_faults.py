@@ -16,7 +16,7 @@ from docker.models.containers import ContainerCollection
 
 from agent.sandbox import LABEL_RUN, DockerPool, SandboxSpec, ServedSandbox, prune
 from agent.sandbox.transport import CommandChannel
-from evaluators.run.runner import INFRA_RETRIES
+from evaluators.run.attempt import INFRA_RETRIES
 from tests.adversarial.adv_util import containers_of, evaluate, script, task, unique
 from tests.conftest import run
 

@@ -15,8 +15,9 @@ import pytest
 from agent.models.base import ModelError
 from agent.sandbox import Changes, DockerPool, SandboxSpec
 from agent.workflow import apply_changes, escape_terminal, refuse_reason
+from evaluators.run.attempt import attempt_with_retries
 from evaluators.run.config import EvalConfig
-from evaluators.run.runner import attempt_with_retries, run_eval
+from evaluators.run.runner import run_eval
 from evaluators.selftest import CORRECT, SUBMIT, add_task, bash, write
 from results.errors import InfraError
 from tests.conftest import ROOT, run

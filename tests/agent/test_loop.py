@@ -15,10 +15,10 @@ from agent.models import get_model
 from agent.prompt_format import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
 from agent.sandbox import DockerPool, ExecResult, SandboxDied
 from agent.sandbox.contract import sandbox_members
-from evaluators.run.attempt import run_attempt
+from evaluators.run.attempt import attempt_with_retries, run_attempt
 from evaluators.run.config import EvalConfig
 from evaluators.run.policies import loop_policy
-from evaluators.run.runner import attempt_with_retries, run_eval
+from evaluators.run.runner import run_eval
 from tests.conftest import run
 from tests.helpers import SUBMIT, WRITE_CORRECT, WRITE_WRONG, FakePool, FakeSandbox, make_task
 

@@ -436,9 +436,9 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
     import pickle
 
     from agent.sandbox import DockerPool
+    from evaluators.run.attempt import attempt_with_retries
     from evaluators.run.cluster import attempt_to_ship, received
     from evaluators.run.policies import oracle_policy
-    from evaluators.run.runner import attempt_with_retries
     from evaluators.run.task_images import build_images
     from results.manifest import Manifest
     from results.run_writer import RunStore
