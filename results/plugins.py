@@ -6,7 +6,7 @@ code that is not in this tree. One rule for the three:
 - or a dotted path `module:attribute` written where a name is expected (`kind = "mypkg.regex_kind:KIND"`
   in a task.toml, `--sandbox mypkg.backend:BACKEND`), importable from the Python path.
 
-In the lowest package so that each registry (tasks/kinds.py, agent/models, agent/sandbox/backends.py)
+In the lowest package so that each registry (tasks/kinds.py, agent/models, agent/sandbox/registry.py)
 uses it; the built-in entries are registered by their own registry, by the same `module:attribute` form.
 """
 

@@ -1,8 +1,9 @@
 """Harbor tasks: their runtime contract and their verifier (tests/test.sh writing /logs/verifier/reward.*).
 
 The agent works in the image's WORKDIR as the task's user, on a writable root filesystem, and what it starts
-keeps running between its commands (agent/sandbox/native.py). When it is done, tests/test.sh runs with the
-hidden tests at /tests, as the verifier's user, with [verifier] env, in one of three isolation modes
+keeps running between its commands (agent/sandbox/backends/docker/native.py; a backend with the "harbor"
+capability, and "diff" for snapshot and shared: sandbox_needs). When it is done, tests/test.sh runs with
+the hidden tests at /tests, as the verifier's user, with [verifier] env, in one of three isolation modes
 ([verifier] isolation, or Harbor's environment_mode):
 
   shared    the agent's own container, its processes still running (services it started answer the
@@ -35,8 +36,15 @@ from typing import Optional
 
 import docker.errors
 
-from agent.sandbox import Changes, ExecResult, SandboxDied, SandboxPool, SandboxSpec, images
-from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec, commit, create_native, remove_image
+from agent.sandbox import Changes, ExecResult, NativeSpec, SandboxDied, SandboxPool, SandboxSpec
+from agent.sandbox.backends.docker import images
+from agent.sandbox.backends.docker.native import (
+    FileOpError,
+    NativeSandbox,
+    commit,
+    create_native,
+    remove_image,
+)
 from evaluators.grading import verdict as rules
 from evaluators.grading.kind import Kind
 from evaluators.grading.verdict import Verdict
@@ -743,7 +751,16 @@ class HarborKind(Kind):
         return image
 
     def own_image(self, task):
-        return "a Harbor image"  # and the Harbor runtime contract (native.py), which only Docker provides
+        return "a Harbor image"
+
+    def sandbox_needs(self, task):
+        needs = {
+            "own_images": "has its own image (a Harbor image)",
+            "harbor": "runs under Harbor's runtime contract (any image, the static helper)",
+        }
+        if task.harbor.verifier_mode != "fresh":  # commit (snapshot) and diff (both) of the agent's container
+            needs["diff"] = f"is verified in the agent's container ({task.harbor.verifier_mode})"
+        return needs
 
     def offline(self, task):
         return offline([task])[0]

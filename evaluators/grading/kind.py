@@ -1,10 +1,11 @@
 """What an evaluator kind decides: the `Kind` base class every kind subclasses, and the run's questions that
-go to each task's kind (`refuse_own_images`, `offline`, `network_lines`). The registry that finds a kind by
+go to each task's kind (`refuse_unsupported`, `offline`, `network_lines`). The registry that finds a kind by
 name is tasks/kinds.py.
 
 A kind is one module (evaluators/grading/<name>_kind.py, or a plugin's) holding one `Kind` subclass instance
 named KIND; it owns its [evaluator] settings (`keys` and `settings`, the parser the task loader calls;
-`table`, its inverse), its sandbox needs (`limits`, `containers`, `batchable`), the attempt's hooks
+`table`, its inverse), its sandbox needs (`limits`, `containers`, `batchable`, and the backend capabilities
+`sandbox_needs`), the attempt's hooks
 (`prepare`, `oracle`, `has_steps`/`run_steps`, `after_agent`, `capture`, `verify_in_place`), its grading
 (`grade_fresh`), its images (`image_key`, `build_image`, `own_image`), its network (`offline`,
 `network_line`), its impossible variants (`variant_tests`, `no_variant`) and its export to Harbor's format
@@ -27,20 +28,17 @@ from results.errors import OracleFailed, UserError
 from tasks.kinds import get, of
 
 if TYPE_CHECKING:
-    from agent.sandbox import Changes, Sandbox, SandboxPool, SandboxSpec
+    from agent.sandbox import Backend, Changes, Sandbox, SandboxPool, SandboxSpec
     from evaluators.grading.verdict import Verdict
     from tasks.model import EvaluatorConfig, Task
 
 
-def refuse_own_images(tasks: "list[Task]", sandbox: str) -> None:
-    """For a sandbox backend that runs only the base image (it names the images itself: --sandbox k8s): a
-    UserError for the first task whose kind gives it an image of its own."""
+def refuse_unsupported(tasks: "list[Task]", backend: "Backend") -> None:
+    """A UserError for the first task whose sandboxes need a capability the sandbox backend lacks (the
+    kind's sandbox_needs: an image of its own, Harbor's runtime contract, ...)."""
     for t in tasks:
-        if own := of(t).own_image(t):
-            raise UserError(
-                f"task {t.id} has its own image ({own}): --sandbox {sandbox} runs only tasks on the base "
-                "image for now; leave such tasks out (--glob) or run them on Docker"
-            )
+        for capability, why in of(t).sandbox_needs(t).items():
+            backend.require(capability, f"task {t.id} {why}", fix="leave such tasks out (--glob)")
 
 
 def offline(tasks: "list[Task]") -> "list[Task]":
@@ -163,15 +161,21 @@ class Kind:
         return repr(None)
 
     def build_image(self, task: "Task", log) -> str:
-        """Builds (or finds) the image the task's attempts run in; returns its id."""
-        from agent.sandbox.images import task_image
+        """Builds (or finds) the image the task's attempts run in, on this host's Docker engine (the backends
+        with own_images run it); returns its id."""
+        from agent.sandbox.backends.docker.images import task_image
 
         return task_image(task.dockerfile, task.build_context, log)
 
     def own_image(self, task: "Task") -> str:
-        """What makes the task's image its own ("" when it runs on the base image): a backend that runs only
-        the base image (--sandbox k8s) refuses such tasks."""
+        """What makes the task's image its own ("" when it runs on the base image)."""
         return "environment/Dockerfile" if task.dockerfile else ""
+
+    def sandbox_needs(self, task: "Task") -> dict[str, str]:
+        """The capabilities (agent/sandbox/registry.py CAPABILITIES) the task's sandboxes need of the backend,
+        each with why: a backend that lacks one refuses the task before the run (refuse_unsupported)."""
+        own = self.own_image(task)
+        return {"own_images": f"has its own image ({own})"} if own else {}
 
     # ---------------------------------------------------------------------------------------- network
     def offline(self, task: "Task") -> "Task":

@@ -115,7 +115,7 @@ class NodeWorker:
     def missing_images(self, image_ids: list[str]) -> list[str]:
         import docker
 
-        from agent.sandbox import docker_client
+        from agent.sandbox.backends.docker.client import docker_client
 
         client, missing = docker_client(), []
         for i in image_ids:
@@ -126,7 +126,7 @@ class NodeWorker:
         return missing
 
     def load_images(self, tarball: bytes, expected: list[str]) -> None:
-        from agent.sandbox import docker_client
+        from agent.sandbox.backends.docker.client import docker_client
 
         docker_client().images.load(tarball)
         still = self.missing_images(expected)
@@ -136,7 +136,7 @@ class NodeWorker:
     async def start(self, tasks: list[Any]) -> None:
         """Takes the task specs and warms the pool and the model, inside the actor's event loop."""
         from agent.models import get_model
-        from agent.sandbox import DockerPool
+        from agent.sandbox.backends.docker.pool import DockerPool
 
         self.tasks.update({t.id: t for t in tasks})
         if self.pool is None:
@@ -253,7 +253,7 @@ def _is_node_loss(exc: BaseException) -> bool:
 def _save_image(image_id: str) -> bytes:
     """`docker save` of one image, with its tag (harness/base:..., harness/task:... are looked up by tag);
     loading it elsewhere yields the same id (the digest of its config)."""
-    from agent.sandbox import docker_client
+    from agent.sandbox.backends.docker.client import docker_client
 
     return b"".join(docker_client().images.get(image_id).save(named=True))
 
