@@ -152,3 +152,4 @@ def providing(capability: str) -> list[str]:
 
 register("docker", "agent.sandbox.backends.docker:BACKEND")
 register("k8s", "agent.sandbox.backends.k8s:BACKEND")
+register("docker-cli", "agent.sandbox.backends.docker_cli:BACKEND")
