@@ -29,13 +29,13 @@ CAPABILITIES: dict[str, str] = {
     # `harness sandbox prune` prunes it by default; a run first prunes what dead harness processes left
     "local": "its sandboxes live on this machine",
     # GradingStations (evaluators/grading/grade.py): one grading container takes turns between attempts
-    "batch_grading": "its pool takes back idle sandboxes (add_reclaimer), as --batch-grading needs",
+    "batch_grading": "its pool takes back idle sandboxes, which --batch-grading needs",
     # NativeSpec sandboxes (contract.py): the static helper (helper.c) on any image, the image's user/WORKDIR
-    "harbor": "it serves any image with the static helper (Harbor's runtime contract)",
+    "harbor": "it serves any image with the static helper, Harbor's runtime contract",
     # docker diff / docker commit of a sandbox: Harbor's snapshot and shared verifier modes
     "diff": "its engine lists and commits a sandbox's filesystem changes",
     # evaluators/run/cluster.py: the attempts run on the nodes of a Ray cluster, each with its own engine
-    "cluster": "it runs on the nodes of a Ray cluster (--cluster)",
+    "cluster": "it runs on the nodes of a Ray cluster",
 }
 
 

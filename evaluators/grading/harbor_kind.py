@@ -756,7 +756,7 @@ class HarborKind(Kind):
     def sandbox_needs(self, task):
         needs = {
             "own_images": "has its own image (a Harbor image)",
-            "harbor": "runs under Harbor's runtime contract (any image, the static helper)",
+            "harbor": "runs under Harbor's runtime contract",
         }
         if task.harbor.verifier_mode != "fresh":  # commit (snapshot) and diff (both) of the agent's container
             needs["diff"] = f"is verified in the agent's container ({task.harbor.verifier_mode})"

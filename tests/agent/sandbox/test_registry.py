@@ -131,12 +131,14 @@ def test_sandbox_prune_goes_through_each_local_backends_prune(monkeypatch, capsy
         seen.append((type(options).__name__, orphans_only))
         return "removed 0 things"
 
+    for name in names():  # every real local backend records instead of pruning
+        module = sys.modules[sandbox_backend(name).make_pool.__module__]
+        if module.BACKEND.has("local"):
+            monkeypatch.setattr(module, "BACKEND", replace(module.BACKEND, clean=clean))
     local = frozenset({"own_images", "local"})
     fake = Backend("fake-local", make_pool=lambda o: None, capabilities=local, clean=clean)
     monkeypatch.setattr(sys.modules[__name__], "FAKE_LOCAL", fake, raising=False)
     monkeypatch.setitem(BUILTIN, "fake-local", f"{__name__}:FAKE_LOCAL")
-    docker = sys.modules[sandbox_backend("docker").make_pool.__module__]
-    monkeypatch.setattr(docker, "BACKEND", replace(docker.BACKEND, clean=clean))
     args = harness.build_parser().parse_args(["sandbox", "prune", "--orphans"])
     assert args.func(args) == 0
     out = capsys.readouterr().out.splitlines()
