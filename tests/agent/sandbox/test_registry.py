@@ -149,4 +149,4 @@ def test_sandbox_prune_goes_through_each_local_backends_prune(monkeypatch, capsy
 
 def test_unknown_names_say_the_choices():
     with pytest.raises(UserError, match=f"choose one of {', '.join(names())}$"):
-        sandbox_backend("podmn")
+        sandbox_backend("no-such-backend")
