@@ -7,7 +7,7 @@ import functools
 import sys
 from pathlib import Path
 
-from agent.config import DEFAULT_MAX_COPY_MB, add_loop_options
+from agent.config import DEFAULT_MAX_COPY_MB, add_backend_options, add_loop_options, given_fields
 from agent.models import DEFAULT_MODEL, add_model_option
 from results.commandline import add_command
 from results.errors import UserError
@@ -150,17 +150,22 @@ def _register_sandbox(sub) -> None:
     pr = add_command(
         ssub,
         "prune",
-        help="remove every container with harness labels",
-        description="Remove the containers harness made (all, or only those of dead processes).",
-        examples=["harness sandbox prune --orphans"],
+        help="remove what harness runs left behind (containers, networks, claims)",
+        description="Remove the sandboxes harness made (all, or only those of dead processes), through each "
+        "backend's own prune: by default every backend whose sandboxes live on this machine.",
+        examples=[
+            "harness sandbox prune --orphans",
+            "harness sandbox prune --sandbox k8s --k8s-namespace evals",
+        ],
     )
     pr.add_argument("--orphans", action="store_true", help="only those whose harness process is gone")
     pr.add_argument(
-        "--k8s",
-        action="store_true",
-        help="instead: delete every harness SandboxClaim, SandboxWarmPool and SandboxTemplate (KUBECONFIG)",
+        "--sandbox",
+        action="append",
+        metavar="BACKEND",
+        help="prune this backend's (repeatable; default: every backend with the local capability)",
     )
-    pr.add_argument("--k8s-namespace", help="with --k8s (default: the kubeconfig context's)")
+    add_backend_options(pr)
     pr.set_defaults(func=cmd_prune)
 
 
@@ -262,7 +267,7 @@ def _bounded(text: str, head: int = 40, tail: int = 40, width: int = 300) -> lis
 
 
 def cmd_images_build(args) -> int:
-    from agent.sandbox.images import base_tag, ensure_base_image
+    from agent.sandbox.backends.docker.images import base_tag, ensure_base_image
 
     image_id = ensure_base_image()
     print(f"{base_tag()} {image_id}")
@@ -270,15 +275,11 @@ def cmd_images_build(args) -> int:
 
 
 def cmd_prune(args) -> int:
-    if args.k8s:
-        from agent.sandbox.k8s import K8sApi, prune_k8s
+    from agent.sandbox.registry import names, sandbox_backend
 
-        api = K8sApi.from_environment(args.k8s_namespace)
-        prune_k8s(api)
-        print(f"deleted the harness sandbox objects in namespace {api.namespace}")
-        return 0
-    from agent.sandbox import prune
-
-    n = prune(orphans_only=args.orphans)
-    print(f"removed {n} containers")
+    chosen = args.sandbox or [n for n in names() if sandbox_backend(n).has("local")]
+    for name in chosen:
+        backend = sandbox_backend(name)
+        options = given_fields(args, backend.options, prefix=backend.flag_prefix)
+        print(f"{backend.name}: {backend.prune(options, orphans_only=args.orphans)}")
     return 0

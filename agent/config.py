@@ -1,17 +1,21 @@
 """The agent's settings and their defaults, each defined and described once (model: TRL's SFTConfig).
 
 LoopConfig holds the loop's limits and sampling settings; the CLIs (`harness eval`, `run`, `train`) make
-their options from its fields with add_loop_options, so the help text is the field's metadata. The default
-model string is agent.models.DEFAULT_MODEL.
+their options from its fields with add_loop_options, so the help text is the field's metadata. The sandbox
+backends' options (each backend's options dataclass, agent/sandbox/registry.py) become flags the same way
+(add_backend_options, backend_options). The default model string is agent.models.DEFAULT_MODEL.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, dataclass, field, fields
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
+from results.errors import UserError
 from tasks.model import AgentLimits
 
 LOCAL_REPLY_TOKENS = 256  # local models decode on this machine's CPU: short replies keep attempts quick
@@ -123,7 +127,7 @@ def add_field_options(
         if isinstance(said, (list, tuple, dict)) and not said:
             said = None  # nothing to say: empty
         text = meta["help"] + ("" if said is None else f" (default {str(said).format(default=described)})")
-        kind = f.type.removeprefix("Optional[").removesuffix("]")
+        kind = _type_name(f.type).removeprefix("Optional[").removesuffix("]")
         kw: dict = {"default": default, "help": text}
         for key in ("choices", "metavar", "nargs", "action", "dest"):
             if key in meta:
@@ -141,6 +145,19 @@ def add_field_options(
         parser.add_argument(flag, *([meta["short"]] if "short" in meta else []), **kw)
 
 
+def _type_name(annotation) -> str:
+    """A field's type as add_field_options reads it ("int", "Optional[str]", "list[str]"): the annotation's
+    text, or for a class that did not write annotations as text (a plugin's options), its name."""
+    if isinstance(annotation, str):
+        return annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return f"Optional[{_type_name(args[0])}]"
+    if typing.get_origin(annotation) is list:
+        return f"list[{_type_name(args[0])}]"
+    return annotation.__name__
+
+
 def given_fields(args: argparse.Namespace, cls: type, prefix: str = "") -> dict:
     """The fields of `cls` whose options (add_field_options, unset) were given: {field: value}."""
     out = {}
@@ -152,3 +169,41 @@ def given_fields(args: argparse.Namespace, cls: type, prefix: str = "") -> dict:
         if value is not None:
             out[f.name] = value
     return out
+
+
+def _backends() -> list:
+    """The backends whose options become flags: the built-in ones and installed plugins' (one that fails to
+    load gets no flags here: naming it in --sandbox reports why)."""
+    from agent.sandbox.registry import names, sandbox_backend
+
+    found = []
+    for name in names():
+        try:
+            found.append(sandbox_backend(name))
+        except Exception:
+            continue
+    return found
+
+
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """Every sandbox backend's options as --NAME-FIELD (e.g. --k8s-namespace), one help group a backend,
+    from the fields of its options dataclass (add_field_options, unset: backend_options reads them)."""
+    for backend in _backends():
+        if fields(backend.options):
+            group = parser.add_argument_group(f"--sandbox {backend.name}")
+            add_field_options(group, backend.options, unset=True, prefix=backend.flag_prefix)
+
+
+def backend_options(args: argparse.Namespace, name: str) -> dict:
+    """The options of the backend `name` as a dict (its defaults, and the flags given); a UserError for a
+    flag of another backend. A backend named by a dotted path takes its defaults."""
+    from agent.sandbox.registry import sandbox_backend
+
+    chosen = sandbox_backend(name)
+    for other in _backends():
+        if other.name != chosen.name:
+            given = given_fields(args, other.options, prefix=other.flag_prefix)
+            if given:
+                flag = "--" + (other.flag_prefix + next(iter(given))).replace("_", "-")
+                raise UserError(f"{flag} is an option of --sandbox {other.name}, not of --sandbox {name}")
+    return asdict(chosen.settings(given_fields(args, chosen.options, prefix=chosen.flag_prefix)))

@@ -157,7 +157,7 @@ def main():
         measure(args.inner, args.address, args.tasks, args.concurrency)
         return
 
-    from agent.sandbox.images import ensure_base_image
+    from agent.sandbox.backends.docker.images import ensure_base_image
     from tests.ray_cluster import LocalCluster, available
 
     why = available()

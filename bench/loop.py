@@ -42,8 +42,9 @@ from agent.config import LoopConfig  # noqa: E402
 from agent.loop import run_loop  # noqa: E402
 from agent.models import get_model  # noqa: E402
 from agent.models.base import Completion  # noqa: E402
-from agent.sandbox import DockerPool, SandboxSpec  # noqa: E402
-from agent.sandbox.images import ensure_base_image  # noqa: E402
+from agent.sandbox import SandboxSpec  # noqa: E402
+from agent.sandbox.backends.docker.images import ensure_base_image  # noqa: E402
+from agent.sandbox.backends.docker.pool import DockerPool  # noqa: E402
 from evaluators.grading.pytest_kind import PytestSettings  # noqa: E402
 from evaluators.run.config import EvalConfig  # noqa: E402
 from evaluators.run.runner import run_eval  # noqa: E402
@@ -432,8 +433,8 @@ def _timed_thread(fn, phase):
 
 def install_phase_probes():
     """Wraps the product's phase functions (once per process)."""
-    import agent.sandbox.container as container_mod
-    import agent.sandbox.pool as pool_mod
+    import agent.sandbox.backends.docker.pool as pool_mod
+    import agent.sandbox.backends.docker.sandbox as sandbox_mod
     import evaluators.grading.grade as grade_mod
     import evaluators.run.attempt as attempt_mod
     from agent.sandbox.served import ServedSandbox as Sandbox
@@ -444,7 +445,7 @@ def install_phase_probes():
     install_phase_probes.done = True
     role = _ROLE.get
 
-    orig_create = container_mod.create_sandbox
+    orig_create = sandbox_mod.create_sandbox
 
     def create(*a, **kw):
         sb = _timed_thread(orig_create, "container create+start (pool refill, thread)")(*a, **kw)

@@ -8,8 +8,9 @@ is measured on one sandbox both with the pool idle and while it refills (a warm 
 and one removed, as after every acquire and release of a run), in alternating blocks, and the two are
 printed side by side with their ratio (refilling / idle).
 Then the exec round trip in a Python-less image (Debian minbase, served by the static helper of
-agent/sandbox/native.py) beside today's Python server in the base image, measured interleaved in one run:
-the target is a ratio within 2x. --smoke: a few iterations only (seconds), for tests/tasks/test_harbor.py.
+agent/sandbox/backends/docker/native.py) beside today's Python server in the base image, measured
+interleaved in one run: the target is a ratio within 2x. --smoke: a few iterations only (seconds), for
+tests/tasks/test_harbor.py.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.sandbox import DockerPool, SandboxPool, SandboxSpec, create_sandbox
-from agent.sandbox.images import ensure_base_image
+from agent.sandbox import SandboxPool, SandboxSpec
+from agent.sandbox.backends.docker.images import ensure_base_image
+from agent.sandbox.backends.docker.pool import DockerPool
+from agent.sandbox.backends.docker.sandbox import create_sandbox
 
 
 def pct(xs, q):
@@ -159,7 +162,7 @@ def cli_side(image: str, n: int) -> dict:
 async def python_less_side(image: str, minbase: str, n: int) -> dict:
     """exec `true` round trips: the Python server (base image) and the static helper (no Python),
     interleaved."""
-    from agent.sandbox.native import NativeSpec
+    from agent.sandbox import NativeSpec
 
     native = SandboxSpec(native=NativeSpec(user="nobody"))
     res: dict = {"python": [], "native": []}
@@ -182,7 +185,7 @@ def main():
     args = ap.parse_args()
     n = 4 if args.smoke else args.n
     image = ensure_base_image(log=lambda m: None)
-    from agent.sandbox.images import ensure_minbase_image
+    from agent.sandbox.backends.docker.images import ensure_minbase_image
 
     minbase = ensure_minbase_image(log=lambda m: print(m, file=sys.stderr))
     nat = asyncio.run(python_less_side(image, minbase, n))

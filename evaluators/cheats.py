@@ -22,11 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agent.sandbox import Sandbox, SandboxPool
-from agent.sandbox.backends import sandbox_backend
+from agent.sandbox import DEFAULT, Sandbox, SandboxPool, sandbox_backend
 from evaluators.run.attempt import run_attempt
 from evaluators.run.network import offline
-from evaluators.run.task_images import build_images
+from evaluators.run.task_images import sandbox_images
 from evaluators.selftest.harbor_cases import plugin_files, put
 from tasks.model import Task
 
@@ -412,13 +411,19 @@ async def audit_task(task: Task, cheats: list[Cheat], pool: SandboxPool, image: 
 
 
 async def audit(
-    tasks: list[Task], cheats: list[Cheat] | dict[str, list[Cheat]], concurrency: int = 2
+    tasks: list[Task],
+    cheats: list[Cheat] | dict[str, list[Cheat]],
+    concurrency: int = 2,
+    sandbox: str = DEFAULT,
+    sandbox_options: dict | None = None,
 ) -> list[Row]:
-    """Every cheat on every task, or (a dict: task id -> cheats) each task's own share of them."""
+    """Every cheat on every task, or (a dict: task id -> cheats) each task's own share of them, in the
+    sandboxes of the backend `sandbox` (agent/sandbox/registry.py)."""
     own = cheats if isinstance(cheats, dict) else {t.id: cheats for t in tasks}
-    images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
+    backend = sandbox_backend(sandbox)
+    images = await sandbox_images(backend, sandbox_options, tasks, log=lambda m: print(m, file=sys.stderr))
     slots = asyncio.Semaphore(concurrency)
-    pool_class = sandbox_backend("docker").pool({})
+    pool_class = backend.pool(sandbox_options)
     async with pool_class(
         run_id=f"cheats-{int(time.time())}", warm=2, max_containers=2 * concurrency + 2
     ) as pool:
@@ -445,6 +450,7 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def main(args) -> int:
+    from agent.config import backend_options
     from tasks.loader import load_suite, spread
 
     cheats = by_name(args.cheat)  # a misspelt name fails before the suite loads
@@ -455,7 +461,8 @@ def main(args) -> int:
     if args.no_internet:
         tasks = offline(tasks)
     t0 = time.monotonic()
-    rows = asyncio.run(audit(tasks, cheats, args.concurrency))
+    options = backend_options(args, args.sandbox)
+    rows = asyncio.run(audit(tasks, cheats, args.concurrency, args.sandbox, options))
     for line in table(rows):
         print(line)
     bad = [r for r in rows if r.hackable]

@@ -10,11 +10,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
-from agent.config import given_fields
+from agent.config import add_backend_options, add_field_options, backend_options, given_fields
 from evaluators.run.config import (
     LOOP_OPTIONS,
     EvalConfig,
-    K8sOptions,
     TaskFilter,
     add_eval_options,
     eval_loop,
@@ -71,6 +70,7 @@ def register(sub):
     p.add_argument("--tasks", help="suite to take the tasks from (default: the run's own suite)")
     p.add_argument("--out", type=Path, required=True, help="the new run folder")
     p.add_argument("--concurrency", type=int, default=4, help="gradings in flight (default 4)")
+    add_sandbox_options(p)
     p.set_defaults(func=cmd_rescore)
 
     p = sub.add_parser(
@@ -116,6 +116,7 @@ def extend(sub):
     )
     val.add_argument("--mutants-out", type=Path, help="with --mutants: every mutant's outcome here (TSV)")
     val.add_argument("-v", "--verbose", action="store_true", help="with --mutants: list the survivors")
+    add_sandbox_options(val)
     val.set_defaults(func=cmd_validate)
 
     che = sub.add_parser(
@@ -131,7 +132,14 @@ def extend(sub):
     che.add_argument("--limit", type=int, default=None, help="only N tasks, spread over the suite")
     che.add_argument("--every-instance", action="store_true", help="every instance of each family")
     che.add_argument("--no-internet", action="store_true", help="Harbor tasks: no network for any container")
+    add_sandbox_options(che)
     che.set_defaults(func=cmd_cheats)
+
+
+def add_sandbox_options(parser) -> None:
+    """--sandbox BACKEND (EvalConfig's field, its default) and every backend's options (--NAME-FIELD)."""
+    add_field_options(parser, EvalConfig, "sandbox")
+    add_backend_options(parser)
 
 
 def cmd_export(args) -> int:
@@ -184,7 +192,17 @@ def cmd_rescore(args) -> int:
 
     if args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
-    out = asyncio.run(rescore_run(args.run, args.out, suite=args.tasks, concurrency=args.concurrency))
+    options = backend_options(args, args.sandbox)
+    out = asyncio.run(
+        rescore_run(
+            args.run,
+            args.out,
+            suite=args.tasks,
+            concurrency=args.concurrency,
+            sandbox=args.sandbox,
+            sandbox_options=options,
+        )
+    )
     info = open_run(out).manifest.config["rescore"]
     flips, kept = info["changed_verdicts"], info["not_regraded"]
     changed = info["tasks_changed"]
@@ -325,7 +343,7 @@ def eval_config_from(args: argparse.Namespace) -> tuple[EvalConfig, list]:
         **given,
         loop=replace(eval_loop(), **loop),
         filters=TaskFilter(**given_fields(args, TaskFilter)),
-        sandbox_options=asdict(K8sOptions(**given_fields(args, K8sOptions, prefix="k8s_"))),
+        sandbox_options=backend_options(args, given.get("sandbox", EvalConfig.sandbox)),
     )
     if cfg.samples < 1 or cfg.concurrency < 1:
         raise UserError("--samples and --concurrency must be at least 1")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from agent.sandbox.registry import DEFAULT
 from evaluators.mutation_ops import Mutant, language, mutants_of
 from evaluators.run.attempt import run_attempt
 from evaluators.run.policies import Policy, oracle_policy
@@ -140,16 +141,22 @@ async def mutate_task(task: Task, pool, image: str, n: int, slots: asyncio.Semap
 
 
 async def mutate(
-    tasks: list[Task], n: int, concurrency: int = 2, seed: int = SEED, log: Callable[[str], None] = print
+    tasks: list[Task],
+    n: int,
+    concurrency: int = 2,
+    seed: int = SEED,
+    log: Callable[[str], None] = print,
+    sandbox: str = DEFAULT,
+    options: Optional[dict] = None,
 ) -> list[MutationRow]:
-    """The mutation rows of the representatives of `tasks` (docker sandboxes)."""
-    from agent.sandbox.backends import sandbox_backend
-    from evaluators.run.task_images import build_images
+    """The mutation rows of the representatives of `tasks`, in sandboxes of the backend `sandbox`."""
+    from agent.sandbox import sandbox_backend
+    from evaluators.run.task_images import sandbox_images
 
-    chosen = representatives(tasks)
-    images = await build_images(chosen, log=log)
+    chosen, backend = representatives(tasks), sandbox_backend(sandbox)
+    images = await sandbox_images(backend, options, chosen, log=log)
     slots, done = asyncio.Semaphore(concurrency), []
-    pool_class = sandbox_backend("docker").pool({})
+    pool_class = backend.pool(options)
     async with pool_class(
         run_id=f"mutants-{int(time.time())}", warm=2, max_containers=concurrency * 2 + 2
     ) as pool:
@@ -204,7 +211,11 @@ def main(tasks: list[Task], args) -> list[str]:
     """Prints the mutation table of `tasks` (those that validated); returns the weak tasks."""
     t0 = time.monotonic()
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
-    rows = asyncio.run(mutate(tasks, args.mutants, concurrency=args.concurrency, log=log))
+    from agent.config import backend_options
+
+    sandbox = getattr(args, "sandbox", None) or DEFAULT  # validate's --sandbox
+    kw = dict(concurrency=args.concurrency, log=log, sandbox=sandbox, options=backend_options(args, sandbox))
+    rows = asyncio.run(mutate(tasks, args.mutants, **kw))
     if not rows:
         print("mutation: no task whose oracle changes files")
         return []

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from agent.sandbox import Changes, DockerPool
+from agent.sandbox import DEFAULT, Changes, SandboxPool, sandbox_backend
 from evaluators.grading.grade import grade
 from evaluators.grading.kind import InPlace
 from evaluators.grading.verdict import Verdict
 from evaluators.run.attempt import INFRA_RETRIES, now, verdict_into
-from evaluators.run.task_images import build_images
+from evaluators.run.task_images import sandbox_images
 from results.errors import InfraError, UserError
 from results.manifest import Manifest
 from results.run_writer import RunStore
@@ -59,15 +59,19 @@ async def rescore_run(
     suite: Optional[str] = None,
     concurrency: int = 4,
     log=print,
+    sandbox: str = DEFAULT,
+    sandbox_options: Optional[dict] = None,
 ) -> Path:
-    """Grades every attempt of `run_dir` again into the new run folder `out_dir`; returns it."""
+    """Grades every attempt of `run_dir` again into the new run folder `out_dir`, in the sandboxes of the
+    backend `sandbox` (agent/sandbox/registry.py); returns it."""
+    backend = sandbox_backend(sandbox)
     source = open_run(run_dir)
     records = list(source.iter_attempts())
     if not records:
         raise UserError(f"{run_dir}: no attempts recorded, nothing to rescore")
     verify_objects(source.dir, records)  # a damaged run folder stops here, before anything is written
     spec, tasks = _load_tasks(source, records, suite, run_dir)
-    images = await build_images(list(tasks.values()), log=log)
+    images = await sandbox_images(backend, sandbox_options, list(tasks.values()), log=log)
     after = {tid: t.grading_hash() for tid, t in tasks.items()}
     config = dict(source.manifest.config)
     config["rescore"] = _provenance(source, run_dir, spec, records, tasks)
@@ -79,7 +83,8 @@ async def rescore_run(
     kept_old: list[dict] = []
     try:
         slots = asyncio.Semaphore(concurrency)
-        async with DockerPool(run_id=store.run_id, warm=concurrency, max_containers=concurrency + 2) as pool:
+        Pool = backend.pool(sandbox_options)
+        async with Pool(run_id=store.run_id, warm=concurrency, max_containers=concurrency + 2) as pool:
 
             async def one(old: Attempt) -> None:
                 task = tasks.get(old.task_id)
@@ -162,7 +167,7 @@ def _provenance(
 
 
 async def _grade_again(
-    task: Task, changes: Changes, pool: DockerPool, image: str
+    task: Task, changes: Changes, pool: SandboxPool, image: str
 ) -> tuple[Optional[Verdict], str]:
     """(the verdict, or None after INFRA_RETRIES infrastructure failures; the last failure)."""
     error = ""

@@ -16,13 +16,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from agent.sandbox import Sandbox, SandboxPool
-from agent.sandbox.backends import sandbox_backend
+from agent.sandbox import DEFAULT, Sandbox, SandboxPool, sandbox_backend
 from evaluators.grading.grade import GradingStations
 from evaluators.run.attempt import run_attempt
 from evaluators.run.network import network_lines, offline
 from evaluators.run.policies import null_policy, oracle_policy
-from evaluators.run.task_images import build_images, refuse_own_images
+from evaluators.run.task_images import sandbox_images
 from evaluators.task_lint import lint
 from tasks.model import Task
 
@@ -132,18 +131,16 @@ async def validate(
     repeats: int = 3,
     concurrency: int = 4,
     batch_grading: int = 0,
-    sandbox: str = "docker",
+    sandbox: str = DEFAULT,
     sandbox_options: dict | None = None,
 ) -> list[Row]:
     """With batch_grading N > 1 the attempts are graded as `harness eval --batch-grading N` grades them;
-    `sandbox` names the backend (agent/sandbox/backends.py) whose pool makes the sandboxes."""
+    `sandbox` names the backend (agent/sandbox/registry.py) whose pool makes the sandboxes."""
     backend = sandbox_backend(sandbox)
-    if backend.images:  # the backend names the images its sandboxes run
-        images = backend.images(tasks, sandbox_options or {})
-        refuse_own_images(tasks, sandbox)
-    else:
-        images = await build_images(tasks, log=lambda m: print(m, file=sys.stderr))
-    pool_class = backend.pool(sandbox_options or {})
+    if batch_grading > 1:
+        backend.require("batch_grading", f"batch grading of {batch_grading}")
+    images = await sandbox_images(backend, sandbox_options, tasks, log=lambda m: print(m, file=sys.stderr))
+    pool_class = backend.pool(sandbox_options)
     slots = asyncio.Semaphore(concurrency)
     async with pool_class(
         run_id=f"validate-{int(time.time())}", warm=2, max_containers=concurrency * (repeats + 1) + 2
@@ -177,6 +174,7 @@ def tight_budgets(rows: list[Row], share: float = 0.5) -> list[str]:
 
 
 def main(args) -> int:
+    from agent.config import backend_options
     from tasks.loader import load_suite
 
     tasks = load_suite(getattr(args, "suite", None) or "builtin")
@@ -185,7 +183,15 @@ def main(args) -> int:
     for line in network_lines(tasks):
         print(line, file=sys.stderr)
     t0 = time.monotonic()
-    rows = asyncio.run(validate(tasks, repeats=args.repeats, concurrency=args.concurrency))
+    rows = asyncio.run(
+        validate(
+            tasks,
+            repeats=args.repeats,
+            concurrency=args.concurrency,
+            sandbox=args.sandbox,
+            sandbox_options=backend_options(args, args.sandbox),
+        )
+    )
     width = max(len(r.task) for r in rows)
     print(f"{'task':<{width}}  oracle  null        flaky  seconds  tests/budget  problems")
     for r in rows:

@@ -8,7 +8,7 @@ code that is not in this tree. One rule for the three:
   spec's own colon separates its backend from its target, so its dotted path comes after `py:`),
   importable from the Python path.
 
-In the lowest package so that each registry (tasks/kinds.py, agent/models, agent/sandbox/backends.py)
+In the lowest package so that each registry (tasks/kinds.py, agent/models, agent/sandbox/registry.py)
 uses it; the built-in entries are registered by their own registry, by the same `module:attribute` form.
 docs/extending.md shows a plugin kind and a plugin model backend.
 """

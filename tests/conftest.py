@@ -118,7 +118,7 @@ def pytest_runtest_setup(item):
 @pytest.fixture(scope="session")
 def image() -> str:
     """The base sandbox image id (built by `make test`'s setup; built here if missing)."""
-    from agent.sandbox.images import ensure_base_image
+    from agent.sandbox.backends.docker.images import ensure_base_image
 
     return ensure_base_image(log=lambda m: None)
 

@@ -18,7 +18,7 @@ import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from agent.sandbox import docker_client
+from agent.sandbox.backends.docker.client import docker_client
 
 _PATH = re.compile(
     r"^/apis?/(?:(?P<group>[^/]+)/)?(?P<version>v1(?:beta1)?)/namespaces/(?P<ns>[^/]+)/"

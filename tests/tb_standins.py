@@ -23,8 +23,9 @@ from pathlib import Path
 
 import docker.errors
 
-from agent.sandbox.client import docker_client
-from agent.sandbox.images import PATH, content_hash, debootstrap_import, find_image
+from agent.sandbox import PATH, content_hash
+from agent.sandbox.backends.docker.client import docker_client
+from agent.sandbox.backends.docker.images import debootstrap_import, find_image
 from results.errors import UserError
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "terminal-bench"

@@ -261,3 +261,54 @@ def test_add_a_model_backend(image, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (rec,) = [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
     assert rec["model"] == "fixed:ok" and rec["solved"], rec["detail"]
+
+
+BACKEND = '''"""A sandbox backend of one file: the Docker engine's hardened containers (the docker backend's
+pool), with fewer capabilities: no batch grading, no Harbor, no cluster."""
+
+from agent.sandbox.registry import Backend
+
+
+def _pool(options):
+    from agent.sandbox.backends.docker.pool import DockerPool
+
+    return DockerPool
+
+
+def _prune(options, orphans_only):
+    from agent.sandbox.backends.docker.cleanup import prune
+
+    return f"removed {prune(orphans_only=orphans_only)} containers"
+
+
+BACKEND = Backend("mine", make_pool=_pool, capabilities=frozenset({"own_images", "local"}), clean=_prune)
+'''
+
+
+@pytest.mark.slow
+def test_add_a_sandbox_backend(image, tmp_path):
+    tree = product_tree(tmp_path / "tree")
+    (tree / "agent/sandbox/backends/mine").mkdir()
+    (tree / "agent/sandbox/backends/mine/__init__.py").write_text(BACKEND)
+    edit(
+        tree / "agent/sandbox/registry.py",
+        'register("docker", "agent.sandbox.backends.docker:BACKEND")\n',
+        'register("docker", "agent.sandbox.backends.docker:BACKEND")\n'
+        'register("mine", "agent.sandbox.backends.mine:BACKEND")\n',
+    )
+    assert diff_of(tree) == expect("a sandbox backend", "mine")
+    write_task(tmp_path / "suite", "t1", toml=GOOD_TOML)
+    run = tmp_path / "run"
+    args = ("eval", "--tasks", str(tmp_path / "suite"), "--model", f"replay:{replies(tmp_path)}")
+    proc = harness_in(tree, *args, "--sandbox", "mine", "--out", str(run))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
+    assert rec["solved"], rec["detail"]
+    assert json.loads((run / "manifest.json").read_text())["config"]["sandbox"] == "mine"
+    # what it lacks is asked, not assumed: batch grading is refused before anything runs
+    refused = harness_in(
+        tree, *args, "--sandbox", "mine", "--batch-grading", "2", "--out", str(tmp_path / "r2")
+    )
+    assert refused.returncode == 2 and "needs a sandbox backend with batch_grading" in refused.stderr
+    pruned = harness_in(tree, "sandbox", "prune", "--orphans", "--sandbox", "mine")  # and its own prune runs
+    assert pruned.returncode == 0 and "mine: removed" in pruned.stdout, pruned.stderr

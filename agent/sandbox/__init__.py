@@ -1,56 +1,58 @@
-"""The one sandbox API: the Sandbox and SandboxPool contract (contract.py), its one implementation over a
-command server (served.py), and the backends that make sandboxes, chosen by name (backends.py): Docker (a
-hardened, single-use container; a warm pool of them) and Kubernetes (k8s/).
+"""The one sandbox API, backend-neutral: the Sandbox and SandboxPool contract and its types (contract.py), its
+one implementation over a command server (served.py), and the registry of the backends that make sandboxes
+(registry.py), each one folder under backends/: docker/ (hardened, single-use containers through the Docker
+SDK), k8s/ (Kubernetes pods), and the others registry.py registers.
 
-Each sandbox's main process is agent/sandbox/server.py (a ~1 ms command runner on the
-attached stdin/stdout), so commands need neither `docker exec` nor a network. Every sandbox is
-used for one attempt only, then destroyed: nothing written in one attempt is seen by the next.
+Each sandbox's main process is agent/sandbox/server.py (a ~1 ms command runner on the attached
+stdin/stdout), so commands need neither `docker exec` nor a network. Every sandbox is used for one attempt
+only, then destroyed: nothing written in one attempt is seen by the next.
 
-    pool = DockerPool(run_id="r1")        # the Docker backend's pool (DockerPool)
-    async with pool.sandbox(image, SandboxSpec()) as sb:
-        await sb.put_files({"a.txt": b"hi"})
-        r = await sb.exec("cat a.txt", timeout=10)
+    backend = sandbox_backend("docker")                 # registry.py: by name, plugin or module:BACKEND
+    async with backend.pool()(run_id="r1") as pool:      # the backend's SandboxPool
+        async with pool.sandbox(image, SandboxSpec()) as sb:
+            await sb.put_files({"a.txt": b"hi"})
+            r = await sb.exec("cat a.txt", timeout=10)
+
+This package imports no backend: what is Docker's is imported from agent.sandbox.backends.docker.<module>.
 
 One concept per module:
-    contract.py   the contract: Sandbox, SandboxPool, ExecResult and Stream (typed command results)
-    backends.py   the backends by name ("docker", "k8s"): a new one is a module and a line there
+    contract.py   the contract: Sandbox, SandboxPool, SandboxSpec and NativeSpec (what a sandbox is made
+                  with), ExecResult, Stream and Changes (typed results), what every image provides
+    registry.py   the backends by name, their options and capabilities (Backend); plugins; a new backend is
+                  a folder under backends/ and a line there
     served.py     ServedSandbox, the one Sandbox implementation: a command server on a Host (the backend's)
-    client.py     the Docker client, and retries of the engine's transient errors
-    labels.py     the labels on what we make (run, pool, process, task), for cleanup
     transport.py  CommandChannel: request/reply with the command server, framing, the watchdog, SandboxDied
-    changes.py    Changes, and change capture (agent/sandbox/capture.py inside, the diff outside)
-    container.py  SandboxSpec, container creation and hardening, the Docker Host (DockerContainer)
-    pool.py       DockerPool: warm containers per (image, limits), bounded, single use
-    network.py    per-pool networks of networked tasks, and their firewall rule
-    cleanup.py    prune(): containers, networks and images of a run, a pool or a dead process
-    images.py     the sandbox images (base, task, prebuilt), and what every image provides (uid, paths)
-    native.py     sandboxes for any image: the static helper (helper.c), Harbor's contract
-    k8s/          the same sandboxes as Kubernetes pods (agent-sandbox), one module per concept
-    server.py, capture.py, helper.c   run inside the container
+    changes.py    change capture (agent/sandbox/capture.py inside, the comparison outside)
+    warm.py       WarmPool: warm sandboxes per (image, limits), bounded, single use, pruned at exit
+    labels.py     the labels on what a backend makes (run, pool, process, task), for prune; content_hash
+    firewall.py   the host's firewall rule for a pool's own bridge network
+    backends/     one folder per backend (registry.py lists them), one module per concept inside
+    server.py, capture.py, helper.c   run inside the sandbox
 """
 
-from agent.sandbox.backends import BACKENDS, Backend, sandbox_backend
-from agent.sandbox.changes import CAPTURE_SOURCE, CaptureError, Changes
-from agent.sandbox.cleanup import prune
-from agent.sandbox.client import docker_client, docker_retry
-from agent.sandbox.container import SandboxSpec, create_sandbox
-from agent.sandbox.contract import ExecResult, Sandbox, SandboxPool, Stream
-from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE, content_hash
-from agent.sandbox.labels import LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK
-from agent.sandbox.network import create_network, remove_network
-from agent.sandbox.pool import DockerPool
+from agent.sandbox.changes import CAPTURE_SOURCE, CaptureError
+from agent.sandbox.contract import (
+    AGENT_UID,
+    PATH,
+    WORKSPACE,
+    Changes,
+    ExecResult,
+    NativeSpec,
+    Sandbox,
+    SandboxPool,
+    SandboxSpec,
+    Stream,
+)
+from agent.sandbox.labels import LABEL_PID, LABEL_POOL, LABEL_RUN, LABEL_TASK, content_hash
+from agent.sandbox.registry import CAPABILITIES, DEFAULT, Backend, sandbox_backend
 from agent.sandbox.served import FilesNotWritten, ServedSandbox
 from agent.sandbox.transport import SERVER_SOURCE, SandboxDied, SandboxUnresponsive
 
 __all__ = [
     "AGENT_UID",
-    "BACKENDS",
-    "Backend",
-    "DockerPool",
-    "ServedSandbox",
-    "Stream",
-    "sandbox_backend",
+    "CAPABILITIES",
     "CAPTURE_SOURCE",
+    "DEFAULT",
     "LABEL_PID",
     "LABEL_POOL",
     "LABEL_RUN",
@@ -58,20 +60,19 @@ __all__ = [
     "PATH",
     "SERVER_SOURCE",
     "WORKSPACE",
+    "Backend",
     "CaptureError",
     "Changes",
     "ExecResult",
     "FilesNotWritten",
-    "SandboxSpec",
+    "NativeSpec",
     "Sandbox",
     "SandboxDied",
     "SandboxPool",
+    "SandboxSpec",
     "SandboxUnresponsive",
+    "ServedSandbox",
+    "Stream",
     "content_hash",
-    "create_network",
-    "create_sandbox",
-    "docker_client",
-    "docker_retry",
-    "prune",
-    "remove_network",
+    "sandbox_backend",
 ]

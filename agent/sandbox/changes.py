@@ -1,19 +1,18 @@
-"""What an attempt changed in the workspace: Changes, and the host half of change capture.
+"""The host half of change capture: what an attempt changed in the workspace (contract.py's Changes).
 
-agent/sandbox/capture.py runs inside the container as root (python3, or the static helper's own walk in
-native.py): `list` answers path -> [kind, size, sha256 or link target, executable] for the workspace,
-`read` the changed files' contents. ChangeCapture compares two listings and reads out what changed,
+agent/sandbox/capture.py runs inside the sandbox as root (python3, or the static helper's own walk:
+backends/docker/native.py): `list` answers path -> [kind, size, sha256 or link target, executable] for the
+workspace, `read` the changed files' contents. ChangeCapture compares two listings and reads out what changed,
 with caps and path checks, never trusting what the agent left in its workspace."""
 
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
-from agent.sandbox.images import WORKSPACE
+from agent.sandbox.contract import WORKSPACE, Changes
 from agent.sandbox.transport import SandboxDied, SandboxUnresponsive
 
 CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
@@ -54,20 +53,6 @@ def shown(path: str, limit: int = 80) -> str:
 
 class CaptureError(Exception):
     """The workspace could not be listed or read (the changes are then rejected, never a crash)."""
-
-
-@dataclass
-class Changes:
-    """What an attempt changed in /workspace, captured with caps and path checks."""
-
-    files: dict[str, bytes] = field(default_factory=dict)  # added or modified regular files
-    executable: set[str] = field(default_factory=set)  # which of those have the executable bit
-    deleted: list[str] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)  # reasons (symlinks, caps exceeded, ...)
-
-    @property
-    def paths(self) -> list[str]:
-        return sorted(set(self.files) | set(self.deleted))
 
 
 class ChangeCapture:

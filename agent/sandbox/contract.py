@@ -1,25 +1,87 @@
-"""The sandbox contract: what every backend's sandbox (Sandbox) and pool (SandboxPool) provide, and the typed
-results their commands return (ExecResult, Stream).
+"""The sandbox contract, backend-neutral: what every backend's sandbox (Sandbox) and pool (SandboxPool)
+provide, what a sandbox is asked to be (SandboxSpec, NativeSpec), what every sandbox image provides
+(AGENT_UID, WORKSPACE, PATH), and the typed results of its commands and captures (ExecResult, Stream,
+Changes).
 
 Every user above the sandbox layer (the loop, run_attempt, the graders, `harness run`) goes through these
-members only; tests/agent/sandbox/test_sandbox_contract.py runs the same behaviours against every
-backend registered in
-agent/sandbox/backends.py and against the in-memory fake (tests/helpers.py FakeSandbox), and checks that
-the attributes those users touch on a sandbox are listed here. This module imports nothing heavy: the loop
-and the fake import it without Docker.
+members only; tests/agent/sandbox/test_sandbox_contract.py runs the same behaviours against every backend
+registered in agent/sandbox/registry.py and against the in-memory fake (tests/helpers.py FakeSandbox), and
+checks that the attributes those users touch on a sandbox are listed here. This module imports nothing of
+the sandbox package and nothing heavy: the loop, the fake and every backend import it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
+from typing import Optional, Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # only for the annotations
-    from agent.sandbox.changes import Changes
-    from agent.sandbox.container import SandboxSpec
+from agent import AGENT_UID  # re-exported: the sandbox user's uid, what every sandbox image provides
 
+# What every sandbox image provides, and every backend's sandboxes rely on:
+WORKSPACE = "/workspace"  # the agent's working folder, owned by AGENT_UID (agent/__init__.py)
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OUTPUT_CAP = 64 * 1024  # bytes kept per stream of one command by default (head and tail)
+
+
+@dataclass(frozen=True)
+class NativeSpec:
+    """How a sandbox that runs the static helper (agent/sandbox/helper.c) is set up: Harbor's runtime
+    contract, any image (hashable: part of the pool key). Made by a backend with the "harbor" capability."""
+
+    workdir: Optional[str] = None  # None -> the image's WORKDIR ("/" when it has none)
+    user: Optional[str] = None  # the agent's user; None -> the image's USER, root when it has none
+    env: tuple[tuple[str, str], ...] = ()  # set on top of the image's ENV
+    writable_root: bool = True
+    default_caps: bool = True  # Docker's default capability set (Harbor tasks run as root and need it)
+    # What a command leaves running survives it (Harbor's agent works in one persistent shell session);
+    # only timeouts and kill_all() end processes, and the container's removal everything.
+    keep_processes: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a sandbox is made with: its hardening and resource limits (every field can be overridden per
+    task), and for a Harbor image the static helper's spec."""
+
+    memory_mb: int = 1024  # swap is set equal: no swap
+    cpus: float = 1.0
+    pids: int = 256
+    workspace_mb: int = 512  # size-limited writable /workspace (tmpfs)
+    tmp_mb: int = 256
+    network: bool = False  # False -> network_mode none: only lo exists
+    nofile: int = 1024
+    fsize_mb: int = 512  # largest single file
+    read_only: bool = True  # read-only root filesystem
+    runtime: Optional[str] = None  # e.g. "runsc" (gVisor) where installed
+    native: Optional[NativeSpec] = None  # the static helper, any image, Harbor's contract
+
+    @classmethod
+    def for_task(cls, env) -> "SandboxSpec":
+        """From a task's [environment] table (tasks.model.Environment)."""
+        # A task written on a bigger machine still runs here: Docker refuses more CPUs than the host has.
+        return cls(
+            memory_mb=env.memory_mb,
+            cpus=min(env.cpus, float(os.cpu_count() or 1)),
+            pids=env.pids,
+            workspace_mb=env.storage_mb,
+            network=env.allow_internet,
+        )
+
+
+@dataclass
+class Changes:
+    """What an attempt changed in /workspace, captured with caps and path checks (changes.py)."""
+
+    files: dict[str, bytes] = field(default_factory=dict)  # added or modified regular files
+    executable: set[str] = field(default_factory=set)  # which of those have the executable bit
+    deleted: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # reasons (symlinks, caps exceeded, ...)
+
+    @property
+    def paths(self) -> list[str]:
+        return sorted(set(self.files) | set(self.deleted))
 
 
 @dataclass(frozen=True)
@@ -91,7 +153,8 @@ class ExecResult:
 @runtime_checkable
 class Sandbox(Protocol):
     """One single-use sandbox. A dead sandbox (killed, out of memory, its server gone) raises
-    agent.sandbox.SandboxDied from every call that needs it; death_cause() then tells whose doing it was."""
+    agent.sandbox.SandboxDied (transport.py) from every call that needs it; death_cause() then tells whose
+    doing it was."""
 
     id: str
     workdir: str  # the agent's working folder: /workspace, or a Harbor image's WORKDIR
@@ -136,7 +199,7 @@ class Sandbox(Protocol):
         """Remembers the working folder as it is now; changes() compares against it."""
         ...
 
-    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> "Changes":
+    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
         """What changed in the working folder since mark_baseline(), bounded; never raises for anything the
         agent can make there (rejected entries say what was left out)."""
         ...
@@ -160,12 +223,12 @@ class SandboxPool(Protocol):
     run_id: str
 
     def sandbox(
-        self, image: str, limits: "SandboxSpec" = ..., task: str = "pool"
+        self, image: str, limits: SandboxSpec = ..., task: str = "pool"
     ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
         """`async with pool.sandbox(image, limits, task=...) as sb:` a fresh sandbox, destroyed after."""
         ...
 
-    async def acquire(self, image: str, limits: "SandboxSpec" = ..., task: str = "pool") -> Sandbox: ...
+    async def acquire(self, image: str, limits: SandboxSpec = ..., task: str = "pool") -> Sandbox: ...
 
     async def release(self, sb: Sandbox) -> None: ...
 
@@ -193,4 +256,18 @@ def sandbox_members() -> set[str]:
     return {n for n in vars(Sandbox) if not n.startswith("_")} | set(Sandbox.__annotations__)
 
 
-__all__ = ["OUTPUT_CAP", "ExecResult", "Sandbox", "SandboxPool", "Stream", "pooled", "sandbox_members"]
+__all__ = [
+    "AGENT_UID",
+    "OUTPUT_CAP",
+    "PATH",
+    "WORKSPACE",
+    "Changes",
+    "ExecResult",
+    "NativeSpec",
+    "Sandbox",
+    "SandboxPool",
+    "SandboxSpec",
+    "Stream",
+    "pooled",
+    "sandbox_members",
+]

@@ -1,10 +1,12 @@
 """The one implementation of the Sandbox contract (agent/sandbox/contract.py): a command server (server.py,
-or the static helper of native.py) reached over a CommandChannel, inside something a backend made.
+or the static helper of backends/docker/native.py) reached over a CommandChannel, inside something a
+backend made.
 
 What differs between backends is only where the server runs, so that is the one part a backend provides,
-as a Host: a Docker container (container.py DockerContainer) or a Kubernetes pod (k8s/sandbox.py K8sPod).
-Everything above the channel (commands, files, change capture, how it died, kill) is this class's own code
-for every backend; the static helper's extra file operations are native.py's NativeSandbox.
+as a Host: a Docker container (backends/docker/container.py DockerContainer), a Kubernetes pod
+(backends/k8s/sandbox.py K8sPod), or another backend's (its folder under backends/). Everything
+above the channel (commands, files, change capture, how it died, kill) is this class's own code for every
+backend; the static helper's extra file operations are backends/docker/native.py's NativeSandbox.
 """
 
 from __future__ import annotations
@@ -21,12 +23,10 @@ from agent.sandbox.changes import (
     MAX_LISTED,
     CaptureError,
     ChangeCapture,
-    Changes,
     shown,
     unwritable,
 )
-from agent.sandbox.contract import OUTPUT_CAP, ExecResult, Stream
-from agent.sandbox.images import WORKSPACE
+from agent.sandbox.contract import OUTPUT_CAP, WORKSPACE, Changes, ExecResult, Stream
 from agent.sandbox.transport import CommandChannel, SandboxDied
 from results.errors import InfraError
 
@@ -52,8 +52,8 @@ class Host(Protocol):
 
 
 class ServedSandbox:
-    """One started sandbox with its command server on `sock_obj`. Made by a backend (create_sandbox,
-    create_native, K8sSandboxPool) and used through a pool."""
+    """One started sandbox with its command server on `sock_obj`. Made by a backend (its pool) and used
+    through that pool."""
 
     # The command's `env` replaces the environment (our server), or is set on top of the container's
     # (the static helper, as `docker exec -e` does).
@@ -77,7 +77,7 @@ class ServedSandbox:
         self.limits = limits
         self.pool_key = (image, limits)
         self.workdir = workdir
-        self.warm_start: Optional[bool] = None  # set by the Docker pool (the run's warm-hit metric)
+        self.warm_start: Optional[bool] = None  # set by a warm pool (the run's warm-hit metric)
         self.capture = ChangeCapture(self._capture, workdir)
         self.channel = CommandChannel(sock_obj, name, host.multiplexed, on_unresponsive=self.kill)
 

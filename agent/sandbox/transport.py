@@ -1,9 +1,10 @@
-"""Request/reply with the command server inside a sandbox (agent/sandbox/server.py, or the static helper of
-native.py): one JSON object a line each way over the container's attached stdin/stdout, replies matched to
-requests by id, a host-side watchdog for a server that stops answering.
+"""Request/reply with the command server inside a sandbox (agent/sandbox/server.py, or the static helper
+agent/sandbox/helper.c): one JSON object a line each way over the container's attached stdin/stdout,
+replies matched to requests by id, a host-side watchdog for a server that stops answering.
 
 Docker's attach stream multiplexes stdout and stderr (8-byte frame headers); a plain socket (a Kubernetes
-pod's TCP connection or exec stream, k8s/sandbox.py) carries the server's stdout only."""
+pod's TCP connection or exec stream, backends/k8s/; a command's piped stdout) carries the server's stdout
+only."""
 
 from __future__ import annotations
 

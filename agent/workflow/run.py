@@ -12,9 +12,7 @@ from typing import Callable, Iterable, Optional
 from agent.config import DEFAULT_MAX_COPY_MB, LoopConfig
 from agent.loop import run_loop
 from agent.models import get_model
-from agent.sandbox import Changes, SandboxSpec
-from agent.sandbox.backends import sandbox_backend
-from agent.sandbox.images import ensure_base_image
+from agent.sandbox import DEFAULT, Changes, SandboxSpec, sandbox_backend
 from agent.workflow.apply import plan_changes
 from agent.workflow.paths import CI_GLOBS, _read_original
 from agent.workflow.protect import default_protect, test_machinery
@@ -42,7 +40,7 @@ async def run_workflow(
     allow_hooks: bool = False,
     max_copy_mb: int = DEFAULT_MAX_COPY_MB,
     selection: Optional[Selection] = None,
-    sandbox: str = "docker",
+    sandbox: str = DEFAULT,
     sandbox_options: Optional[dict] = None,
     on_step: Optional[Callable[[Step], None]] = None,
 ) -> WorkflowResult:
@@ -51,14 +49,20 @@ async def run_workflow(
     folder (the user's files plus the changes apply_changes would write: protected paths stay the user's
     originals), and returns the changes as a diff. The folder itself is not touched (see apply_changes).
     `selection`: select_files' answer when the caller has it already (the CLI prints it first). `sandbox`:
-    the backend (agent/sandbox/backends.py) whose pool makes the two sandboxes; `image` then names an image
-    that backend runs (Docker's default: the base image, built here). `on_step` sees each step as it ends."""
+    the backend (agent/sandbox/registry.py) whose pool makes the two sandboxes; `image` then names an image
+    that backend runs (default, on a backend with own_images: the base image, built here). `on_step` sees
+    each step as it ends."""
     workspace = Path(workspace)
     sel = selection or select_files(
         workspace, include=include, exclude=exclude, secret=secret, max_bytes=max_copy_mb << 20
     )
     cfg = cfg or LoopConfig()
-    image = image or await asyncio.to_thread(ensure_base_image)
+    backend = sandbox_backend(sandbox)
+    if image is None:
+        backend.require("own_images", "`harness run` without an image")
+        from agent.sandbox.backends.docker.images import ensure_base_image
+
+        image = await asyncio.to_thread(ensure_base_image)
     the_model = get_model(model, **(model_options or {}))
     mb = sel.total_bytes >> 20
     limits = dataclasses.replace(
@@ -67,7 +71,7 @@ async def run_workflow(
         memory_mb=max(limits.memory_mb, mb + 1024),  # the workspace is a tmpfs: its pages count as memory
     )
     max_files = len(sel.files) + 5000
-    pool_class = sandbox_backend(sandbox).pool(sandbox_options or {})
+    pool_class = backend.pool(sandbox_options)
     async with pool_class(warm=0, max_containers=2) as pool:
         async with pool.sandbox(image, limits, task="workflow") as sb:
             await _copy_in(sb, _batches(sel), sel.executable)

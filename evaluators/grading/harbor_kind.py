@@ -38,6 +38,15 @@ class HarborKind(Kind, OwnSandbox, InPlace, Steps, OwnImage, NetworkPolicy, Vari
     async def capture(self, task, sb):
         return await runtime.capture(sb)  # its processes live on: one of them may end the container meanwhile
 
+    def sandbox_needs(self, task):
+        needs = {
+            "own_images": "has its own image (a Harbor image)",
+            "harbor": "runs under Harbor's runtime contract",
+        }
+        if task.harbor.verifier_mode != "fresh":  # commit (snapshot) and diff (both) of the agent's container
+            needs["diff"] = f"is verified in the agent's container ({task.harbor.verifier_mode})"
+        return needs
+
     # InPlace, then the core's grade (fresh mode)
     async def verify_in_place(self, task, sb, pool, changes):
         return await verifier.verify_agent(task, sb, pool, changes)
@@ -70,7 +79,7 @@ class HarborKind(Kind, OwnSandbox, InPlace, Steps, OwnImage, NetworkPolicy, Vari
         return image
 
     def own_image(self, task):
-        return "a Harbor image"  # and the Harbor runtime contract (native.py), which only Docker provides
+        return "a Harbor image"
 
     # NetworkPolicy
     def offline(self, task):

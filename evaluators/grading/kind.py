@@ -20,7 +20,8 @@ without it, and never tests for a kind by name:
   OwnImage       image_key, build_image, own_image          run/task_images.py (the task's Dockerfile)
   NetworkPolicy  offline, network_line                      run/network.py (nothing to take away or say)
   OwnSandbox     limits, containers, prepare, oracle,       run/attempt_sandbox.py (the task's limits,
-                 after_agent, capture                       /workspace, solve.sh, sb.changes())
+                 after_agent, capture, sandbox_needs        /workspace, solve.sh, sb.changes(), and
+                                                            own_images for an image of its own)
   InPlace        verify_in_place, not_regradable            run/runner.py, rescore.py (graded after the
                                                             release; regradable)
   Steps          has_steps, run_steps                       run/runner.py (one step)
@@ -203,6 +204,11 @@ class OwnSandbox(ABC):
     @abstractmethod
     async def capture(self, task: "Task", sb: "Sandbox") -> "Changes":
         """The changes of the agent's sandbox."""
+
+    @abstractmethod
+    def sandbox_needs(self, task: "Task") -> dict[str, str]:
+        """The capabilities (agent/sandbox/registry.py CAPABILITIES) the task's sandboxes need of the sandbox
+        backend, each with why: a backend that lacks one refuses the task before the run."""
 
 
 class InPlace(ABC):

@@ -268,7 +268,7 @@ async def probe(sb, workdir: str, user: str, test_sh: str) -> Loads:
 
 async def model(task, pool, image: str, user: str, spec) -> Loads:
     """The model for `image` (cached per image id): a short-lived container of it, probed, then removed."""
-    from agent.sandbox.client import docker_client
+    from agent.sandbox.backends.docker.client import docker_client
 
     try:
         key = (

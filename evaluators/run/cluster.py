@@ -1,12 +1,12 @@
 """Attempts spread over a Ray cluster: one long-lived actor per node, the driver the only writer.
 
 The pattern of SkyRL and verl: each node runs one `NodeWorker` actor, pinned there with Ray's
-node-affinity scheduling. The actor makes its own Docker client and warm SandboxPool on its node (a
-Docker client cannot be pickled) and runs the same `attempt_with_retries` coroutine as the
-single-machine path. Only task specs (once per node), (task id, sample) pairs and finished records
-cross the wire, each record with the bytes it keeps (its changes' objects within the keep caps, a
-Harbor attempt's verifier files); the driver stores those and appends the records to the run folder,
-so resume, dedup and the lock work unchanged.
+node-affinity scheduling. The actor makes its own Docker client and the run's backend's warm SandboxPool
+on its node (a Docker client cannot be pickled; the backend has the "cluster" capability) and runs the
+same `attempt_with_retries` coroutine as the single-machine path. Only task specs (once per node),
+(task id, sample) pairs and finished records cross the wire, each record with the bytes it keeps (its
+changes' objects within the keep caps, a Harbor attempt's verifier files); the driver stores those and
+appends the records to the run folder, so resume, dedup and the lock work unchanged.
 
 Images: the driver builds them (as on one machine); a node that lacks one gets it by `docker load`
 of the driver's `docker save`, checked by image id (content-addressed), so every node runs the
@@ -115,7 +115,7 @@ class NodeWorker:
     def missing_images(self, image_ids: list[str]) -> list[str]:
         import docker
 
-        from agent.sandbox import docker_client
+        from agent.sandbox.backends.docker.client import docker_client
 
         client, missing = docker_client(), []
         for i in image_ids:
@@ -126,7 +126,7 @@ class NodeWorker:
         return missing
 
     def load_images(self, tarball: bytes, expected: list[str]) -> None:
-        from agent.sandbox import docker_client
+        from agent.sandbox.backends.docker.client import docker_client
 
         docker_client().images.load(tarball)
         still = self.missing_images(expected)
@@ -136,14 +136,15 @@ class NodeWorker:
     async def start(self, tasks: list[Any]) -> None:
         """Takes the task specs and warms the pool and the model, inside the actor's event loop."""
         from agent.models import get_model
-        from agent.sandbox import DockerPool
+        from agent.sandbox import sandbox_backend
 
         self.tasks.update({t.id: t for t in tasks})
         if self.pool is None:
-            s = self.spec
+            s, cfg = self.spec, self.spec["config"]
             self.model = get_model(s["actor_model"], **s["actor_model_options"])
             self.model_slots = asyncio.Semaphore(s["model_slots"])
-            self.pool = DockerPool(run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2)
+            Pool = sandbox_backend(cfg.sandbox).pool(cfg.sandbox_options)  # one with "cluster" (check_run)
+            self.pool = Pool(run_id=s["run_id"], warm=s["slots"] + 1, max_containers=2 * s["slots"] + 2)
 
     async def attempt(self, task_id: str, sample: int, image: str) -> dict[str, Any]:
         from evaluators.run.policies import loop_policy
@@ -253,7 +254,7 @@ def _is_node_loss(exc: BaseException) -> bool:
 def _save_image(image_id: str) -> bytes:
     """`docker save` of one image, with its tag (harness/base:..., harness/task:... are looked up by tag);
     loading it elsewhere yields the same id (the digest of its config)."""
-    from agent.sandbox import docker_client
+    from agent.sandbox.backends.docker.client import docker_client
 
     return b"".join(docker_client().images.get(image_id).save(named=True))
 

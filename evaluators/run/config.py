@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from agent.config import LoopConfig, add_field_options, add_loop_options
+from agent.config import LoopConfig, add_backend_options, add_field_options, add_loop_options
 from agent.models import DEFAULT_MODEL
+from agent.sandbox.registry import BUILTIN as SANDBOXES
+from agent.sandbox.registry import DEFAULT as DEFAULT_SANDBOX
 from tasks.model import DOMAINS
 
 DEFAULT_SUITE = "builtin:easy"
@@ -36,29 +38,6 @@ class TaskFilter:
         metadata={"help": "only tasks with this tag (repeatable: all must match)", "flag": "--tag"},
     )
     glob: Optional[str] = field(default=None, metadata={"help": "only task ids matching this glob"})
-
-
-@dataclass
-class K8sOptions:
-    """`--sandbox k8s`'s settings (agent.sandbox.k8s: k8s_images, k8s_pool), given as --k8s-NAME."""
-
-    image: Optional[str] = field(
-        default=None,
-        metadata={"help": "with --sandbox k8s: the base image in a registry the cluster pulls from"},
-    )
-    namespace: Optional[str] = field(
-        default=None, metadata={"help": "with --sandbox k8s (default: the kubeconfig context's)"}
-    )
-    runtime_class: Optional[str] = field(
-        default=None, metadata={"help": "with --sandbox k8s: e.g. gvisor or kata-qemu"}
-    )
-    connect: str = field(
-        default="auto",
-        metadata={
-            "help": "with --sandbox k8s: reach sandboxes by pod IP, or by one kubectl exec stream each",
-            "choices": ["auto", "pod-ip", "exec"],
-        },
-    )
 
 
 def eval_loop() -> LoopConfig:
@@ -135,15 +114,16 @@ class EvalConfig:
         },
     )
     sandbox: str = field(
-        default="docker",
+        default=DEFAULT_SANDBOX,
         metadata={
-            # any name registered in agent/sandbox/backends.py (checked before the model loads: check_run)
-            "help": "where sandboxes run: docker (this machine's) or k8s (Kubernetes via agent-sandbox, "
-            "KUBECONFIG)",
+            # any name agent/sandbox/registry.py finds (checked before the model loads: check_run)
+            "help": f"where sandboxes run: {', '.join(SANDBOXES)} (agent/sandbox/registry.py), an installed "
+            "plugin's, or module:BACKEND",
             "metavar": "BACKEND",
         },
     )
-    sandbox_options: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})  # K8sOptions
+    # The chosen backend's options (its options dataclass as a dict: --NAME-FIELD flags, backend_options).
+    sandbox_options: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
     # The run folder: a new one (None: runs/<time>-<model>), or `resume`, an interrupted run to continue.
     out: Optional[Path] = field(
         default=None, metadata={"help": "run folder", "default_text": "runs/<time>-<model>"}
@@ -225,7 +205,8 @@ class EvalConfig:
 
 
 def add_eval_options(parser: argparse.ArgumentParser) -> None:
-    """`harness eval`'s run options, from EvalConfig's fields (and LoopConfig's, TaskFilter's, K8sOptions').
+    """`harness eval`'s run options, from EvalConfig's fields (and LoopConfig's, TaskFilter's, and every
+    sandbox backend's options dataclass: agent.config.add_backend_options).
     Every default is None (not given): eval_config_from fills in the field's, or on resume the run's."""
     from agent.models import add_model_option
 
@@ -245,7 +226,7 @@ def add_eval_options(parser: argparse.ArgumentParser) -> None:
     )
     add_loop_options(parser, "seed", defaults={"seed": (None, eval_loop().seed)})
     add("out", "no_internet", "resume", "retry_errors", "cluster", "sandbox")
-    add_field_options(parser, K8sOptions, unset=True, prefix="k8s_")
+    add_backend_options(parser)
     # a field not placed above gets its option here, so a new setting needs no line in this function
     placed = {"model", "suite", "limit", "samples", "concurrency", "model_concurrency", "batch_grading"}
     placed |= {"out", "no_internet", "resume", "retry_errors", "cluster", "sandbox"}

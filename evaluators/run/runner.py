@@ -19,14 +19,13 @@ from agent.config import LoopConfig, default_reply_tokens
 from agent.models import get_model
 from agent.models.base import Model
 from agent.prompt_format import TOOLS
-from agent.sandbox import DockerPool, prune
 from evaluators.grading.grade import GradingStations, batchable
 from evaluators.run.attempt import attempt_with_retries, run_attempt
 from evaluators.run.attempt_sandbox import sandbox_of
 from evaluators.run.config import EvalConfig
 from evaluators.run.policies import loop_policy
 from evaluators.run.progress import Progress, attempt_name
-from evaluators.run.task_images import build_images, refuse_own_images
+from evaluators.run.task_images import build_images, sandbox_images
 from results import hooks, telemetry
 from results.errors import UserError
 from results.schema import Attempt, attempt_key
@@ -66,7 +65,7 @@ async def run_eval(
     With cfg.batch_grading N > 1, up to N attempts of one image share a fresh grading container, each as its
     own user (evaluators/grading/grade.GradingStations; the tasks that may: grade.batchable).
     With cfg.cluster (a Ray address, evaluators/run/cluster.py) the attempts run on the cluster's nodes; with
-    cfg.sandbox "k8s" (agent/sandbox/k8s/) the sandboxes are pods of a Kubernetes cluster."""
+    cfg.sandbox another backend (agent/sandbox/registry.py: k8s, ...) makes the sandboxes."""
     from results.manifest import Manifest
     from results.run_writer import RunStore
 
@@ -113,9 +112,9 @@ def check_run(cfg: EvalConfig, tasks: list[Task]) -> None:
     """Settings and suites that cannot run, refused before anything starts."""
     if not tasks:
         raise UserError("no tasks selected: check the suite path and the filters")
-    from agent.sandbox.backends import sandbox_backend as backend_named
+    from agent.sandbox.registry import sandbox_backend as backend_named
 
-    backend_named(cfg.sandbox)  # a name no backend registered: one line naming the choices
+    backend = backend_named(cfg.sandbox)  # a name no backend registered: one line naming the choices
     if cfg.samples < 1 or cfg.concurrency < 1:
         raise UserError("--samples and --concurrency must be at least 1")
     if not 0 <= cfg.batch_grading <= MAX_BATCH_GRADING:
@@ -123,6 +122,8 @@ def check_run(cfg: EvalConfig, tasks: list[Task]) -> None:
             f"batch grading of {cfg.batch_grading} attempts per grading container: give 0 to "
             f"{MAX_BATCH_GRADING} (0 or 1: a grading container per attempt)"
         )
+    if cfg.batch_grading > 1:
+        backend.require("batch_grading", f"--batch-grading {cfg.batch_grading}")
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -133,25 +134,20 @@ def check_run(cfg: EvalConfig, tasks: list[Task]) -> None:
         from evaluators.run.cluster import check_address, import_ray
 
         check_address(cfg.cluster), import_ray()
-        from agent.sandbox.backends import sandbox_backend as backend_named
-
-        if not backend_named(cfg.sandbox).with_cluster:
-            raise UserError(f"--cluster and --sandbox {cfg.sandbox} do not combine yet: pick one")
+        backend.require("cluster", "--cluster")
 
 
 async def sandbox_backend(cfg: EvalConfig, tasks: list[Task], stage: Callable[[str], None]):
-    """The run's sandbox pool class (cfg.sandbox, from agent/sandbox/backends.py) and its tasks' images: the
+    """The run's sandbox pool class (cfg.sandbox, from agent/sandbox/registry.py) and its tasks' images: the
     one place a backend is picked. A bad kubeconfig or a missing image fails here, before the run folder."""
-    from agent.sandbox.backends import sandbox_backend as backend_named
+    from agent.sandbox.registry import sandbox_backend as backend_named
 
     backend = backend_named(cfg.sandbox)
-    if backend.images:  # the backend names the images its sandboxes run: the tasks' own cannot
-        images = backend.images(tasks, cfg.sandbox_options)
-        refuse_own_images(tasks, cfg.sandbox)
-    else:
+    if backend.has("own_images"):
         stage(f"building the images of {len(tasks)} tasks")
-        images = await build_images(tasks)
-        await asyncio.to_thread(prune, None, True)  # containers left by harness processes that died (kill -9)
+    images = await sandbox_images(backend, cfg.sandbox_options, tasks)
+    if backend.has("local"):  # sandboxes left by harness processes that died (kill -9)
+        await asyncio.to_thread(backend.prune, cfg.sandbox_options, True)
     return backend.pool(cfg.sandbox_options), images
 
 
@@ -217,7 +213,7 @@ async def _on_this_machine(cfg: EvalConfig, todo: list, Pool, images, store, the
     ) as pool:
         hooks.observer().run_pool(pool)
         stations = None
-        if cfg.batch_grading > 1 and Pool is DockerPool:
+        if cfg.batch_grading > 1:  # the backend has batch_grading (check_run)
             # half as many grading containers as attempts in flight: a grading waits for a turn
             # rather than start a container that grades only one or two attempts
             stations = GradingStations(pool, cfg.batch_grading, max_containers=stations_for(cfg.concurrency))
@@ -302,7 +298,10 @@ async def run_task(
     images = await build_images([task])
     the_model = get_model(model, **(model_options or {}))
     cfg = cfg or LoopConfig(temperature=temperature)
-    async with DockerPool(warm=0, max_containers=3) as pool:
+    from agent.sandbox.registry import DEFAULT
+    from agent.sandbox.registry import sandbox_backend as backend_named
+
+    async with backend_named(DEFAULT).pool()(warm=0, max_containers=3) as pool:
         return await run_attempt(
             task,
             loop_policy(the_model, cfg, asyncio.Semaphore(1), sample),

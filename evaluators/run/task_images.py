@@ -1,36 +1,19 @@
-"""The images a list of tasks runs in: each distinct build context is built once, from the task's Dockerfile
-(or the base image), or as its evaluator kind builds it when the kind has images of its own (the OwnImage
-capability, evaluators/grading/kind.py: e.g. Harbor's prebuilt image and its verifier's)."""
+"""The images a list of tasks runs in on a sandbox backend (sandbox_images): each distinct build context is
+built once, from the task's Dockerfile (or the base image), or as its evaluator kind builds it when the kind
+has images of its own (the OwnImage capability, evaluators/grading/kind.py: e.g. Harbor's prebuilt image
+and its verifier's); or the backend names them. Tasks whose sandboxes need a capability the backend lacks
+are refused first (evaluators/run/attempt_sandbox.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from agent.sandbox import content_hash
-from agent.sandbox.images import task_image
+from agent.sandbox import Backend, content_hash
 from evaluators.grading.kind import OwnImage
+from evaluators.run.attempt_sandbox import refuse_unsupported
 from results.errors import UserError
 from tasks import kinds
 from tasks.model import Task
-
-
-def own_image(task: Task) -> str:
-    """What makes the task's image its own ("" when it runs on the base image)."""
-    kind = kinds.of(task)
-    if isinstance(kind, OwnImage):
-        return kind.own_image(task)
-    return "environment/Dockerfile" if task.dockerfile else ""
-
-
-def refuse_own_images(tasks: list[Task], sandbox: str) -> None:
-    """For a sandbox backend that runs only the base image (it names the images itself: --sandbox k8s): a
-    UserError for the first task with an image of its own."""
-    for t in tasks:
-        if own := own_image(t):
-            raise UserError(
-                f"task {t.id} has its own image ({own}): --sandbox {sandbox} runs only tasks on the base "
-                "image for now; leave such tasks out (--glob) or run them on Docker"
-            )
 
 
 def _image_key(task: Task) -> str:
@@ -43,11 +26,13 @@ def _build(task: Task, log) -> str:
     kind = kinds.of(task)
     if isinstance(kind, OwnImage):
         return kind.build_image(task, log)
+    from agent.sandbox.backends.docker.images import task_image  # the backends with own_images run it
+
     return task_image(task.dockerfile, task.build_context, log)
 
 
 async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
-    """task id -> image id, building each distinct image once."""
+    """task id -> image id, building each distinct image once on this host's Docker engine."""
     cache: dict[str, str] = {}
     out = {}
     for t in tasks:
@@ -67,3 +52,15 @@ async def build_images(tasks: list[Task], log=print) -> dict[str, str]:
                 raise UserError(f"{where}: {e}") from None
         out[t.id] = cache[key]
     return out
+
+
+async def sandbox_images(backend: Backend, options: dict, tasks: list[Task], log=print) -> dict[str, str]:
+    """task id -> the image its sandboxes run on `backend` (agent/sandbox/registry.py): the images the backend
+    names, or on a backend with own_images the tasks' own, built here. Tasks whose sandboxes need a
+    capability the backend lacks are refused first, with the fix."""
+    if backend.has("own_images"):
+        refuse_unsupported(tasks, backend)
+        return await build_images(tasks, log)
+    images = backend.images(tasks, options)  # a missing setting (--k8s-image) is said first
+    refuse_unsupported(tasks, backend)
+    return images

@@ -62,7 +62,7 @@ def _children() -> int:
 
 
 def docker_root() -> Optional[str]:
-    from agent.sandbox import docker_client
+    from agent.sandbox.backends.docker.client import docker_client
 
     try:
         return docker_client().info().get("DockerRootDir")
@@ -107,7 +107,7 @@ def _sandbox_processes() -> dict[str, set[str]]:
 def stray_sandbox_processes() -> list[str]:
     """Sandbox-user processes that are not inside a running container (an escape or a leak). Looked at
     twice, a second apart, so that a container another process is stopping right now does not count."""
-    from agent.sandbox import docker_client
+    from agent.sandbox.backends.docker.client import docker_client
 
     def strays() -> set[str]:
         running = {c["Id"] for c in docker_client().api.containers()}  # never inspects: no race with removals
@@ -163,7 +163,8 @@ def new_host_files(since: float, nonce: str, exclude: Path, extra: tuple[str, ..
 def labeled_containers(run_id: str = "", pid: int = 0) -> list[str]:
     """Containers (any state) labeled with the run id, or with the process id that made them; the
     low-level list, which never inspects them."""
-    from agent.sandbox import LABEL_PID, LABEL_RUN, docker_client
+    from agent.sandbox import LABEL_PID, LABEL_RUN
+    from agent.sandbox.backends.docker.client import docker_client
 
     label = f"{LABEL_RUN}={run_id}" if run_id else f"{LABEL_PID}={pid}"
     raw = docker_client().api.containers(all=True, filters={"label": label})

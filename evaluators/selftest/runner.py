@@ -239,7 +239,9 @@ class Runner:
         return row
 
     def run(self, case: Case) -> Row:
-        from agent.sandbox import prune  # not at the top: --list imports nothing heavy
+        from agent.sandbox.backends.docker.cleanup import (
+            prune,
+        )  # not at the top: --list imports nothing heavy
         from evaluators.grading.grade import GradingStations
 
         if case.group == "apply":
@@ -387,7 +389,7 @@ def format_table(rows: list[Row]) -> str:
 def run_selftest(only: Optional[str] = None, log: Callable[[str], None] = lambda m: None) -> list[Row]:
     """Runs the chosen cases (all by default) against the installed harness; returns one row per case,
     plus a row per honest control used."""
-    from agent.sandbox.images import ensure_base_image
+    from agent.sandbox.backends.docker.images import ensure_base_image
 
     cases = select(only)
     image = ensure_base_image(log=log)

@@ -11,7 +11,8 @@ import hashlib
 
 import pytest
 
-from agent.sandbox import Changes, DockerPool, SandboxSpec
+from agent.sandbox import Changes, SandboxSpec
+from agent.sandbox.backends.docker.pool import DockerPool
 from agent.sandbox.changes import PATH_MAX, unwritable
 from evaluators.grading.answer_kind import AnswerSettings
 from evaluators.grading.grade import grade

@@ -14,13 +14,15 @@ import pytest
 import requests
 from docker.models.containers import ContainerCollection
 
-from agent.sandbox import LABEL_RUN, DockerPool, SandboxSpec, ServedSandbox, prune
+from agent.sandbox import LABEL_RUN, SandboxSpec, ServedSandbox
+from agent.sandbox.backends.docker.cleanup import prune
+from agent.sandbox.backends.docker.pool import DockerPool
 from agent.sandbox.transport import CommandChannel
 from evaluators.run.attempt import INFRA_RETRIES
 from tests.adversarial.adv_util import containers_of, evaluate, script, task, unique
 from tests.conftest import run
 
-TRIES_PER_SANDBOX = 4  # agent.sandbox.client.docker_retry: stop_after_attempt(4)
+TRIES_PER_SANDBOX = 4  # agent.sandbox.backends.docker.client.docker_retry: stop_after_attempt(4)
 
 
 def api_error(status: int = 500) -> docker.errors.APIError:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.models.base import ModelError
-from agent.sandbox import Changes, DockerPool, SandboxSpec
+from agent.sandbox import Changes, SandboxSpec
+from agent.sandbox.backends.docker.pool import DockerPool
 from agent.workflow import apply_changes, escape_terminal, refuse_reason
 from evaluators.run.attempt import attempt_with_retries
 from evaluators.run.config import EvalConfig

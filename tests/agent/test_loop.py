@@ -13,7 +13,8 @@ from agent.config import LoopConfig, default_reply_tokens
 from agent.loop import LoopResult
 from agent.models import get_model
 from agent.prompt_format import PROMPT_VARIABLES, PROMPTS, PromptError, parse_text_reply, prompt
-from agent.sandbox import DockerPool, ExecResult, SandboxDied
+from agent.sandbox import ExecResult, SandboxDied
+from agent.sandbox.backends.docker.pool import DockerPool
 from agent.sandbox.contract import sandbox_members
 from evaluators.run.attempt import attempt_with_retries, run_attempt
 from evaluators.run.config import EvalConfig

@@ -60,12 +60,15 @@ def test_humaneval_import_is_valid(tmp_path):
 
 
 def test_validate_takes_its_pool_from_the_backend_named(monkeypatch):
-    """validate asks agent/sandbox/backends.py for the pool (Docker by default, as `harness tasks validate`
-    runs); a backend that names its images refuses tasks with an image of their own, as `eval` does."""
-    from agent.sandbox import backends
+    """validate asks agent/sandbox/registry.py for the pool (Docker by default, as `harness tasks validate`
+    runs); a backend without own_images names its images and refuses tasks with an image of their own, as
+    `eval` does; batch grading needs a backend with batch_grading."""
+    from dataclasses import dataclass
+
+    from agent.sandbox import registry
     from results.errors import UserError
 
-    with pytest.raises(UserError, match="sandbox backend 'nope': choose one of docker, k8s"):
+    with pytest.raises(UserError, match="sandbox backend 'nope': choose one of docker"):
         asyncio.run(validate([make_task()], sandbox="nope"))
     made = []
 
@@ -79,14 +82,24 @@ def test_validate_takes_its_pool_from_the_backend_named(monkeypatch):
         async def __aexit__(self, *exc):
             return False
 
-    own = backends.Backend("own", pool=lambda options: Pool, images=lambda tasks, options: {})
-    monkeypatch.setitem(backends.BACKENDS, "own", __name__)
+    @dataclass(frozen=True)
+    class OwnOptions:
+        x: int = 0
+
+    own = registry.Backend(
+        "own", make_pool=lambda options: Pool, options=OwnOptions, name_images=lambda tasks, options: {}
+    )
+    monkeypatch.setitem(registry.BUILTIN, "own", f"{__name__}:BACKEND")
     monkeypatch.setattr(sys.modules[__name__], "BACKEND", own, raising=False)
     fresh = make_task(dockerfile="FROM harness/base:latest\n")
     with pytest.raises(
-        UserError, match=r"task add has its own image \(environment/Dockerfile\): --sandbox own"
+        UserError, match=r"task add has its own image \(environment/Dockerfile\): .*--sandbox own has none"
     ):
         asyncio.run(validate([fresh], sandbox="own"))
+    with pytest.raises(UserError, match=r"batch grading of 4: it needs a sandbox backend with batch_grading"):
+        asyncio.run(validate([make_task()], sandbox="own", batch_grading=4))
+    with pytest.raises(UserError, match="sandbox backend 'own' has no option 'y'"):
+        asyncio.run(validate([make_task()], sandbox="own", sandbox_options={"y": 1}))
     with pytest.raises(RuntimeError, match="pool opened"):
         asyncio.run(validate([make_task()], sandbox="own", sandbox_options={"x": 1}))
     assert made and made[0]["warm"] == 2

@@ -209,7 +209,7 @@ def test_timeout_before_the_first_reply_counts_model_time(tmp_path):
 def test_the_record_of_a_timeout_before_the_first_reply(image, tmp_path):
     """The issue's case: the wall-time limit ends the model's first call. The record says where the time
     went (model time, not 0.0 s) and why, beside the grader's own reason."""
-    from agent.sandbox import DockerPool
+    from agent.sandbox.backends.docker.pool import DockerPool
     from evaluators.run.attempt import run_attempt
     from evaluators.run.policies import loop_policy
     from tests.helpers import make_task

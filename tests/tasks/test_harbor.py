@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import DockerPool
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.grading.harbor import runtime, verifier
 from evaluators.harbor_export import export_task
 from evaluators.run.attempt import run_attempt
@@ -305,11 +305,11 @@ def test_reward_files(txt, js, reward, reason, detail):
 
 @pytest.fixture(scope="module")
 def minbase(image):
-    from agent.sandbox.images import ensure_minbase_image
+    from agent.sandbox.backends.docker.images import ensure_minbase_image
 
     if shutil.which("debootstrap") is None:
         pytest.skip("debootstrap is not installed (make setup installs it)")
-    from agent.sandbox.images import ensure_busybox_image
+    from agent.sandbox.backends.docker.images import ensure_busybox_image
 
     ensure_busybox_image(log=lambda m: None)  # the corpus's libc-less image
     return ensure_minbase_image(log=lambda m: None)
@@ -530,8 +530,7 @@ def test_bench_sandbox_smoke_prints_the_python_less_figure(minbase):
 
 def test_change_capture_in_a_python_less_image(minbase):
     """The static helper walks the working folder itself: added, modified, deleted, executable, symlinks."""
-    from agent.sandbox import SandboxSpec
-    from agent.sandbox.native import NativeSpec
+    from agent.sandbox import NativeSpec, SandboxSpec
 
     async def go():
         async with DockerPool(run_id="harbor-test", warm=0) as pool:
@@ -669,8 +668,11 @@ def test_snapshot_images_are_pruned_with_their_run(image):
     """A commit left behind by a crash between commit and removal goes with the run's containers."""
     import docker.errors
 
-    from agent.sandbox import SandboxSpec, create_sandbox, docker_client, prune
-    from agent.sandbox.native import NativeSpec, commit
+    from agent.sandbox import NativeSpec, SandboxSpec
+    from agent.sandbox.backends.docker.cleanup import prune
+    from agent.sandbox.backends.docker.client import docker_client
+    from agent.sandbox.backends.docker.native import commit
+    from agent.sandbox.backends.docker.sandbox import create_sandbox
 
     sb = create_sandbox(image, SandboxSpec(native=NativeSpec()), "harbor-prune-test")
     try:

@@ -177,7 +177,7 @@ LIST_LRU = b"""class LRUCache:
 def test_lru_cache_tests_fail_a_list_scan_and_pass_the_oracle_within_budget(image):
     """Every call crosses the candidate proxy, whose cost hid an O(n) scan with int keys; keys slow to compare
     show it in 15,000 calls. The tests once made 58,000 calls: over their 60 s on a busy CI runner."""
-    from agent.sandbox import DockerPool
+    from agent.sandbox.backends.docker.pool import DockerPool
 
     task = BY_ID["lru-cache"]
     oracle = task.solution_files["solve.sh"].split(b"<<'PY'\n", 1)[1].rsplit(b"PY\n", 1)[0]

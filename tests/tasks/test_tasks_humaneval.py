@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import Changes, DockerPool
+from agent.sandbox import Changes
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.grading.grade import grade
 from results.errors import UserError
 from tasks.humaneval import MARKER, import_humaneval, read_problems

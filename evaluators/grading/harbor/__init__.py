@@ -4,9 +4,9 @@ and network (environment.py), the tamper checks of what the verifier loads (tamp
 its modes (verifier.py: tests/test.sh writing /logs/verifier/reward.*) and multi-step tasks (steps.py).
 
 The agent works in the image's WORKDIR as the task's user, on a writable root filesystem, and what it starts
-keeps running between its commands (agent/sandbox/native.py). When it is done, tests/test.sh runs with the
-hidden tests at /tests, as the verifier's user, with [verifier] env, in one of three isolation modes
-([verifier] isolation, or Harbor's environment_mode):
+keeps running between its commands (agent/sandbox/backends/docker/native.py). When it is done, tests/test.sh
+runs with the hidden tests at /tests, as the verifier's user, with [verifier] env, in one of three isolation
+modes ([verifier] isolation, or Harbor's environment_mode):
 
   shared    the agent's own container, its processes still running (services it started answer the
             tests). Harbor's default, and ours for a task that does not choose.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from agent.sandbox import images
+from agent.sandbox.backends.docker import images
 
 
 def task_image(task, log=print) -> str:

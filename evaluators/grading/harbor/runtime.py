@@ -11,8 +11,8 @@ from typing import Optional
 
 import docker.errors
 
-from agent.sandbox import Changes, ExecResult, SandboxDied, SandboxSpec
-from agent.sandbox.native import FileOpError, NativeSandbox, NativeSpec
+from agent.sandbox import Changes, ExecResult, NativeSpec, SandboxDied, SandboxSpec
+from agent.sandbox.backends.docker.native import FileOpError, NativeSandbox
 from results.errors import InfraError, OracleFailed
 
 REWARD_DIR = "/logs/verifier"

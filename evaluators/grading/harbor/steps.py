@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from agent.sandbox import Changes, SandboxPool
-from agent.sandbox.native import NativeSandbox
+from agent.sandbox.backends.docker.native import NativeSandbox
 from evaluators.grading.harbor.runtime import REWARD_DIR, after_agent, capture, scripts
 from evaluators.grading.harbor.verifier import RECORD_OUTPUT_CHARS, grade_fresh, verify_agent
 from evaluators.grading.verdict import Verdict

@@ -13,7 +13,7 @@ from typing import Optional
 import docker.errors
 
 from agent.sandbox import Changes, SandboxDied
-from agent.sandbox.native import FileOpError, NativeSandbox
+from agent.sandbox.backends.docker.native import FileOpError, NativeSandbox
 from evaluators.grading.harbor.environment import verifier_image
 from evaluators.grading.harbor.runtime import kept_files, verifier_limits
 from tasks.tamper import dpkg_sums

@@ -12,7 +12,13 @@ from typing import Optional
 import docker.errors
 
 from agent.sandbox import Changes, SandboxDied, SandboxPool
-from agent.sandbox.native import FileOpError, NativeSandbox, commit, create_native, remove_image
+from agent.sandbox.backends.docker.native import (
+    FileOpError,
+    NativeSandbox,
+    commit,
+    create_native,
+    remove_image,
+)
 from evaluators.grading import verdict as rules
 from evaluators.grading.harbor.environment import verifier_image
 from evaluators.grading.harbor.runtime import (

@@ -11,16 +11,16 @@ from datetime import datetime, timezone
 import pytest
 
 from agent.sandbox import SERVER_SOURCE, SandboxSpec
-from agent.sandbox.k8s import (
-    EXEC_SERVER,
+from agent.sandbox.backends.k8s.api import K8sApi
+from agent.sandbox.backends.k8s.manifests import (
     LAUNCHER,
     SERVER_PORT,
-    K8sApi,
-    K8sSandboxPool,
     render_claim,
     render_template,
     render_warm_pool,
 )
+from agent.sandbox.backends.k8s.pool import K8sSandboxPool
+from agent.sandbox.backends.k8s.sandbox import EXEC_SERVER
 from evaluators.run.attempt import run_attempt
 from evaluators.run.policies import loop_policy
 from results.errors import UserError
@@ -207,7 +207,7 @@ def test_the_exec_stream_fallback_runs_the_same_server(fake_cluster, image, tmp_
 
 def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
     """A harness killed mid-run leaves its warm pool (pods kept running) and template: `sandbox prune
-    --k8s`."""
+    --sandbox k8s` (the backend's prune)."""
     import subprocess
     import sys
 
@@ -222,7 +222,7 @@ def test_prune_deletes_what_a_dead_harness_left(fake_cluster, image, tmp_path):
     other = render_warm_pool("someone-else", "evals", "harness-dead", 1, {"app": "other"})
     fake_cluster.create("sandboxwarmpools", other)
     p = subprocess.run(
-        [sys.executable, "harness.py", "sandbox", "prune", "--k8s"],
+        [sys.executable, "harness.py", "sandbox", "prune", "--sandbox", "k8s"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -354,5 +354,6 @@ def test_cli_k8s_refuses_tasks_with_their_own_image(tmp_path, harbor):
     )
     assert p.returncode == 2, p.stderr[-2000:]
     last = p.stderr.strip().splitlines()[-1]
-    assert f"has its own image ({why}): --sandbox k8s runs only tasks on the base image" in last
+    assert f"has its own image ({why}): it needs a sandbox backend with own_images" in last
+    assert "--sandbox k8s has none: leave such tasks out (--glob) or use --sandbox docker" in last
     assert not (tmp_path / "run").exists()

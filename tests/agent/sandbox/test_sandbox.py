@@ -8,8 +8,10 @@ import uuid
 import docker
 import pytest
 
-import agent.sandbox.pool as pool_module
-from agent.sandbox import LABEL_RUN, DockerPool, SandboxSpec, prune
+import agent.sandbox.backends.docker.pool as pool_module
+from agent.sandbox import LABEL_RUN, SandboxSpec
+from agent.sandbox.backends.docker.cleanup import prune
+from agent.sandbox.backends.docker.pool import DockerPool
 from tests.conftest import run
 
 SMALL = SandboxSpec(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)

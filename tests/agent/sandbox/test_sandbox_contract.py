@@ -1,11 +1,12 @@
 """The sandbox contract (agent/sandbox/contract.py), run against every backend as Inspect's sandbox self-check
-runs against every SandboxEnvironment: Docker (our image and server), native (the static helper on a plain
-Debian image without python3), Kubernetes (the fake cluster of tests/k8s_fake.py: real HTTP, real pods as
-containers) and the in-memory FakeSandbox the loop's tests use. Each behaviour is checked the same way on
+runs against every SandboxEnvironment: each backend the registry finds (agent/sandbox/registry.py: Docker,
+Kubernetes on the fake cluster of tests/k8s_fake.py with real HTTP and real pods as containers, and any
+other), the static helper on a plain Debian image without python3 on each backend with the "harbor"
+capability, and the in-memory FakeSandbox the loop's tests use. Each behaviour is checked the same way on
 each; the commands are argv lists of coreutils so that the fake can run them too.
 
-Also: every backend registered in agent/sandbox/backends.py is in this suite, every sandbox class has the
-contract's members with its signatures, and the modules above the sandbox use no other member."""
+Also: every sandbox class has the contract's members with its signatures, and the modules above the
+sandbox use no other member."""
 
 from __future__ import annotations
 
@@ -17,42 +18,73 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import BACKENDS, SandboxDied, SandboxSpec, sandbox_backend
+from agent.sandbox import SandboxDied, SandboxSpec, sandbox_backend
 from agent.sandbox.contract import Sandbox, SandboxPool, sandbox_members
+from agent.sandbox.registry import names
 from results.errors import InfraError, UserError
 from tests.conftest import ROOT, run
 from tests.helpers import FakePool, FakeSandbox
 
 SMALL = SandboxSpec(memory_mb=256, pids=64, workspace_mb=32, tmp_mb=16)
-KINDS = ["docker", "native", "k8s", "fake"]  # every backend, the static helper, and the fake
+UNKNOWN = "no-such-backend"  # a name no backend registers
 
 
-@pytest.fixture(params=KINDS)
-def open_sandbox(request, tmp_path, monkeypatch):
-    """A factory of async context managers: `async with open_sandbox() as sb`, a fresh sandbox of the kind."""
-    kind = request.param
-    if kind == "fake":
-        return _pooled(FakePool(), "fake-image", SMALL)
+def _cases() -> list[str]:
+    """Every registered backend; "NAME+native" for each one with the harbor capability; and the fake."""
+    cases = []
+    for name in names():
+        cases.append(name)
+        if sandbox_backend(name).has("harbor"):
+            cases.append(f"{name}+native")
+    return cases + ["fake"]
+
+
+CASES = _cases()
+
+
+def _on_this_host(request, tmp_path, monkeypatch, backend, limits: SandboxSpec):
+    """The pool of a backend that runs the images built on this host (own_images): the base image."""
+    if not backend.has("own_images"):
+        pytest.skip(f"--sandbox {backend.name} names its own images: give it a setup in CONTRACT_SETUP")
+    return backend.pool()(run_id="contract", warm=0, max_containers=2), request.getfixturevalue("image")
+
+
+def _fake_cluster(request, tmp_path, monkeypatch, backend, limits: SandboxSpec):
+    """k8s: its pods are containers of the fake API server (tests/k8s_fake.py), of this host's base image."""
+    from tests.k8s_fake import FakeCluster
+
     image = request.getfixturevalue("image")
-    if kind == "native":
-        from agent.sandbox.images import ensure_minbase_image
-        from agent.sandbox.native import NativeSpec
+    cluster = FakeCluster(namespace="contract")
+    request.addfinalizer(cluster.stop)
+    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig(tmp_path / "kubeconfig"))
+    Pool = backend.pool({"namespace": "contract"})  # as run_eval makes it
+    return Pool(run_id="contract", warm=0, max_containers=2), image
+
+
+# Backends whose sandboxes need an environment made for the test; any other runs on this host's images.
+CONTRACT_SETUP = {"k8s": _fake_cluster}
+
+
+@pytest.fixture(params=CASES)
+def open_sandbox(request, tmp_path, monkeypatch):
+    """A factory of async context managers: `async with open_sandbox() as sb`, a fresh sandbox of the case."""
+    case = request.param
+    if case == "fake":
+        return _pooled(FakePool(), "fake-image", SMALL)
+    name, _, native = case.partition("+")
+    backend = sandbox_backend(name)
+    if native:
+        from agent.sandbox import NativeSpec
+        from agent.sandbox.backends.docker.images import ensure_minbase_image
 
         if shutil.which("debootstrap") is None:
             pytest.skip("debootstrap is not installed (make setup installs it)")
         limits = SandboxSpec(memory_mb=256, pids=64, native=NativeSpec(workdir="/contract"))
-        return _pooled(
-            sandbox_backend("docker").pool({})(warm=0), ensure_minbase_image(log=lambda m: None), limits
-        )
-    if kind == "k8s":
-        from tests.k8s_fake import FakeCluster
-
-        cluster = FakeCluster(namespace="contract")
-        request.addfinalizer(cluster.stop)
-        monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig(tmp_path / "kubeconfig"))
-        Pool = sandbox_backend("k8s").pool({"namespace": "contract"})  # as run_eval makes it
-        return _pooled(Pool(run_id="contract", warm=0, max_containers=2), image, SMALL)
-    return _pooled(sandbox_backend("docker").pool({})(warm=0), image, SMALL)
+        pool, _ = _on_this_host(request, tmp_path, monkeypatch, backend, limits)
+        return _pooled(pool, ensure_minbase_image(log=lambda m: None), limits)
+    setup = CONTRACT_SETUP.get(name, _on_this_host)
+    pool, image = setup(request, tmp_path, monkeypatch, backend, SMALL)
+    return _pooled(pool, image, SMALL)
 
 
 def _pooled(pool: SandboxPool, image: str, limits: SandboxSpec):
@@ -70,11 +102,12 @@ def _pooled(pool: SandboxPool, image: str, limits: SandboxSpec):
 
 
 def test_every_registered_backend_is_in_this_suite():
-    assert set(BACKENDS) <= set(KINDS)
-    for name in BACKENDS:
+    assert {"docker", "k8s"} <= set(names()) and set(names()) <= set(CASES)
+    for name in names():
         assert sandbox_backend(name).name == name
-    with pytest.raises(UserError, match="choose one of docker, k8s"):
-        sandbox_backend("podman")
+    assert "docker+native" in CASES  # the static helper, on each backend that serves any image
+    with pytest.raises(UserError, match=f"sandbox backend '{UNKNOWN}': choose one of {', '.join(names())}$"):
+        sandbox_backend(UNKNOWN)
 
 
 def test_eval_takes_any_registered_backend_and_names_them_for_another(tmp_path):
@@ -83,12 +116,11 @@ def test_eval_takes_any_registered_backend_and_names_them_for_another(tmp_path):
     from tests.helpers import harness
 
     out = tmp_path / "run"
-    r = harness("eval", "--model", "replay:/nonexistent.json", "--sandbox", "podman", "--out", str(out))
+    r = harness("eval", "--model", "replay:/nonexistent.json", "--sandbox", UNKNOWN, "--out", str(out))
     # the replay file does not exist either: loading the model first would have failed on it instead
     last = r.stderr.strip().splitlines()[-1]
-    assert (
-        r.returncode == 2 and last == "harness: error: sandbox backend 'podman': choose one of docker, k8s"
-    ), r.stderr
+    expected = f"harness: error: sandbox backend '{UNKNOWN}': choose one of {', '.join(names())}"
+    assert r.returncode == 2 and last == expected, r.stderr
     assert not out.exists()
 
 
@@ -202,7 +234,7 @@ def test_a_killed_sandbox_is_dead_and_not_the_agents_doing(open_sandbox):
 
 
 def _classes():
-    from agent.sandbox.native import NativeSandbox
+    from agent.sandbox.backends.docker.native import NativeSandbox
     from agent.sandbox.served import ServedSandbox
 
     return [ServedSandbox, NativeSandbox, FakeSandbox]
@@ -252,8 +284,10 @@ BEYOND_THE_CONTRACT = {
     "evaluators/grading/loads.py": NATIVE_ONLY,  # probes a pristine container of a Harbor task's image
 }
 POOL_BEYOND = {
-    "evaluators/grading/grade.py": {"add_reclaimer"},  # batch grading: the Docker pool only (run_eval checks)
-    "evaluators/grading/harbor/verifier.py": {"pool_id"},  # a committed snapshot image's labels: Docker only
+    # batch grading: a backend with the batch_grading capability (run_eval and validate check)
+    "evaluators/grading/grade.py": {"add_reclaimer"},
+    # the labels of a committed snapshot image: a backend with harbor and diff (Docker's)
+    "evaluators/grading/harbor/verifier.py": {"pool_id"},
 }
 
 

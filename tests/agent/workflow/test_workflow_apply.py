@@ -430,7 +430,7 @@ def test_what_a_hook_runs_through_package_json_or_make_is_held_back(repo):
 
 
 def test_run_workflow_takes_its_pool_from_the_backend_named(tmp_path):
-    """`harness run` makes its sandboxes with the pool of a backend in agent/sandbox/backends.py (Docker by
+    """`harness run` makes its sandboxes with the pool of a backend in agent/sandbox/registry.py (Docker by
     default); any other name is one clear error before a sandbox exists."""
     import asyncio
 

@@ -484,7 +484,7 @@ def _probe_image() -> Loads:
     """The model of the matrix image, probed now (the fixture's source)."""
     import tempfile
 
-    from agent.sandbox import DockerPool
+    from agent.sandbox.backends.docker.pool import DockerPool
     from evaluators.grading import loads
     from evaluators.grading.harbor import environment, runtime
     from tests.conftest import run

@@ -219,7 +219,7 @@ def test_the_wipe_removes_everything_an_attempt_left_where_it_could_write(image)
     """The real wipe between turns (grade._WIPE) in a real container: the attempt's files in the sticky /tmp
     and /dev/shm, hidden and oddly named ones, a folder of its own it made unreadable, links, and what root
     wrote for it in /grader are all gone, and the wipe says the container is clean (exit 0)."""
-    from agent.sandbox import DockerPool
+    from agent.sandbox.backends.docker.pool import DockerPool
     from evaluators.grading.grade import _WIPE, FIRST_BATCH_UID
 
     uid = FIRST_BATCH_UID + 3

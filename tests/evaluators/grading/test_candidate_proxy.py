@@ -15,7 +15,8 @@ import textwrap
 
 import pytest
 
-from agent.sandbox import Changes, DockerPool
+from agent.sandbox import Changes
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.grading.grade import grade
 from evaluators.grading.grader import remote, wire
 from evaluators.grading.grader.child import _Server

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import DockerPool
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.run.attempt import run_attempt
 from evaluators.validate import validate
 from results.errors import UserError

@@ -5,7 +5,8 @@ import textwrap
 
 import pytest
 
-from agent.sandbox import Changes, DockerPool
+from agent.sandbox import Changes
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.grading.grade import grade
 from evaluators.grading.hidden_tests import expected_ids
 from evaluators.grading.verdict import answer_matches

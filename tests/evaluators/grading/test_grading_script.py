@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.sandbox import Changes, DockerPool
+from agent.sandbox import Changes
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.grading.grade import grade
 from tasks.model import EvaluatorConfig, Task
 from tests.conftest import run

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import DockerPool
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.grading.harbor import environment, runtime
 from evaluators.run.attempt import run_attempt
 from evaluators.run.network import network_lines, offline
@@ -224,7 +224,7 @@ def test_a_failing_verdict_keeps_the_verifier_output_and_its_files(image, tmp_pa
 def test_test_sh_sees_what_docker_exec_gives(image, tmp_path):
     """test.sh's environment (written to /logs/verifier, kept with the record) equals `env` in the same image
     as Docker starts it, plus [verifier] env; bash's own PWD/SHLVL/_ aside."""
-    from agent.sandbox import docker_client
+    from agent.sandbox.backends.docker.client import docker_client
 
     task = harbor_task(
         tmp_path,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.sandbox import DockerPool, SandboxSpec
+from agent.sandbox import SandboxSpec
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.selftest.harbor_cases import kill_helper
 from tests.conftest import run
 from tests.evaluators.grading.test_harbor_runtime import CHECK, SOLVE, eval_replay, harbor_task

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import Changes, DockerPool
+from agent.sandbox import Changes
+from agent.sandbox.backends.docker.pool import DockerPool
 from evaluators.grading.grade import grade
 from evaluators.selftest import hidden_probe
 from tasks.model import EvaluatorConfig, Task

@@ -208,8 +208,8 @@ def test_a_node_without_an_image_gets_it_by_docker_load(image):
     import secrets
     import tarfile
 
-    from agent.sandbox import docker_client
-    from agent.sandbox.images import base_tag
+    from agent.sandbox.backends.docker.client import docker_client
+    from agent.sandbox.backends.docker.images import base_tag
     from evaluators.run.cluster import NodeWorker, _save_image
 
     client = docker_client()
@@ -435,7 +435,7 @@ def test_what_a_node_ships_back_is_what_one_machine_keeps(image, tmp_path):
     stores gives the same `changes`, diff and verifier files as a run on one machine."""
     import pickle
 
-    from agent.sandbox import DockerPool
+    from agent.sandbox.backends.docker.pool import DockerPool
     from evaluators.run.attempt import attempt_with_retries
     from evaluators.run.cluster import attempt_to_ship, received
     from evaluators.run.policies import oracle_policy

@@ -14,8 +14,9 @@ import pytest
 import harness
 from agent.config import LoopConfig
 from agent.models import DEFAULT_MODEL
+from agent.sandbox.registry import names, sandbox_backend
 from evaluators.cli import eval_config_from
-from evaluators.run.config import DEFAULT_SUITE, EvalConfig, K8sOptions, TaskFilter
+from evaluators.run.config import DEFAULT_SUITE, EvalConfig, TaskFilter
 from lora.cli import train_config_from
 from lora.config import SFTConfig, TrainConfig
 from results.errors import UserError
@@ -43,9 +44,10 @@ def default_of(f) -> object:
     [
         ("eval", EvalConfig, ""),
         ("eval", TaskFilter, ""),
-        ("eval", K8sOptions, "k8s_"),
         ("train", TrainConfig, ""),
-    ],
+    ]
+    # every sandbox backend's options, as --NAME-FIELD (agent.config.add_backend_options)
+    + [("eval", sandbox_backend(n).options, sandbox_backend(n).flag_prefix) for n in names()],
 )
 def test_every_option_is_a_field_with_its_help_and_its_default(command, cls, prefix):
     opts = options(command)
@@ -82,8 +84,18 @@ def test_no_options_give_the_fields_defaults():
     )
     assert cfg.loop == LoopConfig(seed=0)  # eval's runs are seeded
     assert cfg.filters == TaskFilter() and cfg.batch_grading == 0 and cfg.sandbox == "docker"
-    assert cfg.sandbox_options == asdict(K8sOptions())
+    assert cfg.sandbox_options == asdict(sandbox_backend("docker").options())
     assert tasks and all(t.difficulty <= 2 for t in tasks)  # builtin:easy
+
+
+def test_a_backends_options_go_with_that_backend_only():
+    """--k8s-namespace is k8s's option: given with another backend it is an error, not ignored."""
+    with pytest.raises(
+        UserError, match="--k8s-namespace is an option of --sandbox k8s, not of --sandbox docker"
+    ):
+        eval_config_from(parse("eval", "--k8s-namespace", "ns"))
+    cfg, _ = eval_config_from(parse("eval", "--sandbox", "docker", "--docker-runtime", "runsc"))
+    assert cfg.sandbox_options == {"runtime": "runsc"}
 
 
 def test_options_build_the_config(tmp_path):

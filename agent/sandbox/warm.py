@@ -1,27 +1,68 @@
-"""The warm pool: `warm` started sandboxes per (image, limits) ready to hand out, at most `max_containers` at
-once, each used once and destroyed; close() removes every container (and the network) the pool made."""
+"""WarmPool, the pool of the backends whose sandboxes are made one by one on this machine (Docker's, the
+docker CLI's): `warm` started sandboxes per (image, limits) ready to hand out, at most `max_containers` at
+once, each used once and destroyed; close() removes every sandbox (and the network) the pool made, and so
+does the process's exit or SIGTERM (pruned_at_exit). A backend's subclass says how one sandbox and one
+network are made and how the pool's leftovers are pruned (create, create_network, prune_pool)."""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import functools
+import signal
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
-from agent.sandbox.backends import Backend
-from agent.sandbox.cleanup import prune, prune_at_exit
-from agent.sandbox.container import SandboxSpec, create_sandbox
-from agent.sandbox.contract import pooled
-from agent.sandbox.network import create_network
+from agent.sandbox.contract import SandboxSpec, pooled
 from agent.sandbox.served import ServedSandbox
 
+_at_exit: dict[str, Callable[[], object]] = {}  # pool id -> what prunes its leftovers
 
-class DockerPool:
-    """The Docker backend's SandboxPool (agent/sandbox/contract.py). Keeps `warm` started sandboxes per
-    (image, limits) ready; acquire() takes one in milliseconds, release() destroys it and the pool refills
-    in the background. At most `max_containers` exist at once (warm + in use)."""
+
+def pruned_at_exit(pool_id: str, prune: Callable[[], object]):
+    """Prunes this pool's leftovers when the process exits or gets SIGTERM (if close() did not already)."""
+    if not _at_exit:
+        atexit.register(_prune_all)
+        with contextlib.suppress(ValueError):  # only possible in the main thread
+            previous = signal.getsignal(signal.SIGTERM)
+
+            def handler(signum, frame, previous=previous):
+                _prune_all()
+                if callable(previous):
+                    previous(signum, frame)
+                raise SystemExit(128 + signum)
+
+            signal.signal(signal.SIGTERM, handler)
+    _at_exit[pool_id] = prune
+
+
+def _prune_all():
+    for pool_id in list(_at_exit):
+        with contextlib.suppress(Exception):
+            _at_exit.pop(pool_id)()
+
+
+class WarmPool:
+    """A SandboxPool (agent/sandbox/contract.py) of sandboxes made on this machine. Keeps `warm` started
+    sandboxes per (image, limits) ready; acquire() takes one in milliseconds, release() destroys it and the
+    pool refills in the background. At most `max_containers` exist at once (warm + in use). Subclasses
+    provide create, create_network and prune_pool (blocking: they run in the pool's engine threads)."""
+
+    # -- what a backend provides --------------------------------------------------------------------------
+    def create(self, image: str, limits: SandboxSpec, task: str, network: Optional[str]) -> ServedSandbox:
+        """One started sandbox of this pool (its run's and pool's labels), on `network` when networked."""
+        raise NotImplementedError
+
+    def create_network(self) -> str:
+        """The pool's own network for its networked sandboxes (made once, on first use); its name."""
+        raise NotImplementedError
+
+    def prune_pool(self) -> None:
+        """Removes whatever of this pool is left (its sandboxes, then its network)."""
+        raise NotImplementedError
 
     def __init__(self, run_id: Optional[str] = None, warm: int = 2, max_containers: int = 8):
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -44,7 +85,7 @@ class DockerPool:
         self._engine = ThreadPoolExecutor(
             max_workers=self.max_containers + max(warm, 0) + 2, thread_name_prefix="sandbox-engine"
         )
-        prune_at_exit(self.pool_id)
+        pruned_at_exit(self.pool_id, self.prune_pool)
 
     def add_reclaimer(self, take_idle: Callable[[], Optional[ServedSandbox]]):
         """`take_idle()` gives up one acquired sandbox that its user keeps idle for reuse (or None): when the
@@ -65,9 +106,7 @@ class DockerPool:
         if not limits.network:
             return None
         if self._network is None:
-            self._network = asyncio.ensure_future(
-                asyncio.to_thread(create_network, self.run_id, self.pool_id)
-            )
+            self._network = asyncio.ensure_future(asyncio.to_thread(self.create_network))
         return await asyncio.shield(self._network)
 
     def _condition(self) -> asyncio.Condition:
@@ -109,9 +148,7 @@ class DockerPool:
                     self._spawn(self._destroy(held))
                 await cond.wait()
         try:
-            sb = await self._in_thread(
-                create_sandbox, image, limits, self.run_id, task, self.pool_id, await self.network_for(limits)
-            )
+            sb = await self._in_thread(self.create, image, limits, task, await self.network_for(limits))
         except BaseException:
             async with cond:
                 self._live -= 1
@@ -164,15 +201,7 @@ class DockerPool:
         image, limits = key
         sb = None
         try:
-            sb = await self._in_thread(
-                create_sandbox,
-                image,
-                limits,
-                self.run_id,
-                "pool",
-                self.pool_id,
-                await self.network_for(limits),
-            )
+            sb = await self._in_thread(self.create, image, limits, "pool", await self.network_for(limits))
         except Exception:
             pass  # a warm container is an optimisation: acquire() creates one cold if needed
         async with self._condition():
@@ -191,7 +220,7 @@ class DockerPool:
         task.add_done_callback(self._tasks.discard)
 
     async def close(self):
-        """Destroys every container of this pool (warm and in use)."""
+        """Destroys every sandbox of this pool (warm and in use)."""
         self._closed = True
         while self._tasks:  # background removals and refills, including any they spawn meanwhile
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -199,7 +228,8 @@ class DockerPool:
         self._ready.clear()
         self._in_use.clear()
         await asyncio.gather(*(self._in_thread(sb.kill) for sb in victims))
-        await self._in_thread(functools.partial(prune, pool=self.pool_id))  # containers, then the network
+        await self._in_thread(self.prune_pool)  # containers, then the network
+        _at_exit.pop(self.pool_id, None)
         self._engine.shutdown(wait=True)  # its threads are idle now: none outlives the pool
 
     async def __aenter__(self):
@@ -207,6 +237,3 @@ class DockerPool:
 
     async def __aexit__(self, *exc):
         await self.close()
-
-
-BACKEND = Backend("docker", pool=lambda options: DockerPool)  # agent/sandbox/backends.py

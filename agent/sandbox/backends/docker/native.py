@@ -1,8 +1,9 @@
-"""Sandboxes for any image: the static command server, and the Harbor runtime contract.
+"""The Docker backend's sandboxes for any image: the static command server, and the Harbor runtime contract
+(the "harbor" and "diff" capabilities: NativeSandbox, create_native, commit).
 
-Our own tasks run agent/sandbox/server.py on the image's python3 (agent/sandbox/container.py). A sandbox
-whose SandboxSpec carry a NativeSpec runs agent/sandbox/helper.c instead: the same JSON-lines wire format,
-compiled `gcc -static` once per host (cached by source hash) and bind-mounted read-only at
+Our own tasks run agent/sandbox/server.py on the image's python3 (sandbox.py). A sandbox whose SandboxSpec
+carries a NativeSpec (agent/sandbox/contract.py) runs agent/sandbox/helper.c instead: the same JSON-lines
+wire format, compiled `gcc -static` once per host (cached by source hash) and bind-mounted read-only at
 /.harness-helper, so the image needs no interpreter (a Debian minbase, a busybox-only image, ...). It also
 walks the working folder for change capture ("op": "snapshot") and kills every process but itself
 ("op": "killall").
@@ -28,37 +29,22 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import docker.errors
 
+from agent.sandbox.backends.docker.client import docker_client, docker_retry
+from agent.sandbox.backends.docker.container import hardened, served_container
 from agent.sandbox.changes import CaptureError
-from agent.sandbox.client import docker_client, docker_retry
-from agent.sandbox.container import SandboxSpec, hardened, served_container
-from agent.sandbox.images import WORKSPACE
+from agent.sandbox.contract import WORKSPACE, NativeSpec, SandboxSpec
 from agent.sandbox.labels import LABEL_POOL, LABEL_RUN, LABEL_TASK, owner_labels
 from agent.sandbox.served import ServedSandbox
 from results.errors import InfraError, UserError
 
-HELPER_SOURCE = Path(__file__).parent / "helper.c"
+HELPER_SOURCE = Path(__file__).resolve().parents[2] / "helper.c"  # agent/sandbox/helper.c: runs inside
 HELPER_IN_CONTAINER = "/.harness-helper"
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harness"))
-
-
-@dataclass(frozen=True)
-class NativeSpec:
-    """How a sandbox that runs the static helper is set up (hashable: part of the pool key)."""
-
-    workdir: Optional[str] = None  # None -> the image's WORKDIR ("/" when it has none)
-    user: Optional[str] = None  # the agent's user; None -> the image's USER, root when it has none
-    env: tuple[tuple[str, str], ...] = ()  # set on top of the image's ENV
-    writable_root: bool = True
-    default_caps: bool = True  # Docker's default capability set (Harbor tasks run as root and need it)
-    # What a command leaves running survives it (Harbor's agent works in one persistent shell session);
-    # only timeouts and kill_all() end processes, and the container's removal everything.
-    keep_processes: bool = False
 
 
 def helper_path() -> Path:

@@ -1,5 +1,5 @@
 """The pool over agent-sandbox (K8sSandboxPool: claims, connections, warm sandboxes, close), and what
-`eval --sandbox k8s` needs from it (k8s_images, k8s_pool)."""
+`eval --sandbox k8s` needs from it (k8s_images, k8s_pool: the backend's, __init__.py)."""
 
 from __future__ import annotations
 
@@ -15,20 +15,17 @@ from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional
 
-from agent.sandbox.backends import Backend
-from agent.sandbox.container import SandboxSpec
-from agent.sandbox.contract import pooled
-from agent.sandbox.images import content_hash
-from agent.sandbox.k8s.api import K8sApi
-from agent.sandbox.k8s.manifests import (
+from agent.sandbox.backends.k8s.api import K8sApi
+from agent.sandbox.backends.k8s.manifests import (
     EXTENSIONS_API,
     SERVER_PORT,
     render_claim,
     render_template,
     render_warm_pool,
 )
-from agent.sandbox.k8s.sandbox import K8sPod, kubectl_exec
-from agent.sandbox.labels import LABEL_POOL, LABEL_RUN
+from agent.sandbox.backends.k8s.sandbox import K8sPod, kubectl_exec
+from agent.sandbox.contract import SandboxSpec, pooled
+from agent.sandbox.labels import LABEL_POOL, LABEL_RUN, content_hash
 from agent.sandbox.served import ServedSandbox
 from agent.sandbox.transport import SandboxDied
 from results.errors import InfraError, UserError
@@ -241,13 +238,13 @@ def _label_value(s: str) -> str:
     return v or "x"
 
 
-# -- what `eval --sandbox k8s` needs -----------------------------------------------------------------
+# -- what `eval --sandbox k8s` needs (BACKEND in __init__.py) -------------------------------------------
 
 
-def k8s_images(tasks: list, options: dict) -> dict[str, str]:
+def k8s_images(tasks: list, options) -> dict[str, str]:
     """task id -> the image the pods run: the base image, pushed to a registry the cluster pulls from (the
     runner refuses tasks whose kind gives them an image of their own first)."""
-    image = options.get("image") or os.environ.get("HARNESS_K8S_IMAGE")
+    image = options.image or os.environ.get("HARNESS_K8S_IMAGE")
     if not image:
         raise UserError(
             "--sandbox k8s needs the sandbox image in a registry the cluster can pull: build it "
@@ -256,17 +253,11 @@ def k8s_images(tasks: list, options: dict) -> dict[str, str]:
     return {t.id: image for t in tasks}
 
 
-def k8s_pool(options: dict) -> Callable[..., K8sSandboxPool]:
-    """A SandboxPool-compatible factory for the runner, with the cluster's settings bound."""
+def k8s_pool(options) -> Callable[..., K8sSandboxPool]:
+    """A SandboxPool-compatible factory for the runner, with the cluster's settings bound (K8sOptions)."""
     import functools
 
-    api = K8sApi.from_environment(options.get("namespace"))
+    api = K8sApi.from_environment(options.namespace)
     return functools.partial(
-        K8sSandboxPool,
-        api=api,
-        runtime_class=options.get("runtime_class"),
-        connect=options.get("connect", "auto"),
+        K8sSandboxPool, api=api, runtime_class=options.runtime_class, connect=options.connect
     )
-
-
-BACKEND = Backend("k8s", pool=k8s_pool, images=k8s_images, with_cluster=False)  # agent/sandbox/backends.py

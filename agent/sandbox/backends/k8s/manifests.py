@@ -6,8 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from agent.sandbox.container import SandboxSpec
-from agent.sandbox.images import AGENT_UID, PATH, WORKSPACE
+from agent.sandbox.contract import AGENT_UID, PATH, WORKSPACE, SandboxSpec
 from agent.sandbox.transport import SERVER_SOURCE
 
 SANDBOX_API = ("agents.x-k8s.io", "v1beta1")
@@ -107,7 +106,7 @@ def pod_spec(
                     "allowPrivilegeEscalation": False,
                     "privileged": False,
                     "readOnlyRootFilesystem": limits.read_only,
-                    # as on Docker (agent/sandbox/container.py create_sandbox): for the server and the
+                    # as on Docker (backends/docker/sandbox.py create_sandbox): for the server and the
                     # harness's own root commands (capture, the grader's runner); a command of the sandbox
                     # user gets none
                     "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE"]},

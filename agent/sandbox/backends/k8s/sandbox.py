@@ -9,7 +9,7 @@ import subprocess
 import time
 from typing import Callable, Optional
 
-from agent.sandbox.k8s.manifests import CONTAINER
+from agent.sandbox.backends.k8s.manifests import CONTAINER
 
 # The same server over an exec stream (the fallback): the container's environment comes again with exec.
 EXEC_SERVER = (

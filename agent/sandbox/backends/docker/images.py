@@ -1,4 +1,5 @@
-"""Sandbox images, built without needing a registry and cached by content hash.
+"""The Docker backend's images (the "own_images" capability): the sandbox images, built on this host's engine
+without needing a registry and cached by content hash.
 
 The base image: where a registry answers, a Dockerfile on python:3.11-slim; otherwise a Debian
 bookworm root made by debootstrap and `docker import`-ed. Both have python3 with pytest, numpy
@@ -9,7 +10,6 @@ A task may bring environment/Dockerfile `FROM harness/base`; it is built and cac
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -23,13 +23,10 @@ from typing import Optional
 
 import docker.errors
 
-from agent import AGENT_UID  # re-exported: what every sandbox image provides
-from agent.sandbox.client import docker_client
+from agent.sandbox.backends.docker.client import docker_client
+from agent.sandbox.contract import AGENT_UID, PATH
+from agent.sandbox.labels import content_hash
 from results.errors import UserError
-
-# What every sandbox image provides, and the containers rely on (container.py, k8s/manifests.py):
-WORKSPACE = "/workspace"  # the agent's working folder, owned by AGENT_UID (agent/__init__.py)
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 BASE_REPO = "harness/base"
 DEBIAN_PACKAGES = [
@@ -63,15 +60,6 @@ RUN groupadd -g {AGENT_UID} sandbox && useradd -u {AGENT_UID} -g {AGENT_UID} -d 
 WORKDIR /workspace
 """
 RECIPE_VERSION = "1"
-
-
-def content_hash(*parts: bytes | str) -> str:
-    """A short hash of the parts (image tags, names): the same parts give the same hash everywhere."""
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode() if isinstance(p, str) else p)
-        h.update(b"\0")
-    return h.hexdigest()[:12]
 
 
 def base_recipe_hash() -> str:
