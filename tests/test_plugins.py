@@ -1,6 +1,7 @@
 """Plugins (results/plugins.py): a package installed with pip into a temporary folder, with an evaluator kind
-(docs/extending.md's regex kind, as the page prints it) and a model backend as entry points, runs a real
-`harness eval` by their names: the task.toml says kind = "regex", the command line --model fixed:ANSWER."""
+(docs/extending.md's regex kind, as the page prints it), a model backend and a sandbox backend as entry
+points, runs a real `harness eval` by their names: the task.toml says kind = "regex", the command line
+--model fixed:ANSWER --sandbox demo."""
 
 import json
 import os
@@ -27,6 +28,21 @@ regex = "harness_demo_plugin.regex_kind:KIND"
 
 [project.entry-points."harness.models"]
 fixed = "harness_demo_plugin.fixed:from_spec"
+
+[project.entry-points."harness.sandboxes"]
+demo = "harness_demo_plugin.sandbox:BACKEND"
+"""
+# A sandbox backend: the Docker engine's hardened containers (the docker backend's pool), fewer capabilities.
+SANDBOX = """from agent.sandbox.registry import Backend
+
+
+def _pool(options):
+    from agent.sandbox.backends.docker.pool import DockerPool
+
+    return DockerPool
+
+
+BACKEND = Backend("demo", make_pool=_pool, capabilities=frozenset({"own_images", "local"}))
 """
 # A model that writes main.py printing its target, then submits (the text protocol: one bash block a reply).
 FIXED = """from agent.models.base import Completion
@@ -81,6 +97,7 @@ def site(tmp_path_factory) -> Path:
             "harness_demo_plugin/__init__.py": "",
             "harness_demo_plugin/regex_kind.py": example_kind(),
             "harness_demo_plugin/fixed.py": FIXED,
+            "harness_demo_plugin/sandbox.py": SANDBOX,
         },
     )
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
@@ -91,7 +108,7 @@ def site(tmp_path_factory) -> Path:
     return root / "site"
 
 
-def test_an_installed_plugin_kind_and_model_run_an_eval(image, site, tmp_path):
+def test_an_installed_plugin_kind_model_and_sandbox_run_an_eval(image, site, tmp_path):
     regex_task(tmp_path / "tasks" / "answer-42", TOML)
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     p = harness("tasks", "list", str(tmp_path / "tasks"), env=env)
@@ -99,8 +116,10 @@ def test_an_installed_plugin_kind_and_model_run_an_eval(image, site, tmp_path):
     # (the dotted path form of a kind and of a backend: test_docs_kind.py, test_models_select.py)
     for i, (model, solved, reason) in enumerate([("fixed:42", True, "pass"), ("fixed:41", False, "fail")]):
         out = tmp_path / f"run-{i}"
-        p = harness("eval", "--model", model, "--tasks", str(tmp_path / "tasks"), "--out", str(out), env=env)
+        args = ("--model", model, "--tasks", str(tmp_path / "tasks"), "--sandbox", "demo", "--out", str(out))
+        p = harness("eval", *args, env=env)
         assert p.returncode == 0, p.stderr[-2000:]
+        assert json.loads((out / "manifest.json").read_text())["config"]["sandbox"] == "demo"
         rec = json.loads((out / "attempts.jsonl").read_text())
         detail = rec["detail"]
         assert (rec["task_id"], rec["model"], rec["solved"], rec["reason"]) == (
