@@ -22,9 +22,9 @@ without it, and never tests for a kind by name:
   OwnSandbox     limits, containers, prepare, oracle,       run/attempt_sandbox.py (the task's limits,
                  after_agent, capture, sandbox_needs        /workspace, solve.sh, sb.changes(), and
                                                             own_images for an image of its own)
-  InPlace        verify_in_place, not_regradable            run/runner.py, rescore.py (graded after the
+  InPlace        verify_in_place, not_regradable            run/attempt.py, rescore.py (graded after the
                                                             release; regradable)
-  Steps          has_steps, run_steps                       run/runner.py (one step)
+  Steps          has_steps, run_steps                       run/attempt.py (one step)
 
 Harbor's kind (harbor_kind.py) has them all but Batchable; pytest is Batchable, Variants and Exportable.
 
@@ -212,7 +212,7 @@ class OwnSandbox(ABC):
 
 
 class InPlace(ABC):
-    """The verdict may be decided while the agent's sandbox still exists (evaluators/run/runner.py)."""
+    """The verdict may be decided while the agent's sandbox still exists (evaluators/run/attempt.py)."""
 
     @abstractmethod
     async def verify_in_place(
@@ -227,7 +227,7 @@ class InPlace(ABC):
 
 
 class Steps(ABC):
-    """The task may run in several steps, each with its agent and its verifier (evaluators/run/runner.py)."""
+    """The task may run in several steps, each with its agent and its verifier (evaluators/run/attempt.py)."""
 
     @abstractmethod
     def has_steps(self, task: "Task") -> bool:
