@@ -107,6 +107,10 @@ def test_the_table_names_a_test_for_every_row():
         assert f"def {name}(" in here, f"{what}: {row['test']} does not exist"
 
 
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
+
+
 def replies(tmp_path: Path) -> Path:
     path = tmp_path / "replies.json"
     path.write_text(json.dumps({"*": ["```bash\necho ok > answer.txt\n```", SUBMIT]}))
@@ -167,7 +171,7 @@ def test_add_a_task_domain(image, tmp_path):
         str(run),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    recs = [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
+    recs = records(run)
     assert [(r["task_id"], r["solved"]) for r in recs] == [("t1", True)]
     # the untouched product refuses the domain, with the field and the fix
     before = subprocess.run(
@@ -209,7 +213,7 @@ def test_add_an_evaluator_kind(image, tmp_path):
         str(run),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (rec,) = [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
+    (rec,) = records(run)
     assert (rec["solved"], rec["reason"]) == (True, "pass"), rec["detail"]
 
 
@@ -259,7 +263,7 @@ def test_add_a_model_backend(image, tmp_path):
         tree, "eval", "--tasks", str(tmp_path / "suite"), "--model", "fixed:ok", "--out", str(run)
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (rec,) = [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
+    (rec,) = records(run)
     assert rec["model"] == "fixed:ok" and rec["solved"], rec["detail"]
 
 
@@ -302,7 +306,7 @@ def test_add_a_sandbox_backend(image, tmp_path):
     args = ("eval", "--tasks", str(tmp_path / "suite"), "--model", f"replay:{replies(tmp_path)}")
     proc = harness_in(tree, *args, "--sandbox", "mine", "--out", str(run))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (rec,) = [json.loads(line) for line in (run / "attempts.jsonl").read_text().splitlines()]
+    (rec,) = records(run)
     assert rec["solved"], rec["detail"]
     assert json.loads((run / "manifest.json").read_text())["config"]["sandbox"] == "mine"
     # what it lacks is asked, not assumed: batch grading is refused before anything runs
