@@ -79,13 +79,15 @@ PRESETS["rft-curriculum"] = {
     "stop_when": "no_improvement",
 }
 # The policy-gradient mode at smoke size (tests/lora/test_grpo.py): rft-smollm2's model and limits, one
-# round of groups of 4 on 2 train tasks, one optimiser step.
+# round of groups of 4 on 2 train tasks, one optimiser step; the measuring evals at their smallest (one
+# sampled attempt a held-out task, one cheat probe).
 PRESETS["grpo-smoke"] = {
     **PRESETS["rft-smollm2"],
     "method": "grpo",
     "rounds": 1,
     "samples": 4,
-    "eval_samples": 2,
+    "eval_samples": 1,
+    "cheat_probes": 1,
     "limit": 2,
     "concurrency": 4,
     "sft": {**PRESETS["rft-smollm2"]["sft"], "max_steps": 1, "grad_accum": 4},

@@ -74,7 +74,8 @@ class Case:
     group: str  # host | reward | cross | harbor | apply
     expected: str  # for the table
     script: Callable[[Ctx], list[str]]  # replies of the attacking agent
-    task: str = "answer"  # answer | json_answer | script | score | add | add_marker | harbor:<mode>
+    # answer | json_answer | script | score | add | add_marker | add_brief (20 s verifier) | harbor:<mode>
+    task: str = "answer"
     check: Optional[Check] = None  # the case's own expectation; [] when met
     command_timeout: float = 10.0
     slow: bool = False

@@ -121,7 +121,7 @@ def edge_cases() -> list[Case]:
             "reward",
             "starts 300 processes at import, retrying at the pid limit: timeout, and the detail says why",
             lambda c: [bash(with_wrong(write("solution.py", WRONG + FORK_WORKERS))), SUBMIT],
-            task="add",
+            task="add_brief",
             slow=True,
             check=both(zero_reward("timeout", "ATTACK-RAN"), detail_has("limit of 64 processes")),
             honest=both(graded("failed", "timeout"), detail_has("limit of 64 processes")),

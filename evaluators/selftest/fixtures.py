@@ -119,14 +119,16 @@ def score_task(task_id: str, command_timeout: float = 10.0) -> Task:
     )
 
 
-def add_task(task_id: str, marker: str = "", command_timeout: float = 30.0) -> Task:
+def add_task(
+    task_id: str, marker: str = "", command_timeout: float = 30.0, verifier_timeout: float = 60
+) -> Task:
     """Implement add(a, b): hidden pytest tests (other inputs than the visible one) plus a canary."""
     hidden = HIDDEN.format(marker=f'"""{marker}"""\n' if marker else "")
     return small_task(
         task_id,
         "Implement add(a, b) in /workspace/solution.py (tests/test_public.py shows an example).",
         command_timeout,
-        verifier_timeout_sec=60,
+        verifier_timeout_sec=verifier_timeout,
         workspace_files={"solution.py": STUB.encode(), "tests/test_public.py": PUBLIC.encode()},
         test_files={"test_add.py": hidden.encode()},
         solution_files={"solve.sh": b"true\n"},
