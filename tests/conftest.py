@@ -73,7 +73,8 @@ def pytest_configure(config):
 
 
 # Tests that start a local Ray cluster (tests/ray_cluster.py) run one at a time on one worker: each cluster is
-# a head and a worker node of its own, and test_cluster.py's is a session fixture (made once, not per worker).
+# a head and a worker node of its own, and test_cluster.py's is a module fixture (made once: the group keeps
+# the module on one worker).
 RAY_MODULES = ("tests/evaluators/run/test_cluster.py", "tests/test_teardown.py")
 # Modules whose module fixture is cheap to make again on each worker, and whose tests are too many and too
 # slow for one: the self-test's catalogue (its runner caches only one honest control run per task kind).

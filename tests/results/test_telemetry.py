@@ -281,13 +281,21 @@ def test_serve_request_span_and_metrics_route(tmp_path):
         headers = {"Content-Type": "application/json", "Authorization": "Bearer k"}
         req = urllib.request.Request(f"{base}/v1/chat/completions", json.dumps(body).encode(), headers)
         assert json.loads(urllib.request.urlopen(req, timeout=30).read())["choices"][0]["message"]["content"]
-        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:  # no key needed, as vLLM's
-            assert r.headers["Content-Type"].startswith("text/plain")
-            text = r.read().decode()
+        counted = 'harness_serve_requests_total{endpoint="/v1/chat/completions",status="200"} 1.0'
+        # the handler counts a request once its reply is sent, so a scrape right after the reply can come
+        # first on a busy machine: scrape until it is counted (as Prometheus's next scrape would see it)
+        deadline = time.monotonic() + 10
+        while True:
+            with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:  # no key needed, as vLLM's
+                assert r.headers["Content-Type"].startswith("text/plain")
+                text = r.read().decode()
+            if counted in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     finally:
         server.stop()
     telemetry.shutdown_tracing()
-    assert 'harness_serve_requests_total{endpoint="/v1/chat/completions",status="200"} 1.0' in text
+    assert counted in text
     assert "harness_serve_queue_depth 0.0" in text  # a replay model has no decoder: zero
     (sp,) = [s for s in spans_of(trace) if s["name"] == "POST /v1/chat/completions"]
     assert sp["kind"] == 2  # SERVER

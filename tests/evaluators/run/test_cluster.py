@@ -27,9 +27,10 @@ why_not = available()
 needs_cluster = pytest.mark.skipif(bool(why_not), reason=why_not or "")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster(image):
-    """A head and one worker node, started once per test run (Ray takes seconds to start)."""
+    """A head and one worker node, started once for this module's tests (Ray takes seconds to start) and
+    stopped after them: idle, its processes take ~6% of a core, for the rest of a 25-minute run."""
     if why_not:
         pytest.skip(why_not)
     c = LocalCluster(cpus_per_node=1).start(workers=1)
