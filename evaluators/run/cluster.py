@@ -90,7 +90,9 @@ def node_label() -> str:
     try:
         import ray
 
-        node = ray.get_runtime_context().get_node_id()[:8]
+        # Asked outside Ray (a NodeWorker made in the driver, a test), get_runtime_context() would start a
+        # local Ray instance that lives as long as the process: only a connected process has a node.
+        node = ray.get_runtime_context().get_node_id()[:8] if ray.is_initialized() else "local"
     except Exception:
         node = "local"
     return f"{socket.gethostname()}/{node}"

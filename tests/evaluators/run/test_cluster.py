@@ -7,6 +7,7 @@ machine's Docker engine.
 
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -189,6 +190,17 @@ def test_cluster_address_and_missing_ray_are_one_line_errors(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
     with pytest.raises(UserError, match=r"pip install 'harness\[cluster\]'"):
         cluster.import_ray()
+
+
+def test_a_node_label_outside_ray_starts_no_ray():
+    """NodeWorker's label, asked in a process not connected to Ray, is "local": it used to start a local Ray
+    instance (a head on the host's network) that lived until the process ended."""
+    code = (
+        "import ray; from evaluators.run.cluster import node_label; print(node_label(), ray.is_initialized())"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[-2:] == [f"{socket.gethostname()}/local", "False"], p.stdout
 
 
 def test_cli_says_what_to_install_without_ray(tmp_path):
