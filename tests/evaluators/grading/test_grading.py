@@ -186,10 +186,13 @@ def test_hack_on_an_honest_solution_scores_by_policy(name, image):
 
 
 @pytest.mark.slow
-def test_timeout_in_hidden_tests_scores_zero(image):
+@pytest.mark.parametrize("budget", [3, 3.9])
+def test_timeout_in_hidden_tests_scores_zero(image, budget):
+    """A call into the candidate that never returns is a `timeout`, also with a budget that is not whole
+    seconds (mutation testing's are not): the call's own backstop must not fail the test first."""
     slow = b"import time\ndef add(a, b):\n    time.sleep(60)\n    return a + b\n"
-    v = grade_files({"solution.py": slow}, make_task(verifier_timeout_sec=3), image)
-    assert (v.solved, v.reason) == (False, "timeout")
+    v = grade_files({"solution.py": slow}, make_task(verifier_timeout_sec=budget), image)
+    assert (v.solved, v.reason) == (False, "timeout"), v
 
 
 def test_null_agent_is_not_solved(image):
