@@ -15,9 +15,11 @@ graders (the eval phase's train-sample runs; with --budget, as many per task as 
         policy's adapter (on-policy): per target token, with rho = pi_theta / pi_old,
             loss = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A) + kl * KL_k3(pi_theta, pi_base)
         averaged over the target tokens of the optimiser step (DAPO's token-level mean). pi_old is the
-        policy before the update, taken in one pass with no gradient, so rho = 1 at the first step and the
-        clip acts from the second (several steps or epochs over the same rollouts). pi_base is the same
-        model with the adapter disabled (peft's disable_adapter(): no second copy in memory); KL_k3 =
+        policy before the update: the first step's own forward for its rollouts, one pass with no
+        gradient before it for the others; so rho = 1 at the first step and the clip acts from the second
+        (several steps or epochs over the same rollouts). pi_base is the same model with the adapter
+        disabled (peft's disable_adapter(): no second copy in memory; while the adapter is fresh, B = 0,
+        it is pi_theta itself); KL_k3 =
         exp(b - p) - (b - p) - 1 per token, the low-variance estimator of KL(pi_theta || pi_base).
         Log-probabilities are taken at the sampling temperature (logits / T), the distribution the
         tokens were drawn from. LoRA dropout is off, so pi_theta = pi_old before the first update.
@@ -225,22 +227,33 @@ def update(
             with model.disable_adapter():
                 return token_logprobs(model, batch, temperature)
 
-    # pi_old and pi_base of every target token, before any update (one pass each, no gradient)
-    rng = random.Random(sft.seed)
-    lengths = [len(r.input_ids) for r in usable]
+    def split(idx: list[int], logp: Any) -> list[Any]:  # one tensor per rollout, in collate's order
+        return list(logp.float().split([usable[i].n_targets for i in idx]))
+
+    schedule = _schedule(
+        [len(r.input_ids) for r in usable], sft
+    )  # epochs, or max_steps * grad_accum micro-batches
+    total = math.ceil(len(schedule) / sft.grad_accum)
+    # pi_old of a rollout the first step trains on is its own forward there (no update has happened yet:
+    # TRL's shortcut for one pass over the rollouts); so is pi_base while the adapter is still the fresh
+    # one (LoRA's B is zero: the adapter adds exactly nothing). The rest are taken now, before any update,
+    # in one pass each with no gradient; a rollout max_steps leaves out needs neither.
+    first = {i for idx in schedule[: sft.grad_accum] for i in idx}
+    later = sorted({i for idx in schedule[sft.grad_accum :] for i in idx} - first)
+    fresh = all(not p.any() for n, p in model.named_parameters() if "lora_B" in n)
     old: dict[int, Any] = {}
     base: dict[int, Any] = {}
+    need_base = sorted(set(later) | (set() if fresh else first)) if pg.kl else []
     model.eval()
     with torch.no_grad():
-        for idx in length_grouped_batches(lengths, sft.batch_tokens, rng):
-            for i, lp in zip(idx, forward(idx).float().split([usable[i].n_targets for i in idx])):
-                old[i] = lp
-            if pg.kl:
-                for i, lp in zip(idx, forward(idx, False).float().split([usable[i].n_targets for i in idx])):
-                    base[i] = lp
+        for todo, into, adapter in ((later, old, True), (need_base, base, False)):
+            rng = random.Random(sft.seed)
+            for batch in length_grouped_batches(
+                [len(usable[i].input_ids) for i in todo], sft.batch_tokens, rng
+            ):
+                idx = [todo[b] for b in batch]
+                into.update(zip(idx, split(idx, forward(idx, adapter))))
 
-    schedule = _schedule(lengths, sft)  # epochs, or max_steps * grad_accum micro-batches
-    total = math.ceil(len(schedule) / sft.grad_accum)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params, lr=sft.lr, weight_decay=sft.weight_decay, fused=device.type == "cuda"
@@ -261,6 +274,11 @@ def update(
         for idx in chunk:
             rows = [usable[i] for i in idx]
             logp = forward(idx).float()
+            if step == 0:  # before any update: this forward is pi_old (and pi_base with a fresh adapter)
+                for i, lp in zip(idx, split(idx, logp.detach())):
+                    old.setdefault(i, lp)
+                    if pg.kl and fresh:
+                        base.setdefault(i, lp)
             loss, info = clipped_loss(
                 logp,
                 torch.cat([old[i] for i in idx]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -176,6 +177,37 @@ def test_the_update_raises_the_rewarded_reply_and_lowers_the_other():
     assert stats["clipped_share"][0] == 0  # pi_theta = pi_old before the first update: nothing clipped
     assert stats["kl"][0] == pytest.approx(0, abs=1e-7)  # a fresh adapter is the base model
     assert after[good.key] > before[good.key] and after[bad.key] < before[bad.key]
+
+
+@pytest.mark.slow
+def test_pi_old_and_pi_base_come_from_the_first_forward_only_when_they_equal_it(monkeypatch):
+    """One rollout a step, two steps. The first step's rollout takes pi_old (and, while the adapter is the
+    fresh one, pi_base) from its own forward: no pass before. The second step's rollout was taken before
+    the update, so after the first step its ratio is off 1; a trained adapter's pi_base is
+    the base model's, not pi_theta (KL above 0 at once)."""
+    good, bad = run_of("t", 0, True), run_of("t", 1, False)
+    rollouts, _ = grpo.build_rollouts([good, bad])
+    passes = []
+    real, real_loss, ratios = grpo.token_logprobs, grpo.clipped_loss, []
+    monkeypatch.setattr(
+        grpo,
+        "clipped_loss",
+        lambda lp, old, *a: ratios.append(float((lp - old).abs().max())) or real_loss(lp, old, *a),
+    )
+    monkeypatch.setattr(
+        grpo, "token_logprobs", lambda m, b, t: passes.append(torch.is_grad_enabled()) or real(m, b, t)
+    )
+    sft = lc.SFTConfig(dropout=0.0, lr=5e-2, max_steps=2, grad_accum=1, batch_tokens=1, log_every=0)
+    model = prepare_model(tiny_llama(VOCAB, seed=3), sft)
+    pg = lc.PGConfig(kl=0.02)
+    stats = grpo.update(model, rollouts, sft, pg, temperature=0.7, log=lambda _: None)
+    # no-gradient passes: the second step's rollout, under the policy and under the base; then 2 steps
+    assert passes == [False, False, True, True]
+    assert stats["clipped_share"][0] == 0 and stats["kl"][0] == 0  # pi_theta = pi_old = pi_base at first
+    assert ratios[0] == 0 and ratios[1] > 1e-3 and stats["kl"][1] > 0  # pi_old taken before the update
+    passes.clear()
+    again = grpo.update(model, rollouts, replace(sft, max_steps=1), pg, temperature=0.7, log=lambda _: None)
+    assert passes == [False, True] and again["kl"][0] > 0  # the trained adapter: pi_base taken apart
 
 
 # ---------------------------------------------------------------- the round loop
