@@ -52,6 +52,7 @@ class _Child(wire._Wire):
 
     def __init__(self):
         self.proc = None
+        self.pidfd = None  # readable once the child has ended (None where the kernel has no pidfd)
         self.generation = 0
         self.source = None
         self.callbacks = []  # the tests' functions passed to the candidate, by index
@@ -73,6 +74,16 @@ class _Child(wire._Wire):
             group=wire.CANDIDATE_UID,
             extra_groups=[],
         )
+        self._close_pidfd()
+        try:
+            self.pidfd = os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def _close_pidfd(self):
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
     def stop(self):
         if self.proc is not None:
@@ -81,6 +92,7 @@ class _Child(wire._Wire):
             except OSError:
                 pass
             self.proc.wait()
+        self._close_pidfd()
 
     def request(self, msg, generation=None):
         if generation is not None and (
@@ -91,7 +103,7 @@ class _Child(wire._Wire):
         try:
             wire._send(self.proc.stdin.fileno(), msg)
             while True:
-                reply = wire._recv(self.proc.stdout.fileno(), wire._now() + wire.CALL_TIMEOUT)
+                reply = wire._recv(self.proc.stdout.fileno(), wire._now() + wire.CALL_TIMEOUT, self.pidfd)
                 if not (isinstance(reply, dict) and "callback" in reply):
                     break
                 wire._send(self.proc.stdin.fileno(), self._run_callback(reply))

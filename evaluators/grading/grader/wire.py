@@ -160,12 +160,18 @@ def _send(fd, obj):
         data = data[n:]
 
 
-def _read_exact(fd, n, deadline):
+def _read_exact(fd, n, deadline, alive=None):
+    """n bytes from fd. `alive`: a pidfd of the process that answers; once it has ended with nothing more
+    to read, that is the end (a process it left behind may hold the pipe open, and would else make the
+    reader wait out its deadline)."""
     out = bytearray()
     while len(out) < n:
         if deadline is not None:
             left = deadline - _now()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            ready = select.select([fd] + ([alive] if alive is not None else []), [], [], max(left, 0))[0]
+            if fd not in ready and alive in ready:
+                raise EOFError("the candidate's process ended")
+            if left <= 0 or not ready:
                 raise TimeoutError(f"the candidate did not answer within {CALL_TIMEOUT:g} s")
         chunk = os.read(fd, min(n - len(out), 1 << 20))
         if not chunk:
@@ -174,12 +180,12 @@ def _read_exact(fd, n, deadline):
     return bytes(out)
 
 
-def _recv(fd, deadline=None):
-    (size,) = struct.unpack(">I", _read_exact(fd, 4, deadline))
+def _recv(fd, deadline=None, alive=None):
+    (size,) = struct.unpack(">I", _read_exact(fd, 4, deadline, alive))
     if size > MAX_FRAME:
         raise ProtocolError(f"a reply of {size} bytes is over the {MAX_FRAME} byte limit")
     try:
-        return json.loads(_read_exact(fd, size, deadline).decode("utf-8", "surrogatepass"))
+        return json.loads(_read_exact(fd, size, deadline, alive).decode("utf-8", "surrogatepass"))
     except (ValueError, RecursionError) as e:
         raise ProtocolError(f"unreadable reply: {type(e).__name__}") from None
 

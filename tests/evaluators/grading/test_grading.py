@@ -195,6 +195,19 @@ def test_timeout_in_hidden_tests_scores_zero(image, budget):
     assert (v.solved, v.reason) == (False, "timeout"), v
 
 
+@pytest.mark.slow
+def test_a_candidate_killed_while_its_daemon_holds_the_pipe_ends_its_call_at_once(image):
+    """The candidate's process dies (here by its own hand) after leaving a process that inherited its pipe
+    to the tests: the call ends when the process does, not at the verifier's deadline."""
+    code = (
+        b"import os, signal, time\n"
+        b"if os.fork() == 0:\n    os.setsid()\n    time.sleep(120)\n    os._exit(0)\n"
+        b"os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    v = grade_files({"solution.py": code}, make_task(verifier_timeout_sec=20), image)
+    assert (v.solved, v.reason) == (False, "error_in_tests"), v  # its import failed; no wait to time out
+
+
 def test_null_agent_is_not_solved(image):
     async def main():
         async with DockerPool(warm=0) as pool:
