@@ -494,14 +494,17 @@ def test_exported_tasks_validate_one_of_each_kind(image, tmp_path):
 
 @pytest.mark.slow
 def test_exported_builtin_suite_validates(image, tmp_path):
-    """The built-in suite exported to Harbor's format and loaded back grades as it does natively: every
-    hand-written task and one instance of each family (a family's instances export alike)."""
+    """The built-in suite exported to Harbor's format and loaded back grades as it does natively: one
+    instance of every third family, each evaluator kind among them (a family's instances export alike; the
+    round trip above checks every task's files without Docker; `harness tasks validate` on an export runs
+    them all)."""
     from evaluators.cheats import one_per_family
 
-    tasks = one_per_family(load_suite("builtin"))
+    tasks = one_per_family(load_suite("builtin"))[::3]
+    assert {t.evaluator.kind for t in tasks} == {"pytest", "answer", "script"}
     rows = run(validate(_exported(tmp_path, tasks), repeats=1, concurrency=4))
     bad = [(r.task, r.oracle, r.null, r.problems) for r in rows if not r.ok]
-    assert bad == [] and len(rows) == len(tasks) > 50
+    assert bad == [] and len(rows) == len(tasks) >= 18
 
 
 def test_export_cli(tmp_path, capsys):
