@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from agent.sandbox import DEFAULT, Sandbox, SandboxPool, sandbox_backend
-from evaluators.run.attempt import run_attempt
+from evaluators.run.attempt import expect_attempts, run_attempt
 from evaluators.run.network import offline
 from evaluators.run.task_images import sandbox_images
 from evaluators.selftest.harbor_cases import plugin_files, put
@@ -427,6 +427,9 @@ async def audit(
     async with pool_class(
         run_id=f"cheats-{int(time.time())}", warm=2, max_containers=2 * concurrency + 2
     ) as pool:
+        # each task: the baseline (NOTHING) and its tries, on the task's image
+        todo = [(t, images[t.id]) for t in tasks for _ in range(1 + len(tries(t, own[t.id])))]
+        expect_attempts(pool, todo, None, concurrency)
         return await asyncio.gather(*(audit_task(t, own[t.id], pool, images[t.id], slots) for t in tasks))
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from agent.sandbox import DEFAULT, Sandbox, SandboxPool, sandbox_backend
 from evaluators.grading.grade import GradingStations
-from evaluators.run.attempt import run_attempt
+from evaluators.run.attempt import expect_attempts, run_attempt
 from evaluators.run.network import network_lines, offline
 from evaluators.run.policies import null_policy, oracle_policy
 from evaluators.run.task_images import sandbox_images
@@ -146,6 +146,10 @@ async def validate(
         run_id=f"validate-{int(time.time())}", warm=2, max_containers=concurrency * (repeats + 1) + 2
     ) as pool:
         stations = GradingStations(pool, batch_grading) if batch_grading > 1 else None
+        # each task: `repeats` oracle attempts and the null agent's, on the task's image
+        expect_attempts(
+            pool, [(t, images[t.id]) for t in tasks for _ in range(repeats + 1)], stations, concurrency
+        )
 
         async def one(t: Task) -> Row:
             async with slots:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import Optional, Protocol, runtime_checkable
+from typing import Mapping, Optional, Protocol, runtime_checkable
 
 from agent import AGENT_UID  # re-exported: the sandbox user's uid, what every sandbox image provides
 
@@ -232,8 +232,9 @@ class SandboxPool(Protocol):
 
     async def release(self, sb: Sandbox) -> None: ...
 
-    def expect(self, acquires: int) -> None:
-        """How many more acquires will come (a pool may then keep fewer sandboxes warm)."""
+    def expect(self, acquires: int, per_image: Optional[Mapping[str, int]] = None) -> None:
+        """How many more acquires will come, in all and (where given) of each image: a pool may then keep
+        fewer sandboxes warm."""
         ...
 
     async def close(self) -> None:

@@ -14,7 +14,7 @@ import signal
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from agent.sandbox.contract import SandboxSpec, pooled
 from agent.sandbox.served import ServedSandbox
@@ -78,6 +78,7 @@ class WarmPool:
         self._network: Optional[asyncio.Future] = None
         self._refilling: dict[tuple, int] = {}
         self._demand: Optional[int] = None  # acquires still expected (expect()); None: unknown
+        self._image_demand: Optional[dict[str, int]] = None  # the same per image, where the caller knows
         self._reclaimers: list[Callable[[], Optional[ServedSandbox]]] = []
         # Engine calls (create+start, remove) block for hundreds of ms each and the engine runs many at
         # once: on asyncio's default executor (cores + 4 threads) they queued behind each other, so the pool
@@ -92,11 +93,14 @@ class WarmPool:
         pool is full, acquire() destroys such a one rather than wait for a release that may never come."""
         self._reclaimers.append(take_idle)
 
-    def expect(self, acquires: int):
+    def expect(self, acquires: int, per_image: Optional[Mapping[str, int]] = None):
         """How many more acquire() calls will come (the runner knows: an agent and a grading container per
-        attempt). Warm containers beyond that are never made: each one costs a create and a destroy of engine
-        time that nothing uses (at 10 attempts of concurrency 8, one in three containers was such a one)."""
+        attempt), and of each image where `per_image` says (an image it leaves out: none). Warm containers
+        beyond that are never made: each one costs a create and a destroy of engine time that nothing uses
+        (at 10 attempts of concurrency 8, one in three containers was such a one; with an image per task, as
+        Terminal-Bench's, warming by the total alone made two in five so)."""
         self._demand = max(0, acquires)
+        self._image_demand = None if per_image is None else {i: max(0, n) for i, n in per_image.items()}
 
     def _in_thread(self, fn, *args):
         return asyncio.get_running_loop().run_in_executor(self._engine, functools.partial(fn, *args))
@@ -121,6 +125,8 @@ class WarmPool:
         cond = self._condition()
         if self._demand is not None:
             self._demand = max(0, self._demand - 1)
+        if self._image_demand is not None and self._image_demand.get(image):
+            self._image_demand[image] -= 1
         async with cond:
             while True:
                 ready = self._ready.get(key)
@@ -189,6 +195,8 @@ class WarmPool:
         ready = self._ready.setdefault(key, deque())
         pending = self._refilling
         target = self.warm if self._demand is None else min(self.warm, self._demand)
+        if self._image_demand is not None:
+            target = min(target, self._image_demand.get(key[0], 0))
         missing = target - len(ready) - pending.get(key, 0)
         for _ in range(max(0, missing)):
             if self._live >= self.max_containers:

@@ -16,7 +16,7 @@ from typing import Awaitable, Callable, Optional
 
 from agent.loop import LoopResult
 from agent.sandbox import Changes, FilesNotWritten, Sandbox, SandboxPool, SandboxSpec, SandboxUnresponsive
-from evaluators.grading.grade import GradingStations, grade
+from evaluators.grading.grade import GradingStations, batchable, grade
 from evaluators.grading.kind import InPlace, Kind, OwnSandbox, Steps
 from evaluators.grading.verdict import Verdict
 from evaluators.run.attempt_sandbox import sandbox_of
@@ -36,6 +36,46 @@ def now() -> str:
 # the provider refused the conversation's content: the attempt's own failure
 REJECTED_STATUSES = (400, 413, 422)
 INFRA_RETRIES = 2  # an attempt hit by an infrastructure error is run again this many times
+
+
+def containers_per_attempt(task: Task) -> int:
+    """Sandboxes one attempt takes from the pool (its kind says: the agent's, and a grading container unless
+    the verdict is read on the host or in the agent's own container)."""
+    return sandbox_of(kinds.of(task)).containers(task)
+
+
+def expected_containers(todo: list[Task], stations: Optional[GradingStations], concurrency: int) -> int:
+    """Containers the attempts will take from the pool; with batch grading, the shared grading containers:
+    one per `batch` attempts, but at least as many as grade at once. Too few costs the last acquires a cold
+    start; too many, containers made and destroyed unused (20 attempts at concurrency 8: 3 of 27 were)."""
+    if stations is None:
+        return sum(containers_per_attempt(t) for t in todo)
+    shared = sum(batchable(t) for t in todo)
+    rest = sum(containers_per_attempt(t) - (1 if batchable(t) else 0) for t in todo)
+    return rest + (max(-(-shared // stations.batch), min(stations_for(concurrency), shared)) if shared else 0)
+
+
+def stations_for(concurrency: int) -> int:
+    """Grading containers at once with batch grading: one per two attempts in flight."""
+    return max(1, (concurrency + 1) // 2)
+
+
+def expect_attempts(
+    pool: SandboxPool,
+    todo: list[tuple[Task, str]],
+    stations: Optional[GradingStations] = None,
+    concurrency: int = 1,
+) -> None:
+    """Tells the pool what the attempts (task, image) will take from it, in all and of each image: it keeps
+    warm no container of an image that no attempt will ask for (with an image per task, each task's last
+    warm containers were made and destroyed unused)."""
+    by_image: dict[str, list[Task]] = {}
+    for task, image in todo:
+        by_image.setdefault(image, []).append(task)
+    pool.expect(
+        expected_containers([t for t, _ in todo], stations, concurrency),
+        {image: expected_containers(tasks, stations, concurrency) for image, tasks in by_image.items()},
+    )
 
 
 async def attempt_with_retries(

@@ -19,9 +19,8 @@ from agent.config import LoopConfig, default_reply_tokens
 from agent.models import get_model
 from agent.models.base import Model
 from agent.prompt_format import TOOLS
-from evaluators.grading.grade import GradingStations, batchable
-from evaluators.run.attempt import attempt_with_retries, run_attempt
-from evaluators.run.attempt_sandbox import sandbox_of
+from evaluators.grading.grade import GradingStations
+from evaluators.run.attempt import attempt_with_retries, expect_attempts, run_attempt, stations_for
 from evaluators.run.config import EvalConfig
 from evaluators.run.policies import loop_policy
 from evaluators.run.progress import Progress, attempt_name
@@ -29,32 +28,9 @@ from evaluators.run.task_images import build_images, sandbox_images
 from results import hooks, telemetry
 from results.errors import UserError
 from results.schema import Attempt, attempt_key
-from tasks import kinds
 from tasks.model import Task
 
 MAX_BATCH_GRADING = 1000  # attempts one grading container may grade (each its own uid from 10002)
-
-
-def containers_per_attempt(task: Task) -> int:
-    """Sandboxes one attempt takes from the pool (its kind says: the agent's, and a grading container unless
-    the verdict is read on the host or in the agent's own container)."""
-    return sandbox_of(kinds.of(task)).containers(task)
-
-
-def expected_containers(todo: list[Task], stations: Optional[GradingStations], concurrency: int) -> int:
-    """Containers the attempts will take from the pool; with batch grading, the shared grading containers:
-    one per `batch` attempts, but at least as many as grade at once. Too few costs the last acquires a cold
-    start; too many, containers made and destroyed unused (20 attempts at concurrency 8: 3 of 27 were)."""
-    if stations is None:
-        return sum(containers_per_attempt(t) for t in todo)
-    shared = sum(batchable(t) for t in todo)
-    rest = sum(containers_per_attempt(t) - (1 if batchable(t) else 0) for t in todo)
-    return rest + (max(-(-shared // stations.batch), min(stations_for(concurrency), shared)) if shared else 0)
-
-
-def stations_for(concurrency: int) -> int:
-    """Grading containers at once with batch grading: one per two attempts in flight."""
-    return max(1, (concurrency + 1) // 2)
 
 
 async def run_eval(
@@ -218,7 +194,7 @@ async def _on_this_machine(cfg: EvalConfig, todo: list, Pool, images, store, the
             # rather than start a container that grades only one or two attempts
             stations = GradingStations(pool, cfg.batch_grading, max_containers=stations_for(cfg.concurrency))
         if hasattr(pool, "expect"):  # no warm container beyond what the attempts will take
-            pool.expect(expected_containers([t for t, _ in todo], stations, cfg.concurrency))
+            expect_attempts(pool, [(t, images[t.id]) for t, _ in todo], stations, cfg.concurrency)
 
         async def one(task: Task, sample: int):
             name = attempt_name(task.id, sample)

@@ -280,6 +280,51 @@ def test_pool_makes_no_warm_container_past_the_expected_acquires(image, monkeypa
     assert created == [first, second]
 
 
+def test_pool_warms_no_container_of_an_image_that_no_acquire_will_ask_for():
+    """expect(n, per_image): with an image per task (Terminal-Bench's), warming by the total alone left each
+    image's last warm containers to be made and destroyed unused; per image, the pool makes only what its
+    acquires take (an image the caller leaves out: none warm). Engine-free: a pool of placeholders."""
+    from agent.sandbox.warm import WarmPool
+
+    class Placeholder:
+        dead = False
+
+        def __init__(self, key):
+            self.pool_key = key
+
+        def kill(self):
+            pass
+
+    class Placeholders(WarmPool):
+        made: list[str] = []
+
+        def create(self, image, limits, task, network):
+            self.made.append(image)
+            return Placeholder((image, limits))
+
+        def prune_pool(self):
+            pass
+
+    async def main():
+        async with Placeholders(warm=3, max_containers=8) as pool:
+            pool.expect(4, {"a": 2, "b": 1})
+            first = await pool.acquire("a", SMALL)  # cold; then one warm "a" (one more "a" to come)
+            for _ in range(100):
+                if len(pool.made) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            second = await pool.acquire("a", SMALL)
+            third = await pool.acquire("b", SMALL)  # cold, and nothing warm after it
+            fourth = await pool.acquire("c", SMALL)  # not in per_image: cold, nothing warm
+            for sb in (first, second, third, fourth):
+                await pool.release(sb)
+            await asyncio.sleep(0.2)  # a refill would have started by now
+            return second.warm_start, list(pool.made)
+
+    warm_hit, made = run(main())
+    assert warm_hit and made == ["a", "a", "b", "c"]
+
+
 def test_a_full_pool_reclaims_a_sandbox_kept_idle_for_reuse(image):
     """A user that keeps an acquired sandbox idle (batch grading's containers) gives it up when the pool is
     full: acquire() destroys it instead of waiting for ever."""

@@ -60,7 +60,7 @@ def test_batch_graded_verdicts_are_each_attempts_own(image, tmp_path, monkeypatc
 def test_expected_containers_counts_one_grading_container_per_batch_or_per_grader_at_once():
     """The pool warms no more than the attempts will take: an agent container each, and the shared grading
     containers (one per `batch` attempts, but no fewer than grade at once); without batch grading two each."""
-    from evaluators.run.runner import expected_containers
+    from evaluators.run.attempt import expected_containers
     from tests.helpers import make_task
 
     class Stations:  # what expected_containers reads of GradingStations
@@ -72,6 +72,22 @@ def test_expected_containers_counts_one_grading_container_per_batch_or_per_grade
     assert expected_containers(tasks, Stations(8), 8) == 20 + 4  # 4 grade at once; ceil(20/8) = 3
     assert expected_containers(tasks, Stations(2), 8) == 20 + 10
     assert expected_containers(tasks[:3], Stations(8), 8) == 3 + 3
+
+
+def test_expect_attempts_tells_the_pool_each_images_share():
+    """What an image's attempts take, per image: the pool warms nothing of an image no attempt asks for."""
+    from evaluators.run.attempt import expect_attempts
+    from tests.helpers import make_task
+
+    told = []
+
+    class Pool:
+        def expect(self, acquires, per_image=None):
+            told.append((acquires, per_image))
+
+    a, b = make_task(), make_task()
+    expect_attempts(Pool(), [(a, "img-a"), (a, "img-a"), (b, "img-b")])
+    assert told == [(6, {"img-a": 4, "img-b": 2})]  # an agent and a grading container each
 
 
 class _Station:

@@ -184,7 +184,7 @@ class K8sSandboxPool:
     def sandbox(self, image: str, limits: SandboxSpec = SandboxSpec(), task: str = "pool"):
         return pooled(self, image, limits, task)
 
-    def expect(self, acquires: int):
+    def expect(self, acquires: int, per_image=None):
         """Claims are made per acquire and `warm` ahead: nothing to trim (the contract's expect)."""
 
     def _refill(self, key):
