@@ -78,12 +78,14 @@ PRESETS["rft-curriculum"] = {
     "explore_share": 0.5,
     "stop_when": "no_improvement",
 }
-# The policy-gradient mode at smoke size (tests/lora/test_grpo.py): rft-smollm2's model and limits, one
-# round of groups of 4 on 2 train tasks, one optimiser step; the measuring evals at their smallest (one
-# sampled attempt a held-out task, one cheat probe).
+# The policy-gradient mode at smoke size (tests/lora/test_grpo.py): rft-smollm2's model and reply length,
+# one round of groups of 4 on 2 train tasks, one optimiser step; the measuring evals at their smallest (one
+# sampled attempt a held-out task, one cheat probe); 3 turns an attempt (create-file takes two: the
+# command, then submit), as the failed attempts' turns were most of its time.
 PRESETS["grpo-smoke"] = {
     **PRESETS["rft-smollm2"],
     "method": "grpo",
+    "max_steps": 3,
     "rounds": 1,
     "samples": 4,
     "eval_samples": 1,
