@@ -745,7 +745,11 @@ static int ensure_dir(const char *path, mode_t mode, uid_t uid, gid_t gid, int f
         char c = p[i]; p[i] = 0;
         struct stat st;
         int last = i == n;
-        if (last && fresh && lstat(p, &st) == 0 && remove_at(AT_FDCWD, p)) return -1;
+        /* A process still running beside it (Harbor's shared mode) may write into the folder as it is
+         * emptied: the folder is then not empty at its rmdir; empty it again (the verifier is set up, or
+         * fails with ENOTEMPTY after a hundred tries) */
+        for (int tries = 0; last && fresh && lstat(p, &st) == 0 && remove_at(AT_FDCWD, p); tries++)
+            if (errno != ENOTEMPTY || tries == 99) return -1;
         if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode) && remove_at(AT_FDCWD, p)) return -1;
         mode_t m = last ? mode : 0755;
         uid_t u = last || owned_parents ? uid : 0;

@@ -555,6 +555,37 @@ def test_change_capture_in_a_python_less_image(minbase):
     assert ch.executable == {"sub/run.sh"} and ch.deleted == ["gone.txt"] and ch.rejected == ["symlink link"]
 
 
+WRITER = """import os, time
+if os.fork() == 0:  # left running, as an agent's daemon
+    os.setsid()
+    while True:
+        try:
+            os.makedirs("/d", exist_ok=True)
+            open(f"/d/{os.getpid()}.{time.monotonic_ns()}", "w").close()
+        except OSError:
+            pass
+"""
+
+
+def test_a_folder_is_made_fresh_while_a_process_left_running_writes_into_it(image):
+    """Harbor's shared mode: a process the agent left running may write into /logs/verifier while the
+    helper empties it for the verifier; the folder is emptied again rather than the setup failing with
+    ENOTEMPTY (the attempt then scored 0 as no_report: its verifier never ran)."""
+    from agent.sandbox import NativeSpec, SandboxSpec
+
+    async def go():
+        async with DockerPool(run_id="harbor-test", warm=0) as pool:
+            async with pool.sandbox(image, SandboxSpec(native=NativeSpec(keep_processes=True))) as sb:
+                await sb.put_files({"writer.py": WRITER.encode()}, dest="/opt")
+                for _ in range(3):
+                    assert (await sb.exec(["python3", "/opt/writer.py"], 10)).exit_code == 0
+                for _ in range(40):
+                    await sb.mkdirs("/d", mode=0o700, fresh=True)  # raised FileOpError "Directory not empty"
+                return (await sb.exec("ps -eo args | grep -c '^python3 /opt/writer.py'", 10)).stdout.strip()
+
+    assert run(go()) == "3"  # the writers ran all along
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["snapshot", "fresh", "shared"])
 def test_users_default_to_the_images_user(image, tmp_path, mode):
