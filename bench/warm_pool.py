@@ -34,9 +34,8 @@ from tasks.loader import load_suite
 
 
 def one_run(tasks, per_image: bool) -> dict:
-    pool_class = DockerPool  # the default backend's pool
     counts = {"made": 0, "acquired": 0}
-    real_create = pool_class.create
+    real_create = DockerPool.create  # the default backend's pool
     real_acquire, real_expect = WarmPool.acquire, WarmPool.expect
 
     def create(self, *a, **kw):
@@ -50,13 +49,13 @@ def one_run(tasks, per_image: bool) -> dict:
     def expect(self, acquires, by_image=None):
         return real_expect(self, acquires, by_image if per_image else None)
 
-    pool_class.create, WarmPool.acquire, WarmPool.expect = create, acquire, expect
+    DockerPool.create, WarmPool.acquire, WarmPool.expect = create, acquire, expect
     loads._CACHE.clear()  # each run probes its images afresh (a container each), as a new process does
     t0 = time.monotonic()
     try:
         rows = asyncio.run(validate(tasks, repeats=1, concurrency=4))
     finally:
-        pool_class.create, WarmPool.acquire, WarmPool.expect = real_create, real_acquire, real_expect
+        DockerPool.create, WarmPool.acquire, WarmPool.expect = real_create, real_acquire, real_expect
     bad = [r.task for r in rows if not r.ok]
     if bad:
         raise SystemExit(f"bench/warm_pool: validation failed on {bad}")
