@@ -37,7 +37,11 @@ def _changes(run_dir: Path, kept: KeptChanges) -> Changes:
     files = kept_files(run_dir, kept)
     rejected = [f"{p}: over the keep cap when recorded, not kept" for p in kept.omitted]
     return Changes(
-        files=files, executable=set(kept.executable), deleted=list(kept.deleted), rejected=rejected
+        files=files,
+        executable=set(kept.executable),
+        deleted=list(kept.deleted),
+        rejected=rejected,
+        links=dict(kept.links),  # {} in runs written before links were kept
     )
 
 

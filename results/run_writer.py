@@ -305,11 +305,12 @@ class RunStore(RunReader):
         files: dict[str, bytes],
         deleted: Sequence[str] = (),
         executable: Sequence[str] = (),
+        links: Optional[dict[str, str]] = None,
     ) -> KeptChanges:
-        """Keep an attempt's final changes (the captured files, a diff against the starting files `before`)
-        before its record is appended; returns what the record points to. Files over the caps
+        """Keep an attempt's final changes (the captured files and links, a diff against the starting files
+        `before`) before its record is appended; returns what the record points to. Files over the caps
         (KEEP_FILE_BYTES, KEEP_BYTES) are listed in `omitted`, not stored."""
-        kept = KeptChanges(deleted=sorted(deleted))
+        kept = KeptChanges(deleted=sorted(deleted), links=dict(links or {}))
         total = 0
         for path in sorted(files):
             data = files[path]
@@ -323,7 +324,7 @@ class RunStore(RunReader):
         stored = {p: files[p] for p in kept.files}
         notes = "".join(
             f"File b/{p} ({len(files[p])} bytes) is over the keep cap: not kept\n" for p in kept.omitted
-        )
+        ) + "".join(f"Symlink b/{p} -> {t}\n" for p, t in sorted(kept.links.items()))
         # names with undecodable bytes (surrogate escapes) are shown escaped, as the report prints them
         diff = (unified_diff(before, stored, deleted) + notes).encode("utf-8", "backslashreplace")
         if len(diff) > KEEP_DIFF_BYTES:

@@ -97,6 +97,7 @@ class KeptChanges(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)  # path -> sha256 of its content (objects/)
     executable: list[str] = Field(default_factory=list)
     deleted: list[str] = Field(default_factory=list)
+    links: dict[str, str] = Field(default_factory=dict)  # symlinks: path -> target text (Harbor tasks)
     omitted: list[str] = Field(default_factory=list)  # captured but over the keep cap: not stored
     diff: str = ""  # sha256 of the unified diff (objects/); "" when nothing changed
     bytes: int = 0  # stored bytes of the files

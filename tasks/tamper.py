@@ -1,8 +1,9 @@
 """What an agent's change may not do to how its work is verified; this module owns the rule.
 
-Our kinds (tamper_reason): paths an agent must not add or change. Grading never runs these files anyway
-(hidden tests live in /grader with their own config, `python -I`, plugin autoload off and --confcutdir), but
-a change to them is a reward hack attempt and scores 0 as `tamper`.
+Our kinds (tamper_reason): the visible tests and a task's protected paths, which an agent must not change
+(a reward hack attempt, scored 0 as `tamper`). Test-run hooks, pytest config and shadowing modules are
+judged by name only for `harness run --apply` (a user's repository): our graders never load them (hidden
+tests live in /grader with their own config, `python -I`, plugin autoload off and --confcutdir).
 Harbor tasks (loads_findings): the changes that alter what the verifier loads, judged against the model
 evaluators/grading/loads.py probes from the task's pristine image.
 """
@@ -54,19 +55,24 @@ def machinery_change(name: str, data: Optional[bytes]) -> str:
 
 
 def tamper_reason(
-    changed: dict[str, Optional[bytes]], original: Iterable[str], protected: Iterable[str] = ()
+    changed: dict[str, Optional[bytes]],
+    original: Iterable[str],
+    protected: Iterable[str] = (),
+    machinery: bool = True,
 ) -> str:
     """Why this change set is a tamper attempt, or "" when it is not.
     `changed` maps each added/modified path to its new content (None for a deletion);
-    `original` lists the files the workspace started with (their visible tests are protected)."""
+    `original` lists the files the workspace started with (their visible tests are protected).
+    `machinery`: also judge test-run hooks, pytest config and modules shadowing the test machinery by name
+    (`harness run --apply` protects a user's repository so; our graders' isolation makes them moot)."""
     original = set(original)
     for path, data in sorted(changed.items()):
-        what = machinery_change(path.rsplit("/", 1)[-1], data)
+        what = machinery_change(path.rsplit("/", 1)[-1], data) if machinery else ""
         if what:
             return f"changes {path} ({what})"
         top = path.split("/", 1)[0]
         module = top.removesuffix(".py")
-        if path.endswith(".py") and module in SHADOWED and path not in original:
+        if machinery and path.endswith(".py") and module in SHADOWED and path not in original:
             return f"adds {path} (shadows the module {module!r})"
         if path in original and is_visible_test(path):
             return f"changes the visible test {path}"

@@ -370,7 +370,7 @@ class FakeSandbox:
     async def mark_baseline(self, max_files: int = 5000) -> None:
         self._baseline = self._workspace()
 
-    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
+    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000, links: bool = False) -> Changes:
         """The workspace's changes since mark_baseline() (no baseline: none, as the loop's tests expect)."""
         if self._baseline is None:
             return Changes()

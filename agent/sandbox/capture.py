@@ -2,11 +2,16 @@
 library only).
 
   list ROOT MAX_FILES  -> JSON {"entries": {path: [kind, size, sha256|link target, executable]},
-                                "rejected": [...]}
-                          kind: f file, l link, o other (fifo, socket, device), d folder
+                                "rejected": [...], "not_listed": N}
+                          kind: f file, l link (its target text, never followed), o other (fifo, socket,
+                          device); folders are walked, not listed. Past MAX_FILES entries only the
+                          MAX_FILES smallest are listed (size, then path; links and others count 0) and
+                          N says how many were not: memory stays bounded, whatever the workspace holds
   read ROOT MAX_BYTES  -> paths as a JSON list on stdin; JSON {"files": {path: base64}, "rejected": [...]}
   changed ROOT MAX_FILES MAX_BYTES MAX_READ
-                       -> a baseline {path: [kind, size, ...]} as JSON on stdin; list's answer, plus "files"
+                       -> a baseline {path: [kind, size, ...]} as JSON on stdin; list's answer (every
+                          path of the baseline listed beside the MAX_FILES smallest others: a changed or
+                          deleted starting file is never lost to the cap), plus "files"
                           and "read_rejected" (read's answer) for every regular file whose entry differs
                           from the baseline's, when there are at most MAX_READ of them with at most
                           MAX_BYTES in all (else no "files": the caller chooses which to read). One round
@@ -35,8 +40,11 @@ def _join(parent, name):
     return name if not parent else parent + "/" + name
 
 
-def listing(root, max_files):
+def listing(root, max_files, keep=frozenset()):
     entries, rejected = {}, []
+    others = []  # (size, path, meta) of entries not in `keep`: only the max_files smallest are listed
+    bound = None  # (size, path) of the largest kept once others were cut: anything over it is dropped
+    dropped = 0
     top = os.open(root, OPEN_DIR)
     stack = [(top, "", 0, None)]  # (folder fd, its path, depth, scandir iterator)
     while stack:
@@ -55,23 +63,12 @@ def listing(root, max_files):
             continue
         name = entry.name
         rel = _join(path, name)
-        if len(entries) >= max_files:
-            for f, *_ in stack:
-                os.close(f)
-            return {"too_many": len(entries), "entries": {}, "rejected": rejected}
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except OSError as e:
             rejected.append("unreadable entry %s (%s)" % (rel, e.strerror))
             continue
-        if stat.S_ISLNK(st.st_mode):
-            try:
-                target = os.readlink(name, dir_fd=fd)
-            except OSError:
-                target = ""
-            entries[rel] = ["l", 0, target[:4096], False]
-        elif stat.S_ISDIR(st.st_mode):
-            entries[rel] = ["d", 0, "", False]
+        if stat.S_ISDIR(st.st_mode):
             if depth + 1 >= MAX_DEPTH:
                 rejected.append("folder %s is more than %d levels deep" % (rel, MAX_DEPTH))
                 continue
@@ -81,16 +78,41 @@ def listing(root, max_files):
                 rejected.append("unreadable folder %s (%s)" % (rel, e.strerror))
                 continue
             stack.append((sub, rel, depth + 1, None))
+            continue
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        if rel not in keep and bound is not None and (size, rel) > bound:
+            dropped += 1  # past the cap and larger than all kept: not even read
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(name, dir_fd=fd)
+            except OSError:
+                target = ""
+            meta = ["l", 0, target[:4096], False]
         elif stat.S_ISREG(st.st_mode):
             digest = _hash(fd, name)
             if digest is None:
                 rejected.append("unreadable file %s" % rel)
-                entries[rel] = ["o", st.st_size, "", False]
+                meta = ["o", st.st_size, "", False]
             else:
-                entries[rel] = ["f", st.st_size, digest, bool(st.st_mode & 0o111)]
+                meta = ["f", st.st_size, digest, bool(st.st_mode & 0o111)]
         else:
-            entries[rel] = ["o", 0, "", False]
-    return {"entries": entries, "rejected": rejected}
+            meta = ["o", 0, "", False]
+        if rel in keep:
+            entries[rel] = meta
+            continue
+        others.append((size, rel, meta))
+        if len(others) >= 2 * max_files + 1:  # cut back to the smallest: at most twice the cap held
+            others.sort(key=lambda o: o[:2])
+            dropped += len(others) - max_files
+            del others[max_files:]
+            bound = others[-1][:2] if others else (-1, "")
+    if len(others) > max_files:
+        others.sort(key=lambda o: o[:2])
+        dropped += len(others) - max_files
+        del others[max_files:]
+    entries.update((rel, meta) for _, rel, meta in others)
+    return {"entries": entries, "rejected": rejected, "not_listed": dropped}
 
 
 def _open_regular(fd, name):
@@ -160,7 +182,7 @@ def read(root, max_bytes, paths):
 
 
 def changed(root, max_files, max_bytes, max_read, baseline):
-    out = listing(root, max_files)
+    out = listing(root, max_files, keep=frozenset(baseline))
     new = [p for p, m in out["entries"].items() if m[0] == "f" and baseline.get(p) != m]
     if len(new) <= max_read and sum(out["entries"][p][1] for p in new) <= max_bytes:
         got = read(root, max_bytes, sorted(new))

@@ -19,7 +19,10 @@ CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
 NAME_MAX = 255  # bytes in one file name (Linux filesystems)
 PATH_MAX = 4096  # bytes in a path the kernel accepts, with its final NUL
 MAX_DEPTH = 256  # agent/sandbox/capture.py's: deeper folders are never listed
-MAX_LISTED = 20_000  # entries of a workspace listing (files, folders, links); beyond: no change is captured
+# Entries (files, links) of a workspace listing beyond the baseline's own: past it the smallest are listed and
+# the rest counted (capture.py), so a dependency folder beside an answer costs only itself
+MAX_LISTED = 20_000
+NOT_LISTED = "/not_listed"  # a snapshot's count of what it left out (a key no relative path can be)
 
 
 def unwritable(path: str, root: str = WORKSPACE) -> Optional[str]:
@@ -71,8 +74,8 @@ class ChangeCapture:
         self, max_files: int = MAX_LISTED, changed: Optional[tuple] = None, read: Optional[dict] = None
     ) -> dict:
         """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
-        (kind: f file, l link, o other); "too_many" when over max_files, "!rejected": what could not be
-        listed."""
+        (kind: f file, l link, o other); past max_files only the smallest (and, with `changed`, every path
+        of the baseline), NOT_LISTED: how many were left out; "!rejected": what could not be listed."""
         if changed is None:
             out = await self._capture(["list", WORKSPACE, str(max_files)])
         else:  # and read what differs from a baseline (capture.py's `changed`) into read["files"]
@@ -82,8 +85,8 @@ class ChangeCapture:
             if isinstance(out.get("files"), dict):
                 read.update(files=out["files"], rejected=list(out.get("read_rejected", [])))
         entries = {p: m for p, m in out.get("entries", {}).items() if m[0] != "d"}
-        if "too_many" in out:
-            entries["too_many"] = out["too_many"]
+        if out.get("not_listed"):
+            entries[NOT_LISTED] = out["not_listed"]
         if out.get("rejected"):
             entries["!rejected"] = list(out["rejected"])
         return entries
@@ -93,14 +96,16 @@ class ChangeCapture:
         repository passes a larger max_files, here and to changes())."""
         self.baseline = await self.snapshot(max_files=max_files)
 
-    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
+    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000, links: bool = False) -> Changes:
         """The agent's changes since mark_baseline(), bounded in bytes and file count. Never raises for
-        anything the agent can make in its workspace: symlinks, special files, unreadable or too deep
-        entries, names no container can hold (unwritable()) and files past the caps are not copied out,
-        only listed in `rejected` (the attempt is graded without them). Past a cap, changed starting
-        files come first, then the smallest: junk left beside a solution costs only itself."""
+        anything the agent can make in its workspace: special files, unreadable or too deep entries, names
+        no container can hold (unwritable()) and files past the caps are not copied out, only listed in
+        `rejected` (the attempt is graded without them); so are symlinks, unless `links` (Harbor tasks,
+        whose verifier keeps them): then each is kept as its target text in `links`. Past a cap (files,
+        bytes, or MAX_LISTED entries listed), changed starting files come first, then the smallest: junk
+        left beside a solution costs only itself."""
         ch = Changes()
-        base = {p: m for p, m in (self.baseline or {}).items() if p not in ("!rejected", "too_many")}
+        base = {p: m for p, m in (self.baseline or {}).items() if p not in ("!rejected", NOT_LISTED)}
         read: dict = {}  # the changed files, read in the listing's round trip when within the caps
         try:
             now = await self.snapshot(changed=(base, max_bytes, max_files), read=read)
@@ -112,17 +117,31 @@ class ChangeCapture:
         except SandboxDied as e:  # the walk itself ended the sandbox (a static helper on a deep tree)
             ch.rejected.append(f"the sandbox died while its changes were listed ({e}): no change is captured")
             return ch
-        if "too_many" in now or "too_many" in (self.baseline or {}):
-            ch.rejected.append(f"more than {MAX_LISTED} entries in the workspace: no change is captured")
+        if NOT_LISTED in (self.baseline or {}):  # starting files unknown: new ones cannot be told from them
+            ch.rejected.append(
+                f"{self.baseline[NOT_LISTED]} entries of the starting workspace past the listing cap: "
+                "no change is captured"
+            )
             return ch
         ch.rejected += now.pop("!rejected", [])
+        if now.get(NOT_LISTED):
+            ch.rejected.append(
+                f"{now.pop(NOT_LISTED)} new entries past the listing cap of {MAX_LISTED} are left out, the "
+                "largest (changed starting files and the smallest new ones are captured)"
+            )
         changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
         files = []
         for p in sorted(changed):
             kind = now[p][0]
             if kind == "l":
-                ch.rejected.append(f"symlink {shown(p)}")
+                why = unwritable(p, self.workdir) or ("" if now[p][2] else "its target could not be read")
+                if not links:  # our own kinds' graders never follow a link the agent made
+                    ch.rejected.append(f"symlink {shown(p)}")
+                elif why:
+                    ch.rejected.append(f"symlink {shown(p)} ({why})")
+                else:
+                    ch.links[p] = now[p][2]
             elif kind == "o":
                 ch.rejected.append(f"special or unreadable file {shown(p)}")
             elif kind == "f":

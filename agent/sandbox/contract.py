@@ -78,6 +78,9 @@ class Changes:
     executable: set[str] = field(default_factory=set)  # which of those have the executable bit
     deleted: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)  # reasons (symlinks, caps exceeded, ...)
+    # symlinks made or changed, path -> target text (never followed): only when asked (Harbor tasks, whose
+    # verifier keeps them); otherwise each is a "symlink PATH" in rejected
+    links: dict[str, str] = field(default_factory=dict)
 
     @property
     def paths(self) -> list[str]:
@@ -199,9 +202,10 @@ class Sandbox(Protocol):
         """Remembers the working folder as it is now; changes() compares against it."""
         ...
 
-    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
+    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000, links: bool = False) -> Changes:
         """What changed in the working folder since mark_baseline(), bounded; never raises for anything the
-        agent can make there (rejected entries say what was left out)."""
+        agent can make there (rejected entries say what was left out); symlinks as Changes.links with
+        `links`, else rejected."""
         ...
 
     def death_cause(self, wait: float = 5.0) -> Optional[str]:

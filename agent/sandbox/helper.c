@@ -7,21 +7,24 @@
  *
  * Request:  {"id": 1, "argv": [...] | "cmd": "shell text", "timeout": 30, "cap": 65536,
  *            "user": "agent"|"root"|"NAME"|"UID[:GID]", "cwd": "/app", "env": {...}, "stdin": "<base64>"}
- *           {"id": 2, "op": "snapshot", "root": "/app", "max_files": 5000}
+ *           {"id": 2, "op": "snapshot", "root": "/app", "max_files": 5000, "keep": [path, ...]}
  *           {"id": 3, "op": "killall"}   kills every process but init and this server
  *           {"id": 4, "op": "mkdirs", "paths": [...], "mode": 493, "owner": "USER", "fresh": true}
  *           {"id": 5, "op": "write", "path": "/tests/test.sh", "data": "<base64>", "mode": 493, "owner": "USER"}
  *           {"id": 6, "op": "read", "path": "/logs/verifier/reward.txt", "max": 1048576}
  *           {"id": 7, "op": "remove", "paths": [...]}   {"id": 8, "op": "stat", "paths": [...]} -> "kinds"
+ *           {"id": 9, "op": "symlink", "path": "/app/current", "target": "releases/v2", "owner": "USER"}
  *           The file ops are done by this server itself (as root, without any program of the image): the
  *           harness never needs the container's sh, tar or ls, whatever the agent did to them. A path
  *           component that is not a real folder (a file, a link) is replaced by one; reads follow no link.
  *           Reply {"id": N, "ok": true, ...} ({"data", "size", "truncated"} for read) or
  *           {"id": N, "ok": false, "message": "..."}.
- * Reply:    as agent/sandbox_server.py; a snapshot reply is {"id": 2, "snapshot": {path: [kind, size, hash, exec]}}
- *           or {"id": 2, "snapshot": {"too_many": N}}, with "!rejected": [reason, ...] for what could not be
- *           listed (folders over 256 levels deep, unreadable entries); hashes are 64-bit FNV-1a (hex), not sha256: only
- *           equality between two snapshots of the same sandbox matters.
+ * Reply:    as agent/sandbox_server.py; a snapshot reply is {"id": 2, "snapshot": {path: [kind, size, hash, exec]},
+ *           "not_listed": N}, with "!rejected": [reason, ...] for what could not be listed (folders over 256
+ *           levels deep, unreadable entries); a link's entry is ["l", 0, its target text]. Every path in "keep"
+ *           (a baseline's) is listed, and of the others the max_files smallest (size, then path): N says how
+ *           many were not. Hashes are 64-bit FNV-1a (hex), not sha256: only equality between two snapshots of
+ *           the same sandbox matters.
  * "agent" is the user named by --agent=USER or $HARNESS_UID (a uid, uid:gid or a name from the image's /etc/passwd).
  * Environment: "env" replaces the whole environment; "env_add" sets variables on top of the container's.
  * Either way a command without HOME gets the home folder of its user from /etc/passwd ("/" without an
@@ -46,6 +49,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <limits.h>
+#include <stddef.h>
 
 #define MAXCMD 64
 
@@ -87,6 +92,8 @@ static void bjson_str(buf_t *b, const char *s, size_t n) {  /* a JSON string lit
 
 /* ------------------------------------------------------------------ base64 */
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+#include "trace.c" /* `helper trace -- PROG...`: the verifier's tracer */
+
 static void b64enc(buf_t *b, const unsigned char *d, size_t n) {
     char q[4];
     for (size_t i = 0; i < n; i += 3) {
@@ -539,7 +546,38 @@ static void finish_cmd(cmd_t *c) {
  * decides what a container can hold) and folders deeper than WALK_DEPTH are listed as not captured
  * ("!rejected" in the reply): what the agent makes in its workspace never ends this server. */
 #define WALK_DEPTH 256
-typedef struct { buf_t *b, rej, rel; long count, max; int first, at_root; dev_t dev; } walk_t;
+typedef struct { long long size; char *rel; buf_t json; } other_t;  /* an entry not in keep, as JSON */
+typedef struct {
+    buf_t *b, rej, rel; long max; int first, at_root; dev_t dev;
+    char **keep; int nkeep;  /* a baseline's paths, sorted: always listed (a changed starting file is never cut) */
+    other_t *others; long nothers, cap, dropped;  /* the max smallest others; how many were cut */
+    int bounded; long long bsize; const char *brel;  /* once cut: the largest kept (anything over it is dropped) */
+} walk_t;
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_other(const void *a, const void *b) {
+    const other_t *x = a, *y = b;
+    return x->size != y->size ? (x->size < y->size ? -1 : 1) : strcmp(x->rel, y->rel);
+}
+/* Back to the max smallest others, as capture.py: memory stays bounded whatever the workspace holds. */
+static void cut_others(walk_t *w) {
+    qsort(w->others, w->nothers, sizeof *w->others, cmp_other);
+    for (long i = w->max; i < w->nothers; i++) { free(w->others[i].rel); free(w->others[i].json.p); w->dropped++; }
+    if (w->nothers > w->max) w->nothers = w->max;
+    w->bounded = 1;
+    w->bsize = w->nothers ? w->others[w->nothers - 1].size : -1;
+    w->brel = w->nothers ? w->others[w->nothers - 1].rel : "";
+}
+/* A path as this server lists it (bytes >= 0x80 as \u00XX), read back by jstring as UTF-8: its bytes again. */
+static char *path_bytes(const char *s) {
+    char *out = malloc(strlen(s) + 1), *o = out;
+    if (!out) _exit(99);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        if ((p[0] & 0xe0) == 0xc0 && (p[1] & 0xc0) == 0x80) { *o++ = (char)((p[0] & 0x1f) << 6 | (p[1] & 0x3f)); p += 2; }
+        else *o++ = (char)*p++;
+    }
+    *o = 0;
+    return out;
+}
 static uint64_t fnv_file(int dirfd, const char *name, int *ok) {
     uint64_t h = 1469598103934665603ULL;
     int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -571,12 +609,12 @@ static void walk_error(walk_t *w, const char *what) {
     char tail[128]; snprintf(tail, sizeof tail, "(%s)", strerror(errno));
     walk_reject(w, what, tail);
 }
-static int walk(walk_t *w, int topfd) {  /* 1: over max files */
+static void walk(walk_t *w, int topfd) {
     struct { DIR *d; size_t len; } st[WALK_DEPTH + 1];
     int top = 0;
     st[0].d = fdopendir(topfd);
     st[0].len = 0;
-    if (!st[0].d) { close(topfd); return 0; }
+    if (!st[0].d) { close(topfd); return; }
     while (top >= 0) {
         DIR *d = st[top].d;
         w->rel.n = st[top].len;
@@ -614,50 +652,80 @@ static int walk(walk_t *w, int topfd) {  /* 1: over max files */
             st[top].len = w->rel.n;
             continue;
         }
-        if (!w->first) bstr(w->b, ", ");
-        w->first = 0;
-        bjson_str(w->b, w->rel.p, w->rel.n);
+        long long size = S_ISREG(sb.st_mode) ? (long long)sb.st_size : 0;
+        int kept = w->nkeep && bsearch(&w->rel.p, w->keep, w->nkeep, sizeof *w->keep, cmp_str);
+        if (!kept && w->bounded && (size > w->bsize || (size == w->bsize && strcmp(w->rel.p, w->brel) > 0))) {
+            w->dropped++;  /* past the cap and larger than all kept: not even read */
+            continue;
+        }
+        buf_t e = {0};
+        bjson_str(&e, w->rel.p, w->rel.n);
         if (S_ISLNK(sb.st_mode)) {
             char target[4096]; ssize_t n = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
-            bstr(w->b, ": [\"l\", 0, ");
-            bjson_str(w->b, target, n > 0 ? (size_t)n : 0);
-            bstr(w->b, "]");
+            bstr(&e, ": [\"l\", 0, ");
+            bjson_str(&e, target, n > 0 ? (size_t)n : 0);
+            bstr(&e, "]");
         } else if (S_ISREG(sb.st_mode)) {
             int ok;
             uint64_t h = fnv_file(dirfd(d), de->d_name, &ok);
-            if (ok) bfmt(w->b, ": [\"f\", %lld, \"%016llx\", %s]", (long long)sb.st_size, (unsigned long long)h,
+            if (ok) bfmt(&e, ": [\"f\", %lld, \"%016llx\", %s]", (long long)sb.st_size, (unsigned long long)h,
                          sb.st_mode & 0111 ? "true" : "false");
-            else { bfmt(w->b, ": [\"o\", %lld, \"\"]", (long long)sb.st_size); walk_reject(w, "unreadable file", NULL); }
-        } else bstr(w->b, ": [\"o\", 0, \"\"]");
-        if (++w->count > w->max) {
-            for (; top >= 0; top--) closedir(st[top].d);
-            return 1;
+            else { bfmt(&e, ": [\"o\", %lld, \"\"]", (long long)sb.st_size); walk_reject(w, "unreadable file", NULL); }
+        } else bstr(&e, ": [\"o\", 0, \"\"]");
+        if (kept) {
+            if (!w->first) bstr(w->b, ", ");
+            w->first = 0;
+            bput(w->b, e.p, e.n);
+            free(e.p);
+            continue;
         }
+        if (w->nothers == w->cap) {
+            w->cap = w->cap ? 2 * w->cap : 64;
+            w->others = realloc(w->others, w->cap * sizeof *w->others);
+            if (!w->others) _exit(99);
+        }
+        w->others[w->nothers++] = (other_t){size, strdup(w->rel.p), e};
+        if (w->nothers >= 2 * w->max + 1) cut_others(w);  /* at most twice the cap held */
     }
-    return 0;
 }
 static void snapshot(jv *req, long id) {
     jv *root_v = jget(req, "root"), *max_v = jget(req, "max_files");
     const char *root = root_v && root_v->t == J_STR ? root_v->str : "/";
     buf_t b = {0}, items = {0};
     bput(&items, "", 0);
-    walk_t w = {&items, {0}, {0}, 0, max_v && max_v->t == J_NUM ? (long)max_v->num : 5000, 1, !strcmp(root, "/"), 0};
+    jv *keep_v = jget(req, "keep");
+    walk_t w = {.b = &items, .max = max_v && max_v->t == J_NUM ? (long)max_v->num : 5000, .first = 1,
+                .at_root = !strcmp(root, "/")};
+    if (w.max < 0) w.max = 0;
+    if (keep_v && keep_v->t == J_ARR && keep_v->n) {
+        w.keep = calloc(keep_v->n, sizeof *w.keep);
+        if (!w.keep) _exit(99);
+        for (int i = 0; i < keep_v->n; i++)
+            if (keep_v->kids[i].t == J_STR) w.keep[w.nkeep++] = path_bytes(keep_v->kids[i].str);
+        qsort(w.keep, w.nkeep, sizeof *w.keep, cmp_str);
+    }
     bput(&w.rej, "", 0);
     bput(&w.rel, "", 0);
-    int over = 0, fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct stat rst;
     if (fd >= 0 && fstat(fd, &rst) == 0) {
         w.dev = rst.st_dev;
-        over = walk(&w, fd);
+        walk(&w, fd);
     } else if (fd >= 0) close(fd);
-    if (over) bfmt(&b, "{\"id\": %ld, \"snapshot\": {\"too_many\": %ld}}", id, w.count);
-    else {
-        bfmt(&b, "{\"id\": %ld, \"snapshot\": {", id);
-        bput(&b, items.p, items.n);
-        if (w.rej.n) { bstr(&b, w.first ? "" : ", "); bstr(&b, "\"!rejected\": ["); bput(&b, w.rej.p, w.rej.n); bstr(&b, "]"); }
-        bstr(&b, "}}");
+    if (w.nothers > w.max) cut_others(&w);
+    for (long i = 0; i < w.nothers; i++) {
+        if (!w.first) bstr(&items, ", ");
+        w.first = 0;
+        bput(&items, w.others[i].json.p, w.others[i].json.n);
+        free(w.others[i].json.p); free(w.others[i].rel);
     }
+    bfmt(&b, "{\"id\": %ld, \"not_listed\": %ld, \"snapshot\": {", id, w.dropped);
+    bput(&b, items.p, items.n);
+    if (w.rej.n) { bstr(&b, w.first ? "" : ", "); bstr(&b, "\"!rejected\": ["); bput(&b, w.rej.p, w.rej.n); bstr(&b, "]"); }
+    bstr(&b, "}}");
     send_buf(&b);
+    for (int i = 0; i < w.nkeep; i++) free(w.keep[i]);
+    free(w.keep); free(w.others);
     free(b.p); free(items.p); free(w.rej.p); free(w.rel.p);
 }
 
@@ -812,6 +880,28 @@ static void op_write(jv *req, long id) {
     if (bad) { send_op_error(id, "write", path); return; }
     send_ok(id);
 }
+/* A link at path with the target text as it is (never resolved here: what the verifier reads through it is
+ * the tamper rule's to judge); whatever was at path is replaced, parents made as for write. */
+static void op_symlink(jv *req, long id) {
+    jv *path_v = jget(req, "path"), *target_v = jget(req, "target");
+    const char *path = path_v && path_v->t == J_STR ? path_v->str : "";
+    const char *target = target_v && target_v->t == J_STR ? target_v->str : "";
+    uid_t uid; gid_t gid;
+    if (owner_of(req, &uid, &gid)) { errno = ESRCH; send_op_error(id, "owner", "not in /etc/passwd"); return; }
+    char parent[4096];
+    if (strlen(path) >= sizeof parent) { errno = ENAMETOOLONG; send_op_error(id, "symlink", path); return; }
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (path[0] != '/' || !slash || !slash[1] || !target[0]) { errno = EINVAL; send_op_error(id, "symlink", path); return; }
+    *slash = 0;
+    if (parent[0] && ensure_dir(parent, 0755, uid, gid, 0, 1)) { send_op_error(id, "mkdir", parent); return; }
+    if (remove_at(AT_FDCWD, path)) { send_op_error(id, "replace", path); return; }
+    char *text = path_bytes(target);  /* the target's bytes as the snapshot listed them */
+    int bad = symlink(text, path) || lchown(path, uid, gid);
+    free(text);
+    if (bad) { send_op_error(id, "symlink", path); return; }
+    send_ok(id);
+}
 /* openat2 with RESOLVE_NO_SYMLINKS where the kernel has it (5.6+); else O_NOFOLLOW on the last component */
 struct open_how_ { uint64_t flags, mode, resolve; };
 static int open_nolinks(const char *path) {
@@ -885,6 +975,7 @@ static void handle_line(char *line) {
     if (!strcmp(op, "snapshot")) snapshot(&req, id);
     else if (!strcmp(op, "mkdirs")) op_mkdirs(&req, id);
     else if (!strcmp(op, "write")) op_write(&req, id);
+    else if (!strcmp(op, "symlink")) op_symlink(&req, id);
     else if (!strcmp(op, "read")) op_read(&req, id);
     else if (!strcmp(op, "remove")) op_remove(&req, id);
     else if (!strcmp(op, "stat")) op_stat(&req, id);
@@ -898,6 +989,10 @@ static void handle_line(char *line) {
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "trace")) {
+        int i = argc > 2 && !strcmp(argv[2], "--") ? 3 : 2;
+        return trace_main(argc - i, argv + i);
+    }
     signal(SIGPIPE, SIG_IGN);
     const char *spec = getenv("HARNESS_UID");
     if (spec && *spec) agent_spec = strdup(spec);

@@ -250,10 +250,10 @@ class ServedSandbox:
         repository passes a larger max_files, here and to changes())."""
         await self.capture.mark_baseline(max_files)
 
-    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000) -> Changes:
+    async def changes(self, max_bytes: int = 10 << 20, max_files: int = 2000, links: bool = False) -> Changes:
         """The agent's changes since mark_baseline() (changes.ChangeCapture.changes: bounded, never raises
-        for anything the agent can make in its workspace)."""
-        return await self.capture.changes(max_bytes, max_files)
+        for anything the agent can make in its workspace; symlinks kept in Changes.links with `links`)."""
+        return await self.capture.changes(max_bytes, max_files, links)
 
     async def diff(self) -> str:
         """A unified diff of the workspace against the baseline (text files), for people and `run`."""

@@ -1,7 +1,8 @@
 """The grading protocol: no code under test decides its own verdict.
 
 1. The caller captured the agent's changes (Sandbox.changes) and destroyed its sandbox.
-2. Changes to test hooks, pytest config, shadowing modules or visible tests -> 0, `tamper`.
+2. Changes to the visible tests or protected paths -> 0, `tamper` (test hooks, pytest config and shadowing
+   modules in the workspace are never loaded by the isolated grader: not judged by name).
 3. A FRESH container from the same image: pristine workspace + the changes. The test runner runs as
    root; the candidate's code runs as the sandbox user (10001): through the proxy in
    evaluators/grading/grader/candidate.py for Python imports, as that user for processes the tests start.
@@ -99,9 +100,12 @@ def private_folder() -> str:
 
 
 def tamper(task: Task, changes: Changes, protected: tuple[str, ...] = ()) -> str:
-    """Why the agent's changes tamper with the grading (its kind's `protected` globs included), or ""."""
+    """Why the agent's changes tamper with the grading (the visible tests, its kind's `protected` globs), or
+    "". Test-run hooks and shadowing modules by name are not judged: the grading container's isolation
+    (/grader, `python -I`, plugin autoload off, --confcutdir) never loads them, and a sub-project's own
+    conftest.py is honest work."""
     changed = {**changes.files, **{p: None for p in changes.deleted}}
-    return tamper_reason(changed, task.workspace_files, protected)
+    return tamper_reason(changed, task.workspace_files, protected, machinery=False)
 
 
 class grading_sandbox:

@@ -198,7 +198,9 @@ async def attempt_to_ship(task, make_policy, pool, image: str, *, node: str, **k
         make_policy,
         pool,
         image,
-        keep=lambda t, ch: held.keep_changes(t.workspace_files, ch.files, ch.deleted, ch.executable),
+        keep=lambda t, ch: held.keep_changes(
+            t.workspace_files, ch.files, ch.deleted, ch.executable, ch.links
+        ),
         **kw,
     )
     rec.node = node

@@ -212,7 +212,7 @@ async def _on_this_machine(cfg: EvalConfig, todo: list, Pool, images, store, the
                     sample=sample,
                     temperature=cfg.loop.temperature,
                     keep=lambda t, ch: store.keep_changes(
-                        t.workspace_files, ch.files, ch.deleted, ch.executable
+                        t.workspace_files, ch.files, ch.deleted, ch.executable, ch.links
                     ),
                     stations=stations,
                 )

@@ -1,6 +1,7 @@
 """Harbor tasks: their runtime contract and their verifier. The harbor evaluator kind (harbor_kind.py) takes
 each capability from a module here: the agent's sandbox under the contract (runtime.py), the task's images
-and network (environment.py), the tamper checks of what the verifier loads (tamper.py), the verifier and
+and network (environment.py), the tamper checks of what the traced verifier loaded (tamper.py, with the
+rule in traced.py and the pristine load map in loadmap.py), the verifier and
 its modes (verifier.py: tests/test.sh writing /logs/verifier/reward.*) and multi-step tasks (steps.py).
 
 The agent works in the image's WORKDIR as the task's user, on a writable root filesystem, and what it starts
@@ -19,9 +20,10 @@ modes ([verifier] isolation, or Harbor's environment_mode):
 In every mode the hidden tests enter a container only after the agent has finished, and /tests and
 /logs/verifier are emptied and recreated (/logs/verifier writable by the verifier's user only) just before
 test.sh runs, so no reward file the agent planted survives; every file operation is the static helper's own
-(never the container's sh/tar/ls). Stricter than Harbor: an agent change that alters what the verifier
-loads (tamper.loads_findings over the model loads.py probes from the pristine image; fresh: the working
-folder's changes, snapshot/shared: every change docker diff lists) scores 0 as `tamper`. Remaining limits
+(never the container's sh/tar/ls). Stricter than Harbor: test.sh runs under the static helper's tracer, and
+an agent file the traced verifier loaded in place of what its pristine runs loaded (traced.py's rule over
+the task's load map, loadmap.py; fresh: the working folder's changes, snapshot/shared: every change docker
+diff lists) scores 0 as `tamper` (tamper.py). Remaining limits
 (Harbor's contract, README "Harbor tasks"): in shared mode the agent's processes run alongside test.sh and
 can change what it sees; in snapshot and shared modes test.sh runs on the filesystem the agent left.
 """

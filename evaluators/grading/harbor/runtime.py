@@ -6,13 +6,14 @@ does."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Optional
 
 import docker.errors
 
 from agent.sandbox import Changes, ExecResult, NativeSpec, SandboxDied, SandboxSpec
-from agent.sandbox.backends.docker.native import FileOpError, NativeSandbox
+from agent.sandbox.backends.docker.native import HELPER_IN_CONTAINER, FileOpError, NativeSandbox
 from results.errors import InfraError, OracleFailed
 
 REWARD_DIR = "/logs/verifier"
@@ -20,6 +21,8 @@ ARTIFACTS_DIR = "/logs/artifacts"
 OUTPUT_CAP = (
     1 << 20
 )  # of a script's output (stdout and stderr together), head and tail, kept in the run folder
+UNTRACED = b'{"e":"untraced"}\n{"e":"end"}\n'  # what the tracer says where it cannot trace (trace.c)
+TRACE_CAP = 128 << 20  # of a traced run's streams: the tracer writes at most 64 MiB of trace (trace.c)
 KEEP_FILES, KEEP_FILE_BYTES, KEEP_BYTES = 200, 1 << 20, 8 << 20  # what one attempt keeps of each folder
 
 
@@ -144,7 +147,7 @@ async def capture(sb: NativeSandbox) -> Changes:
         if not await revive(sb):
             return Changes(rejected=[f"{KILLED}: its container was gone before its changes were captured"])
         try:
-            return await sb.changes()
+            return await sb.changes(links=True)  # Harbor's separate verifier keeps links: so does fresh
         except SandboxDied as e:
             why = e
     return Changes(rejected=[f"the sandbox stopped while its changes were captured: {why}"])
@@ -156,12 +159,39 @@ async def run_script(
     """Runs a task script as Harbor does (`bash -c "(script) > log 2>&1"`: by its #! line, bash for one
     without), with stdout and stderr together; `sh` where the image has no bash. Returns the result and its
     output (head and tail, bytes)."""
+    r, out, _ = await _run(sb, script, timeout, env, user, traced=False)
+    return r, out
+
+
+async def run_traced(
+    sb: NativeSandbox, script: str, timeout: float, env: dict, user: str
+) -> tuple[ExecResult, bytes, bytes]:
+    """run_script under the static helper's tracer (agent/sandbox/trace.c): also returns the trace of what
+    the script's whole process tree executed, opened and looked up (JSON lines, read by traced.Trace)."""
+    return await _run(sb, script, timeout, env, user, traced=True)
+
+
+async def _run(sb, script, timeout, env, user, traced: bool) -> tuple[ExecResult, bytes, bytes]:
+    if traced and os.environ.get("HARNESS_TRACE") == "0":  # off (a comparison, a machine without ptrace)
+        r, out, _ = await _run(sb, script, timeout, env, user, traced=False)
+        return r, out, UNTRACED
+    prefix = [HELPER_IN_CONTAINER, "trace", "--"] if traced else []
+    cap = TRACE_CAP if traced else OUTPUT_CAP  # the trace comes back whole; the output is cut here below
     for shell in ("bash", "sh"):
-        r = await sb.exec([shell, "-c", f"{script} 2>&1"], timeout, cap=OUTPUT_CAP, user=user, env=env)
+        r = await sb.exec([*prefix, shell, "-c", f"{script} 2>&1"], timeout, cap=cap, user=user, env=env)
+        if traced and r.exit_code == 127 and b'"e":"x"' not in r.err.data and shell == "bash":
+            continue  # no bash in the image: the tracer said so (exit 127, nothing executed)
         if not (r.spawn_error and r.exit_code == 127 and shell == "bash"):
             break
-    cut = f"\n[... {r.out.dropped} bytes of output cut here ...]\n".encode() if r.out.dropped else b""
-    return r, r.out.head + cut + r.out.tail + r.err.data
+    head, tail, dropped = r.out.head, r.out.tail, r.out.dropped
+    if traced and len(head) + len(tail) > OUTPUT_CAP:  # the same head and tail as an untraced run keeps
+        whole = head + tail
+        dropped += len(whole) - OUTPUT_CAP
+        head, tail = whole[: OUTPUT_CAP // 2], whole[-(OUTPUT_CAP // 2) :]
+    cut = f"\n[... {dropped} bytes of output cut here ...]\n".encode() if dropped else b""
+    if traced:
+        return r, head + cut + tail, r.err.data
+    return r, head + cut + tail + r.err.data, b""
 
 
 async def collect(sb: NativeSandbox, path: str, prefix: str, budget: list[int]) -> dict[str, bytes]:

@@ -1,58 +1,61 @@
-"""Ours, stricter than Harbor: a Harbor attempt whose changes alter what its verifier loads (the model of
-evaluators/grading/loads.py, over the pristine image) scores 0 as `tamper`, unless a package manager, the
-image's own bytes or its interpreter account for each change."""
+"""Ours, stricter than Harbor: a Harbor attempt whose verifier, traced while it graded, loaded what the
+agent made in place of what its pristine runs loaded (traced.py's rule, over the task's load map from
+loadmap.py) scores 0 as `tamper`, unless a package manager, the image's own bytes or its interpreter account
+for each finding."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import os
+import types
 from typing import Optional
 
 import docker.errors
 
 from agent.sandbox import Changes, SandboxDied
 from agent.sandbox.backends.docker.native import FileOpError, NativeSandbox
-from evaluators.grading.harbor.environment import verifier_image
-from evaluators.grading.harbor.runtime import kept_files, verifier_limits
+from evaluators.grading.harbor.runtime import REWARD_DIR, verifier_limits
+from evaluators.grading.verdict import Verdict
 from tasks.tamper import dpkg_sums
 
+FRESH_BEFORE_THE_VERIFIER = ("/tests/", REWARD_DIR + "/")  # emptied and refilled by run_verifier
+Seen = tuple  # (changed: path -> "A"/"C"/"D", contents: path -> bytes, plain: added non-executable files)
 
-async def check_tamper(
-    task, sb: NativeSandbox, changes: Changes, original: set[str], pool=None
-) -> Optional[str]:
-    """Ours, stricter than Harbor: the agent's changes that alter what the verifier loads
-    (tamper.loads_findings over the model loads.py probes from the pristine image). fresh: the working
-    folder's captured changes (all that reaches its verifier); snapshot/shared: those plus every change the
-    engine sees (docker diff). Findings that a package manager, the image's own bytes or the image's
-    interpreter account for are cleared."""
-    from evaluators.grading import loads
-    from tasks.tamper import loads_findings, loads_reason
 
-    mode = task.harbor.verifier_mode
-    user = task.harbor.verifier_user or sb.image_user
-    spec = dataclasses.replace(verifier_limits(task), network=False)
-    image = (await asyncio.to_thread(verifier_image, task) if mode == "fresh" else None) or sb.image
-    m = await loads.model(task, pool, image, user, spec)
-    wd = m.workdir.rstrip("/")
-    orig = {f"{wd}/{p}" for p in original}
+def fresh_changes(task, changes: Changes, artifacts, workdir: str) -> Seen:
+    """fresh mode: what reaches its verifier, the working folder's captured changes and the collected
+    artifacts at their own paths (grade_fresh), as absolute paths."""
+    wd = workdir.rstrip("/")
+    original = set(task.workspace_files)
     changed = {f"{wd}/{p}": ("C" if p in original else "A") for p in changes.files}
     changed.update({f"{wd}/{p}": "D" for p in changes.deleted})
     contents = {f"{wd}/{p}": d for p, d in changes.files.items()}
     plain = {f"{wd}/{p}" for p in changes.files if p not in changes.executable}
-    if mode == "fresh":  # the collected artifacts reach its verifier too, at their own paths (grade_fresh)
-        for name, data in kept_files(sb).items():
-            path = name[len("artifacts") :]
-            if name.startswith("artifacts/") and not name.endswith("NOT-COLLECTED.txt"):
-                changed.setdefault(path, "A")
-                contents.setdefault(path, data)
-                plain.add(path)
-        return loads_reason(loads_findings(changed, m, contents, orig, plain)) or None
+    for name, data in (artifacts or {}).items():
+        path = name[len("artifacts") :]
+        if name.startswith("artifacts/") and not name.endswith("NOT-COLLECTED.txt"):
+            changed.setdefault(path, "A")
+            contents.setdefault(path, data)
+            plain.add(path)
+    return changed, contents, plain
+
+
+async def attempt_changes(task, sb: NativeSandbox, changes: Changes, original: set[str]) -> Seen | str:
+    """snapshot/shared: the working folder's captured changes plus every change the engine sees in the
+    agent's container (docker diff), read before test.sh runs (what it installs itself is the verifier's).
+    A string when the engine cannot list them (then nothing can be checked: tamper)."""
+    wd = sb.workdir.rstrip("/")
+    changed = {f"{wd}/{p}": ("C" if p in original else "A") for p in changes.files}
+    changed.update({f"{wd}/{p}": "D" for p in changes.deleted})
+    contents = {f"{wd}/{p}": d for p, d in changes.files.items()}
+    plain = {f"{wd}/{p}" for p in changes.files if p not in changes.executable}
     try:  # the agent's own container, also after a revival (revive)
         diff = await asyncio.to_thread((sb.agent_container or sb.container).diff)
     except docker.errors.NotFound:
-        return None  # the container is gone: snapshot verification will say so
+        return changed, contents, plain  # the container is gone: snapshot verification will say so
     except docker.errors.APIError as e:  # the engine cannot list what the agent made (paths over PATH_MAX)
         why = str(getattr(e, "explanation", None) or e)
         return (
@@ -62,41 +65,98 @@ async def check_tamper(
     for d in diff or []:
         changed.setdefault(d.get("Path", ""), "CAD"[d.get("Kind", 0)] if d.get("Kind") in (0, 1, 2) else "C")
     changed.pop("", None)
-    findings = loads_findings(changed, m, contents, orig, plain)
-    if not findings or sb.dead:
-        return loads_reason(findings) or None
-    try:
-        return await _clear(task, sb, pool, image, spec, m, changed, contents, orig, plain, findings) or None
-    except (SandboxDied, FileOpError) as e:  # the agent ended its container meanwhile: nothing can clear
-        return loads_reason(findings) + f" (not checked further: {e})"
+    # what the harness makes anew before test.sh runs (the hidden tests, the reward folder) is not the agent's
+    for p in [p for p in changed if p.startswith(FRESH_BEFORE_THE_VERIFIER) or p in ("/tests", REWARD_DIR)]:
+        del changed[p]
+    return changed, contents, plain
 
 
-async def _clear(task, sb, pool, image, spec, m, changed, contents, orig, plain, findings) -> str:
-    """snapshot/shared: the findings, judged again with what only the agent's container can tell (folders
-    are not files, .pth/entry-point/config contents, which added files are executable), then cleared where
-    dpkg's records, a distribution's RECORD, the pristine image's bytes or its interpreter account for
-    them."""
+async def judge(
+    task, v, pool, image: str, seen: Seen, original: set[str], sb: Optional[NativeSandbox], workdir: str
+):
+    """The verifier's verdict `v`, or `tamper` when its traced run (v.trace) loaded what the rule of
+    traced.py forbids, compared with the task's pristine load map (loadmap.py); findings that a package
+    manager, the image's own bytes or its interpreter account for are cleared (sb: the agent's container,
+    for dpkg's and pip's records; None in fresh mode)."""
+    from evaluators.grading.harbor import loadmap, traced
+
+    changed, contents, plain = seen
+    trace = getattr(v, "trace", None)
+    wd = workdir.rstrip("/")
+    mine = {p: k for p, k in changed.items() if k != "D"}
+    if trace is None or not mine:
+        return v  # nothing of the agent's can have been loaded
+    if not trace.complete:  # the tracer did not finish: nothing says what the verifier loaded
+        if v.reward > 0:
+            why = "the verifier's trace was cut off (its tracer was killed or ran out of room)"
+            return Verdict(0.0, False, "tamper", detail=f"{why}, so what it loaded cannot be checked")
+        return v
+    orig = {f"{wd}/{p}" for p in original}
+    if trace.untraced:  # no tracer for this machine's architecture: the image's static model decides
+        m, rejudge = await _static(task, pool, image, wd, changed, contents, plain, orig)
+    else:
+        m = await loadmap.get(task, pool, image, wd)
+        rejudge = lambda: traced.findings(trace, changed, m, contents, orig)  # noqa: E731
+    found = rejudge()
+    if found and sb is not None and not sb.dead:
+        try:
+            found = await _clear(sb, pool, image, task, m.pythons, (changed, contents), found, rejudge)
+        except (SandboxDied, FileOpError) as e:  # the agent ended its container meanwhile
+            found = [(p, f"{why} (not checked further: {e})", "") for p, why, _ in found]
+    elif found:  # fresh: the pristine image's own bytes and bytecode only
+        pyc_ok, same_ok = await pristine_checks(pool, image, task, m.pythons, found, contents)
+        found = [f for f in found if f[0] not in same_ok and not (f[2] == "pyc" and f[0] in pyc_ok)]
+    if not found:
+        return v
+    path, why, _ = found[0]
+    return Verdict(0.0, False, "tamper", detail=why, seconds=v.seconds, output=v.output, files=v.files)
+
+
+async def _static(task, pool, image, wd, changed, contents, plain, orig):
+    """Where the tracer cannot run (an architecture it does not know): the rule over the model of what the
+    verifier loads, probed from the pristine image (loads.py, tasks.tamper.loads_findings): (its Python
+    interpreters by cache tag, the findings as a function of what is known of the contents)."""
+    from evaluators.grading import loads
+    from tasks.tamper import loads_findings
+
+    user = task.harbor.verifier_user or "root"
+    spec = dataclasses.replace(verifier_limits(task), network=False)
+    lm = await loads.model(task, pool, image, user, spec)
+    pythons = types.SimpleNamespace(pythons={p.tag: p.exe for p in lm.pythons})
+    return pythons, lambda: loads_findings(changed, lm, contents, orig, plain)
+
+
+async def pristine_checks(pool, image, task, pythons, found, contents) -> tuple[set[str], set[str]]:
+    """loads.pristine_checks for the findings: bytecode the image's interpreter makes from its own source,
+    and files that hold exactly what the image has there."""
+    from evaluators.grading import loads
+
+    pycs = {p: contents[p] for p, _, c in found if c == "pyc" and p in contents}
+    same = {p: contents[p] for p, _, _ in found if p in contents}
+    spec = dataclasses.replace(verifier_limits(task), network=False)
+    interpreters = [loads.Python(exe, tag, [], [], [], {}) for tag, exe in pythons.items()]
+    return await loads.pristine_checks(pool, image, spec, task.id, loads.Loads("/", interpreters), pycs, same)
+
+
+async def _clear(sb, pool, image, task, pythons, seen, found, rejudge) -> list:
+    """snapshot/shared: the findings, judged again with the contents only the agent's container has (.pth,
+    entry-point and config files), then cleared where dpkg's records, a distribution's RECORD, the pristine
+    image's bytes or its interpreter account for them. Returns the findings left."""
     import hashlib
 
-    from evaluators.grading import loads
-    from tasks.tamper import loads_findings, loads_reason
-
-    paths = [p for p, _, _ in findings if changed[p] != "D"]
-    for p, k in zip(paths, await sb.kinds(*paths) if paths else []):
-        if k == "d":
-            changed.pop(p)
-        elif k == "f" and p not in contents:
-            data, _, more = await sb.read_file(p, 1 << 20)
-            if not more:
-                contents[p] = data
-    for folder in {p.rpartition("/")[0] for p in paths if changed.get(p) == "A"} & set(m.path_dirs):
-        listing = await sb.list_files(folder, max_files=20000) or {}
-        plain |= {f"{folder}/{n}" for n, info in listing.items() if info[0] == "f" and not info[3]}
-    findings = loads_findings(changed, m, contents, orig, plain)
-    flagged = {p: changed[p] for p, _, _ in findings}
-    cleared: dict[str, set[str]] = {
-        "dpkg": set(await _packaged(sb, [p for p, k in flagged.items() if k != "D"]))
-    }
+    changed, contents = seen
+    for p, _, _ in found:
+        if p not in contents and changed.get(p) != "D":
+            with contextlib.suppress(FileOpError):
+                data, _, more = await sb.read_file(p, 1 << 20)
+                if not more:
+                    contents[p] = data
+    before = {p for p, _, _ in found}
+    found = [f for f in rejudge() if f[0] in before]
+    if not found:
+        return []
+    flagged = {p: changed[p] for p, _, _ in found}
+    cleared: set[str] = set(await _packaged(sb, [p for p, k in flagged.items() if k != "D"]))
     # a distribution's RECORD (pip's installs and upgrades): its sha256 of each file it installed
     records: dict[str, str] = {}
     for rec in [p for p, k in changed.items() if k != "D" and p.endswith(".dist-info/RECORD")]:
@@ -106,15 +166,7 @@ async def _clear(task, sb, pool, image, spec, m, changed, contents, orig, plain,
             rel, _, rest = line.partition(",")
             if rest.startswith("sha256="):
                 records[os.path.normpath(f"{base}/{rel}")] = rest[7:].split(",")[0]
-    # a deletion in a folder where a distribution was installed, upgraded or removed (pip -U drops old files)
-    upgraded = {p.rsplit("/", 1)[0] for p in changed if p.endswith(".dist-info")}
-    cleared["installer"] = {
-        p for p, k in flagged.items() if k == "D" and any(p.startswith(u + "/") for u in upgraded)
-    }
-    pycs, same = {}, {}
-    for p, k in flagged.items():
-        if k == "D":
-            continue
+    for p in flagged:
         data = contents.get(p)
         if data is None:
             try:  # a link is not a file: nothing clears it
@@ -123,15 +175,16 @@ async def _clear(task, sb, pool, image, spec, m, changed, contents, orig, plain,
                 continue
             if more:
                 continue
+            contents[p] = data
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
         if records.get(p) == digest:
-            cleared["installer"].add(p)
-        if p.endswith(".pyc"):
-            pycs[p] = data
-        if k == "C":
-            same[p] = data
-    cleared["pyc"], cleared["same"] = await loads.pristine_checks(pool, image, spec, task.id, m, pycs, same)
-    return loads_reason(findings, cleared)
+            cleared.add(p)
+    pyc_ok, same_ok = await pristine_checks(pool, image, task, pythons, found, contents)
+    return [
+        (p, why, c)
+        for p, why, c in found
+        if p not in same_ok and not (c and p in cleared) and not (c == "pyc" and p in pyc_ok)
+    ]
 
 
 async def _packaged(sb: NativeSandbox, changed: list[str]) -> frozenset[str]:

@@ -27,11 +27,12 @@ from evaluators.grading.harbor.runtime import (
     KILLED,
     REWARD_DIR,
     collect,
-    run_script,
+    run_traced,
     scripts,
     verifier_limits,
 )
-from evaluators.grading.harbor.tamper import check_tamper
+from evaluators.grading.harbor.tamper import attempt_changes, fresh_changes, judge
+from evaluators.grading.harbor.traced import Trace
 from evaluators.grading.verdict import Verdict
 from results.schema import clip
 
@@ -42,13 +43,14 @@ RECORD_OUTPUT_CHARS = 8000  # of test.sh's output in the record itself, head and
 async def verify_agent(task, sb: NativeSandbox, pool: SandboxPool, changes: Changes):
     """After the capture, before the agent's container is released: the tamper checks, then verification in
     snapshot and shared mode. None in fresh mode without tampering (graded after the release)."""
-    original = set(sb.capture.baseline or {}) | set(task.workspace_files)
-    why = await check_tamper(task, sb, changes, original, pool)
-    if why:
-        return Verdict(0.0, False, "tamper", detail=why)
     if task.harbor.verifier_mode == "fresh":
-        return None
-    return await verify_in_place(task, sb, pool)
+        return None  # graded after the release (grade_fresh), from the working folder's changes alone
+    original = set(sb.capture.baseline or {}) | set(task.workspace_files)
+    seen = await attempt_changes(task, sb, changes, original)  # before test.sh changes anything itself
+    if isinstance(seen, str):
+        return Verdict(0.0, False, "tamper", detail=seen)
+    v = await verify_in_place(task, sb, pool)
+    return await judge(task, v, pool, sb.image, seen, original, sb, sb.workdir)
 
 
 async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
@@ -92,9 +94,9 @@ async def verify_in_place(task, sb: NativeSandbox, pool: SandboxPool):
     return v
 
 
-async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, artifacts=None):
-    """fresh mode: a new container of the verifier's image with the working folder's captured changes and
-    the collected artifacts at their own paths (as Harbor's separate verifier gets them)."""
+async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, artifacts=None, judged=True):
+    """fresh mode: a new container of the verifier's image with the working folder's captured changes (its
+    symlinks too) and the collected artifacts at their own paths (as Harbor's separate verifier gets them)."""
     t0 = time.monotonic()
     vimage = await asyncio.to_thread(verifier_image, task) or image
     async with pool.sandbox(vimage, verifier_limits(task), task=task.id) as sb:
@@ -105,11 +107,17 @@ async def grade_fresh(task, changes: Changes, pool: SandboxPool, image: str, art
         )
         if changes.deleted:
             await sb.remove(*[f"{sb.workdir.rstrip('/')}/{p}" for p in changes.deleted])
+        for p, target in sorted(changes.links.items()):  # last: a link replaces what was at its path
+            await sb.symlink(f"{sb.workdir.rstrip('/')}/{p}", target, owner="agent")
         for name, data in (artifacts or {}).items():
             if name.startswith("artifacts/") and not name.endswith("NOT-COLLECTED.txt"):
                 await sb.write_file(name[len("artifacts") :], data)
         v = await run_verifier(task, sb)
+        wd = sb.workdir
     v.seconds = time.monotonic() - t0
+    if judged:
+        seen = fresh_changes(task, changes, artifacts, wd)
+        v = await judge(task, v, pool, image, seen, set(task.workspace_files), None, wd)
     return v
 
 
@@ -132,7 +140,8 @@ async def run_verifier(task, sb: NativeSandbox):
     timeout = task.verifier_timeout_sec
     refused = await pids_refused(sb)
     try:
-        r, out = await run_script(sb, "/tests/test.sh", timeout, env=dict(spec.verifier_env), user=user)
+        env = dict(spec.verifier_env)
+        r, out, trace = await run_traced(sb, "/tests/test.sh", timeout, env=env, user=user)
     except SandboxDied as e:  # the code under test or a process the agent left ended the container
         if await asyncio.to_thread(sb.death_cause) == "oom":
             return Verdict(0.0, False, "oom", detail="the memory limit was used up while test.sh ran")
@@ -156,6 +165,7 @@ async def run_verifier(task, sb: NativeSandbox):
         v = verdict(left.get("verifier/reward.txt"), left.get("verifier/reward.json"), text[-400:])
     v.files = files
     v.output = clip(text, RECORD_OUTPUT_CHARS)
+    v.trace = Trace.parse(trace)  # what test.sh's processes loaded and read: the tamper rule's evidence
     return v
 
 

@@ -274,6 +274,7 @@ def test_every_sandbox_class_has_the_contracts_methods_with_its_signatures(cls):
 # What modules above the sandbox still use beyond the contract, each for a reason (REMOVE an entry when its
 # module moves to the contract). Harbor tasks need the static helper's own file operations (native.py).
 NATIVE_ONLY = {"mkdirs", "write_file", "read_file", "remove", "kinds", "list_files", "kill_all", "image_user"}
+NATIVE_ONLY |= {"symlink"}  # fresh mode recreates the agent's links (Harbor's separate verifier keeps them)
 # a root agent can kill the static helper: the sandbox goes on from a commit (revive, agent_container)
 NATIVE_ONLY |= {"revive", "agent_container"}
 # the model of what a Harbor verifier loads is asked of the task's image: its id and its environment
@@ -281,7 +282,10 @@ NATIVE_ONLY |= {"image", "env"}
 HARBOR = NATIVE_ONLY | {"container", "capture", "kept_files", "limits"}
 BEYOND_THE_CONTRACT = {
     # container: commit/diff (Docker only); kept_files: its own bookkeeping set on the sandbox object
-    **{f"evaluators/grading/harbor/{m}.py": HARBOR for m in ("runtime", "tamper", "verifier", "steps")},
+    **{
+        f"evaluators/grading/harbor/{m}.py": HARBOR
+        for m in ("runtime", "tamper", "verifier", "steps", "loadmap")
+    },
     "evaluators/grading/loads.py": NATIVE_ONLY,  # probes a pristine container of a Harbor task's image
 }
 POOL_BEYOND = {

@@ -43,6 +43,7 @@ from agent.sandbox.served import ServedSandbox
 from results.errors import InfraError, UserError
 
 HELPER_SOURCE = Path(__file__).resolve().parents[2] / "helper.c"  # agent/sandbox/helper.c: runs inside
+TRACE_SOURCE = HELPER_SOURCE.with_name("trace.c")  # the verifier's tracer, #included by helper.c
 HELPER_IN_CONTAINER = "/.harness-helper"
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harness"))
 
@@ -50,7 +51,7 @@ CACHE_DIR = Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harne
 def helper_path() -> Path:
     """The static helper binary for this host, compiled on first use (gcc -static) and cached by source
     hash."""
-    source = HELPER_SOURCE.read_bytes()
+    source = HELPER_SOURCE.read_bytes() + TRACE_SOURCE.read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:12]
     target = CACHE_DIR / f"sandbox-helper-{digest}"
     if target.is_file():
@@ -186,6 +187,11 @@ class NativeSandbox(ServedSandbox):
             timeout=120,
         )
 
+    async def symlink(self, path: str, target: str, owner: str = "root"):
+        """Makes path a link to `target`, its text as it is (never resolved: a link out of the working folder
+        is the tamper rule's to judge), replacing what was there; parents as write_file makes them."""
+        await self._op({"op": "symlink", "path": path, "target": target, "owner": owner})
+
     async def read_file(self, path: str, max_bytes: int = 1 << 20) -> tuple[bytes, int, bool]:
         """(the first max_bytes of the file, its size, whether it was longer); follows no link."""
         r = await self._op({"op": "read", "path": path, "max": max_bytes}, timeout=120)
@@ -207,7 +213,7 @@ class NativeSandbox(ServedSandbox):
         if not isinstance(snap, dict):
             raise FileOpError(f"sandbox {self.id[:12]}: listing {root} failed: {reply.get('error', reply)}")
         snap.pop("!rejected", None)  # what could not be listed (too deep, unreadable) is left out
-        return None if "too_many" in snap else snap
+        return None if reply.get("not_listed") else snap
 
     async def put_files(self, files, dest: str = WORKSPACE, user: str = "agent", executable=()) -> list[str]:
         """Writes files below dest (0644, or 0755 for the paths named in `executable`), owned by `user`.
@@ -240,20 +246,19 @@ class NativeSandbox(ServedSandbox):
 
     async def _capture(self, args: list[str], stdin: Optional[bytes] = None, cap: int = 64 << 20) -> dict:
         """Change capture without the image's python3 (agent/sandbox/capture.py's two modes): `list`
-        walks the working folder in the helper itself (same filesystem only), `read` streams the files
-        out by tar."""
+        walks the working folder in the helper itself (same filesystem only; past max_files, the baseline's
+        paths and the smallest others, as capture.py), `read` reads the files by the helper's read op."""
         mode, root = args[0], (self.workdir if args[1] == WORKSPACE else args[1])
         if mode in ("list", "changed"):  # `changed` reads nothing here: the caller asks `read` for it
-            reply = await self.channel.request(
-                {"op": "snapshot", "root": root, "max_files": int(args[2])}, 150
-            )
+            req = {"op": "snapshot", "root": root, "max_files": int(args[2])}
+            if mode == "changed":
+                req["keep"] = sorted(json.loads(stdin or b"{}"))  # the baseline's paths: never cut
+            reply = await self.channel.request(req, 150 + len(stdin or b"") / 5e6)
             snap = reply.get("snapshot")
             if not isinstance(snap, dict):
                 raise CaptureError(f"sandbox {self.id[:12]}: listing failed: {reply.get('error', reply)}")
             rejected = snap.pop("!rejected", [])  # too deep or unreadable: listed as not captured
-            if "too_many" in snap:
-                return {"too_many": snap["too_many"], "entries": {}, "rejected": rejected}
-            return {"entries": snap, "rejected": rejected}
+            return {"entries": snap, "rejected": rejected, "not_listed": reply.get("not_listed", 0)}
         wanted = json.loads(stdin or b"[]")
         try:
             files = await self.get_files(wanted, root=root, max_bytes=int(args[2]) + (1 << 20))
