@@ -5,12 +5,13 @@ library only).
                                 "rejected": [...], "not_listed": N}
                           kind: f file, l link (its target text, never followed), o other (fifo, socket,
                           device); folders are walked, not listed. Past MAX_FILES entries only the
-                          MAX_FILES smallest are listed (size, then path; links and others count 0) and
+                          MAX_FILES first are listed (shallowest, then smallest, then by path; links and
+                          others count 0) and
                           N says how many were not: memory stays bounded, whatever the workspace holds
   read ROOT MAX_BYTES  -> paths as a JSON list on stdin; JSON {"files": {path: base64}, "rejected": [...]}
   changed ROOT MAX_FILES MAX_BYTES MAX_READ
                        -> a baseline {path: [kind, size, ...]} as JSON on stdin; list's answer (every
-                          path of the baseline listed beside the MAX_FILES smallest others: a changed or
+                          path of the baseline listed beside the MAX_FILES first others: a changed or
                           deleted starting file is never lost to the cap), plus "files"
                           and "read_rejected" (read's answer) for every regular file whose entry differs
                           from the baseline's, when there are at most MAX_READ of them with at most
@@ -42,8 +43,10 @@ def _join(parent, name):
 
 def listing(root, max_files, keep=frozenset()):
     entries, rejected = {}, []
-    others = []  # (size, path, meta) of entries not in `keep`: only the max_files smallest are listed
-    bound = None  # (size, path) of the largest kept once others were cut: anything over it is dropped
+    # (depth, size, path, meta) of entries not in `keep`: only the max_files first are listed, shallowest
+    # then smallest (an answer sits near the top; a dependency folder's thousands of files lie deeper)
+    others = []
+    bound = None  # (depth, size, path) of the last kept once others were cut: anything after it is dropped
     dropped = 0
     top = os.open(root, OPEN_DIR)
     stack = [(top, "", 0, None)]  # (folder fd, its path, depth, scandir iterator)
@@ -80,7 +83,7 @@ def listing(root, max_files, keep=frozenset()):
             stack.append((sub, rel, depth + 1, None))
             continue
         size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-        if rel not in keep and bound is not None and (size, rel) > bound:
+        if rel not in keep and bound is not None and (rel.count("/"), size, rel) > bound:
             dropped += 1  # past the cap and larger than all kept: not even read
             continue
         if stat.S_ISLNK(st.st_mode):
@@ -101,17 +104,17 @@ def listing(root, max_files, keep=frozenset()):
         if rel in keep:
             entries[rel] = meta
             continue
-        others.append((size, rel, meta))
-        if len(others) >= 2 * max_files + 1:  # cut back to the smallest: at most twice the cap held
-            others.sort(key=lambda o: o[:2])
+        others.append((rel.count("/"), size, rel, meta))
+        if len(others) >= 2 * max_files + 1:  # cut back to the first: at most twice the cap held
+            others.sort(key=lambda o: o[:3])
             dropped += len(others) - max_files
             del others[max_files:]
-            bound = others[-1][:2] if others else (-1, "")
+            bound = others[-1][:3] if others else (-1, -1, "")
     if len(others) > max_files:
-        others.sort(key=lambda o: o[:2])
+        others.sort(key=lambda o: o[:3])
         dropped += len(others) - max_files
         del others[max_files:]
-    entries.update((rel, meta) for _, rel, meta in others)
+    entries.update((rel, meta) for _, _, rel, meta in others)
     return {"entries": entries, "rejected": rejected, "not_listed": dropped}
 
 

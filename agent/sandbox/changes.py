@@ -19,8 +19,9 @@ CAPTURE_SOURCE = (Path(__file__).parent / "capture.py").read_text()
 NAME_MAX = 255  # bytes in one file name (Linux filesystems)
 PATH_MAX = 4096  # bytes in a path the kernel accepts, with its final NUL
 MAX_DEPTH = 256  # agent/sandbox/capture.py's: deeper folders are never listed
-# Entries (files, links) of a workspace listing beyond the baseline's own: past it the smallest are listed and
-# the rest counted (capture.py), so a dependency folder beside an answer costs only itself
+# Entries (files, links) of a workspace listing beyond the baseline's own: past it the shallowest, then the
+# smallest, are listed and the rest counted (capture.py): a dependency folder beside an answer costs only
+# itself
 MAX_LISTED = 20_000
 NOT_LISTED = "/not_listed"  # a snapshot's count of what it left out (a key no relative path can be)
 
@@ -74,8 +75,9 @@ class ChangeCapture:
         self, max_files: int = MAX_LISTED, changed: Optional[tuple] = None, read: Optional[dict] = None
     ) -> dict:
         """path -> [kind, size, sha256 or link target, executable] for everything under /workspace
-        (kind: f file, l link, o other); past max_files only the smallest (and, with `changed`, every path
-        of the baseline), NOT_LISTED: how many were left out; "!rejected": what could not be listed."""
+        (kind: f file, l link, o other); past max_files only the first, shallowest then smallest (and, with
+        `changed`, every path of the baseline), NOT_LISTED: how many were left out; "!rejected": what could
+        not be listed."""
         if changed is None:
             out = await self._capture(["list", WORKSPACE, str(max_files)])
         else:  # and read what differs from a baseline (capture.py's `changed`) into read["files"]
@@ -102,8 +104,8 @@ class ChangeCapture:
         no container can hold (unwritable()) and files past the caps are not copied out, only listed in
         `rejected` (the attempt is graded without them); so are symlinks, unless `links` (Harbor tasks,
         whose verifier keeps them): then each is kept as its target text in `links`. Past a cap (files,
-        bytes, or MAX_LISTED entries listed), changed starting files come first, then the smallest: junk
-        left beside a solution costs only itself."""
+        bytes, or MAX_LISTED entries listed), changed starting files come first, then the shallowest and
+        smallest: a dependency folder left beside a solution costs only itself."""
         ch = Changes()
         base = {p: m for p, m in (self.baseline or {}).items() if p not in ("!rejected", NOT_LISTED)}
         read: dict = {}  # the changed files, read in the listing's round trip when within the caps
@@ -127,7 +129,8 @@ class ChangeCapture:
         if now.get(NOT_LISTED):
             ch.rejected.append(
                 f"{now.pop(NOT_LISTED)} new entries past the listing cap of {MAX_LISTED} are left out, the "
-                "largest (changed starting files and the smallest new ones are captured)"
+                "deepest and largest (changed starting files and the shallowest, smallest new ones are "
+                "captured)"
             )
         changed = [p for p, meta in now.items() if base.get(p) != meta and not _is_cache(p)]
         ch.deleted = sorted(p for p in base if p not in now and base[p][0] != "o")
@@ -151,7 +154,7 @@ class ChangeCapture:
                 else:
                     files.append(p)
         wanted, total, over = [], 0, []
-        for p in sorted(files, key=lambda p: (p not in base, now[p][1], p)):
+        for p in sorted(files, key=lambda p: (p not in base, p.count("/"), now[p][1], p)):
             if len(wanted) >= max_files or total + now[p][1] > max_bytes:
                 over.append(p)
                 continue

@@ -22,7 +22,7 @@
  * Reply:    as agent/sandbox_server.py; a snapshot reply is {"id": 2, "snapshot": {path: [kind, size, hash, exec]},
  *           "not_listed": N}, with "!rejected": [reason, ...] for what could not be listed (folders over 256
  *           levels deep, unreadable entries); a link's entry is ["l", 0, its target text]. Every path in "keep"
- *           (a baseline's) is listed, and of the others the max_files smallest (size, then path): N says how
+ *           (a baseline's) is listed, and of the others the max_files first (depth, size, path): N says how
  *           many were not. Hashes are 64-bit FNV-1a (hex), not sha256: only equality between two snapshots of
  *           the same sandbox matters.
  * "agent" is the user named by --agent=USER or $HARNESS_UID (a uid, uid:gid or a name from the image's /etc/passwd).
@@ -546,24 +546,33 @@ static void finish_cmd(cmd_t *c) {
  * decides what a container can hold) and folders deeper than WALK_DEPTH are listed as not captured
  * ("!rejected" in the reply): what the agent makes in its workspace never ends this server. */
 #define WALK_DEPTH 256
-typedef struct { long long size; char *rel; buf_t json; } other_t;  /* an entry not in keep, as JSON */
+typedef struct { int depth; long long size; char *rel; buf_t json; } other_t;  /* an entry not in keep, as JSON */
 typedef struct {
     buf_t *b, rej, rel; long max; int first, at_root; dev_t dev;
     char **keep; int nkeep;  /* a baseline's paths, sorted: always listed (a changed starting file is never cut) */
-    other_t *others; long nothers, cap, dropped;  /* the max smallest others; how many were cut */
-    int bounded; long long bsize; const char *brel;  /* once cut: the largest kept (anything over it is dropped) */
+    other_t *others; long nothers, cap, dropped;  /* the max first others; how many were cut */
+    int bounded, bdepth; long long bsize; const char *brel;  /* once cut: the last kept (anything after it is dropped) */
 } walk_t;
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int depth_of(const char *rel) { int n = 0; for (; *rel; rel++) n += *rel == '/'; return n; }
+/* shallowest, then smallest, then by path (as capture.py): an answer sits near the top, a dependency
+ * folder's thousands of files lie deeper */
+static int cmp_key(int d1, long long s1, const char *r1, int d2, long long s2, const char *r2) {
+    if (d1 != d2) return d1 < d2 ? -1 : 1;
+    if (s1 != s2) return s1 < s2 ? -1 : 1;
+    return strcmp(r1, r2);
+}
 static int cmp_other(const void *a, const void *b) {
     const other_t *x = a, *y = b;
-    return x->size != y->size ? (x->size < y->size ? -1 : 1) : strcmp(x->rel, y->rel);
+    return cmp_key(x->depth, x->size, x->rel, y->depth, y->size, y->rel);
 }
-/* Back to the max smallest others, as capture.py: memory stays bounded whatever the workspace holds. */
+/* Back to the max first others, as capture.py: memory stays bounded whatever the workspace holds. */
 static void cut_others(walk_t *w) {
     qsort(w->others, w->nothers, sizeof *w->others, cmp_other);
     for (long i = w->max; i < w->nothers; i++) { free(w->others[i].rel); free(w->others[i].json.p); w->dropped++; }
     if (w->nothers > w->max) w->nothers = w->max;
     w->bounded = 1;
+    w->bdepth = w->nothers ? w->others[w->nothers - 1].depth : -1;
     w->bsize = w->nothers ? w->others[w->nothers - 1].size : -1;
     w->brel = w->nothers ? w->others[w->nothers - 1].rel : "";
 }
@@ -654,7 +663,8 @@ static void walk(walk_t *w, int topfd) {
         }
         long long size = S_ISREG(sb.st_mode) ? (long long)sb.st_size : 0;
         int kept = w->nkeep && bsearch(&w->rel.p, w->keep, w->nkeep, sizeof *w->keep, cmp_str);
-        if (!kept && w->bounded && (size > w->bsize || (size == w->bsize && strcmp(w->rel.p, w->brel) > 0))) {
+        int depth = depth_of(w->rel.p);
+        if (!kept && w->bounded && cmp_key(depth, size, w->rel.p, w->bdepth, w->bsize, w->brel) > 0) {
             w->dropped++;  /* past the cap and larger than all kept: not even read */
             continue;
         }
@@ -684,7 +694,7 @@ static void walk(walk_t *w, int topfd) {
             w->others = realloc(w->others, w->cap * sizeof *w->others);
             if (!w->others) _exit(99);
         }
-        w->others[w->nothers++] = (other_t){size, strdup(w->rel.p), e};
+        w->others[w->nothers++] = (other_t){depth, size, strdup(w->rel.p), e};
         if (w->nothers >= 2 * w->max + 1) cut_others(w);  /* at most twice the cap held */
     }
 }

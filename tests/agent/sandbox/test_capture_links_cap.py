@@ -101,27 +101,29 @@ def test_the_helper_lists_what_capture_py_lists(tmp_path):
     assert theirs["current"][2] == "node_modules/p1" and theirs["node_modules/up"][2] == "../outside"
 
 
-def test_changes_past_the_listing_cap_keep_changed_starting_files_then_the_smallest_new(tmp_path):
+def test_changes_past_the_listing_cap_keep_changed_starting_files_then_the_shallowest_smallest_new(tmp_path):
     """More than MAX_LISTED entries (a dependency folder the agent made): the changed starting file (larger
-    than every new one), the deleted one and the smallest new files are captured, and the record says how
-    many entries were left out."""
+    than every new one), the deleted one, a new answer at the top (larger than every dependency file, so
+    "smallest first" alone would lose it) and then the smallest new files are captured, and the record says
+    how many entries were left out."""
     write(tmp_path, {"solution.py": b"stub\n", "gone.txt": b"g\n", "same.txt": b"="})
     cc = ChangeCapture(local_capture(tmp_path))
     run(cc.mark_baseline())
     extra = MAX_LISTED + 150
     for i in range(extra):  # sizes 1..9: every one smaller than the answer
         write(tmp_path, {f"node_modules/m{i % 97}/f{i}.js": b"x" * (1 + i % 9)})
-    write(tmp_path, {"solution.py": b"def f():\n    return 42\n" * 3})
+    write(tmp_path, {"solution.py": b"def f():\n    return 42\n" * 3, "answer.txt": b"the answer\n" * 5})
     (tmp_path / "gone.txt").unlink()
     ch = run(cc.changes(max_files=50))
     assert ch.files["solution.py"] == b"def f():\n    return 42\n" * 3
+    assert ch.files["answer.txt"] == b"the answer\n" * 5
     assert ch.deleted == ["gone.txt"] and "same.txt" not in ch.files
-    new = sorted(p for p in ch.files if p != "solution.py")
-    assert len(new) == 49 and all(len(ch.files[p]) == 1 for p in new)  # the smallest new ones
+    new = sorted(p for p in ch.files if p not in ("solution.py", "answer.txt"))
+    assert len(new) == 48 and all(len(ch.files[p]) == 1 for p in new)  # then the smallest new ones
     left = [r for r in ch.rejected if "past the listing cap" in r]
     assert left == [
-        f"150 new entries past the listing cap of {MAX_LISTED} are left out, the largest (changed "
-        "starting files and the smallest new ones are captured)"
+        f"151 new entries past the listing cap of {MAX_LISTED} are left out, the deepest and largest "
+        "(changed starting files and the shallowest, smallest new ones are captured)"
     ]
     assert any("changed files past the caps of 50 files" in r for r in ch.rejected)
 
