@@ -1,9 +1,9 @@
 """A Harbor verifier's load map: what its pristine runs loaded (traced.LoadMap), from two traced runs of
 the task's verifier on the task's image in the task's own mode, the null agent's (nothing changed) and the
-oracle's (so that what only a working solution makes the verifier load is seen too). Cached per task
-content, image and verifier mode, in memory and on disk (HARNESS_CACHE/loadmaps), valid while the tracer
-and the rule are the same; `harness tasks validate` fills it as it runs both anyway, and grading makes it on
-first need."""
+oracle's (so that what only a working solution makes the verifier load is seen too). Cached per hidden
+tests, environment, starting files and oracle (not per task id), image and verifier mode, in memory and on
+disk (HARNESS_CACHE/loadmaps), valid while the tracer and the rule are the same; the first grading that
+needs it makes it (`harness tasks validate`'s oracle run does, for every task it checks)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ RULE_SOURCE = Path(traced.__file__)
 
 
 def key(task, image: str) -> str:
-    """Task content + image id + mode + the tracer's and the rule's sources."""
+    """What the verifier's runs depend on: the hidden tests, the environment and the starting files (the
+    grading hash, which leaves the task's id and instruction out: copies of one task share a map), the
+    oracle, the image id and the mode; and the tracer's and the rule's sources."""
     from agent.sandbox.backends.docker.client import docker_client
 
     try:
@@ -31,8 +33,10 @@ def key(task, image: str) -> str:
     except Exception:  # not a local image name: its name is all there is
         image_id = image
     h = hashlib.sha256()
-    for part in (task.content_hash(), image_id, task.harbor.verifier_mode, task.harbor.workdir):
+    for part in (task.grading_hash(), image_id, task.harbor.verifier_mode, task.harbor.workdir):
         h.update(str(part).encode() + b"\0")
+    for name in sorted(task.solution_files):
+        h.update(name.encode() + b"\0" + task.solution_files[name] + b"\0")
     h.update(TRACE_SOURCE.read_bytes() + RULE_SOURCE.read_bytes())
     return h.hexdigest()[:24]
 
