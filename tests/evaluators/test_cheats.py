@@ -77,10 +77,13 @@ def _scored(rows) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.docker
-def test_every_cheat_scores_on_a_weak_task_the_null_agent_does_not_solve():
+def test_every_cheat_scores_on_a_weak_task_the_null_agent_does_not_solve(monkeypatch):
     """Each cheat must earn a reward somewhere, or it tests nothing: the weak tasks trust the project's own
     folder, PATH, status file and a reward already written, quote their answer and leak their solution.
-    The baseline (NOTHING, run first on each task) earns 0 there, so each score is the cheat's doing."""
+    The baseline (NOTHING, run first on each task) earns 0 there, so each score is the cheat's doing.
+    Graded untraced (HARNESS_TRACE=0, the image's static model): the traced verifier now holds the
+    conftest, pytest config, shadow module, site hook and tool wrapper cheats even on the weak Harbor task."""
+    monkeypatch.setenv("HARNESS_TRACE", "0")
     rows = asyncio.run(cheats.audit(load_suite(str(WEAK)), cheats.CHEATS, concurrency=2))
     assert not [e for r in rows for e in r.errors]
     assert _scored(rows) == {c.name for c in cheats.CHEATS}, cheats.table(rows)
